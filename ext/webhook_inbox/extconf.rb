@@ -1,0 +1,32 @@
+# frozen_string_literal: true
+
+# extconf.rb - finds OpenSSL (libcrypto) and libpq, then writes the extension's Makefile.
+require "mkmf"
+
+def missing(what, debian, other)
+  abort <<~MSG
+    webhook_inbox: #{what} was not found.
+      Debian/Ubuntu: sudo apt-get install #{debian}
+      Fedora/RHEL:   sudo dnf install #{other}
+      macOS:         brew install openssl@3 libpq  (then: gem install webhook_inbox -- --with-pg-config=$(brew --prefix libpq)/bin/pg_config)
+  MSG
+end
+
+dir_config("openssl")
+unless pkg_config("libcrypto") || (have_header("openssl/hmac.h") && have_library("crypto", "HMAC"))
+  missing("OpenSSL (libcrypto headers)", "libssl-dev", "openssl-devel")
+end
+
+pg_config = with_config("pg-config") || find_executable("pg_config")
+if pg_config
+  inc = `"#{pg_config}" --includedir`.strip
+  lib = `"#{pg_config}" --libdir`.strip
+  $INCFLAGS << " -I#{inc}" unless inc.empty?
+  $LDFLAGS << " -L#{lib}" unless lib.empty?
+end
+pkg_config("libpq")
+have_header("libpq-fe.h") && have_library("pq", "PQconnectdb") or
+  missing("libpq (PostgreSQL client library and headers)", "libpq-dev", "libpq-devel")
+
+$CFLAGS << " -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -fvisibility=hidden"
+create_makefile("webhook_inbox/webhook_inbox")

@@ -1,0 +1,7 @@
+/* inbox_binding.c - Ruby binding (in progress). */
+#include "bindings.h"
+
+void wi_inbox_binding_init(VALUE mod)
+{
+    (void)mod;
+}

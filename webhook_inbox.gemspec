@@ -1,0 +1,31 @@
+# frozen_string_literal: true
+
+require_relative "lib/webhook_inbox/version"
+
+Gem::Specification.new do |spec|
+  spec.name = "webhook_inbox"
+  spec.version = WebhookInbox::VERSION
+  spec.summary = "Verify webhooks in C, store them exactly once in PostgreSQL, process them with a C sidecar."
+  spec.description = <<~DESC
+    Native signature verification over the raw body (Stripe, Standard Webhooks, GitHub,
+    Shopify, Slack, Paddle, Didit, generic HMAC), a durable PostgreSQL inbox written through
+    libpq with INSERT ... ON CONFLICT DO NOTHING, a Rack endpoint and Rails controller, and
+    webhook-inbox-sidecar, a C worker that runs SQL handlers under FOR UPDATE SKIP LOCKED.
+  DESC
+  spec.authors = ["webhook_inbox developers"]
+  spec.license = "MIT"
+  spec.required_ruby_version = ">= 3.0"
+
+  spec.files = Dir[
+    "lib/**/*.rb", "lib/**/templates/**/*",
+    "ext/webhook_inbox/*.{c,h,rb}",
+    "sidecar/extconf.rb", "sidecar/Makefile", "sidecar/src/*.{c,h}",
+    "db/**/*.sql", "exe/*", "README.md"
+  ]
+  spec.bindir = "exe"
+  spec.executables = ["webhook-inbox-sidecar"]
+  spec.require_paths = ["lib"]
+  spec.extensions = ["ext/webhook_inbox/extconf.rb", "sidecar/extconf.rb"]
+
+  spec.add_dependency "rack", ">= 2.2"
+end
