@@ -1,0 +1,143 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "socket"
+require "tmpdir"
+require "etc"
+
+# ThrowawayPostgres - a private PostgreSQL cluster in a temp directory for tests, benchmarks
+# and bin/demo. Listens on a Unix socket in its own directory and a free loopback port, so
+# parallel runs never collide. As root the server runs as the `postgres` user (PostgreSQL
+# refuses root). #stop/#start keep the data, for restart and outage tests; #destroy removes it.
+class ThrowawayPostgres
+  BIN_CANDIDATES = [ENV["PG_BIN"], "/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin"].compact
+
+  attr_reader :dir, :port, :socket_dir, :dbname
+
+  def self.bin_dir
+    BIN_CANDIDATES.find { |d| File.executable?(File.join(d, "initdb")) } or
+      raise "PostgreSQL server binaries not found (run bin/setup, or set PG_BIN)"
+  end
+
+  def initialize(dbname: "webhook_inbox", settings: {})
+    @dbname = dbname
+    @settings = settings
+    @dir = Dir.mktmpdir("wi-pg-")
+    @data = File.join(@dir, "data")
+    @socket_dir = File.join(@dir, "sock")
+    @log = File.join(@dir, "postgres.log")
+    @port = free_port
+    @bin = self.class.bin_dir
+    FileUtils.mkdir_p(@socket_dir)
+    FileUtils.chmod(0o755, @dir)
+    chown_to_postgres(@dir, @socket_dir) if root?
+    initdb
+    start
+    run_psql("postgres", "CREATE DATABASE #{dbname}")
+  end
+
+  # libpq connection string for the cluster (Unix socket).
+  def url(db = dbname)
+    "host=#{socket_dir} port=#{port} dbname=#{db} user=#{superuser}"
+  end
+
+  # The same cluster over TCP, for tools that want host:port.
+  def tcp_url(db = dbname)
+    "host=127.0.0.1 port=#{port} dbname=#{db} user=#{superuser}"
+  end
+
+  def psql_command(db = dbname)
+    "psql -h #{socket_dir} -p #{port} -U #{superuser} #{db}"
+  end
+
+  def start
+    as_owner(File.join(@bin, "pg_ctl"), "-D", @data, "-l", @log, "-w", "-t", "60", "-o", server_options, "start")
+    @running = true
+  end
+
+  # mode: "fast" (default) or "immediate" (a crash: no shutdown checkpoint).
+  def stop(mode: "fast")
+    return unless @running
+
+    as_owner(File.join(@bin, "pg_ctl"), "-D", @data, "-m", mode, "-w", "-t", "60", "stop")
+    @running = false
+  end
+
+  def running?
+    @running
+  end
+
+  def restart
+    stop
+    start
+  end
+
+  def destroy
+    stop if @running
+  ensure
+    FileUtils.rm_rf(@dir)
+  end
+
+  # Runs SQL with psql and returns its unaligned, tuples-only output.
+  def psql(sql, db: dbname)
+    run_psql(db, sql)
+  end
+
+  def log_tail(lines = 40)
+    File.exist?(@log) ? File.readlines(@log).last(lines).join : ""
+  end
+
+  private
+
+  def superuser
+    root? ? "postgres" : Etc.getpwuid(Process.uid).name
+  end
+
+  def server_options
+    opts = {
+      "listen_addresses" => "127.0.0.1", "port" => port.to_s,
+      "unix_socket_directories" => socket_dir, "max_connections" => "200",
+      "fsync" => "on", "shared_buffers" => "128MB"
+    }.merge(@settings.transform_values(&:to_s))
+    opts.map { |k, v| "-c #{k}=#{v}" }.join(" ")
+  end
+
+  def initdb
+    as_owner(File.join(@bin, "initdb"), "-D", @data, "-A", "trust", "-U", superuser,
+             "-E", "UTF8", "--locale=C", "--no-sync")
+  end
+
+  def run_psql(db, sql)
+    psql = File.join(@bin, "psql")
+    psql = "psql" unless File.executable?(psql)
+    out = IO.popen([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-h", socket_dir, "-p", port.to_s,
+                    "-U", superuser, "-d", db, "-c", sql], err: [:child, :out], &:read)
+    raise "psql failed: #{out}" unless $?.success?
+
+    out
+  end
+
+  def as_owner(*cmd)
+    cmd = ["runuser", "-u", "postgres", "--", *cmd] if root?
+    out = IO.popen(cmd, err: [:child, :out], &:read)
+    raise "#{File.basename(cmd.find { |c| c.start_with?('/') } || cmd.first)} failed: #{out}\n#{log_tail}" unless $?.success?
+
+    out
+  end
+
+  def root?
+    Process.uid.zero?
+  end
+
+  def chown_to_postgres(*paths)
+    pw = Etc.getpwnam("postgres")
+    FileUtils.chown(pw.uid, pw.gid, paths)
+  end
+
+  def free_port
+    server = TCPServer.new("127.0.0.1", 0)
+    server.addr[1]
+  ensure
+    server&.close
+  end
+end
