@@ -1,9 +1,9 @@
 # frozen_string_literal: true
 
 require_relative "webhook_inbox/version"
+require_relative "webhook_inbox/errors"
 require_relative "webhook_inbox/webhook_inbox" # the native extension
 
 # WebhookInbox - verify webhooks in C, store them exactly once in PostgreSQL.
 module WebhookInbox
-  class Error < StandardError; end
 end

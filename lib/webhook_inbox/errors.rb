@@ -1,0 +1,26 @@
+# frozen_string_literal: true
+
+module WebhookInbox
+  # Base class of every error the gem raises.
+  class Error < StandardError; end
+
+  # A configuration mistake found when building a Verifier, Inbox or Endpoint.
+  class ConfigurationError < Error; end
+
+  # A delivery failed verification. #reason is a Symbol (:missing_signature,
+  # :malformed_signature, :signature_mismatch, :timestamp_out_of_tolerance,
+  # :payload_too_large, :no_secret, :malformed_payload, ...). Messages never hold
+  # secrets or payload bytes.
+  class VerificationError < Error
+    attr_reader :reason
+
+    def initialize(reason, message = nil)
+      @reason = reason
+      super(message || reason.to_s.tr("_", " "))
+    end
+  end
+
+  # The inbox could not store an event (database down, timeout, lost connection).
+  # Nothing was committed; the sender should retry (the endpoint answers 503).
+  class StoreError < Error; end
+end
