@@ -83,6 +83,11 @@ class ThrowawayPostgres
     run_psql(db, sql)
   end
 
+  # Runs a SQL file with psql (ON_ERROR_STOP), e.g. a migration or db/examples/orders.sql.
+  def psql_file(path, db: dbname)
+    run_psql(db, nil, file: path)
+  end
+
   def log_tail(lines = 40)
     File.exist?(@log) ? File.readlines(@log).last(lines).join : ""
   end
@@ -107,11 +112,12 @@ class ThrowawayPostgres
              "-E", "UTF8", "--locale=C", "--no-sync")
   end
 
-  def run_psql(db, sql)
+  def run_psql(db, sql, file: nil)
     psql = File.join(@bin, "psql")
     psql = "psql" unless File.executable?(psql)
+    input = file ? ["-f", file] : ["-c", sql]
     out = IO.popen([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-h", socket_dir, "-p", port.to_s,
-                    "-U", superuser, "-d", db, "-c", sql], err: [:child, :out], &:read)
+                    "-U", superuser, "-d", db, *input], err: [:child, :out], &:read)
     raise "psql failed: #{out}" unless $?.success?
 
     out
