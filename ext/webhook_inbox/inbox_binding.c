@@ -1,7 +1,240 @@
-/* inbox_binding.c - Ruby binding (in progress). */
+/* inbox_binding.c - WebhookInbox::Inbox::Connection: one wi_store per Ruby object.
+ * Converts values, releases the GVL around network waits, raises StoreError.
+ * The pool, kwargs and receipts live in lib/webhook_inbox/inbox.rb. */
+#include <ruby.h>
+#include <ruby/thread.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "bindings.h"
+#include "store.h"
+
+static VALUE mWebhookInbox;
+
+/* One connection; busy is set while a call runs without the GVL (no sharing). */
+struct conn {
+    struct wi_store *store; /* NULL after #close! */
+    int busy;               /* a call is in flight on some thread */
+};
+
+static void conn_free(void *p)
+{
+    struct conn *c = p;
+    wi_store_free(c->store); /* in a forked child this drops, never terminates, the parent's session */
+    ruby_xfree(c);
+}
+
+static size_t conn_size(const void *p)
+{
+    (void)p;
+    return sizeof(struct conn);
+}
+
+static const rb_data_type_t conn_type = {
+    "WebhookInbox::Inbox::Connection",
+    {NULL, conn_free, conn_size, NULL, {NULL}},
+    NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY
+};
+
+static VALUE conn_alloc(VALUE klass)
+{
+    struct conn *c;
+    return TypedData_Make_Struct(klass, struct conn, &conn_type, c);
+}
+
+/* The one validating getter: an initialized, open, idle connection. */
+static struct conn *get_conn(VALUE self)
+{
+    struct conn *c;
+    TypedData_Get_Struct(self, struct conn, &conn_type, c);
+    if (!c->store)
+        rb_raise(rb_eArgError, "WebhookInbox::Inbox::Connection is closed");
+    if (c->busy)
+        rb_raise(rb_eThreadError, "WebhookInbox::Inbox::Connection is in use by another thread");
+    return c;
+}
+
+/* Maps a core error to an exception: bad arguments to ConfigurationError, the rest
+ * (server down, timeout, lost connection, SQL error) to StoreError. */
+static void raise_store_err(const struct wi_err *err)
+{
+    const char *klass = err->code == WI_ERR_ARG ? "ConfigurationError" : "StoreError";
+    if (err->code == WI_ERR_NOMEM)
+        rb_memerror();
+    rb_raise(rb_const_get(mWebhookInbox, rb_intern(klass)), "%s", err->msg);
+}
+
+/* Connection.new(conninfo, connect_timeout_ms, statement_timeout_ms): parses, does not connect. */
+static VALUE conn_initialize(VALUE self, VALUE conninfo, VALUE connect_ms, VALUE statement_ms)
+{
+    struct conn *c;
+    struct wi_err err;
+
+    TypedData_Get_Struct(self, struct conn, &conn_type, c);
+    if (c->store)
+        rb_raise(rb_eArgError, "already initialized");
+    c->store = wi_store_new(StringValueCStr(conninfo), NUM2INT(connect_ms), NUM2INT(statement_ms), &err);
+    RB_GC_GUARD(conninfo);
+    if (!c->store)
+        raise_store_err(&err);
+    return self;
+}
+
+struct insert_call {
+    struct wi_store *store;
+    struct wi_store_row row;
+    struct wi_store_result out;
+    struct wi_err err;
+    int rc;
+    int connect_only;
+};
+
+static void *insert_nogvl(void *p)
+{
+    struct insert_call *a = p;
+    a->rc = a->connect_only ? wi_store_connect(a->store, &a->err)
+                            : wi_store_insert(a->store, &a->row, &a->out, &a->err);
+    return NULL;
+}
+
+static void insert_ubf(void *p)
+{
+    wi_store_interrupt(((struct insert_call *)p)->store);
+}
+
+static void run_nogvl(struct conn *c, struct insert_call *a)
+{
+    a->store = c->store;
+    /* If an interrupt is already pending, _gvl2 returns without calling us. */
+    a->rc = -1;
+    a->err.code = WI_STORE_EINTR;
+    snprintf(a->err.msg, sizeof a->err.msg, "interrupted");
+    c->busy = 1;
+    /* _gvl2: no interrupt check (no raise/throw) before busy is cleared. */
+    rb_thread_call_without_gvl2(insert_nogvl, a, insert_ubf, a);
+    c->busy = 0;
+    if (a->rc < 0) {
+        if (a->err.code == WI_STORE_EINTR)
+            rb_thread_check_ints(); /* raises Thread#raise / Timeout / kill first */
+        raise_store_err(&a->err);
+    }
+}
+
+/* A frozen string whose bytes stay put while the GVL is released. */
+static VALUE pinned(VALUE v)
+{
+    StringValue(v);
+    return rb_str_new_frozen(v);
+}
+
+#define SET_FIELD(field, str) \
+    (a.row.field = RSTRING_PTR(str), a.row.field##_len = (size_t)RSTRING_LEN(str))
+
+/* #insert(scope, event_id, event_type, payload, raw, quarantined, last_error) -> Integer
+ * bit 0: a row was inserted (else duplicate); bit 1: payload stored raw; bit 2: quarantined.
+ * Text fields must already be UTF-8 without NUL (Inbox#insert checks). */
+static VALUE conn_insert(VALUE self, VALUE scope, VALUE id, VALUE type, VALUE payload,
+                         VALUE raw, VALUE quarantined, VALUE last_error)
+{
+    struct conn *c = get_conn(self);
+    struct insert_call a;
+
+    memset(&a, 0, sizeof a);
+    scope = pinned(scope);
+    id = pinned(id);
+    type = pinned(type);
+    payload = pinned(payload);
+    SET_FIELD(source_scope, scope);
+    SET_FIELD(event_id, id);
+    SET_FIELD(event_type, type);
+    SET_FIELD(payload, payload);
+    if (!NIL_P(last_error)) {
+        last_error = pinned(last_error);
+        SET_FIELD(last_error, last_error);
+    }
+    a.row.raw = RTEST(raw);
+    a.row.quarantined = RTEST(quarantined);
+
+    run_nogvl(c, &a);
+    RB_GC_GUARD(scope);
+    RB_GC_GUARD(id);
+    RB_GC_GUARD(type);
+    RB_GC_GUARD(payload);
+    RB_GC_GUARD(last_error);
+    return INT2FIX(a.out.inserted | a.out.stored_raw << 1 | a.out.quarantined << 2);
+}
+
+/* #connect: opens the connection now (the pool's health check); returns self. */
+static VALUE conn_connect(VALUE self)
+{
+    struct conn *c = get_conn(self);
+    struct insert_call a;
+
+    memset(&a, 0, sizeof a);
+    a.connect_only = 1;
+    run_nogvl(c, &a);
+    return self;
+}
+
+/* #close: closes the connection and frees the store; idempotent. */
+static VALUE conn_close(VALUE self)
+{
+    struct conn *c;
+    TypedData_Get_Struct(self, struct conn, &conn_type, c);
+    if (c->busy)
+        rb_raise(rb_eThreadError, "WebhookInbox::Inbox::Connection is in use by another thread");
+    wi_store_free(c->store);
+    c->store = NULL;
+    return Qnil;
+}
+
+static VALUE conn_closed_p(VALUE self)
+{
+    struct conn *c;
+    TypedData_Get_Struct(self, struct conn, &conn_type, c);
+    return c->store ? Qfalse : Qtrue;
+}
+
+/* #backend_pid: the server process of the open connection, or nil. */
+static VALUE conn_backend_pid(VALUE self)
+{
+    struct conn *c;
+    int pid;
+    TypedData_Get_Struct(self, struct conn, &conn_type, c);
+    pid = wi_store_backend_pid(c->store);
+    return pid ? INT2NUM(pid) : Qnil;
+}
+
+static VALUE conn_reconnects(VALUE self)
+{
+    struct conn *c;
+    TypedData_Get_Struct(self, struct conn, &conn_type, c);
+    return ULONG2NUM(wi_store_reconnects(c->store));
+}
+
+/* #inspect never shows the connection string (it may hold a password). */
+static VALUE conn_inspect(VALUE self)
+{
+    struct conn *c;
+    TypedData_Get_Struct(self, struct conn, &conn_type, c);
+    return rb_sprintf("#<WebhookInbox::Inbox::Connection %s>",
+                      !c->store ? "closed" : wi_store_backend_pid(c->store) ? "connected" : "idle");
+}
 
 void wi_inbox_binding_init(VALUE mod)
 {
-    (void)mod;
+    VALUE cInbox, cConn;
+
+    mWebhookInbox = mod;
+    cInbox = rb_define_class_under(mod, "Inbox", rb_cObject);
+    cConn = rb_define_class_under(cInbox, "Connection", rb_cObject);
+    rb_define_alloc_func(cConn, conn_alloc);
+    rb_define_method(cConn, "initialize", conn_initialize, 3);
+    rb_define_method(cConn, "insert", conn_insert, 7);
+    rb_define_method(cConn, "connect", conn_connect, 0);
+    rb_define_method(cConn, "close", conn_close, 0);
+    rb_define_method(cConn, "closed?", conn_closed_p, 0);
+    rb_define_method(cConn, "backend_pid", conn_backend_pid, 0);
+    rb_define_method(cConn, "reconnects", conn_reconnects, 0);
+    rb_define_method(cConn, "inspect", conn_inspect, 0);
 }

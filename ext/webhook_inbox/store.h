@@ -1,0 +1,85 @@
+/* store.h - the inbox insert over libpq: one connection, one prepared
+ * INSERT ... ON CONFLICT DO NOTHING, non-blocking waits bounded by a deadline.
+ * Pure C (no ruby.h): the Ruby binding releases the GVL around wi_store_insert. */
+#ifndef WI_STORE_H
+#define WI_STORE_H
+
+#include <stddef.h>
+
+#include "wi_err.h"
+
+struct wi_store; /* opaque: one PGconn, its settings and the pid that opened it */
+
+/* Store error codes (wi_err.h range 200-299); also WI_ERR_ARG and WI_ERR_NOMEM.
+ * Messages never hold the password (scrubbed) nor payload bytes (only the server's
+ * primary message and SQLSTATE are kept, never DETAIL/CONTEXT). */
+enum {
+    WI_STORE_ECONNECT = 200, /* could not connect (server down, auth, timeout while connecting) */
+    WI_STORE_ELOST,          /* the connection broke again after the one reconnect */
+    WI_STORE_ETIMEOUT,       /* no answer before the deadline; the connection was dropped */
+    WI_STORE_EQUERY,         /* the server rejected the statement (see wi_store_sqlstate) */
+    WI_STORE_EINTR           /* wi_store_interrupt() was called; the connection was dropped */
+};
+
+/* One event to insert. Strings are borrowed (pointer + length, need not be
+ * NUL-terminated); text fields must be valid UTF-8 without NUL (the caller checks). */
+struct wi_store_row {
+    const char *source_scope; size_t source_scope_len;
+    const char *event_id;     size_t event_id_len;
+    const char *event_type;   size_t event_type_len;
+    const char *payload;      size_t payload_len;
+    int raw;                  /* 1: store payload in raw_body (bytea) as is; 0: as jsonb */
+    int quarantined;          /* 1: status 'quarantined' (processed_at = now()), 0: 'pending' */
+    const char *last_error;   size_t last_error_len; /* NULL for none */
+};
+
+/* What wi_store_insert did. */
+struct wi_store_result {
+    int inserted;   /* 1: a new row (accepted), 0: the key existed (duplicate) */
+    int stored_raw; /* 1: the payload went to raw_body (asked for, or rejected as jsonb) */
+    int quarantined;/* 1: the row was written as quarantined */
+};
+
+#define WI_STORE_INVALID_JSON_REASON "payload is not valid JSON"
+
+/* Parses conninfo (URL or key=value) without connecting. connect_timeout_ms and
+ * statement_timeout_ms must be > 0. Returns NULL and fills *err on failure.
+ * Copies conninfo; the copy is wiped on free. */
+struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
+                              int statement_timeout_ms, struct wi_err *err);
+
+/* Connects if not connected (SET statement_timeout, PREPARE). Returns 0, or -1 and
+ * fills *err. Blocks at most connect_timeout (+ statement_timeout for the setup). */
+int wi_store_connect(struct wi_store *s, struct wi_err *err);
+
+/* Inserts row with the prepared statement; connects first if needed. A lost
+ * connection (CONNECTION_BAD) is reopened once and the insert retried: ON CONFLICT
+ * makes the retry idempotent. When row->raw == 0 and the server rejects the payload
+ * as jsonb (SQLSTATE class 22), the row is stored raw and quarantined with
+ * WI_STORE_INVALID_JSON_REASON (unless the caller gave its own last_error).
+ * Returns 0 and fills *out, or -1 and fills *err. Called without the GVL. */
+int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
+                    struct wi_store_result *out, struct wi_err *err);
+
+/* Makes a wi_store_insert/wi_store_connect in progress on another thread give up
+ * with WI_STORE_EINTR within ~50 ms. Async-safe: only sets a flag. */
+void wi_store_interrupt(struct wi_store *s);
+
+/* Closes the connection (a later insert reconnects). In a forked child a connection
+ * opened by the parent is dropped without a Terminate message, so the parent's
+ * session survives. Accepts NULL. */
+void wi_store_close(struct wi_store *s);
+
+/* SQLSTATE of the last WI_STORE_EQUERY error ("" if none). Borrowed from s. */
+const char *wi_store_sqlstate(const struct wi_store *s);
+
+/* Server process id of the open connection, or 0 when not connected (or inherited). */
+int wi_store_backend_pid(const struct wi_store *s);
+
+/* Connections opened again after a loss (for tests and metrics). */
+unsigned long wi_store_reconnects(const struct wi_store *s);
+
+/* wi_store_close, then frees everything. Accepts NULL. */
+void wi_store_free(struct wi_store *s);
+
+#endif

@@ -1,0 +1,219 @@
+# frozen_string_literal: true
+
+module WebhookInbox
+  # What an insert did. status is :accepted (a new row) or :duplicate (the key existed:
+  # the stored row keeps its own state). stored_raw: the payload went to raw_body;
+  # quarantined: the new row was written as quarantined (explicitly, or because the
+  # payload is not valid JSON).
+  Receipt = Struct.new(:status, :source_scope, :event_id, :stored_raw, :quarantined, keyword_init: true) do
+    def accepted?
+      status == :accepted
+    end
+
+    def duplicate?
+      status == :duplicate
+    end
+  end
+
+  # Inbox - stores verified events in the webhook_inbox table through native libpq
+  # connections, exactly once per (source_scope, event_id):
+  #
+  #   inbox = WebhookInbox::Inbox.new(database_url: "postgres://app@db/app", pool_size: 5)
+  #   inbox.insert(source_scope: "stripe:acct_1:live", event_id: "evt_1",
+  #                event_type: "charge.succeeded", payload: raw_body).status  # => :accepted
+  #
+  # The row is committed when #insert returns. The GVL is released while waiting on
+  # PostgreSQL, so Puma threads insert in parallel over a pool of up to pool_size
+  # connections. A connection lost (server restart, failover) is reopened once and the
+  # insert retried; ON CONFLICT DO NOTHING makes that retry idempotent. Safe across
+  # fork: a child never uses, nor terminates, a connection its parent opened.
+  #
+  # Payloads: by default the payload is stored as jsonb. If PostgreSQL refuses it as
+  # jsonb (not JSON, a \u0000 escape, invalid UTF-8, ...), the row is still stored, with
+  # the bytes in raw_body, status quarantined and last_error "payload is not valid JSON":
+  # a verified event is never lost, and never processed as if it were valid. Pass
+  # raw: true for bodies that are not JSON by design (Slack's form posts): the bytes go
+  # to raw_body and the row stays pending for the worker.
+  #
+  # Failures raise StoreError (nothing was committed, or the retry will be a duplicate);
+  # messages never hold the password or the payload.
+  class Inbox
+    INVALID_JSON_REASON = "payload is not valid JSON"
+    STATUSES = %i[pending quarantined].freeze
+
+    attr_reader :pool_size, :connect_timeout, :statement_timeout
+
+    # database_url: a libpq URL or key=value string. Timeouts in seconds (Float ok):
+    # connect_timeout bounds connecting, statement_timeout is set on the session and
+    # (plus connect_timeout) bounds each wait for an answer. checkout_timeout: how long
+    # #insert waits for a free connection when all pool_size are busy.
+    def initialize(database_url:, pool_size: 5, connect_timeout: 5, statement_timeout: 5, checkout_timeout: nil)
+      raise ConfigurationError, "database_url is required" if database_url.nil? || database_url.to_s.empty?
+      raise ConfigurationError, "pool_size must be >= 1" unless pool_size.is_a?(Integer) && pool_size >= 1
+
+      @database_url = database_url.to_s.dup.freeze
+      @pool_size = pool_size
+      @connect_timeout = positive(connect_timeout, :connect_timeout)
+      @statement_timeout = positive(statement_timeout, :statement_timeout)
+      @checkout_timeout = checkout_timeout ? positive(checkout_timeout, :checkout_timeout) : @connect_timeout
+      reset_pool
+      @created = 1
+      checkin(new_connection) # parses database_url now: a bad one fails here, not on the first webhook
+    end
+
+    # Inserts one event. Returns a Receipt. Raises StoreError when it cannot be stored,
+    # ArgumentError for text fields that are not UTF-8 or contain NUL.
+    def insert(source_scope:, event_id:, payload:, event_type: "", status: :pending, last_error: nil, raw: false)
+      raise ArgumentError, "status must be :pending or :quarantined" unless STATUSES.include?(status.to_sym)
+
+      scope = text(source_scope, :source_scope)
+      id = text(event_id, :event_id)
+      raise ArgumentError, "source_scope and event_id must not be empty" if scope.empty? || id.empty?
+
+      code = with_connection do |conn|
+        conn.insert(scope, id, text(event_type, :event_type), String(payload), raw,
+                    status.to_sym == :quarantined, last_error && text(last_error, :last_error))
+      end
+      Receipt.new(status: code.anybits?(1) ? :accepted : :duplicate, source_scope: scope, event_id: id,
+                  stored_raw: code.anybits?(2), quarantined: code.anybits?(4))
+    end
+
+    # Opens one connection now (or checks an idle one), raising StoreError if PostgreSQL
+    # is unreachable. For readiness probes.
+    def ping
+      with_connection(&:connect)
+      true
+    end
+
+    # Yields a checked-out native connection (WebhookInbox::Inbox::Connection).
+    def with_connection
+      conn = checkout
+      begin
+        result = yield conn
+      rescue Exception # rubocop:disable Lint/RescueException
+        # A failed insert leaves the connection usable or already dropped by the core;
+        # on a Ruby-level interrupt (Timeout, Thread#raise) we cannot know: close it.
+        conn.close if conn && !$!.is_a?(StoreError) && !$!.is_a?(ArgumentError)
+        raise
+      ensure
+        checkin(conn) if conn
+      end
+      result
+    end
+
+    # Closes every idle connection; connections in use close when checked in.
+    def close
+      @mutex.synchronize do
+        @closed = true
+        @idle.each(&:close)
+        @idle.clear
+      end
+      nil
+    end
+
+    def closed?
+      @closed
+    end
+
+    # Server process ids of the idle connections (tests and diagnostics).
+    def backend_pids
+      @mutex.synchronize { @idle.map(&:backend_pid).compact }
+    end
+
+    def inspect
+      "#<#{self.class} database_url=#{self.class.redact(@database_url).inspect} pool_size=#{@pool_size}>"
+    end
+    alias to_s inspect
+
+    # The URL or conninfo with any password replaced by "***".
+    def self.redact(url)
+      url.to_s
+         .sub(%r{\A(\w+://[^:/@]*):[^@]*@}, '\1:***@')
+         .gsub(/(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)/i, '\1***')
+         .gsub(/([?&]password=)[^&]*/i, '\1***')
+    end
+
+    private
+
+    def positive(value, name)
+      raise ConfigurationError, "#{name} must be a positive number of seconds" unless value.is_a?(Numeric) && value.positive?
+
+      value
+    end
+
+    def text(value, name)
+      s = value.to_s
+      s = s.encoding == Encoding::UTF_8 ? s : s.dup.force_encoding(Encoding::UTF_8)
+      raise ArgumentError, "#{name} is not valid UTF-8" unless s.valid_encoding?
+      raise ArgumentError, "#{name} contains a NUL byte" if s.include?("\0")
+
+      s
+    end
+
+    def new_connection
+      Connection.new(@database_url, (@connect_timeout * 1000).ceil, (@statement_timeout * 1000).ceil)
+    end
+
+    # After fork the child gets a fresh pool: the parent's connections are dropped by the
+    # native core without a Terminate message (the parent keeps its sessions).
+    def reset_pool
+      @pid = Process.pid
+      @mutex = Thread::Mutex.new
+      @available = Thread::ConditionVariable.new
+      @idle = []
+      @created = 0
+      @closed = false
+    end
+
+    def after_fork
+      old = @idle
+      reset_pool
+      old.each(&:close) # in the child: dup2(/dev/null) over the socket, then free
+    end
+
+    def checkout
+      after_fork if @pid != Process.pid
+      deadline = nil
+      @mutex.synchronize do
+        loop do
+          raise StoreError, "inbox is closed" if @closed
+          return @idle.pop unless @idle.empty?
+
+          if @created < @pool_size
+            @created += 1
+            break
+          end
+          deadline ||= monotonic + @checkout_timeout
+          left = deadline - monotonic
+          raise StoreError, "no free inbox connection within #{@checkout_timeout}s (pool_size #{@pool_size})" if left <= 0
+
+          @available.wait(@mutex, left)
+        end
+      end
+      begin
+        new_connection
+      rescue Exception # rubocop:disable Lint/RescueException
+        @mutex.synchronize { @created -= 1 }
+        raise
+      end
+    end
+
+    def checkin(conn)
+      return if @pid != Process.pid # checked out before a fork: not ours to pool
+
+      @mutex.synchronize do
+        if @closed || conn.closed?
+          conn.close
+          @created -= 1 if conn.closed? && !@closed
+        else
+          @idle.push(conn)
+        end
+        @available.signal
+      end
+    end
+
+    def monotonic
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+  end
+end

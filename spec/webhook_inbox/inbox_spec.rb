@@ -1,0 +1,205 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "pg"
+require_relative "../support/receiver_helpers"
+
+RSpec.describe WebhookInbox::Inbox do
+  include ReceiverHelpers
+
+  let(:pg) { TestDatabase.cluster }
+  let(:scope) { unique_scope("inbox") }
+  let(:inbox) { described_class.new(database_url: pg.url, pool_size: 4) }
+
+  before(:all) { ReceiverHelpers.apply_schema(TestDatabase.cluster) }
+  after { inbox.close }
+
+  def insert(id, payload = %({"id":"#{id}"}), **opts)
+    inbox.insert(source_scope: scope, event_id: id, event_type: "charge.succeeded", payload: payload, **opts)
+  end
+
+  it "stores a new event as pending jsonb and reports :accepted" do
+    receipt = insert("evt_1", %({"id": "evt_1", "amount": 100}))
+    expect(receipt).to have_attributes(status: :accepted, source_scope: scope, event_id: "evt_1",
+                                       stored_raw: false, quarantined: false)
+    expect(inbox_rows(pg, scope)).to eq([{ event_id: "evt_1", event_type: "charge.succeeded", status: "pending",
+                                           payload: %({"id": "evt_1", "amount": 100}), raw_body: "",
+                                           last_error: "", processed: false }])
+  end
+
+  it "reports :duplicate for the same key and leaves the first row untouched" do
+    insert("evt_1", %({"v": 1}))
+    pg.psql("UPDATE webhook_inbox SET status = 'done' WHERE source_scope = '#{scope}'")
+    expect(insert("evt_1", %({"v": 2})).status).to eq(:duplicate)
+    expect(inbox_rows(pg, scope).map { |r| [r[:status], r[:payload]] }).to eq([["done", %({"v": 1})]])
+  end
+
+  it "keeps the same event id apart in different scopes" do
+    insert("evt_1")
+    other = inbox.insert(source_scope: "#{scope}:other", event_id: "evt_1", payload: "{}")
+    expect(other.status).to eq(:accepted)
+  end
+
+  it "stores a body that is not JSON raw and quarantined, with the reason" do
+    receipt = insert("evt_bad", "{not json")
+    expect(receipt).to have_attributes(status: :accepted, stored_raw: true, quarantined: true)
+    row = inbox_rows(pg, scope).first
+    expect(row).to include(status: "quarantined", payload: "", raw_body: "{not json",
+                           last_error: "payload is not valid JSON", processed: true)
+  end
+
+  it "quarantines JSON that jsonb refuses (\\u0000) and bytes that are not UTF-8" do
+    insert("evt_nul", %({"a": "\\u0000"}))
+    insert("evt_bin", "{\"a\": \"\xff\"}".b)
+    insert("evt_zero", "{\"a\":\0}")
+    rows = inbox_rows(pg, scope)
+    expect(rows.map { |r| [r[:event_id], r[:status], r[:last_error]] })
+      .to eq([%w[evt_bin quarantined] + ["payload is not valid JSON"],
+              %w[evt_nul quarantined] + ["payload is not valid JSON"],
+              %w[evt_zero quarantined] + ["payload is not valid JSON"]])
+    bytes = pg.psql("SELECT encode(raw_body, 'hex') FROM webhook_inbox WHERE source_scope = '#{scope}' AND event_id = 'evt_zero'")
+    expect([bytes.strip].pack("H*")).to eq("{\"a\":\0}".b)
+  end
+
+  it "stores a form body raw and pending when asked (raw: true)" do
+    receipt = insert("evt_form", "payload=%7B%22a%22%3A1%7D", raw: true)
+    expect(receipt).to have_attributes(status: :accepted, stored_raw: true, quarantined: false)
+    expect(inbox_rows(pg, scope).first).to include(status: "pending", raw_body: "payload=%7B%22a%22%3A1%7D", payload: "")
+  end
+
+  it "stores a row quarantined at receipt with the caller's reason and processed_at" do
+    insert("evt_q", "{}", status: :quarantined, last_error: "unknown account")
+    expect(inbox_rows(pg, scope).first).to include(status: "quarantined", last_error: "unknown account", processed: true)
+  end
+
+  it "rejects text fields that are not UTF-8 or hold NUL, before touching the database" do
+    expect { insert("evt_\xff".b) }.to raise_error(ArgumentError, /event_id is not valid UTF-8/)
+    expect { insert("evt\0x") }.to raise_error(ArgumentError, /NUL/)
+    expect { insert("") }.to raise_error(ArgumentError, /empty/)
+    expect { insert("x", status: :done) }.to raise_error(ArgumentError, /status/)
+    expect(inbox_count(pg, scope)).to eq(0)
+  end
+
+  it "inserts exactly one row when 32 threads deliver the same event at once" do
+    barrier = Queue.new
+    threads = Array.new(32) { Thread.new { barrier.pop; insert("evt_race").status } }
+    32.times { barrier << true }
+    statuses = threads.map(&:value)
+    expect(statuses.count(:accepted)).to eq(1)
+    expect(statuses.count(:duplicate)).to eq(31)
+    expect(inbox_count(pg, scope)).to eq(1)
+    expect(inbox.backend_pids.size).to be <= 4
+  end
+
+  it "releases the GVL while waiting on a locked key, and times out by statement_timeout" do
+    blocker = PG.connect(pg.url)
+    blocker.exec("BEGIN")
+    blocker.exec_params("INSERT INTO webhook_inbox (source_scope, event_id) VALUES ($1, 'evt_locked')", [scope])
+    slow = described_class.new(database_url: pg.url, pool_size: 1, statement_timeout: 1)
+    ticks = 0
+    ticker = Thread.new { loop { ticks += 1; sleep 0.01 } }
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    expect { slow.insert(source_scope: scope, event_id: "evt_locked", payload: "{}") }
+      .to raise_error(WebhookInbox::StoreError, /57014|statement timeout/)
+    elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+    ticker.kill
+    expect(elapsed).to be_between(0.9, 3)
+    expect(ticks).to be > 40 # the ticker ran while the insert waited
+    blocker.exec("ROLLBACK")
+    # The connection survived the SQL error and is reused.
+    expect(slow.insert(source_scope: scope, event_id: "evt_locked", payload: "{}").status).to eq(:accepted)
+  ensure
+    blocker&.close
+    slow&.close
+  end
+
+  it "gives up promptly when the waiting thread is killed (unblocking function)" do
+    blocker = PG.connect(pg.url)
+    blocker.exec("BEGIN")
+    blocker.exec_params("INSERT INTO webhook_inbox (source_scope, event_id) VALUES ($1, 'evt_kill')", [scope])
+    waiter = Thread.new { inbox.insert(source_scope: scope, event_id: "evt_kill", payload: "{}") }
+    sleep 0.3
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    waiter.kill.join
+    expect(Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0).to be < 1
+    blocker.exec("ROLLBACK")
+    expect(insert("evt_kill").status).to eq(:accepted)
+  ensure
+    blocker&.close
+  end
+
+  it "raises StoreError without the password when the server is unreachable" do
+    url = "postgresql://app:s3cr3t-pw@127.0.0.1:#{ReceiverHelpers.free_port}/db"
+    down = described_class.new(database_url: url, connect_timeout: 1)
+    expect(down.inspect).not_to include("s3cr3t-pw")
+    expect(down.inspect).to include("app:***@")
+    expect { down.insert(source_scope: scope, event_id: "e", payload: "{}") }
+      .to raise_error(WebhookInbox::StoreError) { |e| expect(e.message).not_to include("s3cr3t-pw") }
+  end
+
+  it "refuses a malformed database_url without echoing it" do
+    expect { described_class.new(database_url: "postgresql://u:pw%zz@h/db") }
+      .to raise_error(WebhookInbox::ConfigurationError) { |e| expect(e.message).not_to include("pw") }
+    expect { described_class.new(database_url: pg.url, pool_size: 0) }.to raise_error(WebhookInbox::ConfigurationError)
+  end
+
+  it "redacts passwords in URL and key=value forms" do
+    expect(described_class.redact("host=x password=abc user=u")).to eq("host=x password=*** user=u")
+    expect(described_class.redact("postgres://u:abc@h/d?password=zz")).to eq("postgres://u:***@h/d?password=***")
+  end
+
+  it "works in one process with the pg gem (same libpq)" do
+    conn = PG.connect(pg.url)
+    insert("evt_pg")
+    expect(conn.exec_params("SELECT status FROM webhook_inbox WHERE source_scope = $1", [scope]).values)
+      .to eq([["pending"]])
+    expect(PG.library_version).to be >= 100_000
+    expect(insert("evt_pg2").status).to eq(:accepted)
+  ensure
+    conn&.close
+  end
+
+  it "is fork-safe: the child opens its own session and the parent's survives" do
+    insert("evt_parent_1")
+    parent_pids = inbox.backend_pids
+    expect(parent_pids.size).to eq(1)
+    rd, wr = IO.pipe
+    child = fork do
+      rd.close
+      status = insert("evt_child").status
+      wr.write("#{status} #{inbox.backend_pids.join(',')}")
+      wr.close
+      exit!(0)
+    end
+    wr.close
+    Process.wait(child)
+    child_status, child_pids = rd.read.split(" ")
+    expect(child_status).to eq("accepted")
+    expect(child_pids.split(",").map(&:to_i) & parent_pids).to be_empty
+    expect(insert("evt_parent_2").status).to eq(:accepted)
+    expect(inbox.backend_pids).to eq(parent_pids) # same session: not terminated by the child
+    expect(inbox_rows(pg, scope).map { |r| r[:event_id] }).to eq(%w[evt_child evt_parent_1 evt_parent_2])
+  end
+
+  context "when the server restarts" do
+    before(:all) do
+      @own = ThrowawayPostgres.new
+      ReceiverHelpers.apply_schema(@own)
+    end
+    after(:all) { @own&.destroy }
+
+    it "reconnects once and inserts, without a StoreError" do
+      own = described_class.new(database_url: @own.url, pool_size: 1)
+      expect(own.insert(source_scope: scope, event_id: "before", payload: "{}").status).to eq(:accepted)
+      @own.restart
+      expect(own.insert(source_scope: scope, event_id: "after", payload: "{}").status).to eq(:accepted)
+      expect(inbox_count(@own, scope)).to eq(2)
+      @own.stop
+      expect { own.insert(source_scope: scope, event_id: "down", payload: "{}") }.to raise_error(WebhookInbox::StoreError)
+      @own.start
+      expect(own.insert(source_scope: scope, event_id: "down", payload: "{}").status).to eq(:accepted)
+    ensure
+      own&.close
+    end
+  end
+end
