@@ -1,0 +1,59 @@
+/* config.h - the sidecar's configuration: one declarative table filling struct wi_config
+ * from defaults, an optional key = value file, the environment and command-line flags. */
+#ifndef WI_CONFIG_H
+#define WI_CONFIG_H
+
+#include <stdio.h>
+#include "wi_err.h"
+
+enum { WI_UNROUTED_IGNORE = 0, WI_UNROUTED_QUARANTINE = 1, WI_UNROUTED_RETRY = 2 };
+
+/* Invariant after a successful wi_config_load(): every value is within its table bounds,
+ * backoff_cap >= backoff_base, strings are heap-owned by the struct (or NULL). */
+struct wi_config {
+    char *database_url;   /* libpq conninfo or URI; "" = libpq defaults (PG* env) */
+    char *config_file;    /* optional key = value file, re-read on SIGHUP */
+    int concurrency;      /* worker connections (threads) */
+    int batch_size;       /* events per transaction */
+    int max_attempts;     /* transient failures before quarantine */
+    double backoff_base;  /* seconds: first retry delay */
+    double backoff_cap;   /* seconds: largest retry delay */
+    double poll_interval; /* seconds: fallback poll when no NOTIFY arrives */
+    int unrouted;         /* WI_UNROUTED_* */
+    int log_level;        /* WI_LOG_* */
+    int log_events;       /* 1: one info line per event */
+    /* command options (flags only, not reloaded, not printed) */
+    int once;             /* run: drain what is due, then exit */
+    int json;             /* stats: JSON output */
+    int all;              /* requeue: every quarantined event */
+    char *id;             /* requeue: SCOPE/EVENT_ID */
+    char *event_id;       /* requeue: event id in any scope */
+    char *type;           /* requeue: event type */
+    char *scope;          /* requeue: source scope */
+    int print_config;     /* print the effective configuration and exit */
+    int help;             /* print usage and exit */
+};
+
+/* Fills *cfg: defaults, then the file named by --config / WEBHOOK_INBOX_CONFIG, then
+ * environment (DATABASE_URL, WEBHOOK_INBOX_*), then argv[0..argc). Returns 0, or -1 and
+ * fills *err (cfg is then freed and zeroed). The caller frees with wi_config_free(). */
+int wi_config_load(struct wi_config *cfg, int argc, char **argv, struct wi_err *err);
+
+/* Copies the reloadable fields of src into dst; reports non-reloadable changes via log. */
+void wi_config_apply_reload(struct wi_config *dst, const struct wi_config *src);
+
+/* Releases the strings; accepts NULL; leaves *cfg zeroed. */
+void wi_config_free(struct wi_config *cfg);
+
+/* Writes "name = value" lines of the effective configuration; the password in
+ * database_url is masked. */
+void wi_config_print(const struct wi_config *cfg, FILE *out);
+
+/* Writes the option list for --help. */
+void wi_config_usage(FILE *out);
+
+/* Parses a duration: "250ms", "2s", "1.5" (seconds), "5m", "1h". Returns 0 and sets
+ * *seconds, or -1 on syntax errors and negative values. */
+int wi_config_parse_duration(const char *s, double *seconds);
+
+#endif

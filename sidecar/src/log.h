@@ -1,0 +1,26 @@
+/* log.h - the sidecar's logging vocabulary: one key=value line per record on stderr. */
+#ifndef WI_LOG_H
+#define WI_LOG_H
+
+#include <stddef.h>
+
+enum { WI_LOG_DEBUG = 0, WI_LOG_INFO = 1, WI_LOG_WARN = 2, WI_LOG_ERROR = 3 };
+
+/* Sets the minimum level written (default WI_LOG_INFO). Thread-safe. */
+void wi_log_set_level(int level);
+int wi_log_enabled(int level);
+
+/* Each call writes one line "ts=... level=... msg=<msg> <fmt...>\n" with a single write(2),
+ * so lines from several threads never interleave. fmt carries pre-built key=value pairs. */
+void log_info(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_warn(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));  /* appends errno */
+void log_warnx(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_debug(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fatal(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+/* Writes v into buf as a log value: bare if it is [A-Za-z0-9._:/@*+-]+, else double-quoted
+ * with \" \\ and control characters escaped; truncated to fit (at most max input bytes).
+ * Returns buf. Never fails. */
+const char *wi_log_quote(char *buf, size_t bufsz, const char *v, size_t max);
+
+#endif

@@ -1,0 +1,242 @@
+/* main.c - webhook-inbox-sidecar: subcommands, configuration, signals and the main loop
+ * that supervises the worker threads. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+#include "migrate.h"
+#include "requeue.h"
+#include "worker.h"
+
+static volatile sig_atomic_t got_term, got_hup;
+static int sig_pipe[2] = {-1, -1};
+
+/* Signal handlers only set flags and poke the self-pipe; a second SIGTERM/SIGINT exits now. */
+static void on_term(int sig)
+{
+    (void)sig;
+    if (got_term)
+        _exit(1);
+    got_term = 1;
+    (void)!write(sig_pipe[1], "t", 1);
+}
+
+static void on_hup(int sig)
+{
+    (void)sig;
+    got_hup = 1;
+    (void)!write(sig_pipe[1], "h", 1);
+}
+
+static void usage(FILE *out)
+{
+    fputs("usage: webhook-inbox-sidecar COMMAND [options]\n"
+          "\n"
+          "commands:\n"
+          "  run       process pending inbox events (--once: drain what is due, then exit)\n"
+          "  migrate   apply the embedded schema (idempotent, advisory-locked)\n"
+          "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99 (--json)\n"
+          "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all)\n"
+          "\n"
+          "options (flag > environment > --config file > default):\n",
+          out);
+    wi_config_usage(out);
+    fputs("\nsignals (run): TERM/INT finish the transaction in flight and exit 0 (twice: exit now);\n"
+          "HUP re-reads the configuration (a bad one is ignored, the old one kept).\n",
+          out);
+}
+
+static int nonblock_pipe(int fds[2])
+{
+    if (pipe(fds) < 0)
+        return -1;
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+    return 0;
+}
+
+static void reload(struct wi_runtime *rt, int argc, char **argv)
+{
+    struct wi_config fresh;
+    struct wi_err err;
+
+    if (wi_config_load(&fresh, argc, argv, &err) < 0) {
+        log_warnx("config_reload_failed", "error=\"%s\" note=\"keeping the old configuration\"", err.msg);
+        return;
+    }
+    pthread_mutex_lock(&rt->lock);
+    wi_config_apply_reload(&rt->cfg, &fresh);
+    wi_log_set_level(rt->cfg.log_level);
+    pthread_mutex_unlock(&rt->lock);
+    log_info("config_reloaded", "batch_size=%d max_attempts=%d unrouted=%s", fresh.batch_size, fresh.max_attempts,
+             fresh.unrouted == WI_UNROUTED_QUARANTINE ? "quarantine" : fresh.unrouted == WI_UNROUTED_RETRY ? "retry" : "ignore");
+    wi_config_free(&fresh);
+}
+
+static int cmd_run(struct wi_config *cfg, int argc, char **argv)
+{
+    struct wi_runtime rt;
+    struct wi_worker *workers;
+    int stop_pipe[2], i, started = 0, rc;
+    sigset_t all, old;
+    struct sigaction sa;
+
+    memset(&rt, 0, sizeof rt);
+    if (nonblock_pipe(sig_pipe) < 0 || nonblock_pipe(stop_pipe) < 0)
+        fatal("pipe_failed", "error=%d", errno);
+    pthread_mutex_init(&rt.lock, NULL);
+    rt.cfg = *cfg; /* takes ownership of the strings */
+    memset(cfg, 0, sizeof *cfg);
+    rt.stop_fd = stop_pipe[0];
+    rt.wake_fd = sig_pipe[1];
+
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_hup;
+    sigaction(SIGHUP, &sa, NULL);
+
+    workers = calloc((size_t)rt.cfg.concurrency, sizeof *workers);
+    if (!workers)
+        fatal("out_of_memory", NULL);
+    log_info("starting", "concurrency=%d batch_size=%d once=%d", rt.cfg.concurrency, rt.cfg.batch_size, rt.cfg.once);
+
+    /* Workers never see signals: only this thread runs the handlers. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (i = 0; i < rt.cfg.concurrency; i++) {
+        workers[i].id = i + 1;
+        workers[i].rt = &rt;
+        atomic_fetch_add(&rt.alive, 1);
+        if (pthread_create(&workers[i].thread, NULL, wi_worker_main, &workers[i]) != 0) {
+            atomic_fetch_sub(&rt.alive, 1);
+            log_warnx("thread_failed", "worker=%d", i + 1);
+            break;
+        }
+        started++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    while (atomic_load(&rt.alive) > 0) {
+        struct pollfd p = {sig_pipe[0], POLLIN, 0};
+        char buf[64];
+        if (poll(&p, 1, 1000) < 0 && errno != EINTR)
+            break;
+        while (read(sig_pipe[0], buf, sizeof buf) > 0)
+            ;
+        if (got_term && !atomic_load(&rt.stopping)) {
+            log_info("stopping", "note=\"finishing the transaction in flight\"");
+            atomic_store(&rt.stopping, 1);
+            (void)!write(stop_pipe[1], "s", 1);
+        }
+        if (got_hup) {
+            got_hup = 0;
+            reload(&rt, argc, argv);
+        }
+    }
+    for (i = 0; i < started; i++)
+        pthread_join(workers[i].thread, NULL);
+    wi_metrics_log_summary();
+    rc = atomic_load(&rt.failed) ? 1 : 0;
+    free(workers);
+    wi_config_free(&rt.cfg);
+    pthread_mutex_destroy(&rt.lock);
+    close(stop_pipe[0]);
+    close(stop_pipe[1]);
+    close(sig_pipe[0]);
+    close(sig_pipe[1]);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct wi_config cfg;
+    struct wi_err err;
+    const char *cmd = argc > 1 ? argv[1] : "";
+    int rc = 0, first;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "run") && strcmp(cmd, "migrate") && strcmp(cmd, "stats") && strcmp(cmd, "requeue") &&
+        strcmp(cmd, "--print-config")) {
+        usage(stderr);
+        fprintf(stderr, "\nwebhook-inbox-sidecar: unknown command '%s'\n", cmd);
+        return 2;
+    }
+    first = strcmp(cmd, "--print-config") ? 2 : 1; /* --print-config is allowed without a command */
+    if (wi_config_load(&cfg, argc - first, argv + first, &err) < 0) {
+        fprintf(stderr, "webhook-inbox-sidecar: %s\n", err.msg);
+        return 2;
+    }
+    wi_log_set_level(cfg.log_level);
+    if (cfg.help) {
+        usage(stdout);
+        goto out;
+    }
+    if (cfg.print_config) {
+        wi_config_print(&cfg, stdout);
+        goto out;
+    }
+
+    if (!strcmp(cmd, "run")) {
+        rc = cmd_run(&cfg, argc - first, argv + first);
+    } else if (!strcmp(cmd, "migrate")) {
+        if (wi_migrate(cfg.database_url, &err) < 0) {
+            fprintf(stderr, "webhook-inbox-sidecar migrate: %s\n", err.msg);
+            rc = 1;
+        }
+    } else if (!strcmp(cmd, "stats")) {
+        if (wi_metrics_stats(cfg.database_url, cfg.json, stdout, &err) < 0) {
+            fprintf(stderr, "webhook-inbox-sidecar stats: %s\n", err.msg);
+            rc = 1;
+        }
+    } else if (!strcmp(cmd, "requeue")) {
+        const char *scope = cfg.scope, *event_id = cfg.event_id;
+        char *split = NULL;
+        long n;
+        if (cfg.id) {
+            char *slash = strchr(cfg.id, '/');
+            if (!slash) {
+                fprintf(stderr, "webhook-inbox-sidecar requeue: --id must be SCOPE/EVENT_ID\n");
+                rc = 2;
+                goto out;
+            }
+            split = strdup(cfg.id);
+            if (!split)
+                fatal("out_of_memory", NULL);
+            split[slash - cfg.id] = '\0';
+            scope = split;
+            event_id = split + (slash - cfg.id) + 1;
+        }
+        n = wi_requeue(cfg.database_url, scope, event_id, cfg.type, cfg.all, &err);
+        free(split);
+        if (n < 0) {
+            fprintf(stderr, "webhook-inbox-sidecar requeue: %s\n", err.msg);
+            rc = err.code == WI_ERR_ARG ? 2 : 1;
+        } else {
+            printf("requeued %ld\n", n);
+        }
+    }
+out:
+    wi_config_free(&cfg);
+    return rc;
+}

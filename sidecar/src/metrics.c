@@ -1,0 +1,72 @@
+/* metrics.c - outcome counters of this process, and the stats subcommand. */
+#define _POSIX_C_SOURCE 200809L
+#include "metrics.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static atomic_long counters[WI_M_COUNT];
+
+void wi_metrics_add(int which, long n) { atomic_fetch_add(&counters[which], n); }
+long wi_metrics_get(int which) { return atomic_load(&counters[which]); }
+
+void wi_metrics_log_summary(void)
+{
+    log_info("summary", "done=%ld quarantined=%ld retry=%ld batches=%ld reconnects=%ld", wi_metrics_get(WI_M_DONE),
+             wi_metrics_get(WI_M_QUARANTINED), wi_metrics_get(WI_M_RETRY), wi_metrics_get(WI_M_BATCHES),
+             wi_metrics_get(WI_M_RECONNECTS));
+}
+
+static const struct wi_pg_stmt stmts[] = {
+    {"wi_stats", "SELECT pending, oldest_pending_age_s, pending_attempts, retrying, quarantined, done,"
+                 " latency_p50_ms, latency_p95_ms, latency_p99_ms FROM webhook_inbox_stats()"},
+    {"wi_stats_hist", "SELECT attempts, count(*) FROM webhook_inbox WHERE status <> 'done'"
+                      " GROUP BY attempts ORDER BY attempts"},
+};
+
+static const char *names[] = {"pending", "oldest_pending_age_s", "pending_attempts_sum", "retrying",
+                              "quarantined", "done", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms"};
+
+int wi_metrics_stats(const char *conninfo, int json, FILE *out, struct wi_err *err)
+{
+    struct wi_pg *pg = wi_pg_connect(conninfo, stmts, 2, err);
+    PGresult *res = NULL, *hist = NULL;
+    int i, rc = -1;
+
+    if (!pg)
+        return -1;
+    if (!(res = wi_pg_exec(pg, "wi_stats", 0, NULL, PGRES_TUPLES_OK, err)))
+        goto done;
+    if (!(hist = wi_pg_exec(pg, "wi_stats_hist", 0, NULL, PGRES_TUPLES_OK, err)))
+        goto done;
+    if (json)
+        fputc('{', out);
+    for (i = 0; i < 9; i++) {
+        const char *v = PQgetisnull(res, 0, i) ? NULL : PQgetvalue(res, 0, i);
+        if (json)
+            fprintf(out, "%s\"%s\":%s", i ? "," : "", names[i], v ? v : "null");
+        else
+            fprintf(out, "%-22s %s\n", names[i], v ? v : "-");
+    }
+    if (json)
+        fputs(",\"attempts_histogram\":{", out);
+    else
+        fputs("attempts_histogram     (pending + quarantined)\n", out);
+    for (i = 0; i < PQntuples(hist); i++) {
+        if (json)
+            fprintf(out, "%s\"%s\":%s", i ? "," : "", PQgetvalue(hist, i, 0), PQgetvalue(hist, i, 1));
+        else
+            fprintf(out, "  attempts=%-5s %s\n", PQgetvalue(hist, i, 0), PQgetvalue(hist, i, 1));
+    }
+    if (json)
+        fputs("}}\n", out);
+    rc = 0;
+done:
+    PQclear(hist);
+    PQclear(res);
+    wi_pg_free(pg);
+    return rc;
+}

@@ -1,0 +1,22 @@
+/* migrate.h - applying the schema embedded at build time (db/NNN_*.sql), under an advisory
+ * lock so that several sidecars starting together apply it one after another. */
+#ifndef WI_MIGRATE_H
+#define WI_MIGRATE_H
+
+#include "wi_err.h"
+
+/* One embedded migration file (generated into migrations.c by the build). */
+struct wi_migration {
+    const char *name; /* "001_inbox.sql" */
+    const char *sql;
+};
+extern const struct wi_migration wi_migrations[];
+extern const int wi_migrations_count;
+
+/* Connects and applies every embedded migration in order, each in its own transaction,
+ * holding pg_advisory_lock(WI_MIGRATE_LOCK_KEY). Idempotent. Returns 0 or -1 with *err. */
+int wi_migrate(const char *conninfo, struct wi_err *err);
+
+#define WI_MIGRATE_LOCK_KEY "7310582026110401" /* arbitrary, constant: "webhook_inbox migrate" */
+
+#endif

@@ -1,0 +1,143 @@
+/* pgw.c - libpq wrapper: connection, named prepared statements, errors as "SQLSTATE: first line". */
+#define _POSIX_C_SOURCE 200809L
+#include "pgw.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Invariant: conn != NULL for the whole life of the struct. */
+struct wi_pg {
+    PGconn *conn;       /* owned */
+    char sqlstate[6];   /* of the last failure, "" after a success */
+};
+
+static int fill_err(struct wi_pg *pg, const PGresult *res, struct wi_err *err)
+{
+    const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    char line[WI_ERR_MSG_MAX];
+    size_t n;
+
+    if (!msg)
+        msg = PQerrorMessage(pg->conn);
+    if (!msg || !*msg)
+        msg = res ? PQresStatus(PQresultStatus(res)) : "no result";
+    snprintf(line, sizeof line, "%s", msg);
+    n = strcspn(line, "\n");
+    line[n] = '\0';
+    snprintf(pg->sqlstate, sizeof pg->sqlstate, "%s", state ? state : (PQstatus(pg->conn) == CONNECTION_BAD ? "08006" : ""));
+    return wi_err_set(err, WI_ERR_PG, "%s%s%s", state ? state : "", state ? ": " : "", line);
+}
+
+struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err)
+{
+    const char *keys[] = {"dbname", "application_name", "fallback_application_name", NULL};
+    const char *vals[] = {conninfo, NULL, "webhook-inbox-sidecar", NULL};
+    struct wi_pg *pg = calloc(1, sizeof *pg);
+    int i;
+
+    if (!pg) {
+        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    /* expand_dbname: conninfo may be a URI or key=value string; "" means PG* defaults. */
+    pg->conn = PQconnectdbParams(keys, vals, 1);
+    if (!pg->conn) {
+        free(pg);
+        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    if (PQstatus(pg->conn) != CONNECTION_OK) {
+        fill_err(pg, NULL, err);
+        goto fail;
+    }
+    for (i = 0; i < n; i++) {
+        PGresult *res = PQprepare(pg->conn, stmts[i].name, stmts[i].sql, 0, NULL);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+            fill_err(pg, res, err);
+            PQclear(res);
+            goto fail;
+        }
+        PQclear(res);
+    }
+    return pg;
+fail:
+    wi_pg_free(pg);
+    return NULL;
+}
+
+void wi_pg_free(struct wi_pg *pg)
+{
+    if (!pg)
+        return;
+    PQfinish(pg->conn);
+    free(pg);
+}
+
+PGresult *wi_pg_exec(struct wi_pg *pg, const char *name, int nparams, const char *const *params, ExecStatusType expect,
+                     struct wi_err *err)
+{
+    PGresult *res = PQexecPrepared(pg->conn, name, nparams, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != expect) {
+        fill_err(pg, res, err);
+        PQclear(res);
+        return NULL;
+    }
+    pg->sqlstate[0] = '\0';
+    return res;
+}
+
+int wi_pg_cmd(struct wi_pg *pg, const char *name, int nparams, const char *const *params, struct wi_err *err)
+{
+    PGresult *res = PQexecPrepared(pg->conn, name, nparams, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(res);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        fill_err(pg, res, err);
+        PQclear(res);
+        return -1;
+    }
+    PQclear(res);
+    pg->sqlstate[0] = '\0';
+    return 0;
+}
+
+int wi_pg_script(struct wi_pg *pg, const char *sql, struct wi_err *err)
+{
+    PGresult *res = PQexec(pg->conn, sql);
+    ExecStatusType st = PQresultStatus(res);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        fill_err(pg, res, err);
+        PQclear(res);
+        return -1;
+    }
+    PQclear(res);
+    return 0;
+}
+
+int wi_pg_ok(const struct wi_pg *pg)
+{
+    return pg && PQstatus(pg->conn) == CONNECTION_OK;
+}
+
+int wi_pg_socket(const struct wi_pg *pg)
+{
+    return pg ? PQsocket(pg->conn) : -1;
+}
+
+int wi_pg_drain_notifies(struct wi_pg *pg)
+{
+    PGnotify *nt;
+    int n = 0;
+    if (!PQconsumeInput(pg->conn) || PQstatus(pg->conn) != CONNECTION_OK)
+        return -1;
+    while ((nt = PQnotifies(pg->conn)) != NULL) {
+        n++;
+        PQfreemem(nt);
+    }
+    return n;
+}
+
+const char *wi_pg_last_sqlstate(const struct wi_pg *pg)
+{
+    return pg->sqlstate;
+}

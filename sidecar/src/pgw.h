@@ -1,0 +1,52 @@
+/* pgw.h - a small libpq wrapper: connect, prepare named statements, run them with text
+ * parameters, wait for NOTIFY. One struct wi_pg per connection, used by one thread. */
+#ifndef WI_PGW_H
+#define WI_PGW_H
+
+#include <libpq-fe.h>
+#include "wi_err.h"
+
+struct wi_pg;
+
+/* A named statement prepared on every (re)connect. */
+struct wi_pg_stmt {
+    const char *name;
+    const char *sql;
+};
+
+enum { WI_ERR_PG = 300 }; /* err->msg holds "SQLSTATE: message" (first line only) */
+
+/* Connects and prepares stmts[0..n). Returns NULL and fills *err on failure.
+ * application_name is set to "webhook-inbox-sidecar". Borrows stmts (must outlive pg). */
+struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err);
+
+/* Closes the connection; accepts NULL. */
+void wi_pg_free(struct wi_pg *pg);
+
+/* Runs the prepared statement `name` with nparams text parameters (NULL = SQL NULL).
+ * Returns the result (caller PQclears it) when its status is `expect`; otherwise NULL
+ * with *err filled. */
+PGresult *wi_pg_exec(struct wi_pg *pg, const char *name, int nparams, const char *const *params, ExecStatusType expect,
+                     struct wi_err *err);
+
+/* Like wi_pg_exec for a command with no rows to keep: returns 0 or -1. */
+int wi_pg_cmd(struct wi_pg *pg, const char *name, int nparams, const char *const *params, struct wi_err *err);
+
+/* Runs a static multi-statement script (migrations only: embedded files, no values).
+ * Returns 0 or -1. */
+int wi_pg_script(struct wi_pg *pg, const char *sql, struct wi_err *err);
+
+/* 1 while the connection is usable. */
+int wi_pg_ok(const struct wi_pg *pg);
+
+/* The socket to poll for NOTIFY, or -1. */
+int wi_pg_socket(const struct wi_pg *pg);
+
+/* Reads what arrived on the socket and drops queued notifications. Returns how many
+ * notifications there were, or -1 when the connection is lost. */
+int wi_pg_drain_notifies(struct wi_pg *pg);
+
+/* The server's SQLSTATE of the last failed wi_pg_exec ("" if none). */
+const char *wi_pg_last_sqlstate(const struct wi_pg *pg);
+
+#endif

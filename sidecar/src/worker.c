@@ -1,0 +1,281 @@
+/* worker.c - one worker connection: the claim/dispatch/commit loop, LISTEN wake-ups with a
+ * polling fallback, and reconnection with backoff (a lost connection never ends the loop). */
+#define _POSIX_C_SOURCE 200809L
+#include "worker.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "claim.h"
+#include "dispatch.h"
+#include "log.h"
+#include "metrics.h"
+#include "pgw.h"
+#include "retry.h"
+
+static const struct wi_pg_stmt tx_stmts[] = {
+    {"wi_begin", "BEGIN"},
+    {"wi_commit", "COMMIT"},
+    {"wi_rollback", "ROLLBACK"},
+    {"wi_listen", "LISTEN webhook_inbox"},
+};
+
+/* The per-batch view of the reloadable settings. */
+struct snap {
+    int batch_size, max_attempts, log_events;
+    double backoff_base, backoff_cap, poll_interval;
+    const char *unrouted;
+};
+
+static const char *unrouted_name(int v)
+{
+    return v == WI_UNROUTED_QUARANTINE ? "quarantine" : v == WI_UNROUTED_RETRY ? "retry" : "ignore";
+}
+
+static void take_snap(struct wi_runtime *rt, struct snap *s)
+{
+    pthread_mutex_lock(&rt->lock);
+    s->batch_size = rt->cfg.batch_size;
+    s->max_attempts = rt->cfg.max_attempts;
+    s->log_events = rt->cfg.log_events;
+    s->backoff_base = rt->cfg.backoff_base;
+    s->backoff_cap = rt->cfg.backoff_cap;
+    s->poll_interval = rt->cfg.poll_interval;
+    s->unrouted = unrouted_name(rt->cfg.unrouted);
+    pthread_mutex_unlock(&rt->lock);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Sleeps up to seconds, or less when stopping. */
+static void nap(struct wi_runtime *rt, double seconds)
+{
+    struct pollfd p = {rt->stop_fd, POLLIN, 0};
+    if (!atomic_load(&rt->stopping))
+        (void)poll(&p, 1, (int)(seconds * 1000));
+}
+
+static void log_event(const struct wi_worker *w, const struct wi_event *e, const char *outcome, int attempts,
+                      const char *extra)
+{
+    char id[160], scope[160], type[160], detail[240];
+    log_info("event", "worker=%d event_id=%s scope=%s type=%s outcome=%s attempts=%d latency_ms=%.1f detail=%s%s",
+             w->id, wi_log_quote(id, sizeof id, e->event_id, 120), wi_log_quote(scope, sizeof scope, e->scope, 120),
+             wi_log_quote(type, sizeof type, e->event_type, 120), outcome, attempts, e->latency_ms,
+             wi_log_quote(detail, sizeof detail, e->detail, 160), extra ? extra : "");
+}
+
+/* Records e's transient failure in its own transaction and logs it. */
+static void record_failure(const struct wi_worker *w, struct wi_pg *pg, struct wi_event *e, const struct snap *s,
+                           uint64_t *rng)
+{
+    struct wi_err err;
+    char status[16], extra[64];
+    double delay = wi_retry_delay(e->attempts, s->backoff_base, s->backoff_cap, wi_retry_uniform(rng));
+    long long delay_ms = (long long)(delay * 1000);
+
+    if (wi_retry_record(pg, e->scope, e->event_id, e->attempts, delay_ms, e->detail, s->max_attempts, status, &err) < 0) {
+        log_warnx("record_failure_failed", "worker=%d error=\"%s\"", w->id, err.msg);
+        return;
+    }
+    if (!strcmp(status, "quarantined")) {
+        wi_metrics_add(WI_M_QUARANTINED, 1);
+        if (s->log_events)
+            log_event(w, e, "quarantined", e->attempts + 1, " reason=max_attempts");
+    } else if (!strcmp(status, "pending")) {
+        wi_metrics_add(WI_M_RETRY, 1);
+        snprintf(extra, sizeof extra, " retry_in_ms=%lld", delay_ms);
+        if (s->log_events)
+            log_event(w, e, "retry", e->attempts + 1, extra);
+    }
+}
+
+/* One transaction: claim up to batch_size events, dispatch each (a savepoint each, inside
+ * SQL), commit; then record transient failures separately. Returns events handled, 0 when
+ * nothing was due, -1 on failure (the transaction is rolled back). */
+static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b, uint64_t *rng)
+{
+    struct wi_err err;
+    int i, n, failed_at = -1;
+
+    if (wi_pg_cmd(pg, "wi_begin", 0, NULL, &err) < 0)
+        goto abort;
+    if ((n = wi_claim(pg, s->batch_size, b, &err)) < 0)
+        goto abort;
+    if (n == 0) {
+        if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
+            goto abort;
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        if (wi_dispatch(pg, &b->ev[i], s->unrouted, &err) < 0) {
+            failed_at = i;
+            goto abort;
+        }
+    }
+    if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
+        goto abort;
+    wi_metrics_add(WI_M_BATCHES, 1);
+
+    /* Committed: business work and done/quarantined are durable together. */
+    for (i = 0; i < n; i++) {
+        struct wi_event *e = &b->ev[i];
+        if (!strcmp(e->result, "done")) {
+            wi_metrics_add(WI_M_DONE, 1);
+            if (s->log_events)
+                log_event(w, e, "done", e->attempts, NULL);
+        } else if (!strcmp(e->result, "quarantined")) {
+            wi_metrics_add(WI_M_QUARANTINED, 1);
+            if (s->log_events)
+                log_event(w, e, "quarantined", e->attempts, NULL);
+        } else if (!strcmp(e->result, "retry")) {
+            record_failure(w, pg, e, s, rng);
+        }
+    }
+    return n;
+
+abort:
+    if (!wi_pg_ok(pg)) {
+        log_warnx("connection_lost", "worker=%d in=transaction error=\"%s\"", w->id, err.msg);
+        return -1;
+    }
+    {
+        struct wi_err rerr;
+        (void)wi_pg_cmd(pg, "wi_rollback", 0, NULL, &rerr);
+    }
+    if (failed_at >= 0) {
+        /* The dispatch statement itself failed (e.g. statement_timeout): the whole batch is
+         * rolled back; the other events stay pending untouched, this one is charged. */
+        struct wi_event *e = &b->ev[failed_at];
+        free(e->detail);
+        e->detail = strdup(err.msg);
+        log_warnx("dispatch_failed", "worker=%d error=\"%s\"", w->id, err.msg);
+        record_failure(w, pg, e, s, rng);
+        return 1;
+    }
+    log_warnx("batch_failed", "worker=%d error=\"%s\"", w->id, err.msg);
+    return -1;
+}
+
+static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, struct wi_err *err)
+{
+    struct wi_pg_stmt stmts[8];
+    struct wi_pg *pg;
+    int n = 0;
+    size_t i;
+
+    for (i = 0; i < sizeof tx_stmts / sizeof tx_stmts[0]; i++)
+        stmts[n++] = tx_stmts[i];
+    stmts[n++] = wi_claim_stmt;
+    stmts[n++] = wi_next_due_stmt;
+    stmts[n++] = wi_dispatch_stmt;
+    stmts[n++] = wi_retry_stmt;
+    pg = wi_pg_connect(url, stmts, n, err);
+    if (!pg)
+        return NULL;
+    if (wi_pg_cmd(pg, "wi_listen", 0, NULL, err) < 0) {
+        wi_pg_free(pg);
+        return NULL;
+    }
+    (void)w;
+    return pg;
+}
+
+void *wi_worker_main(void *arg)
+{
+    struct wi_worker *w = arg;
+    struct wi_runtime *rt = w->rt;
+    struct wi_pg *pg = NULL;
+    struct wi_batch batch = {NULL, 0};
+    uint64_t rng = (uint64_t)time(NULL) ^ ((uint64_t)(w->id + 1) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
+    double reconnect_delay = 0.1;
+    int ever_connected = 0;
+    const char *url = rt->cfg.database_url; /* not reloadable: stable for our lifetime */
+
+    while (!atomic_load(&rt->stopping)) {
+        struct snap s;
+        struct wi_err err;
+        int n;
+
+        if (!pg) {
+            pg = connect_worker(w, url, &err);
+            if (!pg) {
+                log_warnx("connect_failed", "worker=%d retry_in_s=%.1f error=\"%s\"", w->id, reconnect_delay, err.msg);
+                if (rt->cfg.once && !ever_connected) {
+                    atomic_store(&rt->failed, 1);
+                    break;
+                }
+                nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
+                reconnect_delay = reconnect_delay * 2 > 5 ? 5 : reconnect_delay * 2;
+                continue;
+            }
+            if (ever_connected)
+                wi_metrics_add(WI_M_RECONNECTS, 1);
+            log_info("connected", "worker=%d", w->id);
+            ever_connected = 1;
+            reconnect_delay = 0.1;
+        }
+
+        take_snap(rt, &s);
+        n = run_batch(w, pg, &s, &batch, &rng);
+        wi_batch_free(&batch);
+        if (n > 0)
+            continue;
+        if (n < 0) {
+            if (!wi_pg_ok(pg)) {
+                wi_pg_free(pg);
+                pg = NULL;
+            }
+            nap(rt, 0.2);
+            continue;
+        }
+        if (rt->cfg.once)
+            break;
+
+        /* Nothing due: wait for NOTIFY, the next due retry, the poll interval or a stop. */
+        {
+            double due = wi_claim_next_due(pg), timeout = s.poll_interval, t0 = now_s();
+            struct pollfd p[2];
+            int got;
+            if (due >= 0 && due < timeout)
+                timeout = due < 0.005 ? 0.005 : due;
+            if ((got = wi_pg_drain_notifies(pg)) != 0) {
+                if (got < 0) {
+                    log_warnx("connection_lost", "worker=%d in=idle", w->id);
+                    wi_pg_free(pg);
+                    pg = NULL;
+                }
+                continue;
+            }
+            p[0].fd = wi_pg_socket(pg);
+            p[0].events = POLLIN;
+            p[0].revents = p[1].revents = 0;
+            p[1].fd = rt->stop_fd;
+            p[1].events = POLLIN;
+            while (poll(p, 2, (int)(timeout * 1000) + 1) < 0 && errno == EINTR && now_s() - t0 < timeout)
+                ;
+            if (p[0].revents && wi_pg_drain_notifies(pg) < 0) {
+                log_warnx("connection_lost", "worker=%d in=idle", w->id);
+                wi_pg_free(pg);
+                pg = NULL;
+            }
+        }
+    }
+    wi_batch_free(&batch);
+    wi_pg_free(pg);
+    log_info("worker_exit", "worker=%d", w->id);
+    atomic_fetch_sub(&rt->alive, 1);
+    (void)!write(rt->wake_fd, "w", 1);
+    return NULL;
+}

@@ -1,0 +1,33 @@
+/* worker.h - the run loop of one worker connection: claim a batch, dispatch each event,
+ * commit, record transient failures, wait for NOTIFY or the poll interval, reconnect. */
+#ifndef WI_WORKER_H
+#define WI_WORKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include "config.h"
+
+/* Shared by main and every worker thread.
+ * Invariant: cfg's non-reloadable fields (database_url, concurrency) never change while
+ * workers run; reloadable scalars change only under lock. */
+struct wi_runtime {
+    pthread_mutex_t lock;  /* guards cfg */
+    struct wi_config cfg;  /* effective configuration */
+    atomic_int stopping;   /* 1 after the first SIGTERM/SIGINT */
+    atomic_int alive;      /* workers still running */
+    atomic_int failed;     /* a --once worker could not do its job */
+    int stop_fd;           /* readable once stopping (nobody reads it) */
+    int wake_fd;           /* a worker writes here when it exits, to wake main */
+};
+
+struct wi_worker {
+    int id;
+    struct wi_runtime *rt;
+    pthread_t thread;
+};
+
+/* Thread entry point: runs until rt->stopping (after finishing the transaction in
+ * flight) or, with cfg.once, until nothing is due. arg is a struct wi_worker. */
+void *wi_worker_main(void *arg);
+
+#endif
