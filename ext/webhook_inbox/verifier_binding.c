@@ -1,7 +1,343 @@
-/* verifier_binding.c - Ruby binding (in progress). */
+/* verifier_binding.c - Ruby binding of sig.c: WebhookInbox::Verifier (setup, verify),
+ * header lookup in a Hash or Rack env, Event construction, error mapping. */
+#include <ctype.h>
+#include <limits.h>
+#include <string.h>
 #include "bindings.h"
+#include "canon.h"
+#include "json.h"
+#include "sig.h"
+
+/* Invariant: core is NULL until #_setup succeeds; candidates[i] is a frozen Array of the
+ * Hash keys tried for header slot i (Rack env, lowercase, Title-Case, underscores). */
+struct verifier {
+    struct wi_sig_verifier *core; /* owned; keys wiped on free */
+    VALUE provider;               /* Symbol returned as Event#provider */
+    VALUE candidates;             /* Array of Arrays of frozen Strings, one per slot */
+    const char *names[WI_SIG_MAX_HEADERS]; /* canonical header names (owned by core) */
+    size_t nslots;
+    size_t max_body;
+};
+
+static VALUE cVerifier, cEvent;
+static ID id_to_i, id_reasons[WI_SIG_E_MALFORMED_PAYLOAD - WI_SIG_E_MISSING_SIGNATURE + 1];
+static VALUE str_request_method;
+
+static void verifier_mark(void *p)
+{
+    struct verifier *v = p;
+    rb_gc_mark(v->provider);
+    rb_gc_mark(v->candidates);
+}
+
+static void verifier_free(void *p)
+{
+    struct verifier *v = p;
+    wi_sig_verifier_free(v->core);
+    xfree(v);
+}
+
+static size_t verifier_size(const void *p)
+{
+    (void)p;
+    return sizeof(struct verifier) + 4096; /* core state: keys and digest contexts */
+}
+
+static const rb_data_type_t verifier_type = {
+    .wrap_struct_name = "WebhookInbox::Verifier",
+    .function = {.dmark = verifier_mark, .dfree = verifier_free, .dsize = verifier_size},
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY,
+};
+
+static VALUE verifier_alloc(VALUE klass)
+{
+    struct verifier *v;
+    VALUE obj = TypedData_Make_Struct(klass, struct verifier, &verifier_type, v);
+    v->provider = Qnil;
+    v->candidates = Qnil;
+    return obj;
+}
+
+/* The one validating getter: a configured verifier, or a ConfigurationError. */
+static struct verifier *get_verifier(VALUE self)
+{
+    struct verifier *v = rb_check_typeddata(self, &verifier_type);
+    if (!v->core) rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "verifier is not set up");
+    return v;
+}
+
+/* Maps a core error to an exception. Messages come from the core: no secrets, no payload. */
+static void raise_wi_err(const struct wi_err *e, VALUE reason_override)
+{
+    if (e->code == WI_ERR_NOMEM) rb_memerror();
+    if (e->code == WI_ERR_ARG)
+        rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "%s", e->msg);
+    if (e->code >= WI_SIG_E_MISSING_SIGNATURE && e->code <= WI_SIG_E_MALFORMED_PAYLOAD) {
+        VALUE args[2] = {ID2SYM(id_reasons[e->code - WI_SIG_E_MISSING_SIGNATURE]),
+                         rb_str_new_cstr(e->msg)};
+        rb_exc_raise(rb_class_new_instance(2, args, rb_path2class("WebhookInbox::VerificationError")));
+    }
+    if (e->code >= WI_JSON_E_SYNTAX && e->code <= WI_JSON_E_SURROGATE) {
+        VALUE args[2] = {reason_override, rb_str_new_cstr(e->msg)};
+        rb_exc_raise(rb_class_new_instance(2, args, rb_path2class("WebhookInbox::VerificationError")));
+    }
+    rb_raise(rb_path2class("WebhookInbox::Error"), "%s", e->msg);
+}
+
+static VALUE frozen(const char *s, size_t n)
+{
+    return rb_obj_freeze(rb_str_new(s, (long)n));
+}
+
+/* Keys tried for a header named like "x-hub-signature-256". */
+static VALUE candidate_keys(const char *name)
+{
+    char buf[128];
+    size_t n = strlen(name);
+    VALUE a = rb_ary_new_capa(5);
+    if (n + 6 > sizeof buf) rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "header name too long");
+    memcpy(buf, "HTTP_", 5); /* Rack env */
+    for (size_t i = 0; i < n; i++) buf[5 + i] = name[i] == '-' ? '_' : (char)toupper((unsigned char)name[i]);
+    rb_ary_push(a, frozen(buf, n + 5));
+    rb_ary_push(a, frozen(name, n)); /* lowercase (Rack 3 response style, HTTP/2) */
+    for (size_t i = 0; i < n; i++) /* Title-Case */
+        buf[i] = (i == 0 || name[i - 1] == '-') ? (char)toupper((unsigned char)name[i]) : name[i];
+    rb_ary_push(a, frozen(buf, n));
+    for (size_t i = 0; i < n; i++) buf[i] = name[i] == '-' ? '_' : name[i];
+    rb_ary_push(a, frozen(buf, n));
+    for (size_t i = 0; i < n; i++) buf[i] = name[i] == '-' ? '_' : (char)toupper((unsigned char)name[i]);
+    rb_ary_push(a, frozen(buf, n));
+    return rb_obj_freeze(a);
+}
+
+static char *opt_cstr(VALUE s)
+{
+    return NIL_P(s) ? NULL : StringValueCStr(s);
+}
+
+/* _setup(provider, scheme, tolerance, max_body, allow_simple, alg, encoding, prefix,
+ *        signature_header, timestamp_header, id_header, template, secrets) */
+static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
+{
+    struct verifier *v = rb_check_typeddata(self, &verifier_type);
+    struct wi_sig_config cfg;
+    struct wi_err err;
+    VALUE secrets, cands;
+
+    rb_check_arity(argc, 13, 13);
+    if (v->core) rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "verifier already set up");
+    memset(&cfg, 0, sizeof cfg);
+    cfg.scheme = (enum wi_sig_scheme)NUM2INT(argv[1]);
+    cfg.tolerance = NIL_P(argv[2]) ? -1 : NUM2LL(argv[2]);
+    cfg.max_body = NUM2SIZET(argv[3]);
+    cfg.allow_simple = RTEST(argv[4]);
+    cfg.alg = (enum wi_hmac_alg)NUM2INT(argv[5]);
+    cfg.encoding = (enum wi_sig_encoding)NUM2INT(argv[6]);
+    cfg.prefix = opt_cstr(argv[7]);
+    cfg.signature_header = opt_cstr(argv[8]);
+    cfg.timestamp_header = opt_cstr(argv[9]);
+    cfg.id_header = opt_cstr(argv[10]);
+    cfg.template = opt_cstr(argv[11]);
+    secrets = rb_Array(argv[12]);
+    for (long i = 0; i < RARRAY_LEN(secrets); i++) Check_Type(RARRAY_AREF(secrets, i), T_STRING);
+
+    struct wi_sig_verifier *core = wi_sig_verifier_new(&cfg, &err);
+    if (!core) raise_wi_err(&err, Qnil);
+    for (long i = 0; i < RARRAY_LEN(secrets); i++) {
+        VALUE s = RARRAY_AREF(secrets, i);
+        if (wi_sig_verifier_add_secret(core, RSTRING_PTR(s), (size_t)RSTRING_LEN(s), &err)) {
+            wi_sig_verifier_free(core);
+            raise_wi_err(&err, Qnil);
+        }
+        RB_GC_GUARD(s);
+    }
+    v->core = core;
+    v->provider = argv[0];
+    v->max_body = cfg.max_body;
+    v->nslots = wi_sig_verifier_headers(core, v->names);
+    cands = rb_ary_new_capa((long)v->nslots);
+    for (size_t i = 0; i < v->nslots; i++)
+        rb_ary_push(cands, v->names[i] ? candidate_keys(v->names[i]) : Qnil);
+    v->candidates = rb_obj_freeze(cands);
+    RB_GC_GUARD(secrets);
+    return self;
+}
+
+static VALUE header_value(VALUE val)
+{
+    if (RB_TYPE_P(val, T_STRING)) return val;
+    if (RB_TYPE_P(val, T_ARRAY) && RARRAY_LEN(val) > 0 && RB_TYPE_P(RARRAY_AREF(val, 0), T_STRING))
+        return RARRAY_AREF(val, 0);
+    return Qundef;
+}
+
+struct scan_ctx {
+    struct verifier *v;
+    VALUE *vals;
+};
+
+/* Slow path for plain Hashes with unusual key spelling: normalize each key
+ * (lowercase, '_' -> '-', no "http-" prefix) and fill the still-missing slots. */
+static int scan_key(VALUE key, VALUE val, VALUE arg)
+{
+    struct scan_ctx *c = (struct scan_ctx *)arg;
+    char buf[128];
+    const char *p;
+    long n;
+    if (SYMBOL_P(key)) key = rb_sym2str(key);
+    if (!RB_TYPE_P(key, T_STRING)) return ST_CONTINUE;
+    p = RSTRING_PTR(key);
+    n = RSTRING_LEN(key);
+    if (n >= (long)sizeof buf) return ST_CONTINUE;
+    for (long i = 0; i < n; i++) buf[i] = p[i] == '_' ? '-' : (char)tolower((unsigned char)p[i]);
+    p = buf;
+    if (n > 5 && !memcmp(buf, "http-", 5)) p += 5, n -= 5;
+    for (size_t i = 0; i < c->v->nslots; i++) {
+        const char *name = c->v->names[i];
+        if (name && c->vals[i] == Qundef && strlen(name) == (size_t)n && !memcmp(name, p, (size_t)n))
+            c->vals[i] = header_value(val);
+    }
+    return ST_CONTINUE;
+}
+
+static int64_t now_seconds(VALUE now)
+{
+    long long t;
+    if (NIL_P(now)) return (int64_t)time(NULL);
+    if (RB_INTEGER_TYPE_P(now)) t = NUM2LL(now);
+    else if (RB_FLOAT_TYPE_P(now)) t = (long long)RFLOAT_VALUE(now);
+    else t = NUM2LL(rb_funcall(now, id_to_i, 0));
+    if (t > (1LL << 60)) t = 1LL << 60;
+    if (t < -(1LL << 60)) t = -(1LL << 60);
+    return t;
+}
+
+static VALUE json_str(struct wi_slice s, int escaped)
+{
+    if (!escaped) return rb_utf8_str_new(s.p, (long)s.n);
+    VALUE str = rb_utf8_str_new(NULL, (long)s.n);
+    size_t n = wi_json_unescape(s.p, s.n, RSTRING_PTR(str));
+    rb_str_set_len(str, (long)n);
+    return str;
+}
+
+/* _verify(body, headers, now) -> Event; raises VerificationError. */
+static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
+{
+    struct verifier *v = get_verifier(self);
+    struct wi_sig_request req;
+    struct wi_sig_event ev;
+    struct wi_err err;
+    VALUE vals[WI_SIG_MAX_HEADERS];
+    int missing = 0;
+
+    StringValue(body);
+    if ((size_t)RSTRING_LEN(body) > v->max_body) { /* first: before touching anything else */
+        wi_err_set(&err, WI_SIG_E_PAYLOAD_TOO_LARGE, "body is %ld bytes; the limit is %zu",
+                   RSTRING_LEN(body), v->max_body);
+        raise_wi_err(&err, Qnil);
+    }
+    Check_Type(headers, T_HASH);
+    memset(&req, 0, sizeof req);
+    req.now = now_seconds(now);
+    for (size_t i = 0; i < v->nslots; i++) {
+        VALUE cands = RARRAY_AREF(v->candidates, (long)i);
+        vals[i] = Qundef;
+        if (NIL_P(cands)) continue;
+        for (long j = 0; j < RARRAY_LEN(cands) && vals[i] == Qundef; j++) {
+            VALUE hv = rb_hash_lookup2(headers, RARRAY_AREF(cands, j), Qundef);
+            if (hv != Qundef) vals[i] = header_value(hv);
+        }
+        if (vals[i] == Qundef) missing = 1;
+    }
+    if (missing && rb_hash_lookup2(headers, str_request_method, Qundef) == Qundef) {
+        struct scan_ctx c = {v, vals};
+        rb_hash_foreach(headers, scan_key, (VALUE)&c);
+    }
+    for (size_t i = 0; i < v->nslots; i++)
+        if (vals[i] != Qundef) req.hdr[i] = (struct wi_slice){RSTRING_PTR(vals[i]), (size_t)RSTRING_LEN(vals[i])};
+    req.body = (struct wi_slice){RSTRING_PTR(body), (size_t)RSTRING_LEN(body)};
+
+    if (wi_sig_verify(v->core, &req, &ev, &err)) raise_wi_err(&err, Qnil);
+
+    VALUE id = ev.id.p ? json_str(ev.id, ev.id_escaped) : rb_usascii_str_new(ev.body_sha256, 64);
+    VALUE type = ev.type.p ? json_str(ev.type, ev.type_escaped) : Qnil;
+    VALUE ts = ev.has_timestamp ? LL2NUM(ev.timestamp) : Qnil;
+    VALUE event = rb_struct_new(cEvent, v->provider, id, type, ts, body);
+    RB_GC_GUARD(body);
+    RB_GC_GUARD(headers);
+    for (size_t i = 0; i < v->nslots; i++) RB_GC_GUARD(vals[i]);
+    return event;
+}
+
+static VALUE verifier_secret_count(VALUE self)
+{
+    return SIZET2NUM(wi_sig_verifier_secret_count(get_verifier(self)->core));
+}
+
+static VALUE verifier_header_names(VALUE self)
+{
+    struct verifier *v = get_verifier(self);
+    VALUE a = rb_ary_new();
+    for (size_t i = 0; i < v->nslots; i++)
+        if (v->names[i]) rb_ary_push(a, rb_str_new_cstr(v->names[i]));
+    return a;
+}
+
+/* Verifier.jsonb_safe?(str): valid JSON that PostgreSQL jsonb accepts. */
+static VALUE verifier_s_jsonb_safe(VALUE klass, VALUE str)
+{
+    StringValue(str);
+    int ok = wi_json_jsonb_safe(RSTRING_PTR(str), (size_t)RSTRING_LEN(str));
+    RB_GC_GUARD(str);
+    return ok ? Qtrue : Qfalse;
+}
+
+static VALUE canon_to_str(VALUE arg)
+{
+    char **bufs = (char **)arg;
+    return rb_utf8_str_new(bufs[0], (long)(size_t)bufs[1]);
+}
+
+static VALUE canon_release(VALUE arg)
+{
+    wi_canon_free(((char **)arg)[0]);
+    return Qnil;
+}
+
+/* Verifier.didit_canonical_json(str): the bytes Didit's X-Signature-V2 signs. */
+static VALUE verifier_s_didit_canonical(VALUE klass, VALUE str)
+{
+    struct wi_err err;
+    char *out;
+    size_t n;
+    StringValue(str);
+    if (wi_canon_didit(RSTRING_PTR(str), (size_t)RSTRING_LEN(str), &out, &n, &err))
+        raise_wi_err(&err, ID2SYM(id_reasons[WI_SIG_E_MALFORMED_PAYLOAD - WI_SIG_E_MISSING_SIGNATURE]));
+    RB_GC_GUARD(str);
+    char *bufs[2] = {out, (char *)(size_t)n};
+    return rb_ensure(canon_to_str, (VALUE)bufs, canon_release, (VALUE)bufs);
+}
 
 void wi_verifier_binding_init(VALUE mod)
 {
-    (void)mod;
+    static const char *const reasons[] = {
+        "missing_signature", "malformed_signature", "signature_mismatch",
+        "timestamp_out_of_tolerance", "payload_too_large", "no_secret", "missing_timestamp",
+        "malformed_timestamp", "missing_id", "malformed_payload"};
+    for (size_t i = 0; i < sizeof reasons / sizeof *reasons; i++) id_reasons[i] = rb_intern(reasons[i]);
+    id_to_i = rb_intern("to_i");
+    str_request_method = rb_obj_freeze(rb_str_new_cstr("REQUEST_METHOD"));
+    rb_gc_register_mark_object(str_request_method);
+
+    cEvent = rb_struct_define_under(mod, "Event", "provider", "event_id", "event_type",
+                                    "timestamp", "body", NULL);
+    cVerifier = rb_define_class_under(mod, "Verifier", rb_cObject);
+    rb_define_alloc_func(cVerifier, verifier_alloc);
+    rb_define_private_method(cVerifier, "_setup", verifier_setup, -1);
+    rb_define_private_method(cVerifier, "_verify", verifier_verify, 3);
+    rb_define_method(cVerifier, "secret_count", verifier_secret_count, 0);
+    rb_define_method(cVerifier, "header_names", verifier_header_names, 0);
+    rb_define_singleton_method(cVerifier, "jsonb_safe?", verifier_s_jsonb_safe, 1);
+    rb_define_singleton_method(cVerifier, "didit_canonical_json", verifier_s_didit_canonical, 1);
 }

@@ -1,0 +1,479 @@
+/* canon.c - Didit V2 canonical JSON: parse into an arena tree, sort keys by code point,
+ * print like Python's json.dumps(sort_keys=True, separators=(",",":"), ensure_ascii=False). */
+#include "canon.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "json.h"
+
+enum { N_NULL, N_TRUE, N_FALSE, N_INT, N_FLOAT, N_STR, N_ARR, N_OBJ };
+
+/* Invariant: raw points into the input (strings: bytes between the quotes, escapes
+ * kept; numbers: their text). key is the decoded key of an object member. */
+struct node {
+    unsigned char type;
+    const char *raw;     /* string body or number text */
+    size_t raw_n;
+    const char *key;     /* decoded member key (input or arena memory) */
+    size_t key_n;
+    size_t ord;          /* position among its siblings: stable order for duplicates */
+    size_t count;        /* number of children */
+    struct node *child;  /* first child */
+    struct node *next;   /* next sibling */
+};
+
+struct block {
+    struct block *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+struct canon {
+    const char *p, *end;
+    struct block *blocks;
+    char *out;
+    size_t out_n, out_cap;
+    int code; /* WI_JSON_E_* or WI_ERR_NOMEM on failure */
+};
+
+static void *arena_alloc(struct canon *c, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (!c->blocks || c->blocks->cap - c->blocks->used < n) {
+        size_t cap = n > 65536 ? n : 65536;
+        struct block *b = malloc(sizeof *b + cap);
+        if (!b) {
+            c->code = WI_ERR_NOMEM;
+            return NULL;
+        }
+        b->next = c->blocks;
+        b->used = 0;
+        b->cap = cap;
+        c->blocks = b;
+    }
+    void *r = c->blocks->data + c->blocks->used;
+    c->blocks->used += n;
+    return r;
+}
+
+static void arena_free(struct canon *c)
+{
+    while (c->blocks) {
+        struct block *b = c->blocks;
+        c->blocks = b->next;
+        free(b);
+    }
+}
+
+static void skip_ws(struct canon *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
+        c->p++;
+}
+
+static struct node *parse(struct canon *c, int depth);
+
+/* Parses the string at c->p (a quote); sets raw/raw_n; returns its flags or -1. */
+static int parse_string(struct canon *c, const char **raw, size_t *raw_n)
+{
+    unsigned sf = 0;
+    int code;
+    const char *start = c->p + 1, *q = wi_json_string_end(start, c->end, &sf, &code);
+    if (!q) {
+        c->code = code;
+        return -1;
+    }
+    if (sf & WI_JSON_S_SURROGATE) {
+        c->code = WI_JSON_E_SURROGATE;
+        return -1;
+    }
+    *raw = start;
+    *raw_n = (size_t)(q - start);
+    c->p = q + 1;
+    return (int)sf;
+}
+
+static struct node *parse_container(struct canon *c, struct node *nd, int depth)
+{
+    int is_obj = *c->p == '{';
+    char close = is_obj ? '}' : ']';
+    struct node **tail = &nd->child;
+    nd->type = is_obj ? N_OBJ : N_ARR;
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return nd;
+    }
+    for (;;) {
+        const char *key = NULL;
+        size_t key_n = 0;
+        skip_ws(c);
+        if (is_obj) {
+            int sf;
+            if (c->p >= c->end || *c->p != '"') goto syntax;
+            if ((sf = parse_string(c, &key, &key_n)) < 0) return NULL;
+            if (sf & WI_JSON_S_ESCAPED) {
+                char *k = arena_alloc(c, key_n ? key_n : 1);
+                if (!k) return NULL;
+                key_n = wi_json_unescape(key, key_n, k);
+                key = k;
+            }
+            skip_ws(c);
+            if (c->p >= c->end || *c->p != ':') goto syntax;
+            c->p++;
+        }
+        struct node *ch = parse(c, depth + 1);
+        if (!ch) return NULL;
+        ch->key = key;
+        ch->key_n = key_n;
+        ch->ord = nd->count++;
+        *tail = ch;
+        tail = &ch->next;
+        skip_ws(c);
+        if (c->p >= c->end) goto syntax;
+        if (*c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (*c->p == close) {
+            c->p++;
+            return nd;
+        }
+        goto syntax;
+    }
+syntax:
+    c->code = WI_JSON_E_SYNTAX;
+    return NULL;
+}
+
+static int literal(struct canon *c, const char *w)
+{
+    size_t n = strlen(w);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, w, n) != 0) return -1;
+    c->p += n;
+    return 0;
+}
+
+static struct node *parse(struct canon *c, int depth)
+{
+    struct node *nd;
+    if (depth > WI_JSON_MAX_DEPTH) {
+        c->code = WI_JSON_E_DEPTH;
+        return NULL;
+    }
+    skip_ws(c);
+    if (c->p >= c->end) {
+        c->code = WI_JSON_E_SYNTAX;
+        return NULL;
+    }
+    if (!(nd = arena_alloc(c, sizeof *nd))) return NULL;
+    memset(nd, 0, sizeof *nd);
+    switch (*c->p) {
+    case '{':
+    case '[':
+        return parse_container(c, nd, depth);
+    case '"':
+        nd->type = N_STR;
+        return parse_string(c, &nd->raw, &nd->raw_n) < 0 ? NULL : nd;
+    case 't':
+        nd->type = N_TRUE;
+        break;
+    case 'f':
+        nd->type = N_FALSE;
+        break;
+    case 'n':
+        nd->type = N_NULL;
+        break;
+    default: {
+        int is_int;
+        const char *e = wi_json_number_end(c->p, c->end, &is_int);
+        if (!e) {
+            c->code = WI_JSON_E_SYNTAX;
+            return NULL;
+        }
+        nd->type = is_int ? N_INT : N_FLOAT;
+        nd->raw = c->p;
+        nd->raw_n = (size_t)(e - c->p);
+        c->p = e;
+        return nd;
+    }
+    }
+    if (literal(c, nd->type == N_TRUE ? "true" : nd->type == N_FALSE ? "false" : "null")) {
+        c->code = WI_JSON_E_SYNTAX;
+        return NULL;
+    }
+    return nd;
+}
+
+/* ---- output ---- */
+
+static int reserve(struct canon *c, size_t n)
+{
+    if (c->out_cap - c->out_n >= n) return 0;
+    size_t cap = c->out_cap ? c->out_cap : 256;
+    while (cap - c->out_n < n) cap *= 2;
+    char *p = realloc(c->out, cap);
+    if (!p) {
+        c->code = WI_ERR_NOMEM;
+        return -1;
+    }
+    c->out = p;
+    c->out_cap = cap;
+    return 0;
+}
+
+static int put(struct canon *c, const char *s, size_t n)
+{
+    if (reserve(c, n)) return -1;
+    memcpy(c->out + c->out_n, s, n);
+    c->out_n += n;
+    return 0;
+}
+
+static int putc_(struct canon *c, char ch) { return put(c, &ch, 1); }
+
+/* Writes a decoded code point the way Python's ensure_ascii=False encoder does. */
+static int put_cp(struct canon *c, unsigned cp)
+{
+    static const char hex[] = "0123456789abcdef";
+    char b[6];
+    switch (cp) {
+    case '"': return put(c, "\\\"", 2);
+    case '\\': return put(c, "\\\\", 2);
+    case '\b': return put(c, "\\b", 2);
+    case '\f': return put(c, "\\f", 2);
+    case '\n': return put(c, "\\n", 2);
+    case '\r': return put(c, "\\r", 2);
+    case '\t': return put(c, "\\t", 2);
+    }
+    if (cp < 0x20) {
+        b[0] = '\\', b[1] = 'u', b[2] = '0', b[3] = '0', b[4] = hex[cp >> 4], b[5] = hex[cp & 15];
+        return put(c, b, 6);
+    }
+    if (cp < 0x80) return putc_(c, (char)cp);
+    if (cp < 0x800) {
+        b[0] = (char)(0xC0 | cp >> 6), b[1] = (char)(0x80 | (cp & 0x3F));
+        return put(c, b, 2);
+    }
+    if (cp < 0x10000) {
+        b[0] = (char)(0xE0 | cp >> 12), b[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        b[2] = (char)(0x80 | (cp & 0x3F));
+        return put(c, b, 3);
+    }
+    b[0] = (char)(0xF0 | cp >> 18), b[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    b[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), b[3] = (char)(0x80 | (cp & 0x3F));
+    return put(c, b, 4);
+}
+
+static unsigned hex4(const char *p)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char ch = p[i];
+        v = v << 4 | (unsigned)(ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
+/* Prints a decoded string (key) or a raw string body (escapes still in place). */
+static int put_string(struct canon *c, const char *s, size_t n, int decoded)
+{
+    if (putc_(c, '"')) return -1;
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        if (decoded) {
+            while (j < n && (unsigned char)s[j] >= 0x20 && s[j] != '"' && s[j] != '\\') j++;
+        } else {
+            while (j < n && s[j] != '\\') j++;
+        }
+        if (j > i && put(c, s + i, j - i)) return -1;
+        if (j >= n) break;
+        if (decoded) {
+            if (put_cp(c, (unsigned char)s[j])) return -1;
+            i = j + 1;
+            continue;
+        }
+        char e = s[j + 1];
+        unsigned cp;
+        i = j + 2;
+        switch (e) {
+        case 'b': cp = '\b'; break;
+        case 'f': cp = '\f'; break;
+        case 'n': cp = '\n'; break;
+        case 'r': cp = '\r'; break;
+        case 't': cp = '\t'; break;
+        case 'u':
+            cp = hex4(s + i);
+            i += 4;
+            if (cp >= 0xD800 && cp <= 0xDBFF) { /* validated: a low surrogate follows */
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4(s + i + 2) - 0xDC00);
+                i += 6;
+            }
+            break;
+        default: cp = (unsigned char)e; break; /* " \ / */
+        }
+        if (put_cp(c, cp)) return -1;
+    }
+    return putc_(c, '"');
+}
+
+static int put_int(struct canon *c, const char *s, size_t n)
+{
+    if (n == 2 && s[0] == '-' && s[1] == '0') return putc_(c, '0');
+    return put(c, s, n);
+}
+
+/* Python repr of a finite, non-integral double: shortest digits that round-trip. */
+static int put_repr(struct canon *c, double d)
+{
+    char tmp[40], digits[20], out[48];
+    int prec, exp10, nd = 0, o = 0;
+    for (prec = 0; prec < 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec, d);
+        if (strtod(tmp, NULL) == d) break;
+    }
+    if (prec == 17) snprintf(tmp, sizeof tmp, "%.16e", d);
+    const char *t = tmp;
+    if (*t == '-') {
+        out[o++] = '-';
+        t++;
+    }
+    for (; *t && *t != 'e'; t++)
+        if (*t != '.') digits[nd++] = *t;
+    exp10 = atoi(t + 1);
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    int decpt = exp10 + 1;
+    if (decpt > -4 && decpt <= 16) {
+        if (decpt <= 0) {
+            out[o++] = '0', out[o++] = '.';
+            for (int i = 0; i < -decpt; i++) out[o++] = '0';
+            for (int i = 0; i < nd; i++) out[o++] = digits[i];
+        } else {
+            for (int i = 0; i < nd; i++) {
+                if (i == decpt) out[o++] = '.';
+                out[o++] = digits[i];
+            }
+            if (nd <= decpt) { /* unreachable for non-integral values; kept for safety */
+                for (int i = nd; i < decpt; i++) out[o++] = '0';
+                out[o++] = '.', out[o++] = '0';
+            }
+        }
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            for (int i = 1; i < nd; i++) out[o++] = digits[i];
+        }
+        o += snprintf(out + o, sizeof out - (size_t)o, "e%c%02d", exp10 < 0 ? '-' : '+',
+                      exp10 < 0 ? -exp10 : exp10);
+    }
+    return put(c, out, (size_t)o);
+}
+
+static int put_float(struct canon *c, const char *s, size_t n)
+{
+    char small[64], *buf = small;
+    double d;
+    if (n >= sizeof small && !(buf = arena_alloc(c, n + 1))) return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    d = strtod(buf, NULL);
+    if (isinf(d)) return d < 0 ? put(c, "-Infinity", 9) : put(c, "Infinity", 8);
+    if (d == trunc(d)) { /* shorten_floats: integral floats become ints */
+        char big[400];
+        int len = snprintf(big, sizeof big, "%.0f", d);
+        if (len == 2 && big[0] == '-' && big[1] == '0') return putc_(c, '0');
+        return put(c, big, (size_t)len);
+    }
+    return put_repr(c, d);
+}
+
+static int cmp_members(const void *a, const void *b)
+{
+    const struct node *x = *(const struct node *const *)a, *y = *(const struct node *const *)b;
+    size_t n = x->key_n < y->key_n ? x->key_n : y->key_n;
+    int r = n ? memcmp(x->key, y->key, n) : 0;
+    if (r) return r;
+    if (x->key_n != y->key_n) return x->key_n < y->key_n ? -1 : 1;
+    return x->ord < y->ord ? -1 : x->ord > y->ord;
+}
+
+static int emit(struct canon *c, const struct node *nd)
+{
+    switch (nd->type) {
+    case N_NULL: return put(c, "null", 4);
+    case N_TRUE: return put(c, "true", 4);
+    case N_FALSE: return put(c, "false", 5);
+    case N_INT: return put_int(c, nd->raw, nd->raw_n);
+    case N_FLOAT: return put_float(c, nd->raw, nd->raw_n);
+    case N_STR: return put_string(c, nd->raw, nd->raw_n, 0);
+    case N_ARR:
+        if (putc_(c, '[')) return -1;
+        for (const struct node *ch = nd->child; ch; ch = ch->next) {
+            if (ch != nd->child && putc_(c, ',')) return -1;
+            if (emit(c, ch)) return -1;
+        }
+        return putc_(c, ']');
+    default: {
+        const struct node **m = NULL;
+        size_t k = 0;
+        int first = 1;
+        if (nd->count > 1) {
+            if (!(m = arena_alloc(c, nd->count * sizeof *m))) return -1;
+            for (const struct node *ch = nd->child; ch; ch = ch->next) m[k++] = ch;
+            qsort(m, k, sizeof *m, cmp_members);
+        }
+        if (putc_(c, '{')) return -1;
+        for (size_t i = 0; i < nd->count; i++) {
+            const struct node *ch = m ? m[i] : nd->child;
+            const struct node *nx = m && i + 1 < k ? m[i + 1] : NULL;
+            if (nx && nx->key_n == ch->key_n && !memcmp(nx->key, ch->key, ch->key_n))
+                continue; /* a later duplicate wins, like a Python dict */
+            if (!first && putc_(c, ',')) return -1;
+            first = 0;
+            if (put_string(c, ch->key, ch->key_n, 1) || putc_(c, ':') || emit(c, ch)) return -1;
+        }
+        return putc_(c, '}');
+    }
+    }
+}
+
+int wi_canon_didit(const char *p, size_t n, char **out, size_t *out_n, struct wi_err *err)
+{
+    static const char *const names[] = {"not valid JSON", "JSON nested too deeply",
+                                        "invalid UTF-8 in a JSON string",
+                                        "lone surrogate escape in a JSON string"};
+    struct canon c = {p, p + n, NULL, NULL, 0, 0, 0};
+    struct node *root;
+
+    *out = NULL;
+    *out_n = 0;
+    root = parse(&c, 0);
+    if (root) {
+        skip_ws(&c);
+        if (c.p != c.end) {
+            c.code = WI_JSON_E_SYNTAX;
+            root = NULL;
+        }
+    }
+    if (!root || reserve(&c, n + 16) || emit(&c, root)) goto fail;
+    arena_free(&c);
+    *out = c.out;
+    *out_n = c.out_n;
+    return 0;
+fail:
+    arena_free(&c);
+    free(c.out);
+    if (c.code == WI_ERR_NOMEM) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    return wi_err_set(err, c.code, "%s at byte %zu", names[c.code - WI_JSON_E_SYNTAX],
+                      (size_t)(c.p - p));
+}
+
+void wi_canon_free(char *buf)
+{
+    free(buf);
+}

@@ -1,0 +1,107 @@
+/* sig.h - webhook signature verification: one verifier per endpoint (scheme + secrets +
+ * rules), checked against a raw body and the header values the scheme names. Pure C. */
+#ifndef WI_SIG_H
+#define WI_SIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "hmac.h"
+#include "sig_slice.h"
+#include "wi_err.h"
+
+enum wi_sig_scheme {
+    WI_SCHEME_STRIPE,
+    WI_SCHEME_STANDARD, /* Standard Webhooks / Svix */
+    WI_SCHEME_GITHUB,
+    WI_SCHEME_SHOPIFY,
+    WI_SCHEME_SLACK,
+    WI_SCHEME_PADDLE,
+    WI_SCHEME_DIDIT,
+    WI_SCHEME_HMAC /* generic, configured by the wi_sig_config hmac fields */
+};
+
+/* Verification failure codes (struct wi_err.code). */
+enum {
+    WI_SIG_E_MISSING_SIGNATURE = 100,
+    WI_SIG_E_MALFORMED_SIGNATURE,
+    WI_SIG_E_SIGNATURE_MISMATCH,
+    WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE,
+    WI_SIG_E_PAYLOAD_TOO_LARGE,
+    WI_SIG_E_NO_SECRET,
+    WI_SIG_E_MISSING_TIMESTAMP,
+    WI_SIG_E_MALFORMED_TIMESTAMP,
+    WI_SIG_E_MISSING_ID,
+    WI_SIG_E_MALFORMED_PAYLOAD
+};
+
+enum wi_sig_encoding { WI_SIG_HEX, WI_SIG_BASE64 };
+
+#define WI_SIG_MAX_HEADERS 6
+#define WI_SIG_DEFAULT_TOLERANCE 300
+#define WI_SIG_DEFAULT_MAX_BODY (1u << 20)
+
+/* Construction parameters; strings are copied by wi_sig_verifier_new. */
+struct wi_sig_config {
+    enum wi_sig_scheme scheme;
+    int64_t tolerance;        /* seconds, both directions; < 0 disables the time check */
+    size_t max_body;          /* larger bodies fail with WI_SIG_E_PAYLOAD_TOO_LARGE */
+    int allow_simple;         /* Didit: accept X-Signature-Simple */
+    /* WI_SCHEME_HMAC only: */
+    enum wi_hmac_alg alg;
+    enum wi_sig_encoding encoding;
+    const char *prefix;           /* signature prefix such as "sha256=", or NULL */
+    const char *signature_header; /* header name, lowercase with '-' */
+    const char *timestamp_header; /* or NULL */
+    const char *id_header;        /* or NULL */
+    const char *template;         /* signed content, e.g. "{timestamp}.{body}"; NULL = "{body}" */
+};
+
+/* One request: the body and the values of the headers wi_sig_verifier_headers names
+ * (hdr[i].p == NULL when header i is absent). Borrowed for the duration of the call. */
+struct wi_sig_request {
+    struct wi_slice body;
+    struct wi_slice hdr[WI_SIG_MAX_HEADERS];
+    int64_t now; /* unix seconds */
+};
+
+/* What a verified request says about itself. Slices point into the body or a header. */
+struct wi_sig_event {
+    struct wi_slice id;   /* event id; p == NULL: use body_sha256 */
+    int id_escaped;       /* id is a JSON string body with escapes (wi_json_unescape it) */
+    struct wi_slice type; /* event type, or p == NULL */
+    int type_escaped;
+    int has_timestamp;
+    int64_t timestamp;      /* signed timestamp when has_timestamp */
+    char body_sha256[65];   /* lowercase hex SHA-256 of the body when id.p == NULL */
+};
+
+struct wi_sig_verifier;
+
+/* Returns a verifier without secrets, or NULL and fills *err (WI_ERR_ARG for a bad
+ * configuration, WI_ERR_NOMEM). */
+struct wi_sig_verifier *wi_sig_verifier_new(const struct wi_sig_config *cfg, struct wi_err *err);
+
+/* Wipes every key and frees the verifier. Accepts NULL. */
+void wi_sig_verifier_free(struct wi_sig_verifier *v);
+
+/* Adds a secret (any may match: rotation). Returns 0, or -1 and fills *err (WI_ERR_ARG:
+ * empty, surrounding whitespace, bad base64 for Standard Webhooks). The secret bytes are
+ * not retained; only HMAC key states, wiped on free. Messages never quote the secret. */
+int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *secret, size_t n,
+                               struct wi_err *err);
+
+/* Number of secrets added. */
+size_t wi_sig_verifier_secret_count(const struct wi_sig_verifier *v);
+
+/* Fills names[0..WI_SIG_MAX_HEADERS) with the lowercase, '-'-separated header names whose
+ * values wi_sig_verify reads, by slot (NULL for unused slots). Returns the slot count. */
+size_t wi_sig_verifier_headers(const struct wi_sig_verifier *v,
+                               const char *names[WI_SIG_MAX_HEADERS]);
+
+/* Verifies req. Returns 0 and fills *ev, or -1 and fills *err with a WI_SIG_E_* code
+ * (or WI_ERR_NOMEM / WI_ERR_CRYPTO). The body size is checked first. Thread-safe for a
+ * verifier no longer being configured. */
+int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
+                  struct wi_sig_event *ev, struct wi_err *err);
+
+#endif

@@ -1,0 +1,14 @@
+# frozen_string_literal: true
+
+module WebhookInbox
+  # Event (a Struct defined by the native extension): what a verified delivery says about
+  # itself. provider: Symbol; event_id: String (the provider's id, or the lowercase hex
+  # SHA-256 of the body when it has none); event_type: String or nil; timestamp: Integer
+  # unix seconds or nil; body: the raw body String as received.
+  class Event
+    # True when the body is valid JSON PostgreSQL jsonb accepts.
+    def jsonb_safe?
+      Verifier.jsonb_safe?(body)
+    end
+  end
+end

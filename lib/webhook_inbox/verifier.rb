@@ -1,0 +1,82 @@
+# frozen_string_literal: true
+
+module WebhookInbox
+  # Verifies webhook signatures over the raw body in native code.
+  #
+  #   v = WebhookInbox::Verifier.new(:stripe, secrets: ["whsec_..."], tolerance: 300)
+  #   event = v.verify(request.raw_post, request.headers, now: Time.now)
+  #   event.provider, event.event_id, event.event_type, event.timestamp, event.body
+  #
+  # Schemes: :stripe, :standard_webhooks (alias :svix), :github, :shopify, :slack, :paddle,
+  # :didit (allow_simple: true also accepts X-Signature-Simple) and :hmac (generic:
+  # algorithm:, encoding:, prefix:, signature_header:, timestamp_header:, id_header:,
+  # template: such as "{timestamp}.{body}").
+  #
+  # Secrets are handed to the C core (which keeps only HMAC key states, wiped when the
+  # verifier is collected) and are never kept in Ruby instance variables, messages or
+  # #inspect. Failures raise VerificationError with a #reason Symbol.
+  class Verifier
+    SCHEMES = { stripe: 0, standard_webhooks: 1, svix: 1, github: 2, shopify: 3, slack: 4,
+                paddle: 5, didit: 6, hmac: 7 }.freeze
+    ALGORITHMS = { sha1: 0, sha256: 1, sha512: 2 }.freeze
+    ENCODINGS = { hex: 0, base64: 1 }.freeze
+    DEFAULT_TOLERANCE = 300
+    DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+    attr_reader :scheme, :tolerance, :max_body_bytes
+
+    # tolerance: seconds either way, or nil to skip the time check (not recommended).
+    # secrets: a String or an Array of Strings; any may match (rotation). [] is allowed
+    # (every #verify then fails with :no_secret); an empty String or one with surrounding
+    # whitespace raises ConfigurationError.
+    def initialize(scheme, secrets:, tolerance: DEFAULT_TOLERANCE, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                   allow_simple: false, algorithm: :sha256, encoding: :hex, prefix: nil,
+                   signature_header: nil, timestamp_header: nil, id_header: nil, template: nil)
+      code = SCHEMES.fetch(scheme) do
+        raise ConfigurationError, "unknown scheme #{scheme.inspect} (one of #{SCHEMES.keys.join(", ")})"
+      end
+      @scheme = scheme == :svix ? :standard_webhooks : scheme
+      unless tolerance.nil? || (tolerance.is_a?(Integer) && tolerance >= 0)
+        raise ConfigurationError, "tolerance must be a non-negative Integer or nil"
+      end
+      unless max_body_bytes.is_a?(Integer) && max_body_bytes.positive?
+        raise ConfigurationError, "max_body_bytes must be a positive Integer"
+      end
+      secrets = [] if secrets.nil?
+      secrets = [secrets] if secrets.is_a?(String)
+      unless secrets.is_a?(Array) && secrets.all?(String)
+        raise ConfigurationError, "secrets must be a String or an Array of Strings"
+      end
+      alg = ALGORITHMS.fetch(algorithm) { raise ConfigurationError, "algorithm must be one of #{ALGORITHMS.keys.join(", ")}" }
+      enc = ENCODINGS.fetch(encoding) { raise ConfigurationError, "encoding must be :hex or :base64" }
+      if code != SCHEMES[:hmac] && (signature_header || timestamp_header || id_header || template || prefix)
+        raise ConfigurationError, "signature_header, timestamp_header, id_header, template and prefix apply to :hmac only"
+      end
+      @tolerance = tolerance
+      @max_body_bytes = max_body_bytes
+      _setup(@scheme, code, tolerance, max_body_bytes, allow_simple, alg, enc, prefix,
+             header_name(signature_header), header_name(timestamp_header), header_name(id_header),
+             template, secrets)
+    end
+
+    # Verifies body (the raw bytes, String) against headers (a Hash with any key spelling,
+    # a Rack env, or ActionDispatch::Http::Headers). now: Time, Integer or nil (Time.now).
+    # Returns an Event; raises VerificationError.
+    def verify(body, headers, now: nil)
+      headers = headers.env if !headers.is_a?(Hash) && headers.respond_to?(:env)
+      _verify(body, headers, now)
+    end
+
+    def inspect
+      "#<#{self.class.name} #{@scheme} secrets=#{secret_count} tolerance=#{@tolerance.inspect} " \
+        "max_body_bytes=#{@max_body_bytes}>"
+    end
+    alias to_s inspect
+
+    private
+
+    def header_name(name)
+      name&.to_s&.downcase&.tr("_", "-")
+    end
+  end
+end
