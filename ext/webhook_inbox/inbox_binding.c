@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bindings.h"
+#include "json.h"
 #include "store.h"
 
 static VALUE mWebhookInbox;
@@ -92,6 +93,19 @@ struct insert_call {
 static void *insert_nogvl(void *p)
 {
     struct insert_call *a = p;
+
+    /* Skip the jsonb round trip that would fail: the core would also catch the server's
+     * refusal (SQLSTATE class 22), this only saves a request for a bad body. */
+    if (!a->connect_only && !a->row.raw && !wi_json_jsonb_safe(a->row.payload, a->row.payload_len)) {
+        a->row.raw = 1;
+        if (!a->row.quarantined) {
+            a->row.quarantined = 1;
+            if (!a->row.last_error) {
+                a->row.last_error = WI_STORE_INVALID_JSON_REASON;
+                a->row.last_error_len = sizeof WI_STORE_INVALID_JSON_REASON - 1;
+            }
+        }
+    }
     a->rc = a->connect_only ? wi_store_connect(a->store, &a->err)
                             : wi_store_insert(a->store, &a->row, &a->out, &a->err);
     return NULL;

@@ -2,6 +2,8 @@
 
 require "securerandom"
 require "socket"
+require "net/http"
+require "tmpdir"
 
 # ReceiverHelpers - schema setup and row inspection for the receiver's specs (Inbox,
 # Endpoint, Rails, Puma). Rows are read back with psql, never through the code under test.
@@ -51,5 +53,77 @@ module ReceiverHelpers
 
   def inbox_count(pg, scope)
     pg.psql("SELECT count(*) FROM webhook_inbox WHERE source_scope = '#{scope.gsub("'", "''")}'").to_i
+  end
+end
+
+# PumaProcess - a real `puma` subprocess on a free port, for HTTP-level specs and benches.
+class PumaProcess
+  attr_reader :port, :log
+
+  def initialize(rackup:, env: {}, threads: "8:16", dir: nil)
+    @rackup = rackup
+    @env = env
+    @threads = threads
+    @dir = dir || File.dirname(rackup)
+    @log = File.join(Dir.tmpdir, "wi-puma-#{Process.pid}-#{SecureRandom.hex(3)}.log")
+  end
+
+  def start
+    @port = ReceiverHelpers.free_port
+    env = { "RUBYLIB" => File.join(ReceiverHelpers::ROOT, "lib") }.merge(@env)
+    @pid = Process.spawn(env, "puma", "-b", "tcp://127.0.0.1:#{@port}", "-t", @threads, "--dir", @dir,
+                         @rackup, out: [@log, "a"], err: [@log, "a"], pgroup: true)
+    deadline = Time.now + 60
+    begin
+      TCPSocket.new("127.0.0.1", @port).close
+    rescue Errno::ECONNREFUSED
+      raise "puma exited: #{File.read(@log)}" if Process.wait(@pid, Process::WNOHANG)
+      raise "puma did not start: #{File.read(@log)}" if Time.now > deadline
+
+      sleep 0.1
+      retry
+    end
+    self
+  end
+
+  def stop
+    return unless @pid
+
+    Process.kill("TERM", @pid)
+    Process.wait(@pid)
+    @pid = nil
+  rescue Errno::ESRCH, Errno::ECHILD
+    @pid = nil
+  end
+
+  def pid
+    @pid
+  end
+
+  def log_text
+    File.exist?(@log) ? File.read(@log) : ""
+  end
+
+  # POST; returns [status Integer, headers Hash (lower-case keys), body String].
+  def post(path, body, headers = {})
+    Net::HTTP.start("127.0.0.1", @port, read_timeout: 30) do |http|
+      res = http.post(path, body, headers)
+      [res.code.to_i, res.each_header.to_h, res.body]
+    end
+  end
+
+  def request(verb, path, body = nil, headers = {})
+    Net::HTTP.start("127.0.0.1", @port, read_timeout: 30) do |http|
+      res = http.send_request(verb, path, body, headers)
+      [res.code.to_i, res.each_header.to_h, res.body]
+    end
+  end
+
+  # Sends the whole request, then closes the socket without reading the answer.
+  def post_and_drop(path, body, headers)
+    sock = TCPSocket.new("127.0.0.1", @port)
+    head = headers.merge("Host" => "127.0.0.1", "Content-Length" => body.bytesize.to_s, "Connection" => "close")
+    sock.write("POST #{path} HTTP/1.1\r\n#{head.map { |k, v| "#{k}: #{v}\r\n" }.join}\r\n#{body}")
+    sock.close
   end
 end
