@@ -25,7 +25,7 @@ Gem::Specification.new do |spec|
   spec.bindir = "exe"
   spec.executables = ["webhook-inbox-sidecar"]
   spec.require_paths = ["lib"]
-  spec.extensions = ["ext/webhook_inbox/extconf.rb"] # sidecar/extconf.rb joins when the sidecar lands
+  spec.extensions = ["ext/webhook_inbox/extconf.rb", "sidecar/extconf.rb"]
 
   spec.add_dependency "rack", ">= 2.2"
 end

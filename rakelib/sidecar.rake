@@ -1,0 +1,37 @@
+# frozen_string_literal: true
+
+# rakelib/sidecar.rake - builds the C sidecar into lib/webhook_inbox/ with `rake compile`,
+# and adds its unit tests, sanitizer build and valgrind run to `rake c_tests`.
+# The black-box specs (spec/sidecar/*_spec.rb) run with `rake spec`.
+SIDECAR_BIN = "sidecar/build/webhook-inbox-sidecar"
+SIDECAR_LIB_BIN = "lib/webhook_inbox/webhook-inbox-sidecar"
+
+namespace :sidecar do
+  desc "Build webhook-inbox-sidecar and copy it to #{SIDECAR_LIB_BIN}"
+  task :build do
+    sh "make", "-C", "sidecar", "-j2", "--no-print-directory", "-s"
+    unless File.exist?(SIDECAR_LIB_BIN) && FileUtils.compare_file(SIDECAR_BIN, SIDECAR_LIB_BIN)
+      rm_f SIDECAR_LIB_BIN
+      cp SIDECAR_BIN, SIDECAR_LIB_BIN
+      chmod 0o755, SIDECAR_LIB_BIN
+    end
+  end
+
+  desc "Sidecar C unit tests"
+  task :test do
+    sh "make", "-C", "sidecar", "-j2", "--no-print-directory", "-s", "test"
+  end
+
+  desc "Sidecar built and unit-tested under AddressSanitizer + UndefinedBehaviorSanitizer"
+  task :asan do
+    sh "make", "-C", "sidecar", "-j2", "--no-print-directory", "-s", "asan"
+  end
+
+  desc "valgrind: migrate, stats and a short `run --once` against a throwaway PostgreSQL, no leaks"
+  task valgrind: :build do
+    sh RbConfig.ruby, "sidecar/test/valgrind_run.rb", SIDECAR_BIN
+  end
+end
+
+task compile: "sidecar:build"
+task c_tests: ["sidecar:test", "sidecar:asan", "sidecar:valgrind"]

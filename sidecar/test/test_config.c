@@ -1,0 +1,144 @@
+/* test_config.c - the configuration table: defaults, durations, env/file/flag precedence,
+ * validation errors, reload of reloadable fields only, log value quoting. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "minitest.h"
+
+static int load(struct wi_config *c, struct wi_err *e, int argc, char **argv)
+{
+    return wi_config_load(c, argc, argv, e);
+}
+
+int main(void)
+{
+    struct wi_config c, d;
+    struct wi_err e;
+    double s;
+    char buf[64];
+    char path[] = "/tmp/wi-test-config-XXXXXX";
+    int fd;
+    FILE *f;
+
+    unsetenv("DATABASE_URL");
+    unsetenv("WEBHOOK_INBOX_CONFIG");
+    unsetenv("WEBHOOK_INBOX_BATCH_SIZE");
+
+    /* Durations. */
+    CHECK(wi_config_parse_duration("250ms", &s) == 0 && s > 0.2499 && s < 0.2501);
+    CHECK(wi_config_parse_duration("2s", &s) == 0 && s == 2.0);
+    CHECK(wi_config_parse_duration("1.5", &s) == 0 && s == 1.5);
+    CHECK(wi_config_parse_duration("5m", &s) == 0 && s == 300.0);
+    CHECK(wi_config_parse_duration("1h", &s) == 0 && s == 3600.0);
+    CHECK(wi_config_parse_duration("", &s) < 0);
+    CHECK(wi_config_parse_duration("-1s", &s) < 0);
+    CHECK(wi_config_parse_duration("3 s", &s) < 0);
+    CHECK(wi_config_parse_duration("10d", &s) < 0);
+    CHECK(wi_config_parse_duration("nan", &s) < 0);
+    CHECK(wi_config_parse_duration("inf", &s) < 0);
+
+    /* Defaults. */
+    CHECK(load(&c, &e, 0, NULL) == 0);
+    CHECK(c.concurrency == 2 && c.batch_size == 20 && c.max_attempts == 10);
+    CHECK(c.backoff_base == 1.0 && c.backoff_cap == 3600.0 && c.poll_interval == 5.0);
+    CHECK(c.unrouted == WI_UNROUTED_IGNORE && c.log_events == 1 && c.once == 0);
+    CHECK(c.database_url && strcmp(c.database_url, "") == 0);
+    wi_config_free(&c);
+
+    /* Flags: --name=value, --name value, bare booleans, underscores accepted. */
+    {
+        char *argv[] = {"--batch-size=5", "--concurrency", "3", "--once", "--unrouted=quarantine",
+                        "--backoff_base", "250ms", "--database-url", "dbname=x"};
+        CHECK(load(&c, &e, 9, argv) == 0);
+        CHECK(c.batch_size == 5 && c.concurrency == 3 && c.once == 1 && c.unrouted == WI_UNROUTED_QUARANTINE);
+        CHECK(c.backoff_base > 0.2499 && c.backoff_base < 0.2501);
+        CHECK(strcmp(c.database_url, "dbname=x") == 0);
+        wi_config_free(&c);
+    }
+
+    /* Errors: unknown option, out of range, bad enum, missing value, cap < base, stray argument. */
+    {
+        char *a1[] = {"--nope=1"}, *a2[] = {"--batch-size=0"}, *a3[] = {"--unrouted=drop"};
+        char *a4[] = {"--batch-size"}, *a5[] = {"--backoff-base=10s", "--backoff-cap=1s"}, *a6[] = {"stray"};
+        char *a7[] = {"--concurrency=2x"}, *a8[] = {"--once=maybe"};
+        CHECK(load(&c, &e, 1, a1) < 0 && strstr(e.msg, "unknown option --nope"));
+        CHECK(load(&c, &e, 1, a2) < 0 && strstr(e.msg, "batch-size"));
+        CHECK(load(&c, &e, 1, a3) < 0 && strstr(e.msg, "ignore, quarantine, retry"));
+        CHECK(load(&c, &e, 1, a4) < 0 && strstr(e.msg, "needs a value"));
+        CHECK(load(&c, &e, 2, a5) < 0 && strstr(e.msg, "backoff-cap"));
+        CHECK(load(&c, &e, 1, a6) < 0);
+        CHECK(load(&c, &e, 1, a7) < 0);
+        CHECK(load(&c, &e, 1, a8) < 0);
+        CHECK(c.database_url == NULL); /* freed and zeroed on failure */
+    }
+
+    /* Precedence: file < environment < flags. */
+    fd = mkstemp(path);
+    CHECK(fd >= 0);
+    f = fdopen(fd, "w");
+    fputs("# comment\nbatch_size = 7\nmax-attempts = 3\nunrouted = 'retry'\npoll_interval = 2s\n", f);
+    fclose(f);
+    setenv("WEBHOOK_INBOX_MAX_ATTEMPTS", "4", 1);
+    setenv("DATABASE_URL", "dbname=fromenv", 1);
+    {
+        char cfgflag[64];
+        char *argv[2];
+        snprintf(cfgflag, sizeof cfgflag, "--config=%s", path);
+        argv[0] = cfgflag;
+        argv[1] = "--poll-interval=3s";
+        CHECK(load(&c, &e, 2, argv) == 0);
+        CHECK(c.batch_size == 7);           /* file */
+        CHECK(c.max_attempts == 4);         /* env beats file */
+        CHECK(c.poll_interval == 3.0);      /* flag beats file */
+        CHECK(c.unrouted == WI_UNROUTED_RETRY);
+        CHECK(strcmp(c.database_url, "dbname=fromenv") == 0);
+
+        /* Reload copies reloadable fields only. */
+        memset(&d, 0, sizeof d);
+        {
+            char *argv2[] = {"--batch-size=9", "--concurrency=7", "--database-url=dbname=other"};
+            CHECK(load(&d, &e, 3, argv2) == 0);
+        }
+        wi_config_apply_reload(&c, &d);
+        CHECK(c.batch_size == 9);
+        CHECK(c.concurrency == 2);
+        CHECK(strcmp(c.database_url, "dbname=fromenv") == 0);
+        wi_config_free(&d);
+        wi_config_free(&c);
+    }
+    /* A bad file is an error (the caller keeps its old configuration). */
+    f = fopen(path, "w");
+    fputs("batch_size = lots\n", f);
+    fclose(f);
+    {
+        char cfgflag[64];
+        char *argv[1];
+        snprintf(cfgflag, sizeof cfgflag, "--config=%s", path);
+        argv[0] = cfgflag;
+        CHECK(load(&c, &e, 1, argv) < 0 && strstr(e.msg, "config file line 1"));
+    }
+    unlink(path);
+    unsetenv("WEBHOOK_INBOX_MAX_ATTEMPTS");
+    unsetenv("DATABASE_URL");
+
+    /* Log values: bare when safe, quoted and escaped otherwise, bounded. */
+    CHECK(strcmp(wi_log_quote(buf, sizeof buf, "evt_1", 100), "evt_1") == 0);
+    CHECK(strcmp(wi_log_quote(buf, sizeof buf, "a b", 100), "\"a b\"") == 0);
+    CHECK(strcmp(wi_log_quote(buf, sizeof buf, "x\"y\n", 100), "\"x\\\"y\\x0a\"") == 0);
+    CHECK(strcmp(wi_log_quote(buf, sizeof buf, "", 100), "\"\"") == 0);
+    CHECK(strcmp(wi_log_quote(buf, sizeof buf, NULL, 100), "\"\"") == 0);
+    {
+        char big[500];
+        memset(big, 'a', sizeof big - 1);
+        big[sizeof big - 1] = '\0';
+        CHECK(strlen(wi_log_quote(buf, sizeof buf, big, 400)) < sizeof buf);
+        big[10] = ' ';
+        CHECK(strlen(wi_log_quote(buf, sizeof buf, big, 400)) < sizeof buf);
+    }
+    DONE("test_config");
+}

@@ -1,0 +1,181 @@
+# frozen_string_literal: true
+
+require_relative "sidecar_helper"
+
+# Each outcome of the real binary against a real PostgreSQL, checked in the database.
+RSpec.describe "webhook-inbox-sidecar run", :sidecar do
+  include SidecarHelper::Payloads
+
+  before(:all) { @db = SidecarHelper::DB.new(TestDatabase.cluster) }
+  let(:db) { @db }
+
+  before do
+    db.reset!
+    db.add_order("t1", "o1", 2000, "jpy")
+  end
+
+  def run_once(*extra)
+    status, _out, err = sidecar("run", "--once", "--database-url", db.url, "--backoff-base", "10ms",
+                                "--backoff-cap", "20ms", *extra)
+    expect(status.exitstatus).to eq(0), err
+    err
+  end
+
+  it "marks a payment done, pays the order once and logs one key=value line per event" do
+    db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
+    log = run_once
+    expect(db.event("evt_1")).to include(status: "done", outcome: "paid", attempts: 0)
+    expect(db.value("SELECT status || '/' || payment_id FROM orders WHERE order_id = 'o1'")).to eq("paid/pi_1")
+    expect(db.int("SELECT count(*) FROM payments WHERE payment_id = 'pi_1'")).to eq(1)
+    line = log.lines.find { |l| l.include?("msg=event") }
+    expect(line).to match(/event_id=evt_1 scope=stripe:acct_1:test type=payment_intent.succeeded outcome=done attempts=0 latency_ms=\d/)
+    expect(log).not_to include("pi_1") # never the payload
+    expect(db.value("SELECT processed_at IS NOT NULL FROM webhook_inbox WHERE event_id = 'evt_1'")).to eq("t")
+  end
+
+  it "treats another event id for the same payment as an accepted duplicate" do
+    db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
+    db.insert_event("evt_2", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
+    run_once
+    expect([db.event("evt_1")[:outcome], db.event("evt_2")[:outcome]].sort).to eq(%w[duplicate paid])
+    expect(db.int("SELECT count(*) FROM order_transitions")).to eq(1)
+  end
+
+  it "quarantines an amount mismatch through webhook_inbox_quarantine and never pays" do
+    db.insert_event("evt_bad", "payment_intent.succeeded", succeeded("pi_9", "t1", "o1", 1999, "jpy"))
+    run_once
+    ev = db.event("evt_bad")
+    expect(ev).to include(status: "quarantined", attempts: 0)
+    expect(ev[:last_error]).to include("amount/currency mismatch")
+    expect(db.value("SELECT status FROM orders WHERE order_id = 'o1'")).to eq("awaiting_payment")
+    expect(db.int("SELECT count(*) FROM payments")).to eq(0)
+  end
+
+  it "quarantines a currency mismatch and a second payment for a paid order" do
+    db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
+    run_once
+    db.insert_event("evt_cur", "payment_intent.succeeded", succeeded("pi_2", "t1", "o1", 2000, "usd"))
+    db.insert_event("evt_other", "payment_intent.succeeded", succeeded("pi_3", "t1", "o1", 2000, "jpy"))
+    run_once
+    expect(db.event("evt_cur")[:status]).to eq("quarantined")
+    expect(db.event("evt_other")).to include(status: "quarantined")
+    expect(db.event("evt_other")[:last_error]).to include("conflicts")
+    expect(db.value("SELECT payment_id FROM orders WHERE order_id = 'o1'")).to eq("pi_1")
+  end
+
+  it "retries a transient failure with backoff, then succeeds once the order exists" do
+    db.insert_event("evt_early", "payment_intent.succeeded", succeeded("pi_5", "t1", "o5", 700, "eur"))
+    pid, log = spawn_sidecar("run", "--database-url", db.url, "--backoff-base", "100ms", "--backoff-cap", "200ms",
+                             "--poll-interval", "5s", "--concurrency", "1")
+    wait_for(10, 0.05, "two failed attempts") { db.event("evt_early")[:attempts] >= 2 }
+    ev = db.event("evt_early")
+    expect(ev[:status]).to eq("pending")
+    expect(ev[:last_error]).to eq("WIR01: order not found yet")
+    expect(db.value("SELECT next_attempt_at > now() - interval '1 second' FROM webhook_inbox WHERE event_id = 'evt_early'")).to eq("t")
+    db.add_order("t1", "o5", 700, "eur")
+    wait_for(10, 0.05, "done") { db.event("evt_early")[:status] == "done" }
+    expect(db.event("evt_early")[:outcome]).to eq("paid")
+    expect(File.read(log)).to match(/event_id=evt_early .*outcome=retry attempts=1 .*retry_in_ms=\d+/)
+    Process.kill("TERM", pid)
+    expect(wait_exit(pid)&.exitstatus).to eq(0)
+  end
+
+  it "backs off exponentially between attempts (next_attempt_at grows, capped)" do
+    db.insert_event("evt_wait", "payment_intent.succeeded", succeeded("pi_6", "t1", "o6", 1, "eur"))
+    delays = []
+    3.times do |i|
+      sidecar("run", "--once", "--database-url", db.url, "--backoff-base", "2s", "--backoff-cap", "6s")
+      delays << db.value("SELECT extract(epoch FROM next_attempt_at - now()) FROM webhook_inbox WHERE event_id = 'evt_wait'").to_f
+      expect(db.event("evt_wait")[:attempts]).to eq(i + 1)
+      db.psql("UPDATE webhook_inbox SET next_attempt_at = now() WHERE event_id = 'evt_wait'") # make it due again
+    end
+    expect(delays[0]).to be_between(0.9, 2.0)   # base 2s, equal jitter: [1, 2]
+    expect(delays[1]).to be_between(1.9, 4.0)   # [2, 4]
+    expect(delays[2]).to be_between(2.9, 6.0)   # capped at 6: [3, 6]
+  end
+
+  it "quarantines after --max-attempts transient failures" do
+    db.insert_event("evt_never", "payment_intent.succeeded", succeeded("pi_7", "t1", "o_missing", 1, "eur"))
+    run_once("--max-attempts", "3", "--backoff-base", "1ms", "--backoff-cap", "1ms")
+    ev = db.event("evt_never")
+    expect(ev).to include(status: "quarantined", attempts: 3)
+    expect(ev[:last_error]).to include("order not found yet")
+  end
+
+  it "ignores an old notification after a newer state and never moves the order back" do
+    db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
+    run_once
+    db.insert_event("evt_old", "payment_intent.processing", payment("payment_intent.processing", "pi_1", "t1", "o1", 2000, "jpy"))
+    db.insert_event("evt_fail", "payment_intent.payment_failed", payment("payment_intent.payment_failed", "pi_1", "t1", "o1", 2000, "jpy"))
+    run_once
+    expect(db.event("evt_old")).to include(status: "done", outcome: "ignored: stale")
+    expect(db.event("evt_fail")).to include(status: "done", outcome: "ignored: stale")
+    expect(db.value("SELECT status FROM orders WHERE order_id = 'o1'")).to eq("paid")
+    expect(db.int("SELECT count(*) FROM order_transitions")).to eq(1)
+  end
+
+  it "applies a refund as its own transition, waiting for a payment it overtook" do
+    db.insert_event("evt_ref", "charge.refunded", refunded("ch_1", "pi_1", "t1", "o1", 2000, "jpy"))
+    run_once("--max-attempts", "50", "--backoff-base", "1s", "--backoff-cap", "1s")
+    expect(db.event("evt_ref")).to include(status: "pending", attempts: 1)
+    db.insert_event("evt_pay", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
+    db.psql("UPDATE webhook_inbox SET next_attempt_at = now() WHERE event_id = 'evt_ref'")
+    run_once
+    expect(db.event("evt_ref")).to include(status: "done", outcome: "refunded")
+    expect(db.value("SELECT string_agg(from_status || '>' || to_status, ',' ORDER BY id) FROM order_transitions"))
+      .to eq("awaiting_payment>paid,paid>refunded")
+    expect(db.int("SELECT count(*) FROM refunds WHERE charge_id = 'ch_1'")).to eq(1)
+  end
+
+  it "moves a Didit session forward only" do
+    db.insert_event("d1", "status.updated", didit("s-1", "In Review"), scope: "didit:app:live")
+    run_once
+    db.insert_event("d2", "status.updated", didit("s-1", "Approved"), scope: "didit:app:live")
+    run_once
+    db.insert_event("d3", "status.updated", didit("s-1", "In Progress"), scope: "didit:app:live")
+    db.insert_event("d4", "status.updated", didit("s-1", "Approved"), scope: "didit:app:live")
+    db.insert_event("d5", "status.updated", didit("s-1", "Declined"), scope: "didit:app:live")
+    run_once
+    expect(db.value("SELECT status FROM identity_checks WHERE session_id = 's-1'")).to eq("Approved")
+    expect(db.event("d3", scope: "didit:app:live")[:outcome]).to eq("ignored: stale")
+    expect(db.event("d4", scope: "didit:app:live")[:outcome]).to eq("duplicate")
+    expect(db.event("d5", scope: "didit:app:live")[:outcome]).to eq("ignored: stale")
+  end
+
+  describe "--unrouted" do
+    before { db.insert_event("evt_x", "customer.created", { "id" => "evt_x" }) }
+
+    it "ignore (default): done with outcome 'ignored: no route'" do
+      run_once
+      expect(db.event("evt_x")).to include(status: "done", outcome: "ignored: no route")
+    end
+
+    it "quarantine: quarantined with a reason" do
+      run_once("--unrouted", "quarantine")
+      expect(db.event("evt_x")).to include(status: "quarantined", last_error: "no route for event type")
+    end
+
+    it "retry: stays pending with attempts counted until a route exists" do
+      run_once("--unrouted=retry", "--backoff-base", "1h", "--backoff-cap", "2h")
+      expect(db.event("evt_x")).to include(status: "pending", attempts: 1, last_error: "no route for event type")
+      db.psql("INSERT INTO webhook_inbox_routes VALUES ('customer.*', 'orders_on_payment_intent_other')")
+      db.psql("UPDATE webhook_inbox SET next_attempt_at = now()")
+      db.psql("INSERT INTO orders VALUES ('t0', 'o0', 'paid', 1, 'eur')")
+      db.psql(%(UPDATE webhook_inbox SET payload = '{"data":{"object":{"metadata":{"tenant_id":"t0","order_id":"o0"}}}}'))
+      run_once("--unrouted=retry")
+      expect(db.event("evt_x")).to include(status: "done", outcome: "ignored: stale")
+    end
+  end
+
+  it "routes by exact type, then the longest prefix pattern, then '*'" do
+    db.psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION t_route_a(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'a' $$;
+      CREATE OR REPLACE FUNCTION t_route_b(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'b' $$;
+      CREATE OR REPLACE FUNCTION t_route_star(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'star' $$;
+      INSERT INTO webhook_inbox_routes VALUES ('x.*', 't_route_a'), ('x.y.*', 't_route_b'), ('*', 't_route_star'), ('x.y.z', 't_route_a');
+    SQL
+    { "r1" => "x.q", "r2" => "x.y.q", "r3" => "x.y.z", "r4" => "other", "r5" => "x_y.q" }.each { |id, t| db.insert_event(id, t, {}) }
+    run_once
+    expect(%w[r1 r2 r3 r4 r5].map { |id| db.event(id)[:outcome] }).to eq(%w[a b a star star])
+  end
+end
