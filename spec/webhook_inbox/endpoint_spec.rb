@@ -12,14 +12,14 @@ require_relative "../support/receiver_helpers"
 RSpec.describe WebhookInbox::Endpoint do
   include ReceiverHelpers
 
-  SECRET = "whsec_endpoint_spec_secret"
+  ENDPOINT_SECRET = "whsec_endpoint_spec_secret"
 
   let(:pg) { TestDatabase.cluster }
   let(:scope) { unique_scope("endpoint") }
   let(:log) { StringIO.new }
   let(:inbox) { WebhookInbox::Inbox.new(database_url: pg.url, pool_size: 2) }
   let(:endpoint) do
-    described_class.new(provider: :stripe, secrets: [SECRET], source_scope: scope, inbox: inbox,
+    described_class.new(provider: :stripe, secrets: [ENDPOINT_SECRET], source_scope: scope, inbox: inbox,
                         max_body_bytes: 4096, tolerance: 300, logger: Logger.new(log))
   end
 
@@ -30,7 +30,7 @@ RSpec.describe WebhookInbox::Endpoint do
     %({"id":"#{id}","object":"event","type":"#{type}","data":{"object":{"note":"#{extra}"}}})
   end
 
-  def rack_env(body, headers = WebhookInbox::TestHelpers.stripe_headers(body, secret: SECRET), method: "POST", input: nil)
+  def rack_env(body, headers = WebhookInbox::TestHelpers.stripe_headers(body, secret: ENDPOINT_SECRET), method: "POST", input: nil)
     env = Rack::MockRequest.env_for("/webhooks/stripe", method: method, input: input || body)
     headers.each do |k, v|
       key = k.upcase.tr("-", "_")
@@ -65,7 +65,7 @@ RSpec.describe WebhookInbox::Endpoint do
     body = event_body("evt_bad")
     bad = WebhookInbox::TestHelpers.stripe_headers(body, secret: "whsec_other")
     expect(call(rack_env(body, bad)).first).to eq(401)
-    tampered = WebhookInbox::TestHelpers.stripe_headers(body, secret: SECRET)
+    tampered = WebhookInbox::TestHelpers.stripe_headers(body, secret: ENDPOINT_SECRET)
     expect(call(rack_env(body.sub("charge", "refund"), tampered)).first).to eq(401)
     expect(call(rack_env(body, { "Content-Type" => "application/json" })).first).to eq(401)
     expect(inbox_count(pg, scope)).to eq(0)
@@ -73,7 +73,7 @@ RSpec.describe WebhookInbox::Endpoint do
 
   it "answers 401 for a stale timestamp" do
     body = event_body("evt_old")
-    headers = WebhookInbox::TestHelpers.stripe_headers(body, secret: SECRET, timestamp: Time.now.to_i - 3600)
+    headers = WebhookInbox::TestHelpers.stripe_headers(body, secret: ENDPOINT_SECRET, timestamp: Time.now.to_i - 3600)
     status, _, text = call(rack_env(body, headers))
     expect([status, JSON.parse(text)["reason"]]).to eq([401, "timestamp_out_of_tolerance"])
     expect(inbox_count(pg, scope)).to eq(0)
@@ -96,9 +96,9 @@ RSpec.describe WebhookInbox::Endpoint do
   end
 
   it "stores a verified body that is not JSON raw + quarantined and answers 200 (GitHub: id in headers)" do
-    ep = described_class.new(provider: :github, secrets: [SECRET], source_scope: scope, inbox: inbox)
+    ep = described_class.new(provider: :github, secrets: [ENDPOINT_SECRET], source_scope: scope, inbox: inbox)
     body = "{truncated"
-    headers = WebhookInbox::TestHelpers.github_headers(body, secret: SECRET, delivery: "d-42", event: "push")
+    headers = WebhookInbox::TestHelpers.github_headers(body, secret: ENDPOINT_SECRET, delivery: "d-42", event: "push")
     status, _, text = ep.call(rack_env(body, headers))
     expect([status, JSON.parse(text.join)]).to eq([200, { "status" => "accepted" }])
     expect(inbox_rows(pg, scope)).to match([include(event_id: "d-42", event_type: "push", status: "quarantined",
@@ -115,7 +115,7 @@ RSpec.describe WebhookInbox::Endpoint do
 
   it "answers 415 for a wrong Content-Type" do
     body = event_body("evt_type")
-    headers = WebhookInbox::TestHelpers.stripe_headers(body, secret: SECRET).merge("Content-Type" => "text/plain")
+    headers = WebhookInbox::TestHelpers.stripe_headers(body, secret: ENDPOINT_SECRET).merge("Content-Type" => "text/plain")
     expect(call(rack_env(body, headers)).first).to eq(415)
     expect(inbox_count(pg, scope)).to eq(0)
   end
@@ -143,7 +143,7 @@ RSpec.describe WebhookInbox::Endpoint do
   it "answers 503 with Retry-After when the store is unavailable" do
     down = WebhookInbox::Inbox.new(database_url: "host=127.0.0.1 port=#{ReceiverHelpers.free_port} dbname=x password=pw123",
                                    connect_timeout: 1)
-    ep = described_class.new(provider: :stripe, secrets: [SECRET], source_scope: scope, inbox: down,
+    ep = described_class.new(provider: :stripe, secrets: [ENDPOINT_SECRET], source_scope: scope, inbox: down,
                              retry_after: 7, logger: Logger.new(log))
     body = event_body("evt_down")
     status, headers, text = ep.call(rack_env(body))
@@ -157,7 +157,7 @@ RSpec.describe WebhookInbox::Endpoint do
     call(rack_env(event_body("evt_log2"), WebhookInbox::TestHelpers.stripe_headers(event_body("evt_log2"), secret: "whsec_x")))
     expect(log.string).to include("event_id=evt_log status=accepted http=200")
     expect(log.string).to include("status=rejected http=401")
-    expect(log.string).not_to include(SECRET)
+    expect(log.string).not_to include(ENDPOINT_SECRET)
     expect(log.string).not_to include("secret-customer-data")
     expect(log.string).not_to match(/v1=/)
   end
@@ -174,13 +174,13 @@ RSpec.describe WebhookInbox::Endpoint do
   end
 
   it "refuses configuration without a source_scope or a store" do
-    expect { described_class.new(provider: :stripe, secrets: [SECRET], source_scope: "", inbox: inbox) }
+    expect { described_class.new(provider: :stripe, secrets: [ENDPOINT_SECRET], source_scope: "", inbox: inbox) }
       .to raise_error(WebhookInbox::ConfigurationError)
-    expect { described_class.new(provider: :stripe, secrets: [SECRET], source_scope: scope) }
+    expect { described_class.new(provider: :stripe, secrets: [ENDPOINT_SECRET], source_scope: scope) }
       .to raise_error(WebhookInbox::ConfigurationError)
   end
 
   it "inspect shows no secret" do
-    expect(endpoint.inspect).not_to include(SECRET)
+    expect(endpoint.inspect).not_to include(ENDPOINT_SECRET)
   end
 end

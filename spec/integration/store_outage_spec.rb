@@ -1,0 +1,87 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "json"
+require "pg"
+require "webhook_inbox/test_helpers"
+require_relative "../support/receiver_helpers"
+
+# Fault cases against a Puma running the Endpoint and a PostgreSQL we stop and restart.
+RSpec.describe "Endpoint when PostgreSQL fails" do
+  include ReceiverHelpers
+
+  OUTAGE_SECRET = "whsec_outage_spec_secret"
+
+  before(:all) do
+    @pg = ThrowawayPostgres.new
+    ReceiverHelpers.apply_schema(@pg)
+    @scope = "stripe:acct_outage:live"
+    @puma = PumaProcess.new(rackup: File.join(ReceiverHelpers::ROOT, "spec/fixtures/receiver/config.ru"),
+                            threads: "4:4",
+                            env: { "WI_DATABASE_URL" => @pg.url, "WI_SCOPE" => @scope, "WI_STRIPE_SECRET" => OUTAGE_SECRET,
+                                   "WI_POOL" => "2", "WI_LOG" => "1" }).start
+  end
+  after(:all) do
+    @puma&.stop
+    @pg&.destroy
+  end
+
+  def deliver(id)
+    body = %({"id":"#{id}","object":"event","type":"charge.succeeded","data":{"object":{"card":"4242-secret"}}})
+    @puma.post("/webhooks/stripe", body, WebhookInbox::TestHelpers.stripe_headers(body, secret: OUTAGE_SECRET))
+  end
+
+  it "answers 503 + Retry-After while stopped, stores nothing, and recovers after a restart without restarting Puma" do
+    expect(deliver("evt_before").first).to eq(200)
+    puma_pid = @puma.pid
+
+    @pg.stop
+    status, headers, text = deliver("evt_during")
+    expect([status, headers["retry-after"], JSON.parse(text)["status"]]).to eq([503, "5", "unavailable"])
+
+    @pg.start
+    ids = inbox_rows(@pg, @scope).map { |r| r[:event_id] }
+    expect(ids).to include("evt_before")
+    expect(ids).not_to include("evt_during") # nothing half-written
+    status, _, text = deliver("evt_during") # the sender's retry
+    expect([status, JSON.parse(text)["status"]]).to eq([200, "accepted"])
+    expect(deliver("evt_after").first).to eq(200)
+    expect(@puma.pid).to eq(puma_pid)
+    expect(inbox_rows(@pg, @scope).map { |r| r[:event_id] }).to include("evt_after", "evt_before", "evt_during")
+    expect(@puma.log_text).to include("http=503").and include("event_id=evt_during")
+    expect(@puma.log_text).not_to include("4242-secret")
+    expect(@puma.log_text).not_to include(OUTAGE_SECRET)
+  end
+
+  it "answers 200 after an immediate (crash) restart: the pooled connection is reopened once" do
+    expect(deliver("evt_crash_1").first).to eq(200)
+    @pg.stop(mode: "immediate")
+    @pg.start
+    status, _, text = deliver("evt_crash_2")
+    expect([status, JSON.parse(text)["status"]]).to eq([200, "accepted"])
+  end
+
+  it "keeps the row when the client disconnects before the answer; the retry is a duplicate" do
+    body = %({"id":"evt_dropped","object":"event","type":"charge.succeeded","data":{}})
+    headers = WebhookInbox::TestHelpers.stripe_headers(body, secret: OUTAGE_SECRET)
+    locker = PG.connect(@pg.url)
+    locker.exec("BEGIN; LOCK TABLE webhook_inbox IN SHARE MODE") # holds the insert in the server
+    sock = TCPSocket.new("127.0.0.1", @puma.port)
+    sock.write("POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" \
+               "#{headers.map { |k, v| "#{k}: #{v}\r\n" }.join}Content-Length: #{body.bytesize}\r\n\r\n#{body}")
+    deadline = Time.now + 10
+    sleep 0.05 until locker.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'" \
+                                 " AND query LIKE 'INSERT INTO webhook_inbox%'").getvalue(0, 0).to_i == 1 || Time.now > deadline
+    sock.close # the sender gives up while the insert is in flight
+    locker.exec("COMMIT") # the insert proceeds and commits; Puma's answer goes nowhere
+    sleep 0.05 until inbox_rows(@pg, @scope).any? { |r| r[:event_id] == "evt_dropped" } || Time.now > deadline
+    row = inbox_rows(@pg, @scope).find { |r| r[:event_id] == "evt_dropped" }
+    expect(row).to include(status: "pending", event_type: "charge.succeeded")
+
+    status, _, text = @puma.post("/webhooks/stripe", body, headers) # the sender's retry
+    expect([status, JSON.parse(text)["status"]]).to eq([200, "duplicate"])
+    expect(inbox_rows(@pg, @scope).find { |r| r[:event_id] == "evt_dropped" }).to eq(row)
+  ensure
+    locker&.close
+  end
+end
