@@ -26,8 +26,17 @@ module WebhookInbox
   # ActiveRecord's connection inside ActiveRecord::Base.transaction, the block runs in that
   # transaction for a newly accepted event, and 200 is rendered only after the commit. If
   # the block raises, both roll back and the exception propagates (500: the sender retries).
+  #
+  # Including it also stops Rails from parsing the request body into params (and so from
+  # logging the payload in "Parameters:"): include it in controllers that receive webhooks.
   module Controller
     private
+
+    # The body is the signed payload: never parsed into params, never logged as params.
+    def process_action(*)
+      request.env["action_dispatch.request.request_parameters"] ||= {}
+      super
+    end
 
     def receive_webhook(name, scope: nil, secrets: nil, transactional: false, **options, &block)
       receiver = WebhookInbox.configuration.receiver(name, scope: scope, secrets: secrets,

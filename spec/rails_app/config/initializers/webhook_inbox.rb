@@ -1,0 +1,19 @@
+# frozen_string_literal: true
+
+WebhookInbox.configure do |c|
+  c.database_url = ENV.fetch("WI_DATABASE_URL")
+  c.pool_size = Integer(ENV.fetch("WI_POOL", "8"))
+  c.logger = Rails.logger
+  c.endpoint(:stripe, secrets: [ENV.fetch("STRIPE_WEBHOOK_SECRET")], scope: ENV.fetch("STRIPE_SCOPE"), tolerance: 300)
+  if ENV["DIDIT_WEBHOOK_SECRET"]
+    c.endpoint(:didit, secrets: [ENV["DIDIT_WEBHOOK_SECRET"]], scope: ENV.fetch("DIDIT_SCOPE", "didit:app:live"))
+  end
+end
+
+# Shows what subscribers get (the spec reads these lines): no payload, no secrets.
+if ENV["WI_LOG_NOTIFICATIONS"]
+  ActiveSupport::Notifications.subscribe("receive.webhook_inbox") do |_name, _start, _finish, _id, payload|
+    $stdout.puts "notification receive.webhook_inbox #{payload.sort.map { |k, v| "#{k}=#{v}" }.join(' ')}"
+    $stdout.flush
+  end
+end
