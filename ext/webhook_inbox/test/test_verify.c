@@ -1,0 +1,358 @@
+/* test_verify.c - table-driven unit tests of the pure-C verification core: header
+ * tokenizers (at every truncation point), codecs, HMAC, JSON scanner, canonical JSON and
+ * scheme rules. Each input is copied into an exactly-sized heap buffer so that
+ * AddressSanitizer catches any read past its end. */
+#include <openssl/hmac.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../canon.h"
+#include "../hmac.h"
+#include "../json.h"
+#include "../sig.h"
+#include "../sig_header.h"
+
+static int failures, checks;
+
+#define CHECK(cond, ...)                                               \
+    do {                                                               \
+        checks++;                                                      \
+        if (!(cond)) {                                                 \
+            failures++;                                                \
+            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                              \
+            fputc('\n', stderr);                                       \
+        }                                                              \
+    } while (0)
+
+/* An exactly-sized heap copy of s[0..n): reading s[n] is a heap overflow under ASan. */
+static char *exact(const char *s, size_t n)
+{
+    char *p = malloc(n ? n : 1);
+    if (!p) abort();
+    memcpy(p, s, n);
+    return p;
+}
+
+/* ---- k=v iterator ---- */
+
+struct kv_case {
+    const char *in;
+    char sep, eq;
+    const char *expect; /* items rendered "key=value|" ("key|" when no value) */
+};
+
+static void render_kv(const char *s, size_t n, char sep, char eq, char *out, size_t cap)
+{
+    struct wi_kv_iter it;
+    struct wi_slice k, v;
+    size_t o = 0;
+    wi_kv_init(&it, s, n, sep, eq);
+    out[0] = '\0';
+    while (wi_kv_next(&it, &k, &v)) {
+        CHECK(k.p >= s && k.p + k.n <= s + n, "key slice out of the buffer");
+        if (v.p) CHECK(v.p >= s && v.p + v.n <= s + n, "value slice out of the buffer");
+        o += (size_t)snprintf(out + o, cap - o, v.p ? "%.*s=%.*s|" : "%.*s|", (int)k.n, k.p,
+                              (int)v.n, v.p ? v.p : "");
+        if (o >= cap) break;
+    }
+}
+
+static void test_kv(void)
+{
+    static const struct kv_case cases[] = {
+        {"t=1700000000,v1=abc,v0=def", ',', '=', "t=1700000000|v1=abc|v0=def|"},
+        {"t=1, v1=a ,,v1=b=c", ',', '=', "t=1|v1=a|v1=b=c|"},
+        {"ts=1671552777;h1=aa;h1=bb", ';', '=', "ts=1671552777|h1=aa|h1=bb|"},
+        {"v1,AAA= v1a,BBB  v2,CC", ' ', ',', "v1=AAA=|v1a=BBB|v2=CC|"},
+        {"", ',', '=', ""},
+        {",,,", ',', '=', ""},
+        {"novalue", ',', '=', "novalue|"},
+        {"=x", ',', '=', "=x|"},
+        {"k=", ',', '=', "k=|"},
+        {"\tt = 5 \t", ',', '=', "t=5|"},
+    };
+    char got[512];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const struct kv_case *c = &cases[i];
+        size_t n = strlen(c->in);
+        char *buf = exact(c->in, n);
+        render_kv(buf, n, c->sep, c->eq, got, sizeof got);
+        CHECK(strcmp(got, c->expect) == 0, "kv(%s): got %s want %s", c->in, got, c->expect);
+        for (size_t cut = 0; cut <= n; cut++) { /* every truncation point */
+            char *t = exact(c->in, cut);
+            render_kv(t, cut, c->sep, c->eq, got, sizeof got);
+            free(t);
+        }
+        free(buf);
+    }
+    struct wi_kv_iter it;
+    struct wi_slice k, v;
+    wi_kv_init(&it, NULL, 0, ',', '=');
+    CHECK(!wi_kv_next(&it, &k, &v), "NULL input yields nothing");
+}
+
+static void test_ts_and_prefix(void)
+{
+    static const struct { const char *in; int ok; long long v; } ts[] = {
+        {"0", 1, 0}, {"1700000000", 1, 1700000000LL}, {"999999999999999999", 1, 999999999999999999LL},
+        {"", 0, 0}, {"-1", 0, 0}, {"1e9", 0, 0}, {" 1", 0, 0}, {"1234567890123456789", 0, 0}, {"12a", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
+        size_t n = strlen(ts[i].in);
+        char *b = exact(ts[i].in, n);
+        int64_t v = -1;
+        int r = wi_parse_unix_ts((struct wi_slice){b, n}, &v);
+        CHECK((r == 0) == ts[i].ok && (!ts[i].ok || v == ts[i].v), "ts(%s)", ts[i].in);
+        free(b);
+    }
+    struct wi_slice rest;
+    CHECK(wi_slice_strip_prefix((struct wi_slice){"sha256=ab", 9}, "sha256=", &rest) && rest.n == 2, "prefix");
+    CHECK(!wi_slice_strip_prefix((struct wi_slice){"sha25", 5}, "sha256=", &rest), "short prefix");
+    CHECK(!wi_slice_strip_prefix((struct wi_slice){NULL, 0}, "x", &rest), "absent prefix");
+    CHECK(wi_slice_eq((struct wi_slice){"v1", 2}, "v1") && !wi_slice_eq((struct wi_slice){"v1", 1}, "v1"), "eq");
+}
+
+static void test_codecs(void)
+{
+    unsigned char out[64];
+    char hex[129];
+    CHECK(wi_hex_decode("00ffAa", 6, out, sizeof out) == 3 && out[1] == 0xff && out[2] == 0xaa, "hex");
+    CHECK(wi_hex_decode("abc", 3, out, sizeof out) == -1, "odd hex");
+    CHECK(wi_hex_decode("zz", 2, out, sizeof out) == -1, "bad hex");
+    CHECK(wi_hex_decode("0000", 4, out, 1) == -1, "hex overflow");
+    wi_hex_encode((const unsigned char *)"\x01\xab", 2, hex);
+    CHECK(strcmp(hex, "01ab") == 0, "hex encode");
+    static const struct { const char *in; long n; const char *out; } b64[] = {
+        {"", 0, ""}, {"Zg==", 1, "f"}, {"Zm8=", 2, "fo"}, {"Zm9v", 3, "foo"}, {"Zg", 1, "f"},
+        {"Zm9vYg==", 4, "foob"}, {"Z", -1, NULL}, {"Zg=", -1, NULL}, {"Zh==", -1, NULL},
+        {"Zm9v!", -1, NULL}, {"=", -1, NULL}, {"Zm8_", 3, "fo?"}, {"Zg===", -1, NULL},
+    };
+    for (size_t i = 0; i < sizeof b64 / sizeof *b64; i++) {
+        size_t n = strlen(b64[i].in);
+        char *b = exact(b64[i].in, n);
+        long r = wi_b64_decode(b, n, out, sizeof out);
+        CHECK(r == b64[i].n && (r < 0 || memcmp(out, b64[i].out, (size_t)r) == 0), "b64(%s) = %ld", b64[i].in, r);
+        free(b);
+    }
+    CHECK(wi_b64_decode("Zm9vYg==", 8, out, 3) == -1, "b64 overflow");
+    CHECK(wi_ct_equal("abc", "abc", 3) && !wi_ct_equal("abc", "abd", 3), "ct_equal");
+}
+
+static void test_hmac(void)
+{
+    /* RFC 4231 test case 2 and 3-part split equivalence; key longer than a block. */
+    struct wi_err err;
+    unsigned char mac[WI_HMAC_MAX], ref[EVP_MAX_MD_SIZE];
+    unsigned int rl;
+    char hex[129];
+    struct wi_hmac_key *k = wi_hmac_key_new(WI_HMAC_SHA256, "Jefe", 4, &err);
+    struct wi_slice parts[3] = {{"what do ya want ", 16}, {NULL, 0}, {"for nothing?", 12}};
+    CHECK(k && wi_hmac_compute(k, parts, 3, mac, &err) == 32, "compute");
+    wi_hex_encode(mac, 32, hex);
+    CHECK(strcmp(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843") == 0, "rfc4231: %s", hex);
+    wi_hmac_key_free(k);
+    wi_hmac_key_free(NULL);
+
+    char longkey[300];
+    memset(longkey, 0xaa, sizeof longkey);
+    static const enum wi_hmac_alg algs[] = {WI_HMAC_SHA1, WI_HMAC_SHA256, WI_HMAC_SHA512};
+    const EVP_MD *mds[] = {EVP_sha1(), EVP_sha256(), EVP_sha512()};
+    for (int a = 0; a < 3; a++)
+        for (size_t kl = 0; kl <= sizeof longkey; kl += 37) {
+            k = wi_hmac_key_new(algs[a], longkey, kl, &err);
+            struct wi_slice p = {"message", 7};
+            int n = k ? wi_hmac_compute(k, &p, 1, mac, &err) : -1;
+            HMAC(mds[a], longkey, (int)kl, (const unsigned char *)"message", 7, ref, &rl);
+            CHECK(n == (int)rl && memcmp(mac, ref, rl) == 0, "alg %d key %zu matches OpenSSL HMAC()", a, kl);
+            wi_hmac_key_free(k);
+        }
+}
+
+/* ---- JSON ---- */
+
+static void test_json(void)
+{
+    static const struct { const char *in; int valid; int jsonb; } docs[] = {
+        {"{}", 1, 1}, {" [1, 2.5e-3, -0, true, false, null, \"x\"] ", 1, 1}, {"\"\\u00e9\\/\"", 1, 1},
+        {"{\"a\":{\"b\":[{}]}}", 1, 1}, {"{\"a\":\"\\u0000\"}", 1, 0}, {"\"\\udc00\"", 1, 0},
+        {"\"\\ud800x\"", 1, 0}, {"\"\\ud83d\\ude00\"", 1, 1}, {"1e999999", 1, 0}, {"1e99", 1, 1},
+        {"", 0, 0}, {"{", 0, 0}, {"{\"a\"}", 0, 0}, {"{\"a\":}", 0, 0}, {"[1,]", 0, 0},
+        {"01", 0, 0}, {"1.", 0, 0}, {"-", 0, 0}, {".5", 0, 0}, {"\"\x01\"", 0, 0}, {"\"\\x\"", 0, 0},
+        {"\"\\u12\"", 0, 0}, {"\"\xc3\"", 0, 0}, {"\"\xed\xa0\x80\"", 0, 0}, {"\"\xf4\x90\x80\x80\"", 0, 0},
+        {"\"\xe2\x82\xac\"", 1, 1}, {"tru", 0, 0}, {"nul", 0, 0}, {"{} {}", 0, 0}, {"NaN", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
+        size_t n = strlen(docs[i].in);
+        char *b = exact(docs[i].in, n);
+        struct wi_err err;
+        int unsafe = -1;
+        int r = wi_json_scan(b, n, 0, NULL, 0, &unsafe, &err);
+        CHECK((r == 0) == docs[i].valid, "scan(%s) = %d", docs[i].in, r);
+        CHECK(wi_json_jsonb_safe(b, n) == docs[i].jsonb, "jsonb_safe(%s)", docs[i].in);
+        for (size_t cut = 0; cut < n; cut++) { /* truncations never read past the end */
+            char *t = exact(docs[i].in, cut);
+            (void)wi_json_scan(t, cut, 0, NULL, 0, NULL, NULL);
+            (void)wi_json_jsonb_safe(t, cut);
+            free(t);
+        }
+        free(b);
+    }
+    char deep[2 * WI_JSON_MAX_DEPTH + 10];
+    size_t d = WI_JSON_MAX_DEPTH + 2;
+    memset(deep, '[', d);
+    memset(deep + d, ']', d);
+    CHECK(wi_json_scan(deep, 2 * d, 0, NULL, 0, NULL, NULL) == -1, "too deep");
+
+    const char *doc = "{\"x\":{\"id\":\"inner\"},\"id\":\"evt_\\u0031\",\"type\":\"a.b\",\"n\":12,\"id\":\"dup\"}";
+    struct wi_json_field f[4] = {{.name = "id"}, {.name = "type"}, {.name = "n"}, {.name = "missing"}};
+    CHECK(wi_json_scan(doc, strlen(doc), 0, f, 4, NULL, NULL) == 0, "scan fields");
+    CHECK(f[0].kind == WI_JSON_STRING && f[0].escaped && f[0].value.n == 10, "id field (first wins, top level only)");
+    char un[16];
+    size_t un_n = wi_json_unescape(f[0].value.p, f[0].value.n, un);
+    CHECK(un_n == 5 && memcmp(un, "evt_1", 5) == 0, "unescape id");
+    CHECK(f[1].kind == WI_JSON_STRING && f[1].value.n == 3, "type field");
+    CHECK(f[2].kind == WI_JSON_NUMBER && f[2].value.n == 2, "number field");
+    CHECK(f[3].kind == WI_JSON_ABSENT, "missing field");
+    struct wi_json_field g[1] = {{.name = "id"}};
+    const char *early = "{\"id\":\"a\", garbage";
+    CHECK(wi_json_scan(early, strlen(early), WI_JSON_STOP_EARLY, g, 1, NULL, NULL) == 0 && g[0].value.n == 1, "stop early");
+}
+
+static void test_canon(void)
+{
+    static const struct { const char *in, *out; } cases[] = {
+        {"{\"b\":1,\"a\":[true,false,null]}", "{\"a\":[true,false,null],\"b\":1}"},
+        {"{\"10\":1,\"9\":2,\"2\":3}", "{\"10\":1,\"2\":3,\"9\":2}"},
+        {"[100.0,-0.0,1e-07,95.4,1E+2,1e16,1e-4,1e-5,0.5,-2.5e-10]",
+         "[100,0,1e-07,95.4,100,10000000000000000,0.0001,1e-05,0.5,-2.5e-10]"},
+        {"[123456789012345678901234567890,-0,1e400,-1e400,1e-400]", "[123456789012345678901234567890,0,Infinity,-Infinity,0]"},
+        {"[1.7976931348623157e308]", "[179769313486231570814527423731704356798070567525844996598917476803157260780028538760589558632766878171540458953514382464234321326889464182768467546703537516986049910576551282076245490090389328944075868508455133942304583236903222948165808559332123348274797826204144723168738177180919299881250404026184124858368]"},
+        {"[5e-324,0.1,0.30000000000000004,2.2250738585072014e-308]", "[5e-324,0.1,0.30000000000000004,2.2250738585072014e-308]"},
+        {"\"\\u00e9\\/\\\"\\\\\\b\\f\\n\\r\\t\\u0001\\u001F\x7f\"", "\"\xc3\xa9/\\\"\\\\\\b\\f\\n\\r\\t\\u0001\\u001f\x7f\""},
+        {"{\"\\ud83d\\ude00\":1,\"\\uffff\":2}", "{\"\xef\xbf\xbf\":2,\"\xf0\x9f\x98\x80\":1}"},
+        {"{\"a\":1,\"a\":2,\"a\":3}", "{\"a\":3}"},
+        {" { } ", "{}"},
+        {"{\"a\\u0000\":\"\\u0000\"}", "{\"a\\u0000\":\"\\u0000\"}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t n = strlen(cases[i].in);
+        char *b = exact(cases[i].in, n), *out = NULL;
+        size_t on = 0;
+        struct wi_err err;
+        int r = wi_canon_didit(b, n, &out, &on, &err);
+        CHECK(r == 0 && on == strlen(cases[i].out) && memcmp(out, cases[i].out, on) == 0,
+              "canon(%s) = %.*s", cases[i].in, (int)on, out ? out : "");
+        wi_canon_free(out);
+        for (size_t cut = 0; cut < n; cut++) {
+            char *t = exact(cases[i].in, cut);
+            if (wi_canon_didit(t, cut, &out, &on, &err) == 0) wi_canon_free(out);
+            free(t);
+        }
+        free(b);
+    }
+    static const char *const bad[] = {"", "{", "[1,]", "\"\\ud800\"", "{\"\\udc00\":1}", "01", "\"\xff\""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *out = NULL;
+        size_t on;
+        struct wi_err err;
+        CHECK(wi_canon_didit(bad[i], strlen(bad[i]), &out, &on, &err) == -1 && out == NULL &&
+                  err.code >= WI_JSON_E_SYNTAX, "canon rejects %s", bad[i]);
+    }
+}
+
+/* ---- schemes ---- */
+
+static struct wi_sig_verifier *make(enum wi_sig_scheme s, const char *secret)
+{
+    struct wi_sig_config cfg = {.scheme = s, .tolerance = 300, .max_body = 1 << 20};
+    struct wi_err err;
+    struct wi_sig_verifier *v = wi_sig_verifier_new(&cfg, &err);
+    if (!v || (secret && wi_sig_verifier_add_secret(v, secret, strlen(secret), &err))) abort();
+    return v;
+}
+
+static char last_id[128]; /* event id of the last verify1 call */
+
+static int verify1(const struct wi_sig_verifier *v, const char *body, const char *h0, const char *h1,
+                   int64_t now, struct wi_sig_event *ev)
+{
+    struct wi_sig_request req = {.now = now};
+    struct wi_err err;
+    char *b = exact(body, strlen(body)), *x0 = h0 ? exact(h0, strlen(h0)) : NULL,
+         *x1 = h1 ? exact(h1, strlen(h1)) : NULL;
+    req.body = (struct wi_slice){b, strlen(body)};
+    req.hdr[0] = (struct wi_slice){x0, h0 ? strlen(h0) : 0};
+    req.hdr[1] = (struct wi_slice){x1, h1 ? strlen(h1) : 0};
+    int r = wi_sig_verify(v, &req, ev, &err) ? err.code : 0;
+    snprintf(last_id, sizeof last_id, "%.*s", ev->id.p ? (int)ev->id.n : 0, ev->id.p ? ev->id.p : "");
+    ev->id.p = ev->type.p = NULL; /* they pointed into buffers freed below */
+    free(b);
+    free(x0);
+    free(x1);
+    return r;
+}
+
+static void test_schemes(void)
+{
+    struct wi_sig_event ev;
+    const char *stripe_body = "{\"id\":\"evt_test_webhook\",\"object\":\"event\"}";
+    const char *stripe_hdr = "t=1700000000,v1=d95c6b7477fbd7e9f90b1b0ef5f9c7ac25abca5382460e0d988c2b2a5b71b990";
+    struct wi_sig_verifier *v = make(WI_SCHEME_STRIPE, "whsec_test_secret");
+    CHECK(verify1(v, stripe_body, stripe_hdr, NULL, 1700000000, &ev) == 0, "stripe vector");
+    CHECK(strcmp(last_id, "evt_test_webhook") == 0 && ev.has_timestamp && ev.timestamp == 1700000000, "stripe event");
+    CHECK(verify1(v, stripe_body, stripe_hdr, NULL, 1700000301, &ev) == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "stripe late");
+    CHECK(verify1(v, stripe_body, stripe_hdr, NULL, 1699999699, &ev) == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "stripe early");
+    size_t n = strlen(stripe_hdr);
+    for (size_t cut = 0; cut < n; cut++) { /* every truncation of the header fails */
+        char t[128];
+        memcpy(t, stripe_hdr, cut);
+        t[cut] = '\0';
+        int r = verify1(v, stripe_body, t, NULL, 1700000000, &ev);
+        CHECK(r == WI_SIG_E_MISSING_SIGNATURE || r == WI_SIG_E_MALFORMED_SIGNATURE || r == WI_SIG_E_SIGNATURE_MISMATCH,
+              "stripe header cut at %zu -> %d", cut, r);
+    }
+    wi_sig_verifier_free(v);
+
+    v = make(WI_SCHEME_GITHUB, "It's a Secret to Everybody");
+    const char *gh = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+    CHECK(verify1(v, "Hello, World!", gh, NULL, 0, &ev) == 0 && !last_id[0] &&
+              strcmp(ev.body_sha256, "dffd6021bb2bd5b0af676290809ec3a53191dd81c7f70a4b28688a362182986f") == 0, "github vector");
+    CHECK(verify1(v, "Hello, World?", gh, NULL, 0, &ev) == WI_SIG_E_SIGNATURE_MISMATCH, "github tampered");
+    CHECK(verify1(v, "Hello, World!", NULL, NULL, 0, &ev) == WI_SIG_E_MISSING_SIGNATURE, "github missing");
+    wi_sig_verifier_free(v);
+
+    v = make(WI_SCHEME_PADDLE, NULL);
+    CHECK(verify1(v, "{}", "ts=1;h1=00", NULL, 1, &ev) == WI_SIG_E_NO_SECRET, "no secret");
+    struct wi_err err;
+    CHECK(wi_sig_verifier_add_secret(v, "", 0, &err) == -1 && err.code == WI_ERR_ARG, "empty secret");
+    CHECK(wi_sig_verifier_add_secret(v, "abc\n", 4, &err) == -1 && strstr(err.msg, "whitespace") && !strstr(err.msg, "abc"),
+          "whitespace secret: %s", err.msg);
+    CHECK(wi_sig_verifier_add_secret(v, "pdl_ntfset_test", 15, &err) == 0, "add secret");
+    const char *pb = "{\"event_id\":\"evt_01h\",\"event_type\":\"transaction.completed\",\"data\":{\"id\":1}}";
+    CHECK(verify1(v, pb, "ts=1671552777;h1=00;h1=4547cb19b3cafbc9c03860fccdcd254422692a7fc8b4d6085fa3b41f98c1e907",
+                  NULL, 1671552777, &ev) == 0 && strcmp(last_id, "evt_01h") == 0, "paddle: second h1 matches");
+    wi_sig_verifier_free(v);
+
+    struct wi_sig_config big = {.scheme = WI_SCHEME_GITHUB, .tolerance = 300, .max_body = 4};
+    v = wi_sig_verifier_new(&big, &err);
+    CHECK(verify1(v, "12345", NULL, NULL, 0, &ev) == WI_SIG_E_PAYLOAD_TOO_LARGE, "size first, before no_secret");
+    wi_sig_verifier_free(v);
+    wi_sig_verifier_free(NULL);
+
+    struct wi_sig_config bad = {.scheme = WI_SCHEME_HMAC, .alg = WI_HMAC_SHA256, .signature_header = "x-sig", .template = "{id}.{body}"};
+    CHECK(wi_sig_verifier_new(&bad, &err) == NULL && err.code == WI_ERR_ARG, "template {id} without id header");
+}
+
+int main(void)
+{
+    test_kv();
+    test_ts_and_prefix();
+    test_codecs();
+    test_hmac();
+    test_json();
+    test_canon();
+    test_schemes();
+    printf("verify core: %d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}

@@ -1,0 +1,29 @@
+# frozen_string_literal: true
+
+# verify.rake - C suites of the verification core, hooked into :c_tests (and so :test_all):
+# unit tests, the same tests under ASan/UBSan, and bounded libFuzzer runs.
+namespace :verify do
+  dir = File.expand_path("../ext/webhook_inbox", __dir__)
+  fuzz_time = ENV.fetch("FUZZ_TIME", "20")
+
+  desc "Verification core C unit tests (ext/webhook_inbox/test)"
+  task :ctest do
+    sh "make", "-s", "-C", "#{dir}/test", "test"
+  end
+
+  desc "Verification core C unit tests under -fsanitize=address,undefined"
+  task :asan do
+    sh "make", "-s", "-C", "#{dir}/test", "asan"
+  end
+
+  desc "libFuzzer runs of the header parsers/verifier and the canonicalizer (FUZZ_TIME s each)"
+  task :fuzz do
+    if system("command -v clang-14 >/dev/null 2>&1")
+      sh "make", "-s", "-C", "#{dir}/fuzz", "run", "FUZZ_TIME=#{fuzz_time}"
+    else
+      warn "verify:fuzz skipped: clang-14 (with libclang-rt-14-dev) not found"
+    end
+  end
+end
+
+task c_tests: ["verify:ctest", "verify:asan", "verify:fuzz"]
