@@ -327,26 +327,14 @@ static int put_int(struct canon *c, const char *s, size_t n)
     return put(c, s, n);
 }
 
-/* Python repr of a finite, non-integral double: shortest digits that round-trip. */
-static int put_repr(struct canon *c, double d)
+/* Prints digits[0..nd) (no leading/trailing zeros, nd >= 1) scaled so that the value is
+ * 0.d1d2... * 10^decpt, the way Python's float repr does: fixed notation when
+ * -4 < decpt <= 16, else d.ddde[+-]XX. */
+static int put_digits(struct canon *c, int neg, const char *digits, int nd, int decpt)
 {
-    char tmp[40], digits[20], out[48];
-    int prec, exp10, nd = 0, o = 0;
-    for (prec = 0; prec < 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*e", prec, d);
-        if (strtod(tmp, NULL) == d) break;
-    }
-    if (prec == 17) snprintf(tmp, sizeof tmp, "%.16e", d);
-    const char *t = tmp;
-    if (*t == '-') {
-        out[o++] = '-';
-        t++;
-    }
-    for (; *t && *t != 'e'; t++)
-        if (*t != '.') digits[nd++] = *t;
-    exp10 = atoi(t + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    int decpt = exp10 + 1;
+    char out[64];
+    int o = 0;
+    if (neg) out[o++] = '-';
     if (decpt > -4 && decpt <= 16) {
         if (decpt <= 0) {
             out[o++] = '0', out[o++] = '.';
@@ -357,27 +345,96 @@ static int put_repr(struct canon *c, double d)
                 if (i == decpt) out[o++] = '.';
                 out[o++] = digits[i];
             }
-            if (nd <= decpt) { /* unreachable for non-integral values; kept for safety */
-                for (int i = nd; i < decpt; i++) out[o++] = '0';
-                out[o++] = '.', out[o++] = '0';
-            }
+            for (int i = nd; i < decpt; i++) out[o++] = '0'; /* integral: only from the fast path */
         }
     } else {
+        int e = decpt - 1;
         out[o++] = digits[0];
         if (nd > 1) {
             out[o++] = '.';
             for (int i = 1; i < nd; i++) out[o++] = digits[i];
         }
-        o += snprintf(out + o, sizeof out - (size_t)o, "e%c%02d", exp10 < 0 ? '-' : '+',
-                      exp10 < 0 ? -exp10 : exp10);
+        o += snprintf(out + o, sizeof out - (size_t)o, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
     }
     return put(c, out, (size_t)o);
+}
+
+/* Python repr of a finite, non-integral double: the shortest digits that round-trip. */
+static int put_repr(struct canon *c, double d)
+{
+    char tmp[40], digits[20];
+    int prec, nd = 0;
+    for (prec = 0; prec < 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec, d);
+        if (strtod(tmp, NULL) == d) break;
+    }
+    if (prec == 17) snprintf(tmp, sizeof tmp, "%.16e", d);
+    const char *t = tmp + (tmp[0] == '-');
+    for (; *t && *t != 'e'; t++)
+        if (*t != '.') digits[nd++] = *t;
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    return put_digits(c, d < 0, digits, nd, atoi(t + 1) + 1);
+}
+
+/* Fast path for the common case: a number text with at most 15 significant digits and a
+ * moderate exponent. Any two such decimals map to distinct doubles (DBL_DIG is 15), so its
+ * own digits are the shortest round-trip digits and no strtod/printf is needed. Returns 1
+ * when it printed the number, 0 to fall back, -1 on error. */
+static int put_float_fast(struct canon *c, const char *s, size_t n)
+{
+    char digits[16];
+    int nd = 0, neg = 0, decpt = 0, seen_point = 0, leading = 1;
+    long exp = 0;
+    size_t i = 0;
+    if (s[0] == '-') neg = 1, i = 1;
+    for (; i < n && s[i] != 'e' && s[i] != 'E'; i++) {
+        if (s[i] == '.') {
+            seen_point = 1;
+            continue;
+        }
+        if (leading && s[i] == '0') {
+            if (seen_point) decpt--;
+            continue;
+        }
+        leading = 0;
+        if (nd == 15) {
+            if (s[i] != '0') return 0; /* more than 15 significant digits */
+            if (!seen_point) decpt++;
+            continue;
+        }
+        digits[nd++] = s[i];
+        if (!seen_point) decpt++;
+    }
+    if (i < n) { /* exponent */
+        int eneg = 0;
+        i++;
+        if (s[i] == '+' || s[i] == '-') eneg = s[i++] == '-';
+        for (; i < n; i++) {
+            exp = exp * 10 + (s[i] - '0');
+            if (exp > 10000) return 0;
+        }
+        if (eneg) exp = -exp;
+    }
+    while (nd > 0 && digits[nd - 1] == '0') nd--;
+    if (nd == 0) return putc_(c, '0') == 0 ? 1 : -1; /* 0.0, -0.0, 0e5: int 0 */
+    decpt += (int)exp;
+    if (decpt < -290 || decpt > 15) return 0;      /* subnormal/huge: exact path */
+    if (decpt >= nd) { /* integral and below 2^53: digits then zeros, as an int */
+        char out[24];
+        int o = 0;
+        if (neg) out[o++] = '-';
+        for (int k = 0; k < decpt; k++) out[o++] = k < nd ? digits[k] : '0';
+        return put(c, out, (size_t)o) == 0 ? 1 : -1;
+    }
+    return put_digits(c, neg, digits, nd, decpt) == 0 ? 1 : -1;
 }
 
 static int put_float(struct canon *c, const char *s, size_t n)
 {
     char small[64], *buf = small;
     double d;
+    int r = put_float_fast(c, s, n);
+    if (r) return r < 0 ? -1 : 0;
     if (n >= sizeof small && !(buf = arena_alloc(c, n + 1))) return -1;
     memcpy(buf, s, n);
     buf[n] = '\0';
