@@ -116,21 +116,30 @@ static void insert_ubf(void *p)
     wi_store_interrupt(((struct insert_call *)p)->store);
 }
 
+/* Runs the call without the GVL. An interrupt (a pending time-slice switch, a signal
+ * handler, Thread#raise) either stops it before it starts or makes the core give up
+ * (dropping the connection); rb_thread_check_ints() then runs the interrupt - raising if
+ * it is an exception - and otherwise the call is simply made again: ON CONFLICT makes a
+ * repeated insert idempotent. */
 static void run_nogvl(struct conn *c, struct insert_call *a)
 {
+    struct wi_store_row row = a->row; /* the pre-check may rewrite a->row */
+
     a->store = c->store;
-    /* If an interrupt is already pending, _gvl2 returns without calling us. */
-    a->rc = -1;
-    a->err.code = WI_STORE_EINTR;
-    snprintf(a->err.msg, sizeof a->err.msg, "interrupted");
-    c->busy = 1;
-    /* _gvl2: no interrupt check (no raise/throw) before busy is cleared. */
-    rb_thread_call_without_gvl2(insert_nogvl, a, insert_ubf, a);
-    c->busy = 0;
-    if (a->rc < 0) {
-        if (a->err.code == WI_STORE_EINTR)
-            rb_thread_check_ints(); /* raises Thread#raise / Timeout / kill first */
-        raise_store_err(&a->err);
+    for (;;) {
+        a->row = row;
+        a->rc = -1; /* stays so when _gvl2 returns without calling us */
+        a->err.code = WI_STORE_EINTR;
+        snprintf(a->err.msg, sizeof a->err.msg, "interrupted");
+        c->busy = 1;
+        /* _gvl2: no interrupt check (no raise/throw) before busy is cleared. */
+        rb_thread_call_without_gvl2(insert_nogvl, a, insert_ubf, a);
+        c->busy = 0;
+        if (a->rc == 0)
+            return;
+        if (a->err.code != WI_STORE_EINTR)
+            raise_store_err(&a->err);
+        rb_thread_check_ints();
     }
 }
 
