@@ -17,7 +17,9 @@ class Stack
 
   attr_reader :pg, :port, :log_dir
 
-  def initialize(sidecars: 2, sidecar_args: [], log_dir: nil, pg_settings: {})
+  # Sidecars retry quickly here (200 ms backoff base, 500 ms polling) so stories stay short.
+  def initialize(sidecars: 2, sidecar_args: %w[--backoff-base 200ms --backoff-cap 2s --poll-interval 500ms],
+                 log_dir: nil, pg_settings: {})
     # A killed client's backend notices within 250 ms even while it waits on a lock.
     pg_settings = { "client_connection_check_interval" => "250ms" }.merge(pg_settings)
     @sidecar_count = sidecars
@@ -30,7 +32,7 @@ class Stack
   def start
     @pg = ThrowawayPostgres.new(settings: @pg_settings)
     run_sidecar_command("migrate")
-    @pg.psql_file(File.join(ROOT, "db/examples/orders.sql"))
+    %w[orders receipts].each { |example| @pg.psql_file(File.join(ROOT, "db/examples/#{example}.sql")) }
     start_puma
     @sidecar_count.times { |i| start_sidecar(i) }
     self
@@ -97,6 +99,15 @@ class Stack
 
   def stop_sidecar(index)
     kill_sidecar(index, "TERM")
+  end
+
+  # Stops every running sidecar (TERM); returns their indexes for #resume_sidecars.
+  def pause_sidecars
+    @sidecars.keys.each { |i| stop_sidecar(i) }
+  end
+
+  def resume_sidecars(indexes)
+    indexes.each { |i| start_sidecar(i) }
   end
 
   def sidecar_pids

@@ -11,7 +11,7 @@ require_relative "stack"
 # state) and what the documents expect. bin/demo prints the rows; the failure-matrix spec
 # asserts them. Ids carry a random suffix so steps can run in any order on one stack.
 class Story
-  Row = Struct.new(:name, :request, :observed, :expected, keyword_init: true) do
+  Row = Struct.new(:name, :request, :observed, :expected, :order, keyword_init: true) do
     def ok?
       observed == expected
     end
@@ -43,16 +43,22 @@ class Story
         expected: { http: [200, 200], inbox: "done", order: "paid", transitions: 1, rows: 1 })
   end
 
-  # "stored, then the connection drops before the 200 reaches the sender"
+  # "stored, then the connection drops before the 200 reaches the sender": the sidecars are
+  # paused so the retry meets the row still pending; then processing continues.
   def dropped_connection_retry
     order = new_order(3000)
     event, body = payment(order, 3000)
     headers = Signer.stripe_headers(body, secret: Stack::SECRETS[:stripe])
+    paused = @stack.pause_sidecars
     @stack.post_and_drop("/webhooks/stripe", body, headers) { inbox_rows(event).positive? }
     retry_status, answer = @stack.post("/webhooks/stripe", body, headers)
-    row("retry after a dropped connection", "POST stripe #{event}, drop, retry (#{answer['status'] rescue answer})",
-        [retry_status], event, order,
-        expected: { http: [200], inbox: "done", order: "paid", transitions: 1, rows: 1 })
+    pending_at_retry = inbox_status(event)
+    @stack.resume_sidecars(paused)
+    result = row("retry after a dropped connection", "POST stripe #{event}, drop, retry", [retry_status], event, order,
+                 expected: { http: [200], answer: "duplicate", pending_at_retry: "pending", inbox: "done",
+                             order: "paid", transitions: 1, rows: 1 })
+    result.observed.merge!(answer: (answer["status"] rescue answer), pending_at_retry: pending_at_retry)
+    result
   end
 
   # "bad signature, tampered body, another account's event"
@@ -63,6 +69,15 @@ class Story
     tampered = body.sub('"amount":4000', '"amount":1')
     status, = @stack.post("/webhooks/stripe", tampered, headers)
     row("tampered body", "POST stripe #{event} (amount edited)", [status], event, order, settle: false,
+        expected: { http: [401], inbox: "(none)", order: "awaiting_payment", transitions: 0, rows: 0 })
+  end
+
+  def bad_signature
+    order = new_order(3900)
+    event, body = payment(order, 3900)
+    headers = { "Stripe-Signature" => "t=#{Time.now.to_i},v1=#{'0' * 64}", "Content-Type" => "application/json" }
+    status, = @stack.post("/webhooks/stripe", body, headers)
+    row("bad signature", "POST stripe #{event} (wrong v1)", [status], event, order, settle: false,
         expected: { http: [401], inbox: "(none)", order: "awaiting_payment", transitions: 0, rows: 0 })
   end
 
@@ -81,6 +96,29 @@ class Story
     http = deliver_stripe(body)
     row("amount mismatch", "POST stripe #{event} (4000 for a 5000 order)", http, event, order,
         expected: { http: [200], inbox: "quarantined", order: "awaiting_payment", transitions: 0 })
+  end
+
+  def currency_mismatch
+    order = new_order(5200, currency: "usd")
+    event, body = payment(order, 5200, currency: "jpy")
+    http = deliver_stripe(body)
+    row("currency mismatch", "POST stripe #{event} (jpy for a usd order)", http, event, order,
+        expected: { http: [200], inbox: "quarantined", order: "awaiting_payment", transitions: 0 })
+  end
+
+  # A transient failure: the payment arrives before the order exists. The event is retried
+  # with backoff (attempts recorded) and applied once the order appears.
+  def payment_before_order
+    order = "ord_#{@run}_late_#{SecureRandom.hex(2)}"
+    event, body = payment(order, 5300)
+    http = deliver_stripe(body)
+    @stack.wait_until(timeout: 30) { attempts(event).positive? }
+    retried = inbox_status(event)
+    @stack.sql("INSERT INTO orders (tenant_id, order_id, amount, currency) VALUES ('shop_1', #{@stack.quote(order)}, 5300, 'jpy')")
+    result = row("payment before its order", "POST stripe #{event} (order created later)", http, event, order,
+                 expected: { http: [200], retried: "pending", inbox: "done", order: "paid", transitions: 1 })
+    result.observed[:retried] = retried
+    result
   end
 
   def conflicting_order_change
@@ -152,8 +190,7 @@ class Story
 
   def steps
     %i[normal_payment concurrent_duplicate dropped_connection_retry tampered_body other_account_event
-       amount_mismatch conflicting_order_change stale_stripe_notification stale_didit_notification
-       sidecar_killed_mid_transaction]
+       amount_mismatch stale_stripe_notification stale_didit_notification sidecar_killed_mid_transaction]
   end
 
   # --- building blocks ----------------------------------------------------------------------
@@ -218,6 +255,10 @@ class Story
     @stack.wait_until(timeout: 60) { !%w[pending].include?(inbox_status(event, scope: scope)) }
   end
 
+  def attempts(event, scope: STRIPE)
+    @stack.sql("SELECT attempts FROM webhook_inbox WHERE source_scope = #{@stack.quote(scope)} AND event_id = #{@stack.quote(event)}").to_i
+  end
+
   def handler_blocked?
     @stack.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-inbox-sidecar' " \
                "AND wait_event_type = 'Lock'").to_i.positive?
@@ -230,6 +271,6 @@ class Story
     observed = { http: Array(http), inbox: inbox_status(event), order: order_state(order), transitions: transitions(order) }
     observed[:rows] = inbox_rows(event) if expected.key?(:rows)
     observed[:outcome] = outcome(event) if expected.key?(:outcome)
-    Row.new(name: name, request: request, observed: observed, expected: expected)
+    Row.new(name: name, request: request, observed: observed, expected: expected, order: order)
   end
 end
