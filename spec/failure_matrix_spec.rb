@@ -64,7 +64,8 @@ RSpec.describe "the failure matrix" do
     key = delivery.call("operation_id")
     expect(key).to start_with("receipt:pi_")
 
-    sender = [RbConfig.ruby, File.join(__dir__, "support/receipt_sender.rb"), @stack.pg.url, api.url, "--lease", "0.5"]
+    sender = [RbConfig.ruby, File.join(__dir__, "support/receipt_sender.rb"), @stack.pg.url, api.url, "--lease", "0.5",
+              "--operation", key]
     system(*sender, "--die-after-call")
     expect($?.termsig).to eq(9) # killed after the API answered, before saving
     expect(api.effects[key]).to eq(1)
