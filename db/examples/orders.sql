@@ -117,6 +117,14 @@ BEGIN
         PERFORM webhook_inbox_quarantine('malformed payment_intent: needs data.object.id, amount, currency, metadata.tenant_id, metadata.order_id');
     END IF;
 
+    -- Lock the order first: its latest committed version, and no concurrent change until we
+    -- commit. (Under READ COMMITTED an UPDATE whose snapshot saw another status would simply
+    -- match 0 rows; locking first makes the conditional UPDATE below see the current row.)
+    SELECT * INTO o FROM orders WHERE tenant_id = tenant AND order_id = ord FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'WIR01', MESSAGE = 'order not found yet';
+    END IF;
+
     UPDATE orders
        SET status = 'paid', payment_id = pay, paid_at = now()
      WHERE tenant_id = tenant AND order_id = ord
@@ -128,11 +136,7 @@ BEGIN
         RETURN 'paid';
     END IF;
 
-    -- 0 rows is not success: inspect the order under its row lock.
-    SELECT * INTO o FROM orders WHERE tenant_id = tenant AND order_id = ord FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'WIR01', MESSAGE = 'order not found yet';
-    END IF;
+    -- 0 rows is not success: decide from the locked row.
     IF o.payment_id = pay AND o.amount = amt AND o.currency = cur AND o.status IN ('paid', 'refunded') THEN
         RETURN 'duplicate';
     END IF;
@@ -194,6 +198,11 @@ BEGIN
         PERFORM webhook_inbox_quarantine('malformed charge: needs data.object.id, payment_intent, amount_refunded, currency, metadata.tenant_id, metadata.order_id');
     END IF;
 
+    SELECT * INTO o FROM orders WHERE tenant_id = tenant AND order_id = ord FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'WIR01', MESSAGE = 'order not found yet';
+    END IF;
+
     UPDATE orders
        SET status = 'refunded', refunded_at = now()
      WHERE tenant_id = tenant AND order_id = ord
@@ -204,10 +213,6 @@ BEGIN
         RETURN 'refunded';
     END IF;
 
-    SELECT * INTO o FROM orders WHERE tenant_id = tenant AND order_id = ord FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'WIR01', MESSAGE = 'order not found yet';
-    END IF;
     IF o.status = 'refunded' AND o.payment_id = pay THEN
         RETURN 'duplicate';
     END IF;

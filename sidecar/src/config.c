@@ -49,6 +49,8 @@ static const struct cf_entry table[] = {
      "largest retry delay"},
     {"poll-interval", CF_DURATION, F(poll_interval), "5s", CF_RELOAD, 0, 0, NULL,
      "look for due events at least this often (NOTIFY wakes workers sooner)"},
+    {"lock-timeout", CF_DURATION, F(lock_timeout), "500ms", 0, 0, 0, NULL,
+     "lock_timeout of worker sessions: a handler blocked longer on a row lock fails transiently (retried)"},
     {"unrouted", CF_ENUM, F(unrouted), "ignore", CF_RELOAD, 0, 0, unrouted_names,
      "event types without a route: ignore (done, outcome 'ignored: no route'), quarantine, retry"},
     {"log-level", CF_ENUM, F(log_level), "info", CF_RELOAD, 0, 0, level_names,
@@ -323,8 +325,10 @@ void wi_config_apply_reload(struct wi_config *dst, const struct wi_config *src)
             if (e->type == CF_STR) {
                 const char *a = *(char *const *)d, *b = *(char *const *)s;
                 changed = (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
+            } else if (e->type == CF_DURATION) {
+                changed = *(const double *)d != *(const double *)s;
             } else {
-                changed = memcmp(d, s, sizeof(int)) != 0;
+                changed = *(const int *)d != *(const int *)s;
             }
             if (changed)
                 log_warnx("config_not_reloadable", "option=%s note=\"needs a restart\"", e->name);

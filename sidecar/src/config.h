@@ -19,6 +19,7 @@ struct wi_config {
     double backoff_base;  /* seconds: first retry delay */
     double backoff_cap;   /* seconds: largest retry delay */
     double poll_interval; /* seconds: fallback poll when no NOTIFY arrives */
+    double lock_timeout;  /* seconds: session lock_timeout; a handler waiting longer is retried */
     int unrouted;         /* WI_UNROUTED_* */
     int log_level;        /* WI_LOG_* */
     int log_events;       /* 1: one info line per event */

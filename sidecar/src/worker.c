@@ -24,6 +24,7 @@ static const struct wi_pg_stmt tx_stmts[] = {
     {"wi_commit", "COMMIT"},
     {"wi_rollback", "ROLLBACK"},
     {"wi_listen", "LISTEN webhook_inbox"},
+    {"wi_lock_timeout", "SELECT set_config('lock_timeout', $1, false)"},
 };
 
 /* The per-batch view of the reloadable settings. */
@@ -170,8 +171,10 @@ abort:
 
 static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, struct wi_err *err)
 {
-    struct wi_pg_stmt stmts[8];
+    struct wi_pg_stmt stmts[sizeof tx_stmts / sizeof tx_stmts[0] + 4];
     struct wi_pg *pg;
+    char lock_timeout[32];
+    const char *params[1] = {lock_timeout};
     int n = 0;
     size_t i;
 
@@ -184,11 +187,11 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, struct
     pg = wi_pg_connect(url, stmts, n, err);
     if (!pg)
         return NULL;
-    if (wi_pg_cmd(pg, "wi_listen", 0, NULL, err) < 0) {
+    snprintf(lock_timeout, sizeof lock_timeout, "%ldms", (long)(w->rt->cfg.lock_timeout * 1000));
+    if (wi_pg_cmd(pg, "wi_lock_timeout", 1, params, err) < 0 || wi_pg_cmd(pg, "wi_listen", 0, NULL, err) < 0) {
         wi_pg_free(pg);
         return NULL;
     }
-    (void)w;
     return pg;
 }
 
