@@ -110,6 +110,15 @@ class Stack
     indexes.each { |i| start_sidecar(i) }
   end
 
+  def sidecar_indexes
+    @sidecars.keys
+  end
+
+  # Indexes below the configured count whose sidecar is not running.
+  def sidecar_indexes_missing
+    (0...@sidecar_count).to_a - @sidecars.keys
+  end
+
   def sidecar_pids
     @sidecars.values
   end
