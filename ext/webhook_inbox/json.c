@@ -249,6 +249,35 @@ static int array(struct scan *s, int depth)
     }
 }
 
+/* STOP_EARLY mode: skips a nested container without validating it, only tracking
+ * strings (so brackets inside them do not count) and nesting. */
+static int skip_container(struct scan *s)
+{
+    const char *p = s->p, *end = s->end;
+    long depth = 0;
+    while (p < end) {
+        char c = *p++;
+        if (c == '"') {
+            for (;;) {
+                const char *q = memchr(p, '"', (size_t)(end - p));
+                size_t bs = 0;
+                if (!q) return fail(s, WI_JSON_E_SYNTAX);
+                while (q - bs > p && q[-1 - (long)bs] == '\\') bs++;
+                p = q + 1;
+                if (!(bs & 1)) break;
+            }
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth == 0) {
+                s->p = p;
+                return 0;
+            }
+        }
+    }
+    return fail(s, WI_JSON_E_SYNTAX);
+}
+
 static int value(struct scan *s, int depth, struct wi_json_field *f)
 {
     if (depth > WI_JSON_MAX_DEPTH) return fail(s, WI_JSON_E_DEPTH);
@@ -259,8 +288,10 @@ static int value(struct scan *s, int depth, struct wi_json_field *f)
         s->found++;
     }
     switch (*s->p) {
-    case '{': return object(s, depth);
-    case '[': return array(s, depth);
+    case '{':
+    case '[':
+        if ((s->flags & WI_JSON_STOP_EARLY) && depth > 0) return skip_container(s);
+        return *s->p == '{' ? object(s, depth) : array(s, depth);
     case '"': {
         unsigned sflags = 0;
         struct wi_slice v;

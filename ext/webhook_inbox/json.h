@@ -29,7 +29,8 @@ struct wi_json_field {
 };
 
 /* Scan flags. */
-#define WI_JSON_STOP_EARLY 1u /* return once every field is found; the rest is not checked */
+#define WI_JSON_STOP_EARLY 1u /* extraction only: return once every field is found and skip
+                                 nested containers without validating them */
 
 /* Flags reported by wi_json_string_end. */
 #define WI_JSON_S_ESCAPED 1u   /* the string holds backslash escapes */
@@ -39,7 +40,8 @@ struct wi_json_field {
 /* Validates p[0..n) as one JSON value (surrounding whitespace allowed) and fills the
  * fields found at the top level of an object (the first occurrence of a key wins).
  * Returns 0, or -1 and fills *err (code WI_JSON_E_*). Borrows p; allocates nothing.
- * With WI_JSON_STOP_EARLY, returns 0 as soon as all fields are found. *jsonb_unsafe (may
+ * With WI_JSON_STOP_EARLY the document is not fully validated (nested containers are only
+ * bracket-matched) and 0 is returned as soon as all fields are found. *jsonb_unsafe (may
  * be NULL) is set to 1 when the document holds \u0000, a lone surrogate escape or a number
  * PostgreSQL numeric cannot hold. */
 int wi_json_scan(const char *p, size_t n, unsigned flags, struct wi_json_field *fields,
