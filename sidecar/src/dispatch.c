@@ -11,6 +11,54 @@
 const struct wi_pg_stmt wi_dispatch_stmt = {
     "wi_dispatch", "SELECT result, detail, attempts, latency_ms FROM webhook_inbox_dispatch($1, $2, $3)"};
 
+const struct wi_pg_stmt wi_dispatch_batch_stmt = {
+    "wi_dispatch_batch",
+    "SELECT c.source_scope, c.event_id, c.event_type, d.result, d.detail, d.attempts, d.latency_ms"
+    " FROM (SELECT source_scope, event_id, event_type, next_attempt_at, received_at FROM webhook_inbox"
+    "       WHERE status = 'pending' AND next_attempt_at <= now()"
+    "       ORDER BY next_attempt_at, received_at LIMIT $1::int FOR UPDATE SKIP LOCKED) c"
+    " CROSS JOIN LATERAL webhook_inbox_dispatch(c.source_scope, c.event_id, $2) d"
+    " ORDER BY c.next_attempt_at, c.received_at"};
+
+int wi_dispatch_batch(struct wi_pg *pg, int limit, const char *unrouted, struct wi_batch *b, struct wi_err *err)
+{
+    char lim[16];
+    const char *params[2] = {lim, unrouted};
+    PGresult *res;
+    int i, n;
+
+    wi_batch_free(b);
+    snprintf(lim, sizeof lim, "%d", limit);
+    if (!(res = wi_pg_exec(pg, wi_dispatch_batch_stmt.name, 2, params, PGRES_TUPLES_OK, err)))
+        return -1;
+    if ((n = PQntuples(res)) == 0) {
+        PQclear(res);
+        return 0;
+    }
+    if (!(b->ev = calloc((size_t)n, sizeof *b->ev))) {
+        PQclear(res);
+        return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    }
+    for (i = 0; i < n; i++) {
+        struct wi_event *e = &b->ev[i];
+        b->n = i + 1;
+        e->scope = strdup(PQgetvalue(res, i, 0));
+        e->event_id = strdup(PQgetvalue(res, i, 1));
+        e->event_type = strdup(PQgetvalue(res, i, 2));
+        snprintf(e->result, sizeof e->result, "%s", PQgetvalue(res, i, 3));
+        e->detail = PQgetisnull(res, i, 4) ? NULL : strdup(PQgetvalue(res, i, 4));
+        e->attempts = PQgetisnull(res, i, 5) ? 0 : atoi(PQgetvalue(res, i, 5));
+        e->latency_ms = PQgetisnull(res, i, 6) ? 0 : atof(PQgetvalue(res, i, 6));
+        if (!e->scope || !e->event_id || !e->event_type) {
+            PQclear(res);
+            wi_batch_free(b);
+            return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        }
+    }
+    PQclear(res);
+    return n;
+}
+
 int wi_dispatch(struct wi_pg *pg, struct wi_event *e, const char *unrouted, struct wi_err *err)
 {
     const char *params[3] = {e->scope, e->event_id, unrouted};

@@ -102,10 +102,61 @@ static void record_failure(const struct wi_worker *w, struct wi_pg *pg, struct w
     }
 }
 
-/* One transaction: claim up to batch_size events, dispatch each (a savepoint each, inside
- * SQL), commit; then record transient failures separately. Returns events handled, 0 when
- * nothing was due, -1 on failure (the transaction is rolled back). */
-static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b, uint64_t *rng)
+/* After COMMIT: business work and done/quarantined are durable together. Counts, logs,
+ * and records the transient failures, each in its own transaction. */
+static void after_commit(struct wi_worker *w, struct wi_pg *pg, struct wi_batch *b, const struct snap *s, uint64_t *rng)
+{
+    int i;
+    wi_metrics_add(WI_M_BATCHES, 1);
+    for (i = 0; i < b->n; i++) {
+        struct wi_event *e = &b->ev[i];
+        if (!strcmp(e->result, "done")) {
+            wi_metrics_add(WI_M_DONE, 1);
+            if (s->log_events)
+                log_event(w, e, "done", e->attempts, NULL);
+        } else if (!strcmp(e->result, "quarantined")) {
+            wi_metrics_add(WI_M_QUARANTINED, 1);
+            if (s->log_events)
+                log_event(w, e, "quarantined", e->attempts, NULL);
+        } else if (!strcmp(e->result, "retry")) {
+            record_failure(w, pg, e, s, rng);
+        }
+    }
+}
+
+/* Batched fast path: one statement claims and dispatches the whole batch. Returns events
+ * handled, 0 when nothing was due, -1 when the connection is lost, -2 when the statement
+ * failed (rolled back; the caller redoes the batch one statement per event). */
+static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b, uint64_t *rng)
+{
+    struct wi_err err, rerr;
+    int n;
+
+    if (wi_pg_cmd(pg, "wi_begin", 0, NULL, &err) < 0)
+        goto fail;
+    if ((n = wi_dispatch_batch(pg, s->batch_size, s->unrouted, b, &err)) < 0)
+        goto fail;
+    if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
+        goto fail;
+    if (n > 0)
+        after_commit(w, pg, b, s, rng);
+    return n;
+fail:
+    if (!wi_pg_ok(pg)) {
+        log_warnx("connection_lost", "worker=%d in=transaction error=\"%s\"", w->id, err.msg);
+        return -1;
+    }
+    (void)wi_pg_cmd(pg, "wi_rollback", 0, NULL, &rerr);
+    log_warnx("batch_failed", "worker=%d error=\"%s\" note=\"redoing the batch one event per statement\"", w->id, err.msg);
+    wi_batch_free(b);
+    return -2;
+}
+
+/* One transaction: claim up to batch_size events, dispatch each with its own statement (a
+ * savepoint each, inside SQL), commit; then record transient failures separately. Returns
+ * events handled, 0 when nothing was due, -1 on failure (the transaction is rolled back). */
+static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b,
+                              uint64_t *rng)
 {
     struct wi_err err;
     int i, n, failed_at = -1;
@@ -127,23 +178,7 @@ static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s
     }
     if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
         goto abort;
-    wi_metrics_add(WI_M_BATCHES, 1);
-
-    /* Committed: business work and done/quarantined are durable together. */
-    for (i = 0; i < n; i++) {
-        struct wi_event *e = &b->ev[i];
-        if (!strcmp(e->result, "done")) {
-            wi_metrics_add(WI_M_DONE, 1);
-            if (s->log_events)
-                log_event(w, e, "done", e->attempts, NULL);
-        } else if (!strcmp(e->result, "quarantined")) {
-            wi_metrics_add(WI_M_QUARANTINED, 1);
-            if (s->log_events)
-                log_event(w, e, "quarantined", e->attempts, NULL);
-        } else if (!strcmp(e->result, "retry")) {
-            record_failure(w, pg, e, s, rng);
-        }
-    }
+    after_commit(w, pg, b, s, rng);
     return n;
 
 abort:
@@ -169,9 +204,20 @@ abort:
     return -1;
 }
 
+/* The fused statement first (3 round trips per transaction: BEGIN, claim+dispatch, COMMIT,
+ * whatever the batch size); the stepwise path only to isolate an event whose dispatch
+ * statement failed outright. */
+static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b, uint64_t *rng)
+{
+    int n = run_batch_fused(w, pg, s, b, rng);
+    if (n != -2)
+        return n;
+    return run_batch_stepwise(w, pg, s, b, rng);
+}
+
 static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, struct wi_err *err)
 {
-    struct wi_pg_stmt stmts[sizeof tx_stmts / sizeof tx_stmts[0] + 4];
+    struct wi_pg_stmt stmts[sizeof tx_stmts / sizeof tx_stmts[0] + 5];
     struct wi_pg *pg;
     char lock_timeout[32];
     const char *params[1] = {lock_timeout};
@@ -183,6 +229,7 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, struct
     stmts[n++] = wi_claim_stmt;
     stmts[n++] = wi_next_due_stmt;
     stmts[n++] = wi_dispatch_stmt;
+    stmts[n++] = wi_dispatch_batch_stmt;
     stmts[n++] = wi_retry_stmt;
     pg = wi_pg_connect(url, stmts, n, err);
     if (!pg)

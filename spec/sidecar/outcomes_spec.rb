@@ -167,6 +167,26 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
     end
   end
 
+  it "isolates an event whose dispatch statement fails outright (statement_timeout) without losing the batch" do
+    db.psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION t_sleepy(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_sleep((ev.payload ->> 'sleep')::float8); RETURN 'slept'; END $$;
+      INSERT INTO webhook_inbox_routes VALUES ('test.sleepy', 't_sleepy');
+    SQL
+    db.insert_event("s1", "test.sleepy", { "sleep" => 0 })
+    db.insert_event("s2", "test.sleepy", { "sleep" => 5 })
+    db.insert_event("s3", "test.sleepy", { "sleep" => 0 })
+    # query_canceled is not caught by the handler's EXCEPTION block: the whole statement fails.
+    status, _, log = sidecar("run", "--once", "--database-url", db.url, "--batch-size", "10", "--max-attempts", "1",
+                             env: { "PGOPTIONS" => "-c statement_timeout=300" })
+    expect(status.exitstatus).to eq(0), log
+    expect(db.event("s1")).to include(status: "done", outcome: "slept")
+    expect(db.event("s3")).to include(status: "done", outcome: "slept")
+    expect(db.event("s2")).to include(status: "quarantined", attempts: 1)
+    expect(db.event("s2")[:last_error]).to include("statement timeout")
+    expect(log).to include("msg=batch_failed", "msg=dispatch_failed")
+  end
+
   it "routes by exact type, then the longest prefix pattern, then '*'" do
     db.psql(<<~SQL)
       CREATE OR REPLACE FUNCTION t_route_a(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'a' $$;
