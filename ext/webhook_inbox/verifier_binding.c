@@ -2,6 +2,7 @@
  * header lookup in a Hash or Rack env, Event construction, error mapping. */
 #include <ctype.h>
 #include <limits.h>
+#include <ruby/thread.h>
 #include <string.h>
 #include "bindings.h"
 #include "canon.h"
@@ -212,6 +213,25 @@ static int64_t now_seconds(VALUE now)
     return t;
 }
 
+/* Bodies at least this large are verified without the GVL, so other Ruby threads (Puma)
+ * keep running while a big body is hashed. */
+#define NOGVL_MIN_BODY (64 * 1024)
+
+struct verify_call {
+    const struct wi_sig_verifier *core;
+    const struct wi_sig_request *req;
+    struct wi_sig_event *ev;
+    struct wi_err *err;
+    int rc;
+};
+
+static void *verify_nogvl(void *arg)
+{
+    struct verify_call *c = arg;
+    c->rc = wi_sig_verify(c->core, c->req, c->ev, c->err);
+    return NULL;
+}
+
 static VALUE json_str(struct wi_slice s, int escaped)
 {
     if (!escaped) return rb_utf8_str_new(s.p, (long)s.n);
@@ -254,17 +274,28 @@ static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
         struct scan_ctx c = {v, vals};
         rb_hash_foreach(headers, scan_key, (VALUE)&c);
     }
+    VALUE snap = body;
+    int nogvl = RSTRING_LEN(body) >= NOGVL_MIN_BODY;
+    if (nogvl) { /* frozen (shared, not copied) snapshots: no other thread can change them */
+        snap = rb_str_new_frozen(body);
+        for (size_t i = 0; i < v->nslots; i++)
+            if (vals[i] != Qundef) vals[i] = rb_str_new_frozen(vals[i]);
+    }
     for (size_t i = 0; i < v->nslots; i++)
         if (vals[i] != Qundef) req.hdr[i] = (struct wi_slice){RSTRING_PTR(vals[i]), (size_t)RSTRING_LEN(vals[i])};
-    req.body = (struct wi_slice){RSTRING_PTR(body), (size_t)RSTRING_LEN(body)};
+    req.body = (struct wi_slice){RSTRING_PTR(snap), (size_t)RSTRING_LEN(snap)};
 
-    if (wi_sig_verify(v->core, &req, &ev, &err)) raise_wi_err(&err, Qnil);
+    struct verify_call call = {v->core, &req, &ev, &err, 0};
+    if (nogvl) rb_thread_call_without_gvl(verify_nogvl, &call, NULL, NULL);
+    else verify_nogvl(&call);
+    if (call.rc) raise_wi_err(&err, Qnil);
 
     VALUE id = ev.id.p ? json_str(ev.id, ev.id_escaped) : rb_usascii_str_new(ev.body_sha256, 64);
     VALUE type = ev.type.p ? json_str(ev.type, ev.type_escaped) : Qnil;
     VALUE ts = ev.has_timestamp ? LL2NUM(ev.timestamp) : Qnil;
     VALUE event = rb_struct_new(cEvent, v->provider, id, type, ts, body);
     RB_GC_GUARD(body);
+    RB_GC_GUARD(snap);
     RB_GC_GUARD(headers);
     for (size_t i = 0; i < v->nslots; i++) RB_GC_GUARD(vals[i]);
     return event;

@@ -424,6 +424,18 @@ RSpec.describe WebhookInbox::Verifier do
       expect(small.verify("x" * 10, { "X-Hub-Signature-256" => "sha256=#{hmac_hex("k", "x" * 10)}" }).body).to eq("x" * 10)
     end
 
+    it "verifies large bodies without the GVL, from several threads at once" do
+      v = described_class.new(:stripe, secrets: [secret])
+      body = %({"id":"evt_big","data":"#{"x" * (512 << 10)}","type":"big.one"})
+      h = { "Stripe-Signature" => "t=#{NOW},v1=#{hmac_hex(secret, "#{NOW}.#{body}")}" }
+      bad = { "Stripe-Signature" => "t=#{NOW},v1=#{"0" * 64}" }
+      results = Array.new(4) do |i|
+        Thread.new { Array.new(5) { i.even? ? v.verify(body, h, now: NOW).event_type : reason_of { v.verify(body, bad, now: NOW) } } }
+      end.map(&:value)
+      expect(results).to eq([["big.one"] * 5, [:signature_mismatch] * 5] * 2)
+      expect(v.verify(body, h, now: NOW).body).to equal(body)
+    end
+
     it "raises :no_secret when built with secrets: []" do
       v = described_class.new(:github, secrets: [])
       expect(reason_of { v.verify("{}", { "X-Hub-Signature-256" => "sha256=#{"0" * 64}" }) }).to eq(:no_secret)
