@@ -167,6 +167,31 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
     end
   end
 
+  it "wakes on NOTIFY webhook_inbox (long poll interval) and falls back to polling for rows made due without NOTIFY" do
+    db.add_order("t1", "n1", 100, "usd")
+    db.add_order("t1", "n2", 100, "usd")
+    pid, log = spawn_sidecar("run", "--database-url", db.url, "--concurrency", "1", "--poll-interval", "60s")
+    wait_for(5) { File.read(log).include?("msg=connected") }
+    sleep 0.2 # idle in poll()
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    db.insert_event("e_n1", "payment_intent.succeeded", succeeded("pi_n1", "t1", "n1", 100, "usd"))
+    wait_for(5, 0.01) { db.event("e_n1")[:status] == "done" }
+    expect(Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0).to be < 2 # woken by NOTIFY, not the 60 s poll
+    Process.kill("TERM", pid)
+    expect(wait_exit(pid)&.exitstatus).to eq(0)
+
+    # A row made due by an UPDATE (no NOTIFY): found by the poll interval.
+    db.insert_event("e_n2", "payment_intent.succeeded", succeeded("pi_n2", "t1", "n2", 100, "usd"))
+    db.psql("UPDATE webhook_inbox SET next_attempt_at = now() + interval '1 hour' WHERE event_id = 'e_n2'")
+    pid, = spawn_sidecar("run", "--database-url", db.url, "--concurrency", "1", "--poll-interval", "300ms")
+    sleep 0.5
+    expect(db.event("e_n2")[:status]).to eq("pending")
+    db.psql("UPDATE webhook_inbox SET next_attempt_at = now() WHERE event_id = 'e_n2'")
+    wait_for(5, 0.05) { db.event("e_n2")[:status] == "done" }
+    Process.kill("TERM", pid)
+    expect(wait_exit(pid)&.exitstatus).to eq(0)
+  end
+
   it "isolates an event whose dispatch statement fails outright (statement_timeout) without losing the batch" do
     db.psql(<<~SQL)
       CREATE OR REPLACE FUNCTION t_sleepy(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
