@@ -134,6 +134,36 @@ RSpec.describe WebhookInbox::Inbox do
     blocker&.close
   end
 
+  # The unblocking function is declared async-signal-safe (rb_nogvl UBF_ASYNC_SAFE): on
+  # the main thread Ruby calls it from the signal handler instead of running a helper
+  # thread per insert. A trap must still run during the wait, not after it.
+  it "runs a signal trap on the main thread while it waits on a locked key, then inserts" do
+    blocker = PG.connect(pg.url)
+    blocker.exec("BEGIN")
+    blocker.exec_params("INSERT INTO webhook_inbox (source_scope, event_id) VALUES ($1, 'evt_trap')", [scope])
+    trapped = []
+    old = trap("USR1") { trapped << blocker.exec("ROLLBACK").cmd_status }
+    # A separate process (not a Ruby thread) signals once the insert waits on the row lock.
+    sender = Process.spawn("sh", "-c", <<~SH)
+      for i in $(seq 1 400); do
+        n=$(#{pg.psql_command} -XAtc "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO webhook_inbox%'")
+        if [ "$n" = 1 ]; then kill -USR1 #{Process.pid}; exit 0; fi
+        sleep 0.05
+      done
+      exit 1
+    SH
+    slow = described_class.new(database_url: pg.url, pool_size: 1, statement_timeout: 30)
+    receipt = slow.insert(source_scope: scope, event_id: "evt_trap", payload: "{}")
+    Process.wait(sender)
+    expect($?.exitstatus).to eq(0), "the insert never waited on the row lock"
+    expect(trapped).to eq(["ROLLBACK"])
+    expect(receipt.status).to eq(:accepted)
+  ensure
+    trap("USR1", old || "DEFAULT")
+    blocker&.close
+    slow&.close
+  end
+
   it "raises StoreError without the password when the server is unreachable" do
     url = "postgresql://app:s3cr3t-pw@127.0.0.1:#{ReceiverHelpers.free_port}/db"
     down = described_class.new(database_url: url, connect_timeout: 1)
