@@ -207,7 +207,8 @@ static int64_t now_seconds(VALUE now)
     if (NIL_P(now)) return (int64_t)time(NULL);
     if (RB_INTEGER_TYPE_P(now)) t = NUM2LL(now);
     else if (RB_FLOAT_TYPE_P(now)) t = (long long)RFLOAT_VALUE(now);
-    else t = NUM2LL(rb_funcall(now, id_to_i, 0));
+    else if (rb_obj_is_kind_of(now, rb_cTime)) t = NUM2LL(rb_funcall(now, id_to_i, 0));
+    else rb_raise(rb_eTypeError, "now: must be a Time, an Integer (unix seconds) or nil");
     if (t > (1LL << 60)) t = 1LL << 60;
     if (t < -(1LL << 60)) t = -(1LL << 60);
     return t;
@@ -363,7 +364,9 @@ void wi_verifier_binding_init(VALUE mod)
 
     cEvent = rb_struct_define_under(mod, "Event", "provider", "event_id", "event_type",
                                     "timestamp", "body", NULL);
+    rb_gc_register_mark_object(cEvent);
     cVerifier = rb_define_class_under(mod, "Verifier", rb_cObject);
+    rb_gc_register_mark_object(cVerifier);
     rb_define_alloc_func(cVerifier, verifier_alloc);
     rb_define_private_method(cVerifier, "_setup", verifier_setup, -1);
     rb_define_private_method(cVerifier, "_verify", verifier_verify, 3);

@@ -67,6 +67,11 @@ module WebhookInbox
       _verify(body, headers, now)
     end
 
+    # The native state (HMAC keys) is not copyable; build another Verifier instead.
+    def initialize_copy(_other)
+      raise TypeError, "#{self.class.name} cannot be copied; build another with Verifier.new"
+    end
+
     def inspect
       "#<#{self.class.name} #{@scheme} secrets=#{secret_count} tolerance=#{@tolerance.inspect} " \
         "max_body_bytes=#{@max_body_bytes}>"

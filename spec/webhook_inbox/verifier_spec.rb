@@ -489,8 +489,11 @@ RSpec.describe WebhookInbox::Verifier do
       end
     end
 
-    it "rejects non-String bodies and non-Hash headers" do
+    it "rejects non-String bodies, non-Hash headers, bad now: values and copies" do
       v = described_class.new(:github, secrets: "k")
+      expect { v.verify("{}", {}, now: "1700000000") }.to raise_error(TypeError)
+      expect { v.dup }.to raise_error(TypeError)
+      expect { Marshal.dump(v) }.to raise_error(TypeError)
       expect { v.verify(nil, {}) }.to raise_error(TypeError)
       expect { v.verify("{}", "X-Hub-Signature-256: x") }.to raise_error(TypeError)
     end
