@@ -359,21 +359,70 @@ static int put_digits(struct canon *c, int neg, const char *digits, int nd, int 
     return put(c, out, (size_t)o);
 }
 
-/* Python repr of a finite, non-integral double: the shortest digits that round-trip. */
+/* Parses "%.*e" output into its significant digits (as an integer) and exponent. */
+static void split_e(const char *tmp, unsigned long long *m, int *e)
+{
+    const char *t = tmp + (tmp[0] == '-');
+    *m = 0;
+    for (; *t && *t != 'e'; t++)
+        if (*t != '.') *m = *m * 10 + (unsigned long long)(*t - '0');
+    *e = atoi(t + 1);
+}
+
+/* The double nearest to m * 10^(e - ndig + 1) (m has ndig digits). */
+static double value_of(unsigned long long m, int e, int ndig, int neg)
+{
+    char b[48];
+    snprintf(b, sizeof b, "%s%llue%d", neg ? "-" : "", m, e - ndig + 1);
+    return strtod(b, NULL);
+}
+
+/* Python repr of a finite, non-integral double: the shortest digits that round-trip and,
+ * among those, the nearest. At each length the correctly rounded digits are tried, then
+ * their two neighbours (needed next to powers of two, where the rounding interval is
+ * lopsided: 2**-24 is 5.960464477539063e-08, not ...0625e-08). */
 static int put_repr(struct canon *c, double d)
 {
-    char tmp[40], digits[20];
-    int prec, nd = 0;
-    for (prec = 0; prec < 17; prec++) {
+    char tmp[40], digits[24];
+    unsigned long long m = 0, pow10 = 1;
+    int e = 0, ndig = 1, neg = d < 0, found = 0;
+    for (int prec = 0; prec < 17 && !found; prec++, pow10 *= 10) {
+        ndig = prec + 1;
         snprintf(tmp, sizeof tmp, "%.*e", prec, d);
-        if (strtod(tmp, NULL) == d) break;
+        split_e(tmp, &m, &e);
+        if (strtod(tmp, NULL) == d) {
+            found = 1;
+            break;
+        }
+        unsigned long long up = m + 1, down = m - 1;
+        int eu = e, ed = e;
+        if (up == pow10 * 10) up = pow10, eu = e + 1;
+        if (down < pow10) down = pow10 * 10 - 1, ed = e - 1;
+        int up_ok = value_of(up, eu, ndig, neg) == d, down_ok = value_of(down, ed, ndig, neg) == d;
+        if (up_ok && down_ok) { /* both round-trip: keep the nearer one */
+            long double lu = strtold(tmp, NULL);
+            char bu[48], bd[48];
+            snprintf(bu, sizeof bu, "%llue%d", up, eu - ndig + 1);
+            snprintf(bd, sizeof bd, "%llue%d", down, ed - ndig + 1);
+            long double du = strtold(bu, NULL) - (neg ? -lu : lu), dd = (neg ? -lu : lu) - strtold(bd, NULL);
+            up_ok = du <= dd;
+            down_ok = !up_ok;
+        }
+        if (up_ok) m = up, e = eu, found = 1;
+        else if (down_ok) m = down, e = ed, found = 1;
     }
-    if (prec == 17) snprintf(tmp, sizeof tmp, "%.16e", d);
-    const char *t = tmp + (tmp[0] == '-');
-    for (; *t && *t != 'e'; t++)
-        if (*t != '.') digits[nd++] = *t;
+    if (!found) {
+        snprintf(tmp, sizeof tmp, "%.16e", d);
+        split_e(tmp, &m, &e);
+        ndig = 17;
+    }
+    /* m may have fewer digits than ndig after a carry; render exactly ndig digits */
+    int nd = 0;
+    char rev[24];
+    for (int i = 0; i < ndig; i++, m /= 10) rev[nd++] = (char)('0' + m % 10);
+    for (int i = 0; i < nd; i++) digits[i] = rev[nd - 1 - i];
     while (nd > 1 && digits[nd - 1] == '0') nd--;
-    return put_digits(c, d < 0, digits, nd, atoi(t + 1) + 1);
+    return put_digits(c, neg, digits, nd, e + 1);
 }
 
 /* Fast path for the common case: a number text with at most 15 significant digits and a

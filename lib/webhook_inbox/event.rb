@@ -6,6 +6,13 @@ module WebhookInbox
   # SHA-256 of the body when it has none); event_type: String or nil; timestamp: Integer
   # unix seconds or nil; body: the raw body String as received.
   class Event
+    # Never prints the payload (it may hold personal data): only its size.
+    def inspect
+      "#<#{self.class.name} provider=#{provider.inspect} event_id=#{event_id.inspect} " \
+        "event_type=#{event_type.inspect} timestamp=#{timestamp.inspect} body=(#{body&.bytesize.to_i} bytes)>"
+    end
+    alias to_s inspect
+
     # True when the body is valid JSON PostgreSQL jsonb accepts.
     def jsonb_safe?
       Verifier.jsonb_safe?(body)

@@ -124,6 +124,25 @@ RSpec.describe "WebhookInbox::Verifier.didit_canonical_json" do
     expect(mismatches.first(3).map { |i| [docs[i], expected[i], WebhookInbox::Verifier.didit_canonical_json(docs[i])] }).to eq([])
   end
 
+  it "prints floats like Python repr, including next to powers of two (17-digit inputs)" do
+    skip "python3 not found: cannot compare with Python's float repr" unless python3
+    script = <<~PY
+      import json, random
+      r = random.Random(11)
+      xs = [2.0 ** -n for n in range(1, 1075)] + [-3 * 2.0 ** -n for n in range(1, 1000)]
+      xs += [r.uniform(-1, 1) * 10 ** r.randint(-320, 20) for _ in range(5000)]
+      docs = ["[%s]" % ("%.17g" % x) for x in xs]
+      f = lambda x: int(x) if isinstance(x, float) and x.is_integer() else x
+      print(json.dumps([[d, json.dumps([f(x) for x in json.loads(d)], separators=(",", ":"))] for d in docs]))
+    PY
+    out, status = Open3.capture2(python3, "-c", script)
+    expect(status).to be_success
+    pairs = JSON.parse(out)
+    expect(pairs.size).to be > 7000
+    bad = pairs.reject { |doc, want| WebhookInbox::Verifier.didit_canonical_json(doc) == want }
+    expect(bad.first(3)).to eq([])
+  end
+
   it "handles Didit's listed traps" do
     canon = ->(s) { WebhookInbox::Verifier.didit_canonical_json(s) }
     expect(canon.('{"9":1,"10":2,"2":3}')).to eq('{"10":2,"2":3,"9":1}')

@@ -458,6 +458,9 @@ RSpec.describe WebhookInbox::Verifier do
       expect(v.inspect).not_to include("whsec_second_one")
       expect(v.inspect).to include("secrets=2")
       expect(v.to_s).not_to include(secret)
+      event = described_class.new(:github, secrets: "k").verify("card=4242424242424242", { "X-Hub-Signature-256" => "sha256=#{hmac_hex("k", "card=4242424242424242")}" })
+      expect(event.inspect).not_to include("4242")
+      expect(event.inspect).to include("21 bytes")
       expect(v.instance_variables.map { |iv| v.instance_variable_get(iv).to_s }.join).not_to include(secret)
       body = %({"id":"evt_payload_marker"})
       begin
