@@ -16,25 +16,62 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_route(text) IS
     'The handler for an event type: exact match, else the longest matching ''prefix*'' pattern (''*'' matches all); NULL when unrouted.';
 
--- Runs one claimed event. The handler runs inside a BEGIN ... EXCEPTION block, which is a
--- savepoint: a failing handler's business work is rolled back alone, the caller's transaction
--- (and the other events of its batch) stays usable. The handler is called through its regproc
--- text, which PostgreSQL prints as a quoted (and, if needed, schema-qualified) identifier.
---   result 'done'        -> row is done, detail = the handler's outcome
---   result 'quarantined' -> handler raised WIQ01 (or unrouted policy = quarantine), detail = reason
---   result 'retry'       -> transient failure, nothing changed; detail = SQLSTATE: message.
---                           The caller records attempts/backoff in a separate transaction.
---   result 'skipped'     -> the row is no longer pending (nothing to do)
--- p_unrouted: 'ignore' (done, outcome 'ignored: no route'), 'quarantine' or 'retry'.
+-- Runs one handler on one claimed event and says what should happen to the event; changes
+-- nothing in webhook_inbox itself. The handler runs inside BEGIN ... EXCEPTION, which is a
+-- savepoint: a failing handler's business work is rolled back alone, the caller's
+-- transaction (and the other events of its batch) stays usable. The handler is called
+-- through its regproc, which PostgreSQL prints as a quoted (and, if needed,
+-- schema-qualified) identifier, so no value is ever spliced into SQL text.
+--   result 'done'        -> detail = the handler's outcome ('ignored: no route' when unrouted + ignore)
+--   result 'quarantined' -> handler raised WIQ01 (or unrouted + quarantine), detail = reason
+--   result 'retry'       -> transient failure, detail = 'SQLSTATE: message' (or unrouted + retry)
+-- p_handler NULL means unrouted; p_unrouted is 'ignore', 'quarantine' or 'retry'.
+CREATE OR REPLACE FUNCTION webhook_inbox_run_handler(
+        ev webhook_inbox, p_handler regproc, p_unrouted text, OUT result text, OUT detail text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    outcome text;
+BEGIN
+    IF p_handler IS NULL THEN
+        IF p_unrouted = 'quarantine' THEN
+            result := 'quarantined';
+            detail := 'no route for event type';
+        ELSIF p_unrouted = 'retry' THEN
+            result := 'retry';
+            detail := 'no route for event type';
+        ELSE
+            result := 'done';
+            detail := 'ignored: no route';
+        END IF;
+        RETURN;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT %s($1)', p_handler) INTO outcome USING ev;
+        result := 'done';
+        detail := coalesce(outcome, 'done');
+    EXCEPTION
+        WHEN SQLSTATE 'WIQ01' THEN
+            result := 'quarantined';
+            detail := SQLERRM;
+        WHEN OTHERS THEN
+            result := 'retry';
+            detail := SQLSTATE || ': ' || SQLERRM;
+    END;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_run_handler(webhook_inbox, regproc, text) IS
+    'Sidecar: run one handler in a subtransaction (savepoint); returns done/quarantined/retry and the outcome, reason or error. Changes no inbox row.';
+
+-- One claimed event, by key (the sidecar's one-statement-per-event path): lock, route, run,
+-- mark done or quarantined. 'retry' leaves the row untouched for the caller to record;
+-- 'skipped' when the row is no longer pending.
 CREATE OR REPLACE FUNCTION webhook_inbox_dispatch(
         p_scope text, p_event_id text, p_unrouted text DEFAULT 'ignore',
         OUT result text, OUT detail text, OUT event_type text, OUT attempts integer,
         OUT latency_ms double precision)
 LANGUAGE plpgsql AS $$
 DECLARE
-    ev      webhook_inbox;
-    handler regproc;
-    outcome text;
+    ev webhook_inbox;
 BEGIN
     SELECT * INTO ev FROM webhook_inbox w
      WHERE w.source_scope = p_scope AND w.event_id = p_event_id AND w.status = 'pending'
@@ -46,41 +83,13 @@ BEGIN
     event_type := ev.event_type;
     attempts := ev.attempts;
     latency_ms := extract(epoch FROM clock_timestamp() - ev.received_at) * 1000;
-    handler := webhook_inbox_route(ev.event_type);
-
-    IF handler IS NULL THEN
-        IF p_unrouted = 'quarantine' THEN
-            result := 'quarantined';
-            detail := 'no route for event type';
-        ELSIF p_unrouted = 'retry' THEN
-            result := 'retry';
-            detail := 'no route for event type';
-            RETURN;
-        ELSE
-            result := 'done';
-            detail := 'ignored: no route';
-        END IF;
-    ELSE
-        BEGIN
-            EXECUTE format('SELECT %s($1)', handler) INTO outcome USING ev;
-            result := 'done';
-            detail := coalesce(outcome, 'done');
-        EXCEPTION
-            WHEN SQLSTATE 'WIQ01' THEN
-                result := 'quarantined';
-                detail := SQLERRM;
-            WHEN OTHERS THEN
-                result := 'retry';
-                detail := SQLSTATE || ': ' || SQLERRM;
-                RETURN;
-        END;
-    END IF;
-
+    SELECT h.result, h.detail INTO result, detail
+      FROM webhook_inbox_run_handler(ev, webhook_inbox_route(ev.event_type), p_unrouted) h;
     IF result = 'done' THEN
         UPDATE webhook_inbox w
            SET status = 'done', outcome = detail, processed_at = now(), last_error = NULL
          WHERE w.source_scope = p_scope AND w.event_id = p_event_id;
-    ELSE
+    ELSIF result = 'quarantined' THEN
         UPDATE webhook_inbox w
            SET status = 'quarantined', last_error = detail, processed_at = now()
          WHERE w.source_scope = p_scope AND w.event_id = p_event_id;
@@ -89,6 +98,60 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_dispatch(text, text, text) IS
     'Sidecar: route and run the handler of one claimed pending event in a subtransaction, mark it done or quarantined; ''retry'' leaves the row untouched for the caller to record.';
+
+-- The sidecar's batch (its usual path, also for --batch-size 1): claim up to p_limit due
+-- pending rows with FOR UPDATE SKIP LOCKED, oldest due first, run each one's handler in
+-- its own subtransaction, and mark them done / quarantined in the caller's transaction
+-- (done rows with one UPDATE at the end). Returns one row per claimed event; 'retry'
+-- rows are left untouched for the caller to record after COMMIT.
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(p_limit integer, p_unrouted text DEFAULT 'ignore')
+RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
+               attempts integer, latency_ms double precision)
+LANGUAGE plpgsql AS $$
+DECLARE
+    ev         webhook_inbox;
+    handler    regproc;
+    routed     text;           -- event type whose route is in handler (batches are often one type)
+    done_scope text[] := '{}';
+    done_id    text[] := '{}';
+    done_what  text[] := '{}';
+BEGIN
+    FOR ev IN
+        SELECT * FROM webhook_inbox w
+         WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+         ORDER BY w.next_attempt_at, w.received_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        source_scope := ev.source_scope;
+        event_id := ev.event_id;
+        event_type := ev.event_type;
+        attempts := ev.attempts;
+        latency_ms := extract(epoch FROM clock_timestamp() - ev.received_at) * 1000;
+        IF routed IS DISTINCT FROM ev.event_type THEN
+            handler := webhook_inbox_route(ev.event_type);
+            routed := ev.event_type;
+        END IF;
+        SELECT h.result, h.detail INTO result, detail FROM webhook_inbox_run_handler(ev, handler, p_unrouted) h;
+        IF result = 'done' THEN
+            done_scope := done_scope || ev.source_scope;
+            done_id := done_id || ev.event_id;
+            done_what := done_what || detail;
+        ELSIF result = 'quarantined' THEN
+            UPDATE webhook_inbox w
+               SET status = 'quarantined', last_error = detail, processed_at = now()
+             WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    UPDATE webhook_inbox w
+       SET status = 'done', outcome = d.outcome, processed_at = now(), last_error = NULL
+      FROM unnest(done_scope, done_id, done_what) AS d(scope, id, outcome)
+     WHERE w.source_scope = d.scope AND w.event_id = d.id;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_dispatch_batch(integer, text) IS
+    'Sidecar: claim up to p_limit due events (FOR UPDATE SKIP LOCKED), run each handler in its own subtransaction, mark done/quarantined; one row per event, ''retry'' rows left for the caller.';
 
 -- Transient failure bookkeeping, run by the sidecar in its own transaction after the
 -- business work was rolled back. Applies only if nobody moved the row meanwhile

@@ -12,33 +12,18 @@ const struct wi_pg_stmt wi_dispatch_stmt = {
     "wi_dispatch", "SELECT result, detail, attempts, latency_ms FROM webhook_inbox_dispatch($1, $2, $3)"};
 
 const struct wi_pg_stmt wi_dispatch_batch_stmt = {
-    "wi_dispatch_batch",
-    "SELECT c.source_scope, c.event_id, c.event_type, d.result, d.detail, d.attempts, d.latency_ms"
-    " FROM (SELECT source_scope, event_id, event_type, next_attempt_at, received_at FROM webhook_inbox"
-    "       WHERE status = 'pending' AND next_attempt_at <= now()"
-    "       ORDER BY next_attempt_at, received_at LIMIT $1::int FOR UPDATE SKIP LOCKED) c"
-    " CROSS JOIN LATERAL webhook_inbox_dispatch(c.source_scope, c.event_id, $2) d"
-    " ORDER BY c.next_attempt_at, c.received_at"};
+    "wi_dispatch_batch", "SELECT source_scope, event_id, event_type, result, detail, attempts, latency_ms"
+                         " FROM webhook_inbox_dispatch_batch($1::int, $2)"};
 
-int wi_dispatch_batch(struct wi_pg *pg, int limit, const char *unrouted, struct wi_batch *b, struct wi_err *err)
+/* Copies the rows of the batch statement into *b. Returns n or -1 (out of memory). */
+static int fill_batch(PGresult *res, struct wi_batch *b, struct wi_err *err)
 {
-    char lim[16];
-    const char *params[2] = {lim, unrouted};
-    PGresult *res;
-    int i, n;
+    int i, n = PQntuples(res);
 
-    wi_batch_free(b);
-    snprintf(lim, sizeof lim, "%d", limit);
-    if (!(res = wi_pg_exec(pg, wi_dispatch_batch_stmt.name, 2, params, PGRES_TUPLES_OK, err)))
-        return -1;
-    if ((n = PQntuples(res)) == 0) {
-        PQclear(res);
+    if (n == 0)
         return 0;
-    }
-    if (!(b->ev = calloc((size_t)n, sizeof *b->ev))) {
-        PQclear(res);
+    if (!(b->ev = calloc((size_t)n, sizeof *b->ev)))
         return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
-    }
     for (i = 0; i < n; i++) {
         struct wi_event *e = &b->ev[i];
         b->n = i + 1;
@@ -50,11 +35,25 @@ int wi_dispatch_batch(struct wi_pg *pg, int limit, const char *unrouted, struct 
         e->attempts = PQgetisnull(res, i, 5) ? 0 : atoi(PQgetvalue(res, i, 5));
         e->latency_ms = PQgetisnull(res, i, 6) ? 0 : atof(PQgetvalue(res, i, 6));
         if (!e->scope || !e->event_id || !e->event_type) {
-            PQclear(res);
             wi_batch_free(b);
             return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
         }
     }
+    return n;
+}
+
+int wi_dispatch_batch_tx(struct wi_pg *pg, int limit, const char *unrouted, struct wi_batch *b, struct wi_err *err)
+{
+    char lim[16];
+    const char *params[2] = {lim, unrouted};
+    PGresult *res;
+    int n;
+
+    wi_batch_free(b);
+    snprintf(lim, sizeof lim, "%d", limit);
+    if (wi_pg_exec_tx(pg, "wi_begin", wi_dispatch_batch_stmt.name, 2, params, "wi_commit", "wi_rollback", &res, err) < 0)
+        return -1;
+    n = fill_batch(res, b, err);
     PQclear(res);
     return n;
 }

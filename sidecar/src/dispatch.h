@@ -14,12 +14,12 @@ extern const struct wi_pg_stmt wi_dispatch_batch_stmt;
  * *err when the statement itself failed (the transaction is then aborted). */
 int wi_dispatch(struct wi_pg *pg, struct wi_event *e, const char *unrouted, struct wi_err *err);
 
-/* Batched fast path: claims up to limit due events and dispatches each in ONE statement
- * (claim subquery FOR UPDATE SKIP LOCKED, LATERAL webhook_inbox_dispatch() per row), inside
- * the caller's open transaction; one round trip per batch, still one savepoint per event.
- * Fills *b (previous content freed). Returns the number of events, or -1 with *err when
- * the statement failed: the transaction is then aborted and the caller should roll back
- * and redo the batch one statement per event to find the event at fault. */
-int wi_dispatch_batch(struct wi_pg *pg, int limit, const char *unrouted, struct wi_batch *b, struct wi_err *err);
+/* The usual path, a whole transaction in one round trip: BEGIN, the batch statement and
+ * COMMIT pipelined. The statement (webhook_inbox_dispatch_batch()) claims up to limit due
+ * events FOR UPDATE SKIP LOCKED, runs each handler in its own savepoint and marks
+ * done/quarantined. Fills *b (previous content freed) with one entry per event. Returns
+ * the number committed, or -1 with *err: the transaction was rolled back, *b is empty,
+ * and the caller redoes the batch one statement per event to find the event at fault. */
+int wi_dispatch_batch_tx(struct wi_pg *pg, int limit, const char *unrouted, struct wi_batch *b, struct wi_err *err);
 
 #endif

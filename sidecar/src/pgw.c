@@ -87,6 +87,67 @@ PGresult *wi_pg_exec(struct wi_pg *pg, const char *name, int nparams, const char
     return res;
 }
 
+int wi_pg_exec_tx(struct wi_pg *pg, const char *begin, const char *name, int nparams, const char *const *params,
+                  const char *commit, const char *rollback, PGresult **out, struct wi_err *err)
+{
+    PGconn *c = pg->conn;
+    PGresult *res, *keep = NULL;
+    int idx = 0, nulls = 0, failed = 0;
+
+    *out = NULL;
+    if (!PQenterPipelineMode(c))
+        return fill_err(pg, NULL, err);
+    if (!PQsendQueryPrepared(c, begin, 0, NULL, NULL, NULL, 0) ||
+        !PQsendQueryPrepared(c, name, nparams, params, NULL, NULL, 0) ||
+        !PQsendQueryPrepared(c, commit, 0, NULL, NULL, NULL, 0) || !PQpipelineSync(c)) {
+        fill_err(pg, NULL, err);
+        failed = 1;
+    }
+    /* Each query's results end with a NULL; the pipeline ends with PGRES_PIPELINE_SYNC. After
+     * a failure the remaining queries report PGRES_PIPELINE_ABORTED. */
+    while (!failed || PQstatus(c) == CONNECTION_OK) {
+        ExecStatusType st;
+        if (!(res = PQgetResult(c))) {
+            if (PQstatus(c) != CONNECTION_OK || ++nulls > 2) {
+                if (!failed)
+                    fill_err(pg, NULL, err);
+                failed = 1;
+                break;
+            }
+            continue;
+        }
+        nulls = 0;
+        st = PQresultStatus(res);
+        if (st == PGRES_PIPELINE_SYNC) {
+            PQclear(res);
+            break;
+        }
+        if (st != (idx == 1 ? PGRES_TUPLES_OK : PGRES_COMMAND_OK)) {
+            if (!failed)
+                fill_err(pg, res, err);
+            failed = 1;
+            PQclear(res);
+        } else if (idx == 1) {
+            keep = res;
+        } else {
+            PQclear(res);
+        }
+        idx++;
+    }
+    if (PQstatus(c) == CONNECTION_OK)
+        (void)PQexitPipelineMode(c);
+    if (failed) {
+        struct wi_err ignore;
+        PQclear(keep);
+        if (PQstatus(c) == CONNECTION_OK && PQpipelineStatus(c) == PQ_PIPELINE_OFF)
+            (void)wi_pg_cmd(pg, rollback, 0, NULL, &ignore);
+        return -1;
+    }
+    pg->sqlstate[0] = '\0';
+    *out = keep;
+    return 0;
+}
+
 int wi_pg_cmd(struct wi_pg *pg, const char *name, int nparams, const char *const *params, struct wi_err *err)
 {
     PGresult *res = PQexecPrepared(pg->conn, name, nparams, params, NULL, NULL, 0);

@@ -29,6 +29,13 @@ void wi_pg_free(struct wi_pg *pg);
 PGresult *wi_pg_exec(struct wi_pg *pg, const char *name, int nparams, const char *const *params, ExecStatusType expect,
                      struct wi_err *err);
 
+/* Runs `begin`, `name`(params) and `commit` (all prepared) as one transaction in ONE round
+ * trip (libpq pipeline mode). Returns 0 and sets *out to `name`'s rows (caller PQclears),
+ * or -1 with *err holding the first failure; the transaction is then rolled back (with
+ * `rollback` when the connection is still up) and *out is NULL. */
+int wi_pg_exec_tx(struct wi_pg *pg, const char *begin, const char *name, int nparams, const char *const *params,
+                  const char *commit, const char *rollback, PGresult **out, struct wi_err *err);
+
 /* Like wi_pg_exec for a command with no rows to keep: returns 0 or -1. */
 int wi_pg_cmd(struct wi_pg *pg, const char *name, int nparams, const char *const *params, struct wi_err *err);
 

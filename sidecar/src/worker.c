@@ -124,29 +124,26 @@ static void after_commit(struct wi_worker *w, struct wi_pg *pg, struct wi_batch 
     }
 }
 
-/* Batched fast path: one statement claims and dispatches the whole batch. Returns events
+/* Fast path: one statement claims and dispatches the whole batch, sent with BEGIN and COMMIT
+ * in one pipeline (a lost COMMIT reply is a lost connection: the row is then either done,
+ * or pending again and re-claimed, never both). Returns events
  * handled, 0 when nothing was due, -1 when the connection is lost, -2 when the statement
  * failed (rolled back; the caller redoes the batch one statement per event). */
 static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b, uint64_t *rng)
 {
-    struct wi_err err, rerr;
+    struct wi_err err;
     int n;
 
-    if (wi_pg_cmd(pg, "wi_begin", 0, NULL, &err) < 0)
-        goto fail;
-    if ((n = wi_dispatch_batch(pg, s->batch_size, s->unrouted, b, &err)) < 0)
-        goto fail;
-    if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
-        goto fail;
-    if (n > 0)
-        after_commit(w, pg, b, s, rng);
-    return n;
-fail:
+    /* BEGIN, claim+dispatch, COMMIT: one round trip (pipelined). */
+    if ((n = wi_dispatch_batch_tx(pg, s->batch_size, s->unrouted, b, &err)) >= 0) {
+        if (n > 0)
+            after_commit(w, pg, b, s, rng);
+        return n;
+    }
     if (!wi_pg_ok(pg)) {
         log_warnx("connection_lost", "worker=%d in=transaction error=\"%s\"", w->id, err.msg);
         return -1;
     }
-    (void)wi_pg_cmd(pg, "wi_rollback", 0, NULL, &rerr);
     log_warnx("batch_failed", "worker=%d error=\"%s\" note=\"redoing the batch one event per statement\"", w->id, err.msg);
     wi_batch_free(b);
     return -2;
