@@ -30,6 +30,8 @@ module WebhookInbox
   # Including it also stops Rails from parsing the request body into params (and so from
   # logging the payload in "Parameters:"): include it in controllers that receive webhooks.
   module Controller
+    JSON_CONTENT_TYPE = "application/json; charset=utf-8"
+
     private
 
     # The body is the signed payload: never parsed into params, never logged as params.
@@ -66,10 +68,15 @@ module WebhookInbox
                            event: result&.event, error: e.class.name)
     end
 
+    # The body is already JSON (and for accepted/duplicate a prebuilt String): set it
+    # directly instead of going through render's renderer and option handling.
     def render_webhook_result(result)
-      (result.headers || {}).each { |k, v| response.headers[k] = v }
-      response.headers["Cache-Control"] = "no-store"
-      render json: result.body, status: result.http_status
+      headers = response.headers
+      result.headers&.each { |k, v| headers[k] = v }
+      headers["Cache-Control"] = "no-store"
+      self.status = result.http_status
+      self.content_type = JSON_CONTENT_TYPE
+      self.response_body = result.body
     end
   end
 end

@@ -23,25 +23,38 @@ module WebhookInbox
   # payload, headers or secrets.
   class Receiver
     DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+    JSON_TYPE = "application/json"
     FORM_TYPE = "application/x-www-form-urlencoded"
     # Providers whose deliveries are always JSON (415 otherwise). Slack also posts forms.
     FORM_PROVIDERS = %i[slack].freeze
     UNAUTHORIZED = %i[missing_signature malformed_signature signature_mismatch timestamp_out_of_tolerance
                       missing_timestamp malformed_timestamp no_secret unknown_key].freeze
+    # The answers to the two common outcomes, built once: [body, Content-Length].
+    COMMON_BODIES = %i[accepted duplicate].to_h do |s|
+      b = JSON.generate(status: s.to_s).freeze
+      [s, [b, b.bytesize.to_s.freeze].freeze]
+    end.freeze
+    NOTIFICATION = "receive.webhook_inbox"
+    DIGITS = /\A\d+\z/.freeze
 
     # The outcome of one delivery. http_status and body are what the sender gets.
     # error: the StoreError message (logs only; it holds no secrets or payload).
     Result = Struct.new(:http_status, :status, :reason, :receipt, :event, :headers, :error, keyword_init: true) do
       def body
+        common = !reason && COMMON_BODIES[status]
+        return common[0] if common
+
         h = { status: status.to_s }
         h[:reason] = reason.to_s if reason
         JSON.generate(h)
       end
 
       def to_rack
-        b = body
-        [http_status, { "Content-Type" => "application/json", "Content-Length" => b.bytesize.to_s,
-                        "Cache-Control" => "no-store" }.merge(headers || {}), [b]]
+        common = !reason && COMMON_BODIES[status]
+        b, length = common || [body, nil]
+        h = { "Content-Type" => JSON_TYPE, "Content-Length" => length || b.bytesize.to_s, "Cache-Control" => "no-store" }
+        h.merge!(headers) if headers
+        [http_status, h, [b]]
       end
     end
 
@@ -60,6 +73,8 @@ module WebhookInbox
       @max_body_bytes = max_body_bytes
       @retry_after = retry_after.to_i.to_s
       @logger = logger
+      @form_ok = FORM_PROVIDERS.include?(@provider)
+      @log_levels = logger.respond_to?(:info?) && logger.respond_to?(:error?) # else log every line
       @verifier = verifier || Verifier.new(@provider, secrets: Array(secrets), max_body_bytes: max_body_bytes, **verifier_options)
       @inbox = inbox || (database_url && Inbox.new(database_url: database_url)) or
         raise ConfigurationError, "give inbox: or database_url:"
@@ -67,22 +82,25 @@ module WebhookInbox
 
     # Receives a Rack request (reads rack.input with the size limit).
     def call(env)
-      finish(env) do
-        early = precheck(env["REQUEST_METHOD"], env["CONTENT_TYPE"], env["CONTENT_LENGTH"])
+      finish do
+        kind = media_kind(env["CONTENT_TYPE"])
+        length = env["CONTENT_LENGTH"]
+        length = length.match?(DIGITS) ? length.to_i : nil if length
+        early = precheck(env["REQUEST_METHOD"], kind, length)
         next early if early
 
         body = read_limited(env["rack.input"])
         next reject(413, :payload_too_large) if body.bytesize > @max_body_bytes
 
-        deliver(body, env)
+        deliver(body, env, kind == :form)
       end
     end
 
     # Receives a body already read (e.g. Rails' raw_post) with its Rack env for headers.
     def receive(body, env)
-      finish(env) do
-        early = precheck(env["REQUEST_METHOD"] || "POST", env["CONTENT_TYPE"], body.bytesize.to_s)
-        early || deliver(body, env)
+      finish do
+        kind = media_kind(env["CONTENT_TYPE"])
+        precheck(env["REQUEST_METHOD"] || "POST", kind, body.bytesize) || deliver(body, env, kind == :form)
       end
     end
 
@@ -102,30 +120,31 @@ module WebhookInbox
 
     private
 
-    def precheck(method, content_type, content_length)
+    # kind: media_kind's answer; length: the declared or actual body size (nil: unknown).
+    def precheck(method, kind, length)
       return reject(405, :method_not_allowed, "Allow" => "POST") unless method == "POST"
-      return reject(415, :unsupported_media_type) unless acceptable_type?(content_type)
-      return reject(413, :payload_too_large) if content_length.to_s =~ /\A\d+\z/ && content_length.to_i > @max_body_bytes
+      return reject(415, :unsupported_media_type) unless kind
+      return reject(413, :payload_too_large) if length && length > @max_body_bytes
 
       nil
     end
 
-    def acceptable_type?(content_type)
+    # :json, :form (for a provider that posts forms) or nil (415).
+    def media_kind(content_type)
+      return :json if content_type == JSON_TYPE # the common case, without allocations
+
       media = content_type.to_s.split(";", 2).first.to_s.strip.downcase
-      json = media == "application/json" || (media.start_with?("application/") && media.end_with?("+json"))
-      json || (FORM_PROVIDERS.include?(@provider) && media == FORM_TYPE)
+      return :json if media == JSON_TYPE || (media.start_with?("application/") && media.end_with?("+json"))
+
+      :form if @form_ok && media == FORM_TYPE
     end
 
-    def form?(env)
-      env["CONTENT_TYPE"].to_s.split(";", 2).first.to_s.strip.casecmp?(FORM_TYPE)
-    end
-
-    def deliver(body, env)
+    def deliver(body, env, form)
       return reject(400, :empty_body) if body.empty?
 
       event = @verifier.verify(body, env, now: Time.now)
       receipt = @inbox.insert(source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s,
-                              payload: body, raw: form?(env))
+                              payload: body, raw: form)
       Result.new(http_status: 200, status: receipt.status, receipt: receipt, event: event)
     rescue VerificationError => e
       status = if e.reason == :payload_too_large then 413
@@ -142,30 +161,35 @@ module WebhookInbox
       Result.new(http_status: http_status, status: :rejected, reason: reason, headers: headers)
     end
 
-    def finish(env)
-      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    def finish
+      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @logger
       result = yield
-      log(result, ((Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000).round(2))
-      instrument(result)
+      log(result, t0) if @logger
+      instrument(result) if notifying?
       result
     end
 
-    def log(result, ms)
-      return unless @logger
+    def log(result, t0)
+      error = result.http_status >= 500
+      return if @log_levels && !(error ? @logger.error? : @logger.info?)
 
+      ms = ((Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000).round(2)
       line = +"webhook_inbox provider=#{@provider} scope=#{@source_scope} event_id=#{result.event&.event_id || '-'} " \
               "status=#{result.status} http=#{result.http_status} ms=#{ms}"
       line << " reason=#{result.reason}" if result.reason
       line << " quarantined=true" if result.receipt&.quarantined
       line << " error=#{result.error.inspect}" if result.error
-      result.http_status >= 500 ? @logger.error(line) : @logger.info(line)
+      error ? @logger.error(line) : @logger.info(line)
+    end
+
+    # Builds the notification payload only when someone subscribed.
+    def notifying?
+      defined?(ActiveSupport::Notifications) && ActiveSupport::Notifications.notifier.listening?(NOTIFICATION)
     end
 
     def instrument(result)
-      return unless defined?(ActiveSupport::Notifications)
-
       ActiveSupport::Notifications.instrument(
-        "receive.webhook_inbox",
+        NOTIFICATION,
         provider: @provider, scope: @source_scope, event_id: result.event&.event_id,
         status: result.status, http_status: result.http_status, reason: result.reason,
         quarantined: result.receipt&.quarantined || false
