@@ -22,9 +22,10 @@ namespace :sidecar do
     sh "make", "-C", "sidecar", "-j2", "--no-print-directory", "-s", "test"
   end
 
-  desc "Sidecar built and unit-tested under AddressSanitizer + UndefinedBehaviorSanitizer"
+  desc "Sidecar built and unit-tested under ASan + UBSan, then run against a throwaway PostgreSQL"
   task :asan do
     sh "make", "-C", "sidecar", "-j2", "--no-print-directory", "-s", "asan"
+    sh RbConfig.ruby, "sidecar/test/valgrind_run.rb", "sidecar/build/asan/webhook-inbox-sidecar", "--sanitizer"
   end
 
   desc "valgrind: migrate, stats and a short `run --once` against a throwaway PostgreSQL, no leaks"

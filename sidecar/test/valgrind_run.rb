@@ -1,22 +1,27 @@
 # frozen_string_literal: true
 
-# valgrind_run.rb BINARY - runs migrate, stats, requeue and a short `run --once` (done,
-# quarantined, retry and unrouted events, two worker threads) under
-# valgrind --leak-check=full against a throwaway PostgreSQL; fails on any error or on
-# definitely/indirectly lost memory.
+# valgrind_run.rb BINARY [--sanitizer] - runs migrate, stats, requeue and a short
+# `run --once` (done, quarantined, retry, unrouted, and a dispatch statement cancelled by
+# statement_timeout, which takes the one-statement-per-event fallback; two worker threads)
+# against a throwaway PostgreSQL, under valgrind --leak-check=full; fails on any error or on
+# definitely/indirectly lost memory. With --sanitizer the binary is an ASan/UBSan build and
+# runs without valgrind (the sanitizers and LeakSanitizer report instead).
 require "json"
 require_relative "../../spec/support/throwaway_postgres"
 
 bin = File.expand_path(ARGV.fetch(0))
+SANITIZER = ARGV.include?("--sanitizer")
+ENV["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=1"
+ENV["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
 examples = File.expand_path("../../db/examples/orders.sql", __dir__)
 VALGRIND = %w[valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect
               --show-leak-kinds=definite,indirect --error-exitcode=1].freeze
 
-def vg(*cmd)
-  out = IO.popen([*VALGRIND, *cmd], err: %i[child out], &:read)
+def vg(*cmd, env: {})
+  out = IO.popen(env, [*(SANITIZER ? [] : VALGRIND), *cmd], err: %i[child out], &:read)
   ok = $?.success? && !out.match?(/definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]/)
-  abort "valgrind failed for #{cmd[1]}:\n#{out}" unless ok
-  puts "valgrind ok: #{cmd[1]} #{cmd[2..].reject { |a| a.include?('host=') }.join(' ')}"
+  abort "#{SANITIZER ? 'sanitizer' : 'valgrind'} run failed for #{cmd[1]}:\n#{out}" unless ok
+  puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: #{cmd[1]} #{cmd[2..].reject { |a| a.include?('host=') }.join(' ')}"
 end
 
 pg = ThrowawayPostgres.new
@@ -30,12 +35,17 @@ begin
       ('s', 'e1', 'payment_intent.succeeded', '{"data":{"object":{"id":"pi_1","amount":2000,"currency":"jpy","metadata":{"tenant_id":"t1","order_id":"o1"}}}}'),
       ('s', 'e2', 'payment_intent.succeeded', '{"data":{"object":{"id":"pi_2","amount":1,"currency":"jpy","metadata":{"tenant_id":"t1","order_id":"o1"}}}}'),
       ('s', 'e3', 'payment_intent.succeeded', '{"data":{"object":{"id":"pi_3","amount":1,"currency":"jpy","metadata":{"tenant_id":"t1","order_id":"nope"}}}}'),
-      ('s', 'e4', 'unknown.type', '{}');
+      ('s', 'e4', 'unknown.type', '{}'),
+      ('s', 'e5', 'test.sleepy', '{"sleep": 5}');
+    CREATE FUNCTION t_sleepy(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_sleep((ev.payload ->> 'sleep')::float8); RETURN 'slept'; END $$;
+    INSERT INTO webhook_inbox_routes VALUES ('test.sleepy', 't_sleepy');
   SQL
   vg(bin, "run", "--once", "--database-url", url, "--concurrency", "2", "--batch-size", "2",
-     "--max-attempts", "2", "--backoff-base", "1ms", "--backoff-cap", "1ms")
+     "--max-attempts", "2", "--backoff-base", "1ms", "--backoff-cap", "1ms",
+     env: { "PGOPTIONS" => "-c statement_timeout=#{SANITIZER ? 500 : 1500}" })
   states = pg.psql("SELECT string_agg(event_id || '=' || status, ',' ORDER BY event_id) FROM webhook_inbox").strip
-  abort "unexpected states after run --once: #{states}" unless states == "e1=done,e2=quarantined,e3=quarantined,e4=done"
+  abort "unexpected states after run --once: #{states}" unless states == "e1=done,e2=quarantined,e3=quarantined,e4=done,e5=quarantined"
   vg(bin, "stats", "--json", "--database-url", url)
   vg(bin, "requeue", "--all", "--database-url", url)
   vg(bin, "--print-config", "--database-url", "#{url} password=x")
