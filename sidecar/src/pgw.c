@@ -31,8 +31,12 @@ static int fill_err(struct wi_pg *pg, const PGresult *res, struct wi_err *err)
 
 struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err)
 {
-    const char *keys[] = {"dbname", "application_name", "fallback_application_name", NULL};
-    const char *vals[] = {conninfo, NULL, "webhook-inbox-sidecar", NULL};
+    /* Defaults first: the expanded conninfo (dbname) overrides them. Keepalives make an idle
+     * worker notice a silently dead server/network within about a minute, and a connect
+     * attempt to an unreachable host cannot hold up a shutdown for long. */
+    const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval", "keepalives_count",
+                          "dbname", "fallback_application_name", NULL};
+    const char *vals[] = {"10", "30", "10", "3", conninfo, "webhook-inbox-sidecar", NULL};
     struct wi_pg *pg = calloc(1, sizeof *pg);
     int i;
 

@@ -17,7 +17,8 @@ struct wi_pg_stmt {
 enum { WI_ERR_PG = 300 }; /* err->msg holds "SQLSTATE: message" (first line only) */
 
 /* Connects and prepares stmts[0..n). Returns NULL and fills *err on failure.
- * application_name is set to "webhook-inbox-sidecar". Borrows stmts (must outlive pg). */
+ * Defaults that conninfo can override: application_name "webhook-inbox-sidecar",
+ * connect_timeout 10 s, TCP keepalives after 30 s idle. Borrows stmts (must outlive pg). */
 struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err);
 
 /* Closes the connection; accepts NULL. */
