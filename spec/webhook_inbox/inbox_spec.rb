@@ -147,7 +147,7 @@ RSpec.describe WebhookInbox::Inbox do
     sender = Process.spawn("sh", "-c", <<~SH)
       for i in $(seq 1 400); do
         n=$(#{pg.psql_command} -XAtc "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO webhook_inbox%'")
-        if [ "$n" = 1 ]; then kill -USR1 #{Process.pid}; exit 0; fi
+        if [ "${n:-0}" -ge 1 ]; then kill -USR1 #{Process.pid}; exit 0; fi
         sleep 0.05
       done
       exit 1
