@@ -23,4 +23,8 @@ void fatal(const char *msg, const char *fmt, ...) __attribute__((format(printf, 
  * Returns buf. Never fails. */
 const char *wi_log_quote(char *buf, size_t bufsz, const char *v, size_t max);
 
+/* A quoted log value for a message, in a compound literal buffer that lives until the end of
+ * the enclosing block: log_warnx("x", "error=%s", WI_LOG_Q(err.msg)). */
+#define WI_LOG_Q(v) wi_log_quote((char[240]){0}, 240, (v), 200)
+
 #endif

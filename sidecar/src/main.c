@@ -75,7 +75,7 @@ static void reload(struct wi_runtime *rt, int argc, char **argv)
     struct wi_err err;
 
     if (wi_config_load(&fresh, argc, argv, &err) < 0) {
-        log_warnx("config_reload_failed", "error=\"%s\" note=\"keeping the old configuration\"", err.msg);
+        log_warnx("config_reload_failed", "error=%s note=\"keeping the old configuration\"", WI_LOG_Q(err.msg));
         return;
     }
     pthread_mutex_lock(&rt->lock);

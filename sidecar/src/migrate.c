@@ -31,7 +31,7 @@ int wi_migrate(const char *conninfo, struct wi_err *err)
         if (wi_pg_cmd(pg, "wi_begin", 0, NULL, err) < 0)
             goto unlock;
         if (wi_pg_script(pg, wi_migrations[i].sql, err) < 0) {
-            log_warnx("migration_failed", "file=%s error=\"%s\"", wi_migrations[i].name, err->msg);
+            log_warnx("migration_failed", "file=%s error=%s", wi_migrations[i].name, WI_LOG_Q(err->msg));
             (void)wi_pg_cmd(pg, "wi_rollback", 0, NULL, &ignore);
             goto unlock;
         }

@@ -87,7 +87,7 @@ static void record_failure(const struct wi_worker *w, struct wi_pg *pg, struct w
     long long delay_ms = (long long)(delay * 1000);
 
     if (wi_retry_record(pg, e->scope, e->event_id, e->attempts, delay_ms, e->detail, s->max_attempts, status, &err) < 0) {
-        log_warnx("record_failure_failed", "worker=%d error=\"%s\"", w->id, err.msg);
+        log_warnx("record_failure_failed", "worker=%d error=%s", w->id, WI_LOG_Q(err.msg));
         return;
     }
     if (!strcmp(status, "quarantined")) {
@@ -141,10 +141,10 @@ static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct s
         return n;
     }
     if (!wi_pg_ok(pg)) {
-        log_warnx("connection_lost", "worker=%d in=transaction error=\"%s\"", w->id, err.msg);
+        log_warnx("connection_lost", "worker=%d in=transaction error=%s", w->id, WI_LOG_Q(err.msg));
         return -1;
     }
-    log_warnx("batch_failed", "worker=%d error=\"%s\" note=\"redoing the batch one event per statement\"", w->id, err.msg);
+    log_warnx("batch_failed", "worker=%d error=%s note=\"redoing the batch one event per statement\"", w->id, WI_LOG_Q(err.msg));
     wi_batch_free(b);
     return -2;
 }
@@ -180,7 +180,7 @@ static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struc
 
 abort:
     if (!wi_pg_ok(pg)) {
-        log_warnx("connection_lost", "worker=%d in=transaction error=\"%s\"", w->id, err.msg);
+        log_warnx("connection_lost", "worker=%d in=transaction error=%s", w->id, WI_LOG_Q(err.msg));
         return -1;
     }
     {
@@ -193,11 +193,11 @@ abort:
         struct wi_event *e = &b->ev[failed_at];
         free(e->detail);
         e->detail = strdup(err.msg);
-        log_warnx("dispatch_failed", "worker=%d error=\"%s\"", w->id, err.msg);
+        log_warnx("dispatch_failed", "worker=%d error=%s", w->id, WI_LOG_Q(err.msg));
         record_failure(w, pg, e, s, rng);
         return 1;
     }
-    log_warnx("batch_failed", "worker=%d error=\"%s\"", w->id, err.msg);
+    log_warnx("batch_failed", "worker=%d error=%s", w->id, WI_LOG_Q(err.msg));
     return -1;
 }
 
@@ -258,7 +258,7 @@ void *wi_worker_main(void *arg)
         if (!pg) {
             pg = connect_worker(w, url, &err);
             if (!pg) {
-                log_warnx("connect_failed", "worker=%d retry_in_s=%.1f error=\"%s\"", w->id, reconnect_delay, err.msg);
+                log_warnx("connect_failed", "worker=%d retry_in_s=%.1f error=%s", w->id, reconnect_delay, WI_LOG_Q(err.msg));
                 if (rt->cfg.once && !ever_connected) {
                     atomic_store(&rt->failed, 1);
                     break;
