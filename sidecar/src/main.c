@@ -92,6 +92,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     struct wi_runtime rt;
     struct wi_worker *workers;
     int stop_pipe[2], i, started = 0, rc;
+    long ticks = 0, last_seen = 0;
     sigset_t all, old;
     struct sigaction sa;
 
@@ -138,6 +139,13 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
         char buf[64];
         if (poll(&p, 1, 1000) < 0 && errno != EINTR)
             break;
+        if (++ticks % 60 == 0) { /* about once a minute: a summary line, when something happened */
+            long seen = wi_metrics_get(WI_M_DONE) + wi_metrics_get(WI_M_QUARANTINED) + wi_metrics_get(WI_M_RETRY) +
+                        wi_metrics_get(WI_M_RECONNECTS);
+            if (seen != last_seen)
+                wi_metrics_log_summary();
+            last_seen = seen;
+        }
         while (read(sig_pipe[0], buf, sizeof buf) > 0)
             ;
         if (got_term && !atomic_load(&rt.stopping)) {
