@@ -60,10 +60,12 @@ end
 class PumaProcess
   attr_reader :port, :log
 
-  def initialize(rackup:, env: {}, threads: "8:16", dir: nil)
+  # workers: 0 is Puma's single mode; N > 0 runs N forked workers (cluster mode).
+  def initialize(rackup:, env: {}, threads: "8:16", dir: nil, workers: 0)
     @rackup = rackup
     @env = env
     @threads = threads
+    @workers = workers
     @dir = dir || File.dirname(rackup)
     @log = File.join(Dir.tmpdir, "wi-puma-#{Process.pid}-#{SecureRandom.hex(3)}.log")
   end
@@ -71,8 +73,8 @@ class PumaProcess
   def start
     @port = ReceiverHelpers.free_port
     env = { "RUBYLIB" => File.join(ReceiverHelpers::ROOT, "lib") }.merge(@env)
-    @pid = Process.spawn(env, "puma", "-b", "tcp://127.0.0.1:#{@port}", "-t", @threads, "--dir", @dir,
-                         @rackup, out: [@log, "a"], err: [@log, "a"], pgroup: true)
+    @pid = Process.spawn(env, "puma", "-b", "tcp://127.0.0.1:#{@port}", "-t", @threads, "-w", @workers.to_s,
+                         "--dir", @dir, @rackup, out: [@log, "a"], err: [@log, "a"], pgroup: true)
     deadline = Time.now + 60
     begin
       TCPSocket.new("127.0.0.1", @port).close
@@ -100,6 +102,11 @@ class PumaProcess
     @pid
   end
 
+  # CPU seconds (user + system) used so far by Puma and its live workers.
+  def cpu_seconds
+    ProcessTree.cpu_seconds(@pid)
+  end
+
   def log_text
     File.exist?(@log) ? File.read(@log) : ""
   end
@@ -125,5 +132,35 @@ class PumaProcess
     head = headers.merge("Host" => "127.0.0.1", "Content-Length" => body.bytesize.to_s, "Connection" => "close")
     sock.write("POST #{path} HTTP/1.1\r\n#{head.map { |k, v| "#{k}: #{v}\r\n" }.join}\r\n#{body}")
     sock.close
+  end
+end
+
+# ProcessTree - CPU time of a process and its descendants, from /proc (Linux).
+module ProcessTree
+  TICK = 100.0 # USER_HZ
+
+  # [ppid, utime + stime, cutime + cstime] in ticks, or nil when the process is gone.
+  def self.stat(pid)
+    fields = File.read("/proc/#{pid}/stat").sub(/\A.*\) /m, "").split # comm may hold spaces
+    [fields[1].to_i, fields[11].to_i + fields[12].to_i, fields[13].to_i + fields[14].to_i]
+  rescue Errno::ENOENT, Errno::ESRCH
+    nil
+  end
+
+  # CPU seconds of pid, of its live descendants and of the children it has reaped (so
+  # exited PostgreSQL backends still count). A sum of monotonic counters: diff two calls.
+  def self.cpu_seconds(root)
+    stats = Dir.children("/proc").grep(/\A\d+\z/).to_h { |d| [d.to_i, stat(d)] }.compact
+    total = 0
+    todo = [root]
+    until todo.empty?
+      pid = todo.pop
+      next unless (st = stats[pid])
+
+      total += st[1]
+      total += st[2] if pid == root
+      stats.each { |child, cst| todo << child if cst[0] == pid }
+    end
+    total / TICK
   end
 end
