@@ -84,7 +84,7 @@ module WebhookInbox
     def call(env)
       finish do
         kind = media_kind(env["CONTENT_TYPE"])
-        length = env["CONTENT_LENGTH"]
+        length = env["CONTENT_LENGTH"]&.to_s
         length = length.match?(DIGITS) ? length.to_i : nil if length
         early = precheck(env["REQUEST_METHOD"], kind, length)
         next early if early

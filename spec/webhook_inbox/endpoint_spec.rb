@@ -162,6 +162,30 @@ RSpec.describe WebhookInbox::Endpoint do
     expect(log.string).not_to match(/v1=/)
   end
 
+  it "logs at the logger's level, and to a logger without level predicates" do
+    quiet = Logger.new(log, level: Logger::WARN)
+    ep = described_class.new(provider: :stripe, secrets: [ENDPOINT_SECRET], source_scope: scope, inbox: inbox, logger: quiet)
+    expect(ep.call(rack_env(event_body("evt_quiet"))).first).to eq(200)
+    expect(log.string).to be_empty
+
+    lines = []
+    duck = Object.new
+    duck.define_singleton_method(:info) { |line| lines << line }
+    duck.define_singleton_method(:error) { |line| lines << line }
+    ep = described_class.new(provider: :stripe, secrets: [ENDPOINT_SECRET], source_scope: scope, inbox: inbox, logger: duck)
+    expect(ep.call(rack_env(event_body("evt_duck"))).first).to eq(200)
+    expect(lines).to match([include("event_id=evt_duck status=accepted http=200")])
+  end
+
+  it "answers the common outcomes with prebuilt bodies and a fresh, mutable header Hash" do
+    first = endpoint.call(rack_env(event_body("evt_prebuilt")))
+    second = endpoint.call(rack_env(event_body("evt_prebuilt")))
+    expect([first[0], first[2].join, first[1]["Content-Length"]]).to eq([200, '{"status":"accepted"}', "21"])
+    expect([second[0], second[2].join, second[1]["Content-Length"]]).to eq([200, '{"status":"duplicate"}', "22"])
+    expect(first[1]).not_to be_frozen
+    expect(first[1]).not_to equal(endpoint.call(rack_env(event_body("evt_prebuilt")))[1])
+  end
+
   it "publishes receive.webhook_inbox without payload or secrets" do
     require "active_support/notifications"
     events = []
