@@ -64,6 +64,7 @@ static const struct cf_entry table[] = {
     {"type", CF_STR, F(type), NULL, CF_CLI, 0, 0, NULL, "requeue: event type"},
     {"scope", CF_STR, F(scope), NULL, CF_CLI, 0, 0, NULL, "requeue: source scope"},
     {"all", CF_BOOL, F(all), "false", CF_CLI, 0, 0, NULL, "requeue: every quarantined event"},
+    {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 0, NULL, "prune: delete done events received longer ago than this (at least 1h)"},
     {"print-config", CF_BOOL, F(print_config), "false", CF_CLI, 0, 0, NULL, "print the effective configuration"},
     {"help", CF_BOOL, F(help), "false", CF_CLI, 0, 0, NULL, "this text"},
 };
@@ -107,6 +108,8 @@ int wi_config_parse_duration(const char *s, double *seconds)
         mult = 60.0;
     else if (strcmp(end, "h") == 0)
         mult = 3600.0;
+    else if (strcmp(end, "d") == 0)
+        mult = 86400.0;
     else
         return -1;
     *seconds = v * mult;
@@ -139,7 +142,7 @@ static int set(struct wi_config *cfg, const struct cf_entry *e, const char *val,
     case CF_DURATION: {
         double d;
         if (wi_config_parse_duration(val, &d) < 0 || d <= 0)
-            return wi_err_set(err, WI_ERR_ARG, "%s: %s must be a positive duration (250ms, 2s, 5m, 1h)", src, e->name);
+            return wi_err_set(err, WI_ERR_ARG, "%s: %s must be a positive duration (250ms, 2s, 5m, 1h, 3d)", src, e->name);
         *(double *)p = d;
         return 0;
     }

@@ -30,7 +30,8 @@ struct wi_config {
     char *id;             /* requeue: SCOPE/EVENT_ID */
     char *event_id;       /* requeue: event id in any scope */
     char *type;           /* requeue: event type */
-    char *scope;          /* requeue: source scope */
+    char *scope;          /* requeue, prune: source scope */
+    double older_than;    /* prune: seconds; done rows received before now - older_than go */
     int print_config;     /* print the effective configuration and exit */
     int help;             /* print usage and exit */
 };

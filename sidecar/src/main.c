@@ -17,6 +17,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "migrate.h"
+#include "prune.h"
 #include "requeue.h"
 #include "worker.h"
 
@@ -49,6 +50,7 @@ static void usage(FILE *out)
           "  migrate   apply the embedded schema (idempotent, advisory-locked)\n"
           "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99 (--json)\n"
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all)\n"
+          "  prune     retention: delete done events older than --older-than (>= 1h; optional --scope)\n"
           "\n"
           "options (flag > environment > --config file > default):\n",
           out);
@@ -185,7 +187,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "run") && strcmp(cmd, "migrate") && strcmp(cmd, "stats") && strcmp(cmd, "requeue") &&
-        strcmp(cmd, "--print-config")) {
+        strcmp(cmd, "prune") && strcmp(cmd, "--print-config")) {
         usage(stderr);
         fprintf(stderr, "\nwebhook-inbox-sidecar: unknown command '%s'\n", cmd);
         return 2;
@@ -242,6 +244,14 @@ int main(int argc, char **argv)
             rc = err.code == WI_ERR_ARG ? 2 : 1;
         } else {
             printf("requeued %ld\n", n);
+        }
+    } else if (!strcmp(cmd, "prune")) {
+        long n = wi_prune(cfg.database_url, cfg.older_than, cfg.scope, &err);
+        if (n < 0) {
+            fprintf(stderr, "webhook-inbox-sidecar prune: %s\n", err.msg);
+            rc = err.code == WI_ERR_ARG ? 2 : 1;
+        } else {
+            printf("pruned %ld\n", n);
         }
     }
 out:

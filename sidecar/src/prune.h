@@ -1,0 +1,16 @@
+/* prune.h - `prune`: retention, deletes done events received before a cut-off. */
+#ifndef WI_PRUNE_H
+#define WI_PRUNE_H
+
+#include "wi_err.h"
+
+/* The shortest --older-than accepted: a shorter retention would forget events that
+ * providers still retry (Stripe: 3 days), so they would be processed again. */
+#define WI_PRUNE_MIN_AGE 3600.0
+
+/* Deletes status = 'done' rows received more than older_than seconds ago (optionally only
+ * in scope; NULL = all), in batches of 5000 so no transaction holds many row locks. Never
+ * touches pending or quarantined rows. Returns the number deleted, or -1 with *err. */
+long wi_prune(const char *conninfo, double older_than, const char *scope, struct wi_err *err);
+
+#endif
