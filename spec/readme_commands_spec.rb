@@ -1,0 +1,140 @@
+# frozen_string_literal: true
+
+require_relative "spec_helper"
+require "fileutils"
+require "open3"
+require "securerandom"
+require "tmpdir"
+
+# Every command in the README's ```sh blocks is exercised: run here for real, or named below
+# with the test that runs it. A command added to the README without a test fails this spec.
+RSpec.describe "README commands" do
+  root = TestDatabase::ROOT
+  readme_commands = File.read(File.join(root, "README.md")).scan(/^```sh\n(.*?)^```/m).flatten
+                        .flat_map(&:lines).map { |l| l.sub(/\s+#.*/, "").strip }.reject(&:empty?)
+                        .flat_map { |l| l.split(/;\s*/) }
+
+  # Run by bin/test itself (CI's command): bin/setup installs and compiles, then rake test_all.
+  run_by_bin_test = {
+    "bin/test" => ".ci/run", "bin/setup" => "bin/test", "bundle install" => "bin/setup",
+    "bundle exec rake compile" => "bin/setup", "bundle exec rake c_tests" => "rake test_all",
+    "bundle exec rspec" => "rake test_all (rake spec)", "bin/demo" => "spec/bin_demo_spec.rb"
+  }
+  run_here = [
+    "bin/rails generate webhook_inbox:install", "bin/rails db:migrate",
+    "webhook-inbox-sidecar migrate", "webhook-inbox-sidecar stats", "webhook-inbox-sidecar stats --json",
+    "webhook-inbox-sidecar requeue --id 'stripe:acct_123:live/evt_1'",
+    "webhook-inbox-sidecar requeue --type payment_intent.succeeded", "webhook-inbox-sidecar prune --older-than 30d",
+    "webhook-inbox-sidecar run --print-config", "bin/chaos --orders 2000 --db-restarts 3",
+    "bench/verify", "bench/receive", "bench/sidecar"
+  ]
+
+  it "shows only commands that a test exercises" do
+    expect(readme_commands).to include("bin/demo", "bin/test")
+    expect(readme_commands - run_by_bin_test.keys - run_here).to eq([])
+    expect(File.read(File.join(root, ".ci/run"))).to include("bin/test")
+    expect(File.read(File.join(root, "bin/test"))).to include("bin/setup", "rake test_all")
+    expect(File.read(File.join(root, "bin/setup"))).to include("bundle install", "rake compile")
+  end
+
+  describe "operations (against a throwaway PostgreSQL)" do
+    before(:all) do
+      @pg = TestDatabase.cluster
+      @db = "readme_#{SecureRandom.hex(4)}"
+      @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
+      @env = { "DATABASE_URL" => @pg.url(@db) }
+    end
+
+    def sidecar(*args)
+      out, status = Open3.capture2e(@env, RbConfig.ruby, File.join(TestDatabase::ROOT, "exe/webhook-inbox-sidecar"), *args)
+      expect(status).to be_success, out
+      out
+    end
+
+    def sql(text)
+      @pg.psql(text, db: @db)
+    end
+
+    it "migrate, stats, requeue, prune and --print-config work as the README shows" do
+      sidecar("migrate")
+      sidecar("migrate") # idempotent
+      sql(<<~SQL)
+        INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, last_error, processed_at, received_at)
+        VALUES ('stripe:acct_123:live', 'evt_1', 'payment_intent.succeeded', '{}', 'quarantined', 'x', now(), now()),
+               ('stripe:acct_123:live', 'evt_2', 'payment_intent.succeeded', '{}', 'quarantined', 'x', now(), now()),
+               ('stripe:acct_123:live', 'evt_old', 'charge.refunded', '{}', 'done', NULL, now() - interval '40 days', now() - interval '40 days'),
+               ('stripe:acct_123:live', 'evt_new', 'charge.refunded', '{}', 'done', NULL, now(), now()),
+               ('stripe:acct_123:live', 'evt_old_q', 'charge.refunded', '{}', 'quarantined', 'x', now(), now() - interval '40 days')
+      SQL
+      expect(sidecar("stats")).to match(/^quarantined\s+3$/).and match(/^done\s+2$/)
+      expect(JSON.parse(sidecar("stats", "--json"))).to include("quarantined" => 3, "done" => 2)
+
+      expect(sidecar("requeue", "--id", "stripe:acct_123:live/evt_1")).to eq("requeued 1\n")
+      expect(sql("SELECT status || ':' || attempts FROM webhook_inbox WHERE event_id = 'evt_1'").strip).to eq("pending:0")
+      expect(sidecar("requeue", "--type", "payment_intent.succeeded")).to eq("requeued 1\n")
+
+      expect(sidecar("prune", "--older-than", "30d")).to eq("pruned 1\n")
+      expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox").strip)
+        .to eq("evt_1,evt_2,evt_new,evt_old_q") # pending and quarantined rows are never pruned
+
+      config = sidecar("run", "--print-config")
+      expect(config).to include("concurrency").and include("batch-size")
+    end
+
+    it "prune refuses a retention shorter than an hour and a missing --older-than" do
+      %w[--older-than=10m].each do |arg|
+        out, status = Open3.capture2e(@env, File.join(TestDatabase::ROOT, "exe/webhook-inbox-sidecar"), "prune", arg)
+        expect([status.exitstatus, out]).to match([2, /at least 1h/])
+      end
+      out, status = Open3.capture2e(@env, File.join(TestDatabase::ROOT, "exe/webhook-inbox-sidecar"), "prune")
+      expect([status.exitstatus, out]).to match([2, /needs --older-than/])
+    end
+  end
+
+  it "bin/rails generate webhook_inbox:install and bin/rails db:migrate set up a Rails app" do
+    pg = TestDatabase.cluster
+    db = "rails_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{db}", db: "postgres")
+    Dir.mktmpdir("wi-app-") do |app|
+      FileUtils.cp_r(File.join(root, "spec/rails_app/."), app)
+      FileUtils.mkdir_p(File.join(app, "bin"))
+      File.write(File.join(app, "Rakefile"), <<~RUBY)
+        require_relative "config/application"
+        Rails.application.load_tasks
+      RUBY
+      File.write(File.join(app, "bin/rails"), <<~RUBY)
+        APP_PATH = File.expand_path("../config/application", __dir__)
+        require "rails/commands"
+      RUBY
+      env = { "WI_DATABASE_URL" => pg.url(db), "STRIPE_WEBHOOK_SECRET" => "whsec_x", "STRIPE_SCOPE" => "stripe:x:test",
+              "RUBYLIB" => File.join(root, "lib"), "RAILS_ENV" => "development" }
+      %w[generate webhook_inbox:install].then do |args|
+        out, status = Open3.capture2e(env, RbConfig.ruby, "bin/rails", *args, chdir: app)
+        expect(status).to be_success, out
+        expect(out).to match(%r{create\s+db/migrate/\d+_create_webhook_inbox\.rb})
+      end
+      out, status = Open3.capture2e(env, RbConfig.ruby, "bin/rails", "db:migrate", chdir: app)
+      expect(status).to be_success, out
+    end
+    expect(pg.psql("SELECT count(*) FROM webhook_inbox_routes", db: db).to_i).to eq(0)
+    expect(pg.psql("SELECT to_regproc('webhook_inbox_dispatch_batch') IS NOT NULL", db: db).strip).to eq("t")
+  end
+
+  it "bin/chaos runs end to end (here small)" do
+    out, status = Open3.capture2e(File.join(root, "bin/chaos"), "--orders", "20", "--db-restarts", "1", "--sidecars", "2")
+    expect(status).to be_success, out
+    expect(out).to include("invariants hold").and match(/database_restart=1/)
+  end
+
+  it "the benchmarks run and print their ratios (smoke-sized, no timing asserted)" do
+    {
+      ["bench/verify", "0.02"] => /x/,
+      ["bench/sidecar", "--events", "200", "--batched-events", "400", "--rounds", "1"] => /\(d\)/,
+      ["bench/receive", "--duration", "1", "--warmup", "0"] => /\(c\)/
+    }.each do |cmd, pattern|
+      out, status = Open3.capture2e(File.join(root, cmd.first), *cmd.drop(1), chdir: root)
+      expect(status).to be_success, "#{cmd.join(' ')}: #{out}"
+      expect(out).to match(pattern)
+    end
+  end
+end
