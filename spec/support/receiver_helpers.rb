@@ -61,13 +61,14 @@ class PumaProcess
   attr_reader :port, :log
 
   # workers: 0 is Puma's single mode; N > 0 runs N forked workers (cluster mode).
-  def initialize(rackup:, env: {}, threads: "8:16", dir: nil, workers: 0)
+  # log: where Puma writes (default: a new file in the temp dir).
+  def initialize(rackup:, env: {}, threads: "8:16", dir: nil, workers: 0, log: nil)
     @rackup = rackup
     @env = env
     @threads = threads
     @workers = workers
     @dir = dir || File.dirname(rackup)
-    @log = File.join(Dir.tmpdir, "wi-puma-#{Process.pid}-#{SecureRandom.hex(3)}.log")
+    @log = log || File.join(Dir.tmpdir, "wi-puma-#{Process.pid}-#{SecureRandom.hex(3)}.log")
   end
 
   def start

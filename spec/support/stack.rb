@@ -5,6 +5,7 @@ require "json"
 require "fileutils"
 require "timeout"
 require_relative "throwaway_postgres"
+require_relative "receiver_helpers" # PumaProcess
 
 # Stack - the whole product, really started: a throwaway PostgreSQL with the schema and the
 # orders example, the Rails app from spec/rails_app under Puma (the gem's controller), and
@@ -160,40 +161,17 @@ class Stack
   private
 
   def start_puma
-    @port = free_port
-    log = File.join(log_dir, "puma.log")
     env = {
       "DATABASE_URL" => pg.url, "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "x" * 64,
       "STRIPE_WEBHOOK_SECRET" => SECRETS[:stripe], "DIDIT_WEBHOOK_SECRET" => SECRETS[:didit],
-      "STRIPE_SCOPE" => SCOPES[:stripe], "DIDIT_SCOPE" => SCOPES[:didit],
-      "RUBYLIB" => File.join(ROOT, "lib")
+      "STRIPE_SCOPE" => SCOPES[:stripe], "DIDIT_SCOPE" => SCOPES[:didit]
     }
-    app_dir = File.join(ROOT, "spec/rails_app")
-    @puma = Process.spawn(env, "puma", "-b", "tcp://127.0.0.1:#{port}", "-t", "4:16", "--dir", app_dir,
-                          File.join(app_dir, "config.ru"), out: [log, "a"], err: [log, "a"], pgroup: true)
-    wait_until(timeout: 60) do
-      TCPSocket.new("127.0.0.1", port).close
-      true
-    rescue Errno::ECONNREFUSED
-      raise "puma exited: #{File.read(log)}" if Process.wait(@puma, Process::WNOHANG)
-
-      false
-    end
+    @puma = PumaProcess.new(rackup: File.join(ROOT, "spec/rails_app/config.ru"), env: env, threads: "4:16",
+                            log: File.join(log_dir, "puma.log")).start
+    @port = @puma.port
   end
 
   def stop_puma
-    return unless @puma
-
-    Process.kill("TERM", @puma)
-    Process.wait(@puma)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
-
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
+    @puma&.stop
   end
 end
