@@ -38,7 +38,8 @@ int main(void)
     CHECK(wi_config_parse_duration("", &s) < 0);
     CHECK(wi_config_parse_duration("-1s", &s) < 0);
     CHECK(wi_config_parse_duration("3 s", &s) < 0);
-    CHECK(wi_config_parse_duration("10d", &s) < 0);
+    CHECK(wi_config_parse_duration("30d", &s) == 0 && s == 30 * 86400.0);
+    CHECK(wi_config_parse_duration("10w", &s) < 0);
     CHECK(wi_config_parse_duration("nan", &s) < 0);
     CHECK(wi_config_parse_duration("inf", &s) < 0);
 
