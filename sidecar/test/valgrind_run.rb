@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# valgrind_run.rb BINARY [--sanitizer] - runs migrate, stats, requeue and a short
+# valgrind_run.rb BINARY [--sanitizer] - runs migrate, stats, requeue, prune and a short
 # `run --once` (done, quarantined, retry, unrouted, and a dispatch statement cancelled by
 # statement_timeout, which takes the one-statement-per-event fallback; two worker threads)
 # against a throwaway PostgreSQL, under valgrind --leak-check=full; fails on any error or on
@@ -48,6 +48,7 @@ begin
   abort "unexpected states after run --once: #{states}" unless states == "e1=done,e2=quarantined,e3=quarantined,e4=done,e5=quarantined"
   vg(bin, "stats", "--json", "--database-url", url)
   vg(bin, "requeue", "--all", "--database-url", url)
+  vg(bin, "prune", "--older-than", "1h", "--database-url", url)
   vg(bin, "--print-config", "--database-url", "#{url} password=x")
 ensure
   pg.destroy
