@@ -342,6 +342,48 @@ static struct wi_slice present(struct wi_slice h)
     return t.p && t.n ? t : (struct wi_slice){NULL, 0};
 }
 
+/* 1 when a and b (fields scanned from two JSON texts) hold the same value: strings
+ * compared after unescaping, numbers by their text; 0 when not; -1 out of memory. */
+static int same_field(const struct wi_json_field *a, const struct wi_json_field *b)
+{
+    char *da, *db;
+    size_t na, nb;
+    int same;
+    if (a->kind != b->kind) return 0;
+    if (a->kind == WI_JSON_NUMBER)
+        return a->value.n == b->value.n && !memcmp(a->value.p, b->value.p, a->value.n);
+    if (a->kind != WI_JSON_STRING) return 1;
+    if (!a->escaped && !b->escaped)
+        return a->value.n == b->value.n && !memcmp(a->value.p, b->value.p, a->value.n);
+    if (!(da = malloc(a->value.n + b->value.n + 1))) return -1;
+    db = da + a->value.n;
+    na = wi_json_unescape(a->value.p, a->value.n, da);
+    nb = wi_json_unescape(b->value.p, b->value.n, db);
+    same = na == nb && !memcmp(da, db, na);
+    free(da);
+    return same;
+}
+
+/* V2 signs the canonical form, where the last of duplicate keys wins and escaped keys are
+ * decoded; f[] comes from the raw body (first unescaped key wins). Returns 0 when the raw
+ * body's event_id, webhook_type and timestamp are the ones the canonical form holds, else
+ * -1 with *err filled: a replayed body must not bring its own id or a fresh timestamp. */
+static int v2_fields_signed(const char *canon, size_t cn, const struct wi_json_field *f,
+                            struct wi_err *err)
+{
+    struct wi_json_field c[3] = {{.name = f[0].name}, {.name = f[1].name}, {.name = f[2].name}};
+    wi_json_scan(canon, cn, WI_JSON_STOP_EARLY, c, 3, NULL, NULL);
+    for (int i = 0; i < 3; i++) {
+        int s = same_field(&f[i], &c[i]);
+        if (s < 0) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        if (!s)
+            return wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD,
+                              "body has a duplicate or escaped %s key: not the value X-Signature-V2 signs",
+                              f[i].name);
+    }
+    return 0;
+}
+
 /* Didit: X-Signature (raw body), X-Signature-V2 (canonical JSON), X-Signature-Simple (opt-in). */
 static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
                  struct wi_sig_event *ev, struct wi_err *err)
@@ -384,6 +426,7 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
                 g.parts[0] = (struct wi_slice){canon, cn};
                 g.nparts = 1;
                 r = match(v, &g, err);
+                if (r > 0 && v2_fields_signed(canon, cn, f, err)) r = -1;
                 wi_canon_free(canon);
                 if (r) goto matched;
             }

@@ -184,6 +184,30 @@ RSpec.describe WebhookInbox::Verifier do
     it "reports :missing_signature with no signature header" do
       expect(reason_of { verifier.verify("{}", {}, now: NOW) }).to eq(:missing_signature)
     end
+
+    # V2 signs the canonical form, where the last of duplicate keys wins and key escapes
+    # are decoded: a replayed body must not carry other id/type/timestamp values than
+    # the ones the signature covers.
+    it "takes V2's event id, type and timestamp only from what the signature covers" do
+      old = NOW - 3600
+      signed = %({"event_id":"e1","timestamp":#{old},"webhook_type":"status.updated"})
+      h = { "X-Signature-V2" => hmac_hex(secret, described_class.didit_canonical_json(signed)) }
+      expect(reason_of { verifier.verify(signed, h, now: NOW) }).to eq(:timestamp_out_of_tolerance)
+      [%({"timestamp":#{NOW},#{signed[1..]}),                                   # fresh duplicate first
+       %({"event_id":"e1","time\\u0073tamp":#{old},"webhook_type":"status.updated"})].each do |forged|
+        expect(described_class.didit_canonical_json(forged)).to eq(described_class.didit_canonical_json(signed))
+        r = reason_of { verifier.verify(forged, h.merge("X-Timestamp" => NOW.to_s), now: NOW) }
+        expect(r).not_to be_nil, forged
+      end
+      fresh = %({"event_id":"e1","timestamp":#{NOW},"webhook_type":"status.updated"})
+      h2 = { "X-Signature-V2" => hmac_hex(secret, described_class.didit_canonical_json(fresh)) }
+      [%({"event_id":"e2",#{fresh[1..]}), %({"webhook_type":"x",#{fresh[1..]}),
+       %({"event\\u005fid":"e1","timestamp":#{NOW},"webhook_type":"status.updated"})].each do |forged|
+        r = reason_of { verifier.verify(forged, h2, now: NOW) }
+        expect(r).to eq(:malformed_payload), forged
+      end
+      expect(verifier.verify(fresh, h2, now: NOW).event_id).to eq("e1")
+    end
   end
 
   describe ":stripe" do

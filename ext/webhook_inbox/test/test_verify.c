@@ -345,6 +345,53 @@ static void test_schemes(void)
     CHECK(wi_sig_verifier_new(&bad, &err) == NULL && err.code == WI_ERR_ARG, "template {id} without id header");
 }
 
+/* Hex HMAC-SHA256 of the Didit V2 canonical form of body under key. */
+static void didit_v2_sig(const char *key, const char *body, char hex[65])
+{
+    unsigned char mac[32];
+    unsigned int ml = 0;
+    char *canon;
+    size_t cn;
+    struct wi_err err;
+    if (wi_canon_didit(body, strlen(body), &canon, &cn, &err)) abort();
+    HMAC(EVP_sha256(), key, (int)strlen(key), (const unsigned char *)canon, cn, mac, &ml);
+    wi_canon_free(canon);
+    wi_hex_encode(mac, 32, hex);
+}
+
+/* V2 signs the canonical form (last duplicate key wins, key escapes decoded): a body that
+ * canonicalizes the same must not bring another event id or a fresh timestamp. */
+static void test_didit_v2_fields(void)
+{
+    struct wi_sig_event ev;
+    char sig[65], fresh_sig[65];
+    struct wi_sig_verifier *v = make(WI_SCHEME_DIDIT, "didit_secret");
+    const char *old = "{\"event_id\":\"e1\",\"timestamp\":1699996400,\"webhook_type\":\"t\"}";
+    const char *fresh = "{\"event_id\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}";
+    static const char *const replays[] = {
+        "{\"timestamp\":1700000000,\"event_id\":\"e1\",\"timestamp\":1699996400,\"webhook_type\":\"t\"}",
+        "{\"event_id\":\"e1\",\"time\\u0073tamp\":1699996400,\"webhook_type\":\"t\"}",
+    };
+    static const char *const renamed[] = {
+        "{\"event_id\":\"e2\",\"event_id\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}",
+        "{\"webhook_type\":\"x\",\"event_id\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}",
+        "{\"event\\u005fid\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}",
+    };
+    didit_v2_sig("didit_secret", old, sig);
+    didit_v2_sig("didit_secret", fresh, fresh_sig);
+    CHECK(verify1(v, old, NULL, sig, 1700000000, &ev) == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "didit v2 stale");
+    for (size_t i = 0; i < sizeof replays / sizeof *replays; i++)
+        CHECK(verify1(v, replays[i], NULL, sig, 1700000000, &ev) != 0, "didit v2 replay %zu accepted", i);
+    for (size_t i = 0; i < sizeof renamed / sizeof *renamed; i++)
+        CHECK(verify1(v, renamed[i], NULL, fresh_sig, 1700000000, &ev) == WI_SIG_E_MALFORMED_PAYLOAD,
+              "didit v2 renamed %zu", i);
+    CHECK(verify1(v, fresh, NULL, fresh_sig, 1700000000, &ev) == 0 && strcmp(last_id, "e1") == 0, "didit v2 fresh");
+    CHECK(verify1(v, "{\"event_id\":\"\\u00e9\",\"timestamp\":1700000000}", NULL,
+                  (didit_v2_sig("didit_secret", "{\"event_id\":\"\\u00e9\",\"timestamp\":1700000000}", sig), sig),
+                  1700000000, &ev) == 0, "didit v2 escaped id value still verifies");
+    wi_sig_verifier_free(v);
+}
+
 int main(void)
 {
     test_kv();
@@ -354,6 +401,7 @@ int main(void)
     test_json();
     test_canon();
     test_schemes();
+    test_didit_v2_fields();
     printf("verify core: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }
