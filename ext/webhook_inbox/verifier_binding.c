@@ -2,6 +2,7 @@
  * header lookup in a Hash or Rack env, Event construction, error mapping. */
 #include <ctype.h>
 #include <limits.h>
+#include <ruby/encoding.h>
 #include <ruby/thread.h>
 #include <string.h>
 #include "bindings.h"
@@ -242,6 +243,18 @@ static VALUE json_str(struct wi_slice s, int escaped)
     return str;
 }
 
+/* An event id or type goes into a text column: valid UTF-8 without NUL, else the
+ * delivery is malformed (a header's raw bytes, or a JSON \u0000 / lone surrogate). */
+static VALUE event_text(VALUE str, const char *what)
+{
+    struct wi_err err;
+    if (rb_enc_str_coderange(str) == ENC_CODERANGE_BROKEN || memchr(RSTRING_PTR(str), 0, (size_t)RSTRING_LEN(str))) {
+        wi_err_set(&err, WI_SIG_E_MALFORMED_PAYLOAD, "event %s is not UTF-8 text without NUL", what);
+        raise_wi_err(&err, Qnil);
+    }
+    return str;
+}
+
 /* _verify(body, headers, now) -> Event; raises VerificationError. */
 static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
 {
@@ -291,8 +304,8 @@ static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
     else verify_nogvl(&call);
     if (call.rc) raise_wi_err(&err, Qnil);
 
-    VALUE id = ev.id.p ? json_str(ev.id, ev.id_escaped) : rb_usascii_str_new(ev.body_sha256, 64);
-    VALUE type = ev.type.p ? json_str(ev.type, ev.type_escaped) : Qnil;
+    VALUE id = ev.id.p ? event_text(json_str(ev.id, ev.id_escaped), "id") : rb_usascii_str_new(ev.body_sha256, 64);
+    VALUE type = ev.type.p ? event_text(json_str(ev.type, ev.type_escaped), "type") : Qnil;
     VALUE ts = ev.has_timestamp ? LL2NUM(ev.timestamp) : Qnil;
     VALUE event = rb_struct_new(cEvent, v->provider, id, type, ts, body);
     RB_GC_GUARD(body);

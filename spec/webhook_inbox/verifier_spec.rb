@@ -365,6 +365,24 @@ RSpec.describe WebhookInbox::Verifier do
       expect(reason_of { v.verify(body, h.merge("X-Hub-Signature-256" => "sha1=#{hmac_hex(secret, body, "SHA1")}"), now: NOW) }).to eq(:malformed_signature)
     end
 
+    # The inbox refuses text that is not UTF-8 or holds NUL (ArgumentError, a 500 from the
+    # endpoint): a verified delivery with such an id or type is a malformed request instead.
+    it "rejects an event id or type that is not UTF-8 or holds NUL (headers and JSON bodies)" do
+      v = described_class.new(:github, secrets: secret)
+      body = '{"action":"opened"}'
+      h = { "X-Hub-Signature-256" => "sha256=#{hmac_hex(secret, body)}", "X-GitHub-Delivery" => "d-1", "X-GitHub-Event" => "push" }
+      [{ "X-GitHub-Delivery" => "d-\xff".b }, { "X-GitHub-Delivery" => "d\0-1" }, { "X-GitHub-Event" => "p\xc3".b },
+       { "X-GitHub-Event" => "p\0" }].each do |bad|
+        expect(reason_of { v.verify(body, h.merge(bad), now: NOW) }).to eq(:malformed_payload), bad.inspect
+      end
+      expect(v.verify(body, h.merge("X-GitHub-Delivery" => "d-é".b), now: NOW).event_id).to eq("d-é")
+      p = described_class.new(:paddle, secrets: secret)
+      ['{"event_id":"e\\u0000"}', '{"event_id":"e\\ud800"}', '{"event_id":"e","event_type":"t\\u0000"}'].each do |b|
+        ph = { "Paddle-Signature" => "ts=#{NOW};h1=#{hmac_hex(secret, "#{NOW}:#{b}")}" }
+        expect(reason_of { p.verify(b, ph, now: NOW) }).to eq(:malformed_payload), b
+      end
+    end
+
     it ":shopify uses base64 and X-Shopify-Event-Id as a fallback id" do
       v = described_class.new(:shopify, secrets: secret)
       body = '{"id":820982911946154508}'
