@@ -2,6 +2,7 @@
  * header lookup in a Hash or Rack env, Event construction, error mapping. */
 #include <ctype.h>
 #include <limits.h>
+#include <math.h>
 #include <ruby/encoding.h>
 #include <ruby/thread.h>
 #include <string.h>
@@ -207,7 +208,11 @@ static int64_t now_seconds(VALUE now)
     long long t;
     if (NIL_P(now)) return (int64_t)time(NULL);
     if (RB_INTEGER_TYPE_P(now)) t = NUM2LL(now);
-    else if (RB_FLOAT_TYPE_P(now)) t = (long long)RFLOAT_VALUE(now);
+    else if (RB_FLOAT_TYPE_P(now)) { /* clamp before the cast: NaN or beyond long long is UB */
+        double d = RFLOAT_VALUE(now);
+        if (isnan(d)) rb_raise(rb_eArgError, "now: must not be NaN");
+        t = d > 0x1p60 ? 1LL << 60 : d < -0x1p60 ? -(1LL << 60) : (long long)d;
+    }
     else if (rb_obj_is_kind_of(now, rb_cTime)) t = NUM2LL(rb_funcall(now, id_to_i, 0));
     else rb_raise(rb_eTypeError, "now: must be a Time, an Integer (unix seconds) or nil");
     if (t > (1LL << 60)) t = 1LL << 60;

@@ -537,6 +537,13 @@ RSpec.describe WebhookInbox::Verifier do
     it "rejects non-String bodies, non-Hash headers, bad now: values and copies" do
       v = described_class.new(:github, secrets: "k")
       expect { v.verify("{}", {}, now: "1700000000") }.to raise_error(TypeError)
+      s = described_class.new(:stripe, secrets: "whsec_k")
+      h = { "Stripe-Signature" => "t=#{NOW},v1=#{hmac_hex("whsec_k", "#{NOW}.{}")}" }
+      expect { s.verify("{}", h, now: Float::NAN) }.to raise_error(ArgumentError, /NaN/)
+      expect(s.verify("{}", h, now: NOW.to_f + 0.5).timestamp).to eq(NOW)
+      [Float::INFINITY, -Float::INFINITY, 1e300, -1e300].each do |f|
+        expect(reason_of { s.verify("{}", h, now: f) }).to eq(:timestamp_out_of_tolerance), f.to_s
+      end
       expect { v.dup }.to raise_error(TypeError)
       expect { Marshal.dump(v) }.to raise_error(TypeError)
       expect { v.verify(nil, {}) }.to raise_error(TypeError)
