@@ -149,18 +149,20 @@ static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct s
     return -2;
 }
 
-/* One transaction: claim up to batch_size events, dispatch each with its own statement (a
+/* One transaction: claim up to limit events, dispatch each with its own statement (a
  * savepoint each, inside SQL), commit; then record transient failures separately. Returns
- * events handled, 0 when nothing was due, -1 on failure (the transaction is rolled back). */
-static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b,
-                              uint64_t *rng)
+ * events handled, 0 when nothing was due, -1 on failure (the transaction is rolled back),
+ * -3 when COMMIT itself failed for a batch of several events (e.g. a deferred constraint
+ * violated by one handler's work: the culprit is unknown, the caller redoes one event). */
+static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int limit,
+                              struct wi_batch *b, uint64_t *rng)
 {
     struct wi_err err;
-    int i, n, failed_at = -1;
+    int i, n = 0, failed_at = -1, committing = 0;
 
     if (wi_pg_cmd(pg, "wi_begin", 0, NULL, &err) < 0)
         goto abort;
-    if ((n = wi_claim(pg, s->batch_size, b, &err)) < 0)
+    if ((n = wi_claim(pg, limit, b, &err)) < 0)
         goto abort;
     if (n == 0) {
         if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
@@ -173,6 +175,7 @@ static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struc
             goto abort;
         }
     }
+    committing = 1;
     if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
         goto abort;
     after_commit(w, pg, b, s, rng);
@@ -183,13 +186,22 @@ abort:
         log_warnx("connection_lost", "worker=%d in=transaction error=%s", w->id, WI_LOG_Q(err.msg));
         return -1;
     }
-    {
+    if (!committing) { /* a failed COMMIT has already ended the transaction */
         struct wi_err rerr;
         (void)wi_pg_cmd(pg, "wi_rollback", 0, NULL, &rerr);
     }
+    if (committing) {
+        if (n > 1) {
+            log_warnx("commit_failed", "worker=%d events=%d error=%s note=\"redoing one event per transaction\"", w->id,
+                      n, WI_LOG_Q(err.msg));
+            return -3;
+        }
+        failed_at = 0; /* the only event of the transaction is the culprit */
+    }
     if (failed_at >= 0) {
-        /* The dispatch statement itself failed (e.g. statement_timeout): the whole batch is
-         * rolled back; the other events stay pending untouched, this one is charged. */
+        /* The dispatch statement itself (or the COMMIT of this one event) failed, e.g.
+         * statement_timeout: the whole batch is rolled back; the other events stay pending
+         * untouched, this one is charged. */
         struct wi_event *e = &b->ev[failed_at];
         free(e->detail);
         e->detail = strdup(err.msg);
@@ -209,7 +221,13 @@ static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s
     int n = run_batch_fused(w, pg, s, b, rng);
     if (n != -2)
         return n;
-    return run_batch_stepwise(w, pg, s, b, rng);
+    if ((n = run_batch_stepwise(w, pg, s, s->batch_size, b, rng)) != -3)
+        return n;
+    /* COMMIT failed with several events in the transaction: the oldest due event alone.
+     * Each such round commits or charges one event, so a poison event cannot hold the
+     * others back forever. */
+    wi_batch_free(b);
+    return run_batch_stepwise(w, pg, s, 1, b, rng);
 }
 
 static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, struct wi_err *err)

@@ -212,6 +212,24 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
     expect(log).to include("msg=batch_failed", "msg=dispatch_failed")
   end
 
+  it "isolates an event whose work fails only at COMMIT (deferred constraint) instead of retrying the batch forever" do
+    db.psql(<<~SQL)
+      CREATE TABLE IF NOT EXISTS t_parent (id int PRIMARY KEY);
+      CREATE TABLE IF NOT EXISTS t_child (parent int REFERENCES t_parent DEFERRABLE INITIALLY DEFERRED);
+      CREATE OR REPLACE FUNCTION t_deferred(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+      BEGIN INSERT INTO t_child VALUES ((ev.payload ->> 'parent')::int); RETURN 'child'; END $$;
+      INSERT INTO webhook_inbox_routes VALUES ('test.deferred', 't_deferred');
+    SQL
+    db.insert_event("bad", "test.deferred", { "parent" => 42 }) # oldest: in every batch
+    db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
+    status, _, log = sidecar("run", "--once", "--database-url", db.url, "--max-attempts", "1", timeout: 20)
+    expect(status.exitstatus).to eq(0), log
+    expect(db.event("evt_1")).to include(status: "done", outcome: "paid")
+    expect(db.event("bad")).to include(status: "quarantined", attempts: 1)
+    expect(db.event("bad")[:last_error]).to include("23503")
+    expect(db.int("SELECT count(*) FROM t_child")).to eq(0)
+  end
+
   it "routes by exact type, then the longest prefix pattern, then '*'" do
     db.psql(<<~SQL)
       CREATE OR REPLACE FUNCTION t_route_a(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'a' $$;
