@@ -33,12 +33,14 @@ class Chaos
 
   def run(drain_timeout: 120)
     started = clock
-    plan = build_plan
+    plan = build_plan.shuffle(random: @rng)
+    # The deliveries go out in db_restarts + 1 chunks; each next chunk is queued while
+    # PostgreSQL is down, so every restart meets live load (senders retrying 503s).
+    chunks = plan.each_slice((plan.size / (@db_restarts + 1.0)).ceil).to_a
     queue = Queue.new
-    plan.shuffle(random: @rng).each { |delivery| queue << delivery }
-    @senders.times { queue << nil }
+    enqueue(queue, chunks)
     senders = Array.new(@senders) { Thread.new { send_all(queue) } }
-    monkey = Thread.new { make_chaos(senders, plan.size) }
+    monkey = Thread.new { make_chaos(senders, queue, chunks) }
     senders.each(&:join)
     monkey.join
     @stack.resume_sidecars(@stack.sidecar_indexes_missing)
@@ -56,27 +58,28 @@ class Chaos
   def build_plan
     @expect = {}
     values = []
+    plan = []
     @orders.times do |i|
       order = "chaos_#{SecureRandom.hex(3)}_#{i}"
       amount = 1000 + i
       values << "('shop_chaos', '#{order}', #{amount}, 'jpy')"
-      if (i % 10) == 9
-        @expect[order] = "awaiting_payment"
-        @plan_events ||= []
-        next @plan_events << event(order, amount + 1, "payment_intent.succeeded", "pi_#{SecureRandom.hex(6)}")
-      end
       pi = "pi_#{SecureRandom.hex(6)}"
+      if (i % 10) == 9 # only a wrong-amount payment: quarantined, the order never moves
+        plan << event(order, amount + 1, "payment_intent.succeeded", pi)
+        @expect[order] = "awaiting_payment"
+        next
+      end
       pay = event(order, amount, "payment_intent.succeeded", pi)
-      (@plan_events ||= []) << pay
-      @plan_events << pay if @rng.rand < 0.3                                  # exact duplicate
-      @plan_events << event(order, amount, "payment_intent.succeeded", pi) if @rng.rand < 0.3 # replay, new event id
-      @plan_events << event(order, amount, "payment_intent.processing", pi) if @rng.rand < 0.5 # stale or early
+      plan << pay
+      plan << pay if @rng.rand < 0.3                                                     # exact duplicate
+      plan << event(order, amount, "payment_intent.succeeded", pi) if @rng.rand < 0.3   # replay, new event id
+      plan << event(order, amount, "payment_intent.processing", pi) if @rng.rand < 0.5  # stale or early
       refund = @rng.rand < 0.3
-      @plan_events << refund_event(order, amount, pi) if refund
+      plan << refund_event(order, amount, pi) if refund
       @expect[order] = refund ? "refunded" : "paid"
     end
     @stack.sql("INSERT INTO orders (tenant_id, order_id, amount, currency) VALUES #{values.join(', ')}")
-    @plan_events
+    plan
   end
 
   def event(order, amount, type, pi)
@@ -115,15 +118,19 @@ class Chaos
     end
   end
 
-  # Restarts PostgreSQL as the acknowledgements pass evenly spaced marks (so every restart
-  # hits live load), and in between kills sidecars or their connections at random.
-  def make_chaos(senders, total)
-    marks = (1..@db_restarts).map { |k| total * k / (@db_restarts + 1) }
+  # Queues the next chunk; after the last one, one stop marker per sender.
+  def enqueue(queue, chunks)
+    chunks.shift&.each { |delivery| queue << delivery }
+    @senders.times { queue << nil } if chunks.empty?
+  end
+
+  # Restarts PostgreSQL whenever the queued chunk is used up (queuing the next one while the
+  # server is down), and in between kills sidecars or their connections at random.
+  def make_chaos(senders, queue, chunks)
     next_fault = clock + @fault_interval * @rng.rand
     while senders.any?(&:alive?)
-      if marks.any? && @acked.size >= marks.first
-        marks.shift
-        restart_database
+      if chunks.any? && queue.empty?
+        restart_database { enqueue(queue, chunks) }
       elsif clock >= next_fault
         @rng.rand < 0.6 ? kill_a_sidecar : terminate_sidecar_connections
         next_fault = clock + @fault_interval * (0.5 + @rng.rand)
@@ -148,8 +155,10 @@ class Chaos
     nil # the database is restarting
   end
 
+  # Stops PostgreSQL (a crash or a fast shutdown), yields while it is down, starts it again.
   def restart_database
     @stack.pg.stop(mode: @rng.rand < 0.5 ? "immediate" : "fast")
+    yield if block_given?
     sleep 0.5
     @stack.pg.start
     @faults[:database_restart] += 1
