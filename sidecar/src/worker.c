@@ -313,8 +313,11 @@ void *wi_worker_main(void *arg)
             double due = wi_claim_next_due(pg), timeout = s.poll_interval, t0 = now_s();
             struct pollfd p[2];
             int got;
+            /* A row already due that the batch did not claim is locked by another transaction
+             * (SKIP LOCKED passed it) whose end sends no NOTIFY: look again shortly, without
+             * spinning on it every few milliseconds. */
             if (due >= 0 && due < timeout)
-                timeout = due < 0.005 ? 0.005 : due;
+                timeout = due <= 0 ? (timeout < 0.1 ? timeout : 0.1) : due < 0.005 ? 0.005 : due;
             if ((got = wi_pg_drain_notifies(pg)) != 0) {
                 if (got < 0) {
                     log_warnx("connection_lost", "worker=%d in=idle", w->id);

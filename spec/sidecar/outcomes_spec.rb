@@ -230,6 +230,25 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
     expect(db.int("SELECT count(*) FROM t_child")).to eq(0)
   end
 
+  it "does not spin while the only due rows are locked by another transaction, and takes them when it ends" do
+    db.insert_event("locked", "payment_intent.succeeded", succeeded("pi_l", "t1", "o1", 2000, "jpy"))
+    holder = Thread.new do
+      db.psql("BEGIN; SELECT 1 FROM webhook_inbox WHERE event_id = 'locked' FOR UPDATE; SELECT pg_sleep(4); COMMIT")
+    end
+    wait_for(5) { db.int("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1 }
+    pid, log = spawn_sidecar("run", "--database-url", db.url, "--concurrency", "1", "--poll-interval", "5s")
+    wait_for(5) { File.read(log).include?("msg=connected") }
+    sleep 1.2 # statistics reach pg_stat_database about once a second
+    commits = -> { db.int("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()") }
+    c0 = commits.call
+    sleep 2
+    expect(commits.call - c0).to be < 150 # was ~800: a batch and a next-due query every 5 ms
+    holder.join
+    wait_for(10, 0.05, "done after the lock is released") { db.event("locked")[:status] == "done" }
+    Process.kill("TERM", pid)
+    expect(wait_exit(pid)&.exitstatus).to eq(0)
+  end
+
   it "routes by exact type, then the longest prefix pattern, then '*'" do
     db.psql(<<~SQL)
       CREATE OR REPLACE FUNCTION t_route_a(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'a' $$;
