@@ -171,8 +171,12 @@ module WebhookInbox
       old.each(&:close) # in the child: dup2(/dev/null) over the socket, then free
     end
 
+    # Serializes the first checkouts after a fork, so two threads of a new Puma worker do
+    # not both reset the pool (swapping @mutex under each other).
+    FORK_LOCK = Thread::Mutex.new
+
     def checkout
-      after_fork if @pid != Process.pid
+      FORK_LOCK.synchronize { after_fork if @pid != Process.pid } if @pid != Process.pid
       deadline = nil
       @mutex.synchronize do
         loop do

@@ -217,6 +217,24 @@ RSpec.describe WebhookInbox::Inbox do
     expect(inbox_rows(pg, scope).map { |r| r[:event_id] }).to eq(%w[evt_child evt_parent_1 evt_parent_2])
   end
 
+  it "after fork, concurrent first inserts in the child share one fresh pool (never over pool_size)" do
+    insert("evt_before_fork")
+    rd, wr = IO.pipe
+    child = fork do
+      rd.close
+      statuses = Array.new(12) { |i| Thread.new { insert("evt_forked_#{i}").status } }.map(&:value)
+      wr.write("#{statuses.uniq.join(',')} #{inbox.backend_pids.size}")
+      wr.close
+      exit!(0)
+    end
+    wr.close
+    Process.wait(child)
+    statuses, pooled = rd.read.split(" ")
+    expect(statuses).to eq("accepted")
+    expect(pooled.to_i).to be_between(1, 4) # pool_size 4
+    expect(inbox_count(pg, scope)).to eq(13)
+  end
+
   context "when the server restarts" do
     before(:all) do
       @own = ThrowawayPostgres.new
