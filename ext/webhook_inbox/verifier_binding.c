@@ -65,7 +65,9 @@ static VALUE verifier_alloc(VALUE klass)
 static struct verifier *get_verifier(VALUE self)
 {
     struct verifier *v = rb_check_typeddata(self, &verifier_type);
-    if (!v->core) rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "verifier is not set up");
+    /* candidates is the last field _setup fills: a setup that raised midway is "not set up". */
+    if (!v->core || NIL_P(v->candidates))
+        rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "verifier is not set up");
     return v;
 }
 

@@ -561,4 +561,11 @@ RSpec.describe WebhookInbox::Verifier do
       expect(described_class.jsonb_safe?("")).to be(false)
     end
   end
+
+  it "raises ConfigurationError (never crashes) when used after a setup that raised midway" do
+    v = WebhookInbox::Verifier.allocate
+    expect { v.send(:_setup, :hmac, 7, 300, 1 << 20, false, 1, 0, nil, "x" * 300, nil, nil, nil, ["k"]) }
+      .to raise_error(WebhookInbox::ConfigurationError)
+    expect { v.verify("{}", {}) }.to raise_error(WebhookInbox::ConfigurationError, /not set up/)
+  end
 end
