@@ -21,8 +21,10 @@ void wi_metrics_log_summary(void)
 }
 
 static const struct wi_pg_stmt stmts[] = {
-    {"wi_stats", "SELECT pending, oldest_pending_age_s, pending_attempts, retrying, quarantined, done,"
-                 " latency_p50_ms, latency_p95_ms, latency_p99_ms FROM webhook_inbox_stats()"},
+    /* Ages and latencies rounded to 0.1 (numeric: prints as written, valid JSON). */
+    {"wi_stats", "SELECT pending, round(oldest_pending_age_s::numeric, 1), pending_attempts, retrying,"
+                 " quarantined, done, round(latency_p50_ms::numeric, 1), round(latency_p95_ms::numeric, 1),"
+                 " round(latency_p99_ms::numeric, 1) FROM webhook_inbox_stats()"},
     {"wi_stats_hist", "SELECT attempts, count(*) FROM webhook_inbox WHERE status <> 'done'"
                       " GROUP BY attempts ORDER BY attempts"},
 };
