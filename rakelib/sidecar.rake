@@ -32,7 +32,13 @@ namespace :sidecar do
   task valgrind: :build do
     sh RbConfig.ruby, "sidecar/test/valgrind_run.rb", SIDECAR_BIN
   end
+
+  desc "libFuzzer run of the configuration parsers (flags, --config file, durations; FUZZ_TIME s)"
+  task :fuzz do
+    abort "sidecar:fuzz: clang-14 not found (run bin/setup)" unless system("command -v clang-14 >/dev/null 2>&1")
+    sh "make", "-s", "-C", "sidecar/fuzz", "run", "FUZZ_TIME=#{ENV.fetch('FUZZ_TIME', '15')}"
+  end
 end
 
 task compile: "sidecar:build"
-task c_tests: ["sidecar:test", "sidecar:asan", "sidecar:valgrind"]
+task c_tests: ["sidecar:test", "sidecar:asan", "sidecar:valgrind", "sidecar:fuzz"]
