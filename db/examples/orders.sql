@@ -110,7 +110,9 @@ DECLARE
     cur      text   := lower(obj ->> 'currency');
     o        orders;
 BEGIN
-    IF jsonb_typeof(obj -> 'amount') = 'number' THEN
+    -- Only a whole number of minor units: numeric -> bigint would round 1999.6 to 2000.
+    IF jsonb_typeof(obj -> 'amount') = 'number' AND (obj ->> 'amount')::numeric = trunc((obj ->> 'amount')::numeric)
+       AND abs((obj ->> 'amount')::numeric) < 1e18 THEN
         amt := (obj ->> 'amount')::numeric::bigint;
     END IF;
     IF tenant IS NULL OR ord IS NULL OR pay IS NULL OR amt IS NULL OR cur IS NULL THEN
@@ -191,7 +193,9 @@ DECLARE
     cur      text   := lower(obj ->> 'currency');
     o        orders;
 BEGIN
-    IF jsonb_typeof(obj -> 'amount_refunded') = 'number' THEN
+    IF jsonb_typeof(obj -> 'amount_refunded') = 'number'
+       AND (obj ->> 'amount_refunded')::numeric = trunc((obj ->> 'amount_refunded')::numeric)
+       AND abs((obj ->> 'amount_refunded')::numeric) < 1e18 THEN
         refunded := (obj ->> 'amount_refunded')::numeric::bigint;
     END IF;
     IF tenant IS NULL OR ord IS NULL OR charge IS NULL OR pay IS NULL OR refunded IS NULL OR cur IS NULL THEN

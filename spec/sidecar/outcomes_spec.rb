@@ -51,6 +51,18 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
     expect(db.int("SELECT count(*) FROM payments")).to eq(0)
   end
 
+  it "never rounds a fractional or out-of-range amount into a match: quarantined as malformed" do
+    db.insert_event("evt_frac", "payment_intent.succeeded", succeeded("pi_f", "t1", "o1", 1999.6, "jpy"))
+    db.insert_event("evt_huge", "payment_intent.succeeded", succeeded("pi_h", "t1", "o1", 10**30, "jpy"))
+    db.insert_event("evt_rfrac", "charge.refunded", refunded("ch_f", "pi_f", "t1", "o1", 1999.6, "jpy"))
+    run_once
+    %w[evt_frac evt_huge evt_rfrac].each do |id|
+      expect(db.event(id)).to include(status: "quarantined", attempts: 0)
+      expect(db.event(id)[:last_error]).to include("malformed")
+    end
+    expect(db.value("SELECT status FROM orders WHERE order_id = 'o1'")).to eq("awaiting_payment")
+  end
+
   it "quarantines a currency mismatch and a second payment for a paid order" do
     db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
     run_once
