@@ -87,17 +87,20 @@ BEGIN
       FROM webhook_inbox_run_handler(ev, webhook_inbox_route(ev.event_type), p_unrouted) h;
     IF result = 'done' THEN
         UPDATE webhook_inbox w
-           SET status = 'done', outcome = detail, processed_at = now(), last_error = NULL
+           SET status = 'done', outcome = detail, processed_at = clock_timestamp(), last_error = NULL
          WHERE w.source_scope = p_scope AND w.event_id = p_event_id;
     ELSIF result = 'quarantined' THEN
         UPDATE webhook_inbox w
-           SET status = 'quarantined', last_error = detail, processed_at = now()
+           SET status = 'quarantined', last_error = detail, processed_at = clock_timestamp()
          WHERE w.source_scope = p_scope AND w.event_id = p_event_id;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_dispatch(text, text, text) IS
     'Sidecar: route and run the handler of one claimed pending event in a subtransaction, mark it done or quarantined; ''retry'' leaves the row untouched for the caller to record.';
+
+-- processed_at is clock_timestamp(), not now(): now() is when the batch's transaction began,
+-- which would hide the handlers' run time from the receipt-to-done latency in stats.
 
 -- The sidecar's batch (its usual path, also for --batch-size 1): claim up to p_limit due
 -- pending rows with FOR UPDATE SKIP LOCKED, oldest due first, run each one's handler in
@@ -139,13 +142,13 @@ BEGIN
             done_what := done_what || detail;
         ELSIF result = 'quarantined' THEN
             UPDATE webhook_inbox w
-               SET status = 'quarantined', last_error = detail, processed_at = now()
+               SET status = 'quarantined', last_error = detail, processed_at = clock_timestamp()
              WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
         END IF;
         RETURN NEXT;
     END LOOP;
     UPDATE webhook_inbox w
-       SET status = 'done', outcome = d.outcome, processed_at = now(), last_error = NULL
+       SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL
       FROM unnest(done_scope, done_id, done_what) AS d(scope, id, outcome)
      WHERE w.source_scope = d.scope AND w.event_id = d.id;
 END

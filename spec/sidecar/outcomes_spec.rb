@@ -261,6 +261,22 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
     expect(wait_exit(pid)&.exitstatus).to eq(0)
   end
 
+  it "stamps processed_at when the handlers have run, not when the batch began (stats latency)" do
+    db.psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION t_slow(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_sleep(0.6); IF ev.event_id = 'q2' THEN PERFORM webhook_inbox_quarantine('no'); END IF;
+      RETURN 'slow'; END $$;
+      INSERT INTO webhook_inbox_routes VALUES ('test.slow', 't_slow');
+    SQL
+    db.insert_event("q1", "test.slow", {})
+    db.insert_event("q2", "test.slow", {})
+    run_once("--batch-size", "10")
+    lat = db.value("SELECT string_agg(round(extract(epoch FROM processed_at - received_at)::numeric, 1)::text, ','" \
+                   " ORDER BY event_id) FROM webhook_inbox").split(",").map(&:to_f)
+    expect(lat[0]).to be >= 0.6 # q1 done after its handler
+    expect(lat[1]).to be >= 1.2 # q2 quarantined after both
+  end
+
   it "routes by exact type, then the longest prefix pattern, then '*'" do
     db.psql(<<~SQL)
       CREATE OR REPLACE FUNCTION t_route_a(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'a' $$;
