@@ -81,10 +81,10 @@ RSpec.describe "README commands" do
       expect(config).to include("concurrency").and include("batch-size")
     end
 
-    it "prune refuses a retention shorter than an hour and a missing --older-than" do
-      %w[--older-than=10m].each do |arg|
+    it "prune refuses a retention shorter than 3 days (Stripe's retry window) and a missing --older-than" do
+      %w[--older-than=10m --older-than=71h].each do |arg|
         out, status = Open3.capture2e(@env, File.join(TestDatabase::ROOT, "exe/webhook-inbox-sidecar"), "prune", arg)
-        expect([status.exitstatus, out]).to match([2, /at least 1h/])
+        expect([status.exitstatus, out]).to match([2, /at least 3d/])
       end
       out, status = Open3.capture2e(@env, File.join(TestDatabase::ROOT, "exe/webhook-inbox-sidecar"), "prune")
       expect([status.exitstatus, out]).to match([2, /needs --older-than/])

@@ -23,7 +23,7 @@ struct cf_entry {
     size_t offset;         /* into struct wi_config */
     const char *def;       /* default, parsed like any other source; NULL = unset */
     int flags;             /* CF_RELOAD, CF_CLI */
-    long min, max;         /* CF_INT bounds */
+    long min, max;         /* CF_INT bounds; CF_DURATION: max seconds (0 = none) */
     const char *const *enums; /* CF_ENUM names, index = value */
     const char *help;
 };
@@ -43,13 +43,13 @@ static const struct cf_entry table[] = {
      "events per transaction (one savepoint each)"},
     {"max-attempts", CF_INT, F(max_attempts), "10", CF_RELOAD, 1, 1000000, NULL,
      "transient failures before an event is quarantined"},
-    {"backoff-base", CF_DURATION, F(backoff_base), "1s", CF_RELOAD, 0, 0, NULL,
+    {"backoff-base", CF_DURATION, F(backoff_base), "1s", CF_RELOAD, 0, 30 * 86400, NULL,
      "first retry delay; doubles per attempt, with jitter"},
-    {"backoff-cap", CF_DURATION, F(backoff_cap), "1h", CF_RELOAD, 0, 0, NULL,
+    {"backoff-cap", CF_DURATION, F(backoff_cap), "1h", CF_RELOAD, 0, 30 * 86400, NULL,
      "largest retry delay"},
-    {"poll-interval", CF_DURATION, F(poll_interval), "5s", CF_RELOAD, 0, 0, NULL,
+    {"poll-interval", CF_DURATION, F(poll_interval), "5s", CF_RELOAD, 0, 86400, NULL,
      "look for due events at least this often (NOTIFY wakes workers sooner)"},
-    {"lock-timeout", CF_DURATION, F(lock_timeout), "500ms", 0, 0, 0, NULL,
+    {"lock-timeout", CF_DURATION, F(lock_timeout), "500ms", 0, 0, 86400, NULL,
      "lock_timeout of worker sessions: a handler blocked longer on a row lock fails transiently (retried)"},
     {"unrouted", CF_ENUM, F(unrouted), "ignore", CF_RELOAD, 0, 0, unrouted_names,
      "event types without a route: ignore (done, outcome 'ignored: no route'), quarantine, retry"},
@@ -64,7 +64,7 @@ static const struct cf_entry table[] = {
     {"type", CF_STR, F(type), NULL, CF_CLI, 0, 0, NULL, "requeue: event type"},
     {"scope", CF_STR, F(scope), NULL, CF_CLI, 0, 0, NULL, "requeue: source scope"},
     {"all", CF_BOOL, F(all), "false", CF_CLI, 0, 0, NULL, "requeue: every quarantined event"},
-    {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 0, NULL, "prune: delete done events received longer ago than this (at least 1h)"},
+    {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 36500L * 86400, NULL, "prune: delete done events received longer ago than this (at least 3d)"},
     {"print-config", CF_BOOL, F(print_config), "false", CF_CLI, 0, 0, NULL, "print the effective configuration"},
     {"help", CF_BOOL, F(help), "false", CF_CLI, 0, 0, NULL, "this text"},
 };
@@ -143,6 +143,8 @@ static int set(struct wi_config *cfg, const struct cf_entry *e, const char *val,
         double d;
         if (wi_config_parse_duration(val, &d) < 0 || d <= 0)
             return wi_err_set(err, WI_ERR_ARG, "%s: %s must be a positive duration (250ms, 2s, 5m, 1h, 3d)", src, e->name);
+        if (e->max && d > (double)e->max) /* keeps every later ms/int conversion in range */
+            return wi_err_set(err, WI_ERR_ARG, "%s: %s must be at most %ldd", src, e->name, e->max / 86400);
         *(double *)p = d;
         return 0;
     }

@@ -27,18 +27,22 @@ static int sig_pipe[2] = {-1, -1};
 /* Signal handlers only set flags and poke the self-pipe; a second SIGTERM/SIGINT exits now. */
 static void on_term(int sig)
 {
+    int saved = errno; /* the interrupted poll() must still see its EINTR */
     (void)sig;
     if (got_term)
         _exit(1);
     got_term = 1;
     (void)!write(sig_pipe[1], "t", 1);
+    errno = saved;
 }
 
 static void on_hup(int sig)
 {
+    int saved = errno;
     (void)sig;
     got_hup = 1;
     (void)!write(sig_pipe[1], "h", 1);
+    errno = saved;
 }
 
 static void usage(FILE *out)
@@ -50,7 +54,7 @@ static void usage(FILE *out)
           "  migrate   apply the embedded schema (idempotent, advisory-locked)\n"
           "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99 (--json)\n"
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all)\n"
-          "  prune     retention: delete done events older than --older-than (>= 1h; optional --scope)\n"
+          "  prune     retention: delete done events older than --older-than (>= 3d; optional --scope)\n"
           "\n"
           "options (flag > environment > --config file > default):\n",
           out);

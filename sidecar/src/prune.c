@@ -29,7 +29,7 @@ long wi_prune(const char *conninfo, double older_than, const char *scope, struct
     if (older_than <= 0)
         return wi_err_set(err, WI_ERR_ARG, "prune needs --older-than (e.g. 30d)");
     if (older_than < WI_PRUNE_MIN_AGE)
-        return wi_err_set(err, WI_ERR_ARG, "--older-than must be at least 1h (keep done events longer than providers retry)");
+        return wi_err_set(err, WI_ERR_ARG, "--older-than must be at least 3d (keep done events longer than providers retry)");
     snprintf(age, sizeof age, "%.3f", older_than);
     if (!(pg = wi_pg_connect(conninfo, stmts, 1, err)))
         return -1;

@@ -4,9 +4,10 @@
 
 #include "wi_err.h"
 
-/* The shortest --older-than accepted: a shorter retention would forget events that
- * providers still retry (Stripe: 3 days), so they would be processed again. */
-#define WI_PRUNE_MIN_AGE 3600.0
+/* The shortest --older-than accepted: 3 days, Stripe's retry window (others: 24-72 h).
+ * A shorter retention would forget events providers still redeliver, which would then be
+ * inserted and processed again. */
+#define WI_PRUNE_MIN_AGE (3 * 86400.0)
 
 /* Deletes status = 'done' rows received more than older_than seconds ago (optionally only
  * in scope; NULL = all), in batches of 5000 so no transaction holds many row locks. Never

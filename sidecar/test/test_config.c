@@ -74,6 +74,14 @@ int main(void)
         CHECK(load(&c, &e, 2, a5) < 0 && strstr(e.msg, "backoff-cap"));
         CHECK(load(&c, &e, 1, a6) < 0);
         CHECK(load(&c, &e, 1, a7) < 0);
+        /* Durations have upper bounds, so later ms/int conversions cannot overflow. */
+        char *b1[] = {"--poll-interval=25d"}, *b2[] = {"--lock-timeout=2d"}, *b3[] = {"--backoff-cap=31d"};
+        char *b4[] = {"--poll-interval=1d", "--backoff-cap=30d"};
+        CHECK(load(&c, &e, 1, b1) < 0 && strstr(e.msg, "poll-interval must be at most 1d"));
+        CHECK(load(&c, &e, 1, b2) < 0 && strstr(e.msg, "lock-timeout"));
+        CHECK(load(&c, &e, 1, b3) < 0 && strstr(e.msg, "backoff-cap must be at most 30d"));
+        CHECK(load(&c, &e, 2, b4) == 0 && c.poll_interval == 86400.0);
+        wi_config_free(&c);
         CHECK(load(&c, &e, 1, a8) < 0);
         CHECK(c.database_url == NULL); /* freed and zeroed on failure */
     }

@@ -48,7 +48,7 @@ begin
   abort "unexpected states after run --once: #{states}" unless states == "e1=done,e2=quarantined,e3=quarantined,e4=done,e5=quarantined"
   vg(bin, "stats", "--json", "--database-url", url)
   vg(bin, "requeue", "--all", "--database-url", url)
-  vg(bin, "prune", "--older-than", "1h", "--database-url", url)
+  vg(bin, "prune", "--older-than", "3d", "--database-url", url)
   vg(bin, "--print-config", "--database-url", "#{url} password=x")
 ensure
   pg.destroy
