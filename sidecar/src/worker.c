@@ -1,5 +1,6 @@
 /* worker.c - one worker connection: the claim/dispatch/commit loop, LISTEN wake-ups with a
- * polling fallback, and reconnection with backoff (a lost connection never ends the loop). */
+ * polling fallback, reconnection with backoff (a lost connection never ends the loop), and
+ * careful mode: one event per transaction after a connection died under a batch. */
 #define _POSIX_C_SOURCE 200809L
 #include "worker.h"
 
@@ -26,6 +27,15 @@ static const struct wi_pg_stmt tx_stmts[] = {
     {"wi_listen", "LISTEN webhook_inbox"},
     {"wi_lock_timeout", "SELECT set_config('lock_timeout', $1, false)"},
 };
+
+/* Reconnect delay: jittered, doubled per consecutive failure (lost connection or failed
+ * connect), reset to the floor only by a transaction that went through - never by a mere
+ * connect, so a handler that kills its backend cannot make the worker hammer the server. */
+#define RECONNECT_MIN_S 0.2
+#define RECONNECT_MAX_S 5.0
+
+/* Reason recorded for an event whose handler was running when the connection died. */
+#define LOST_REASON "08006: connection lost while the handler ran (backend crash or termination)"
 
 /* The per-batch view of the reloadable settings. */
 struct snap {
@@ -149,13 +159,51 @@ static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct s
     return -2;
 }
 
+/* Frees e's strings and zeroes it; accepts an empty event. */
+static void event_clear(struct wi_event *e)
+{
+    free(e->scope);
+    free(e->event_id);
+    free(e->event_type);
+    free(e->detail);
+    memset(e, 0, sizeof *e);
+}
+
+/* Moves the event whose handler (or whose one-event COMMIT) was running when the connection
+ * died into *lost, with the reason to record once reconnected. Not when the server said
+ * 57P02 (another backend crashed: this handler is not the culprit, the event stays pending
+ * uncharged). Takes ownership of e's strings; e is left empty. */
+static void keep_lost(const struct wi_worker *w, struct wi_pg *pg, struct wi_event *e, const struct wi_err *err,
+                      struct wi_event *lost)
+{
+    char id[160], scope[160], why[WI_ERR_MSG_MAX + sizeof LOST_REASON + 4];
+
+    /* libpq keeps the SQLSTATE of a FATAL only on some paths; the message is the fallback. */
+    if (!strcmp(wi_pg_last_sqlstate(pg), "57P02") || strstr(err->msg, "57P02") ||
+        strstr(err->msg, "crash of another server process")) {
+        log_warnx("connection_lost_event", "worker=%d event_id=%s scope=%s charge=no note=\"another backend crashed\"",
+                  w->id, wi_log_quote(id, sizeof id, e->event_id, 120), wi_log_quote(scope, sizeof scope, e->scope, 120));
+        return;
+    }
+    event_clear(lost);
+    *lost = *e;
+    memset(e, 0, sizeof *e);
+    snprintf(why, sizeof why, "%s: %s", LOST_REASON, err->msg);
+    lost->detail = strdup(why);
+    log_warnx("connection_lost_event", "worker=%d event_id=%s scope=%s charge=yes", w->id,
+              wi_log_quote(id, sizeof id, lost->event_id, 120), wi_log_quote(scope, sizeof scope, lost->scope, 120));
+}
+
 /* One transaction: claim up to limit events, dispatch each with its own statement (a
  * savepoint each, inside SQL), commit; then record transient failures separately. Returns
  * events handled, 0 when nothing was due, -1 on failure (the transaction is rolled back),
  * -3 when COMMIT itself failed for a batch of several events (e.g. a deferred constraint
- * violated by one handler's work: the culprit is unknown, the caller redoes one event). */
+ * violated by one handler's work: the culprit is unknown, the caller redoes one event).
+ * The claim names each event before its handler runs: when the connection dies during one
+ * event's dispatch (or the COMMIT of a one-event transaction), that event goes to *lost
+ * (see keep_lost) for the caller to charge after reconnecting. */
 static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int limit,
-                              struct wi_batch *b, uint64_t *rng)
+                              struct wi_batch *b, struct wi_event *lost, uint64_t *rng)
 {
     struct wi_err err;
     int i, n = 0, failed_at = -1, committing = 0;
@@ -184,6 +232,10 @@ static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struc
 abort:
     if (!wi_pg_ok(pg)) {
         log_warnx("connection_lost", "worker=%d in=transaction error=%s", w->id, WI_LOG_Q(err.msg));
+        if (failed_at >= 0)
+            keep_lost(w, pg, &b->ev[failed_at], &err, lost);
+        else if (committing && n == 1)
+            keep_lost(w, pg, &b->ev[0], &err, lost);
         return -1;
     }
     if (!committing) { /* a failed COMMIT has already ended the transaction */
@@ -215,19 +267,37 @@ abort:
 
 /* The fused statement first (3 round trips per transaction: BEGIN, claim+dispatch, COMMIT,
  * whatever the batch size); the stepwise path only to isolate an event whose dispatch
- * statement failed outright. */
-static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b, uint64_t *rng)
+ * statement failed outright. In careful mode, one stepwise event per transaction: the
+ * worker knows the event before its handler runs. */
+static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int careful, struct wi_batch *b,
+                     struct wi_event *lost, uint64_t *rng)
 {
-    int n = run_batch_fused(w, pg, s, b, rng);
-    if (n != -2)
+    int n;
+    if (careful)
+        return run_batch_stepwise(w, pg, s, 1, b, lost, rng);
+    if ((n = run_batch_fused(w, pg, s, b, rng)) != -2)
         return n;
-    if ((n = run_batch_stepwise(w, pg, s, s->batch_size, b, rng)) != -3)
+    if ((n = run_batch_stepwise(w, pg, s, s->batch_size, b, lost, rng)) != -3)
         return n;
     /* COMMIT failed with several events in the transaction: the oldest due event alone.
      * Each such round commits or charges one event, so a poison event cannot hold the
      * others back forever. */
     wi_batch_free(b);
-    return run_batch_stepwise(w, pg, s, 1, b, rng);
+    return run_batch_stepwise(w, pg, s, 1, b, lost, rng);
+}
+
+/* After reconnecting: charges the event whose handler was running when the connection died
+ * one attempt (the usual backoff; quarantined at --max-attempts), so a handler that kills
+ * its backend ends in quarantine instead of stalling the queue forever. A row that moved
+ * meanwhile (done, or charged by someone else) is left alone by webhook_inbox_record_failure.
+ * Returns 0 (lost is then emptied) or -1 when the connection failed again (lost is kept). */
+static int charge_lost(struct wi_worker *w, struct wi_pg *pg, struct wi_event *lost, const struct snap *s, uint64_t *rng)
+{
+    record_failure(w, pg, lost, s, rng);
+    if (!wi_pg_ok(pg))
+        return -1;
+    event_clear(lost);
+    return 0;
 }
 
 static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, struct wi_err *err)
@@ -257,15 +327,29 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, struct
     return pg;
 }
 
+/* Careful mode (see README "A handler that kills its backend"): entered when the connection
+ * is lost with a transaction in flight; lasts until as many single-event transactions as the
+ * batch size then in force (the events the lost batch may have held) went through without
+ * losing the connection again; a loss during careful mode starts the count over. */
+static void enter_careful(const struct wi_worker *w, int *careful, int events)
+{
+    if (!*careful)
+        log_warnx("careful_mode", "worker=%d events=%d note=\"one event per transaction until these went through\"",
+                  w->id, events);
+    *careful = events > 0 ? events : 1;
+}
+
 void *wi_worker_main(void *arg)
 {
     struct wi_worker *w = arg;
     struct wi_runtime *rt = w->rt;
     struct wi_pg *pg = NULL;
     struct wi_batch batch = {NULL, 0};
+    struct wi_event lost = {0};  /* its handler ran when the connection died: charged once reconnected */
     uint64_t rng = (uint64_t)time(NULL) ^ ((uint64_t)(w->id + 1) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
-    double reconnect_delay = 0.1;
+    double reconnect_delay = RECONNECT_MIN_S;
     int ever_connected = 0;
+    int careful = 0;             /* single-event transactions left in careful mode; 0 = batched */
     const char *url = rt->cfg.database_url; /* not reloadable: stable for our lifetime */
 
     while (!atomic_load(&rt->stopping)) {
@@ -282,27 +366,46 @@ void *wi_worker_main(void *arg)
                     break;
                 }
                 nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
-                reconnect_delay = reconnect_delay * 2 > 5 ? 5 : reconnect_delay * 2;
+                reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
                 continue;
             }
             if (ever_connected)
                 wi_metrics_add(WI_M_RECONNECTS, 1);
             log_info("connected", "worker=%d", w->id);
             ever_connected = 1;
-            reconnect_delay = 0.1;
         }
 
         take_snap(rt, &s);
-        n = run_batch(w, pg, &s, &batch, &rng);
+        if (lost.scope && charge_lost(w, pg, &lost, &s, &rng) < 0)
+            n = -1;
+        else
+            n = run_batch(w, pg, &s, careful, &batch, &lost, &rng);
         wi_batch_free(&batch);
-        if (n > 0)
+        if (n >= 0)
+            reconnect_delay = RECONNECT_MIN_S;
+        if (n > 0) {
+            if (careful && (careful -= n) <= 0) {
+                careful = 0;
+                log_info("careful_mode_end", "worker=%d", w->id);
+            }
             continue;
+        }
         if (n < 0) {
             if (!wi_pg_ok(pg)) {
+                /* Lost with a transaction in flight: the server may have killed the backend
+                 * because of a handler. The fused batch does not say which event ran. */
+                enter_careful(w, &careful, s.batch_size);
                 wi_pg_free(pg);
                 pg = NULL;
+                /* With an event to charge, one reconnect at once: the sooner it is charged,
+                 * the fewer other workers claim it meanwhile and lose their backend too. A
+                 * failed connect (crash recovery, restart) then naps with the usual backoff. */
+                if (!lost.scope)
+                    nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
+                reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
+            } else {
+                nap(rt, 0.2);
             }
-            nap(rt, 0.2);
             continue;
         }
         if (rt->cfg.once)
@@ -340,6 +443,9 @@ void *wi_worker_main(void *arg)
             }
         }
     }
+    if (lost.scope)
+        log_warnx("connection_lost_event_uncharged", "worker=%d note=\"stopping before reconnecting\"", w->id);
+    event_clear(&lost);
     wi_batch_free(&batch);
     wi_pg_free(pg);
     log_info("worker_exit", "worker=%d", w->id);
