@@ -355,7 +355,7 @@ void *wi_worker_main(void *arg)
     while (!atomic_load(&rt->stopping)) {
         struct snap s;
         struct wi_err err;
-        int n;
+        int n, charge_failed;
 
         if (!pg) {
             pg = connect_worker(w, url, &err);
@@ -376,10 +376,8 @@ void *wi_worker_main(void *arg)
         }
 
         take_snap(rt, &s);
-        if (lost.scope && charge_lost(w, pg, &lost, &s, &rng) < 0)
-            n = -1;
-        else
-            n = run_batch(w, pg, &s, careful, &batch, &lost, &rng);
+        charge_failed = lost.scope && charge_lost(w, pg, &lost, &s, &rng) < 0;
+        n = charge_failed ? -1 : run_batch(w, pg, &s, careful, &batch, &lost, &rng);
         wi_batch_free(&batch);
         if (n >= 0)
             reconnect_delay = RECONNECT_MIN_S;
@@ -400,7 +398,7 @@ void *wi_worker_main(void *arg)
                 /* With an event to charge, one reconnect at once: the sooner it is charged,
                  * the fewer other workers claim it meanwhile and lose their backend too. A
                  * failed connect (crash recovery, restart) then naps with the usual backoff. */
-                if (!lost.scope)
+                if (!lost.scope || charge_failed)
                     nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
                 reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
             } else {
