@@ -8,24 +8,32 @@ require "timeout"
 RSpec.describe "bin/demo" do
   demo = File.join(TestDatabase::ROOT, "bin/demo")
 
-  def temp_dirs
-    Dir.glob(File.join(Dir.tmpdir, "wi-{pg,stack}-*"))
+  # Runs the demo with a private TMPDIR, so "removes its temporary data" is checked on the
+  # demo's own files only (other test runs may use /tmp at the same time).
+  around do |example|
+    Dir.mktmpdir("wi-demo-spec-") do |tmp|
+      File.chmod(0o755, tmp) # the postgres user must reach the cluster's directory inside
+      @tmp = tmp
+      example.run
+    end
+  end
+
+  def temp_entries
+    Dir.children(@tmp)
   end
 
   it "plays the story, prints the table and stats, exits 0 and removes its temporary data" do
-    before = temp_dirs
-    out = IO.popen([demo], err: [:child, :out], &:read)
+    out = IO.popen({ "TMPDIR" => @tmp }, [demo], err: [:child, :out], &:read)
     expect($?.exitstatus).to eq(0), out
     expect(out).to include("every outcome matches the documents' failure matrix")
     expect(out.scan(/^  ok /).size).to eq(9)
     expect(out).not_to match(/^  !! /)
     expect(out).to match(/^  pending\s+0$/).and match(/^  quarantined\s+1$/)
-    expect(temp_dirs - before).to eq([])
+    expect(temp_entries).to eq([])
   end
 
   it "--keep leaves it running with a URL and a psql line until interrupted" do
-    before = temp_dirs
-    io = IO.popen([demo, "--keep"], err: [:child, :out])
+    io = IO.popen({ "TMPDIR" => @tmp }, [demo, "--keep"], err: [:child, :out])
     out = +""
     Timeout.timeout(180) { out << io.gets.to_s until out.include?("sidecar stats:") }
     url = out[%r{http://127\.0\.0\.1:\d+/webhooks/stripe}]
@@ -39,7 +47,7 @@ RSpec.describe "bin/demo" do
     io.close
     expect($?.exitstatus).to eq(0), out
     expect { TCPSocket.new("127.0.0.1", URI(url).port).close }.to raise_error(Errno::ECONNREFUSED)
-    expect(temp_dirs - before).to eq([])
+    expect(temp_entries).to eq([])
   ensure
     Process.kill("KILL", io.pid) if io && !io.closed? && (Process.kill(0, io.pid) rescue false)
   end
