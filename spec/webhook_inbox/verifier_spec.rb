@@ -6,7 +6,7 @@ require "openssl"
 require "base64"
 require "securerandom"
 
-VECTORS_DIR = ENV.fetch("WEBHOOK_VECTORS", "/work/shared/vectors")
+VECTORS_DIR = ENV.fetch("WEBHOOK_VECTORS", File.expand_path("../fixtures/vectors", __dir__))
 
 RSpec.describe WebhookInbox::Verifier do
   def hmac_hex(key, data, alg = "SHA256") = OpenSSL::HMAC.hexdigest(alg, key, data)
