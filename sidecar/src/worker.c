@@ -77,14 +77,34 @@ static void nap(struct wi_runtime *rt, double seconds)
         (void)poll(&p, 1, (int)(seconds * 1000));
 }
 
+/* 1 if detail is "SQLSTATE: server message" (a transient error). Such messages can quote
+ * payload values ("invalid input syntax for type integer: ..."), so only the code is logged;
+ * the whole text stays in webhook_inbox.last_error. Handler outcomes and quarantine reasons
+ * are the handler author's own words and are logged as they are. */
+static int is_server_error(const char *detail)
+{
+    int i;
+    for (i = 0; i < 5; i++)
+        if (!detail || !((detail[i] >= '0' && detail[i] <= '9') || (detail[i] >= 'A' && detail[i] <= 'Z')))
+            return 0;
+    return detail[5] == ':';
+}
+
 static void log_event(const struct wi_worker *w, const struct wi_event *e, const char *outcome, int attempts,
                       const char *extra)
 {
-    char id[160], scope[160], type[160], detail[240];
+    char id[160], scope[160], type[160], detail[240], code[6];
+    const char *shown = e->detail;
+
+    if (is_server_error(e->detail)) {
+        memcpy(code, e->detail, 5);
+        code[5] = '\0';
+        shown = code;
+    }
     log_info("event", "worker=%d event_id=%s scope=%s type=%s outcome=%s attempts=%d latency_ms=%.1f detail=%s%s",
              w->id, wi_log_quote(id, sizeof id, e->event_id, 120), wi_log_quote(scope, sizeof scope, e->scope, 120),
              wi_log_quote(type, sizeof type, e->event_type, 120), outcome, attempts, e->latency_ms,
-             wi_log_quote(detail, sizeof detail, e->detail, 160), extra ? extra : "");
+             wi_log_quote(detail, sizeof detail, shown, 160), extra ? extra : "");
 }
 
 /* Records e's transient failure in its own transaction and logs it. */

@@ -33,6 +33,19 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
     expect(db.value("SELECT processed_at IS NOT NULL FROM webhook_inbox WHERE event_id = 'evt_1'")).to eq("t")
   end
 
+  it "logs only the SQLSTATE of a transient error, whose message could quote payload values" do
+    db.psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION test_casts_card(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+      BEGIN RETURN ((ev.payload ->> 'card')::int)::text; END $$;
+      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('test.card', 'test_casts_card');
+    SQL
+    db.insert_event("evt_card", "test.card", { "card" => "4242-secret-digits" })
+    log = run_once("--max-attempts", "1")
+    expect(db.event("evt_card")).to include(status: "quarantined", last_error: a_string_including("4242-secret-digits"))
+    expect(log.lines.grep(/msg=event/).join).to include("event_id=evt_card").and include("detail=22P02")
+    expect(log).not_to include("4242-secret-digits")
+  end
+
   it "treats another event id for the same payment as an accepted duplicate" do
     db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
     db.insert_event("evt_2", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
