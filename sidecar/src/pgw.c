@@ -152,9 +152,9 @@ int wi_pg_exec_tx(struct wi_pg *pg, const char *begin, const char *name, int npa
     return 0;
 }
 
-int wi_pg_cmd(struct wi_pg *pg, const char *name, int nparams, const char *const *params, struct wi_err *err)
+/* Takes ownership of res: 0 if it is a command or query success, else -1 with *err. */
+static int finish_command(struct wi_pg *pg, PGresult *res, struct wi_err *err)
 {
-    PGresult *res = PQexecPrepared(pg->conn, name, nparams, params, NULL, NULL, 0);
     ExecStatusType st = PQresultStatus(res);
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
         fill_err(pg, res, err);
@@ -166,17 +166,14 @@ int wi_pg_cmd(struct wi_pg *pg, const char *name, int nparams, const char *const
     return 0;
 }
 
+int wi_pg_cmd(struct wi_pg *pg, const char *name, int nparams, const char *const *params, struct wi_err *err)
+{
+    return finish_command(pg, PQexecPrepared(pg->conn, name, nparams, params, NULL, NULL, 0), err);
+}
+
 int wi_pg_script(struct wi_pg *pg, const char *sql, struct wi_err *err)
 {
-    PGresult *res = PQexec(pg->conn, sql);
-    ExecStatusType st = PQresultStatus(res);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-        fill_err(pg, res, err);
-        PQclear(res);
-        return -1;
-    }
-    PQclear(res);
-    return 0;
+    return finish_command(pg, PQexec(pg->conn, sql), err);
 }
 
 int wi_pg_ok(const struct wi_pg *pg)
