@@ -81,6 +81,21 @@ RSpec.describe "README commands" do
       expect(config).to include("concurrency").and include("batch-size")
     end
 
+    it "the Procfile's sidecar line runs through bundle exec (here with --once, so it returns)" do
+      line = File.read(File.join(TestDatabase::ROOT, "README.md"))[/^sidecar: (.*)$/, 1]
+      expect(line).to eq("bundle exec webhook-inbox-sidecar run --concurrency 2")
+      db = "procfile_#{SecureRandom.hex(4)}" # its own database: the other examples count rows
+      @pg.psql("CREATE DATABASE #{db}", db: "postgres")
+      env = { "DATABASE_URL" => @pg.url(db) }
+      expect(Open3.capture2e(env, "bundle", "exec", "webhook-inbox-sidecar", "migrate", chdir: TestDatabase::ROOT).last).to be_success
+      @pg.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
+               "VALUES ('procfile:test', 'evt_procfile', 'no.route.here', '{}')", db: db)
+      out, status = Open3.capture2e(env, *line.split, "--once", chdir: TestDatabase::ROOT)
+      expect(status).to be_success, out
+      expect(@pg.psql("SELECT status || '|' || outcome FROM webhook_inbox WHERE event_id = 'evt_procfile'", db: db).strip)
+        .to eq("done|ignored: no route")
+    end
+
     it "prune refuses a retention shorter than 3 days (Stripe's retry window) and a missing --older-than" do
       %w[--older-than=10m --older-than=71h].each do |arg|
         out, status = Open3.capture2e(@env, File.join(TestDatabase::ROOT, "exe/webhook-inbox-sidecar"), "prune", arg)
