@@ -20,7 +20,7 @@ Gem::Specification.new do |spec|
     "lib/**/*.rb", "lib/**/templates/**/*",
     "ext/webhook_inbox/*.{c,h,rb}",
     "sidecar/extconf.rb", "sidecar/src/*.{c,h}",
-    "db/**/*.sql", "exe/*", "README.md"
+    "db/**/*.sql", "exe/*", "README.md", "LICENSE"
   ]
   spec.bindir = "exe"
   spec.executables = ["webhook-inbox-sidecar"]
