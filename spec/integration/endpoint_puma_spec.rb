@@ -15,10 +15,7 @@ RSpec.describe "Endpoint under Puma" do
     @pg = TestDatabase.cluster
     ReceiverHelpers.apply_schema(@pg)
     @scope = "stripe:acct_puma:#{SecureRandom.hex(4)}"
-    @puma = PumaProcess.new(rackup: File.join(ReceiverHelpers::ROOT, "spec/fixtures/receiver/config.ru"),
-                            threads: "16:16",
-                            env: { "WI_DATABASE_URL" => @pg.url, "WI_SCOPE" => @scope, "WI_STRIPE_SECRET" => PUMA_SECRET,
-                                   "WI_POOL" => "8" }).start
+    @puma = ReceiverHelpers.endpoint_puma(@pg, scope: @scope, secret: PUMA_SECRET, threads: "16:16", pool: 8)
   end
   after(:all) { @puma&.stop }
 

@@ -16,10 +16,8 @@ RSpec.describe "Endpoint when PostgreSQL fails" do
     @pg = ThrowawayPostgres.new
     ReceiverHelpers.apply_schema(@pg)
     @scope = "stripe:acct_outage:live"
-    @puma = PumaProcess.new(rackup: File.join(ReceiverHelpers::ROOT, "spec/fixtures/receiver/config.ru"),
-                            threads: "4:4",
-                            env: { "WI_DATABASE_URL" => @pg.url, "WI_SCOPE" => @scope, "WI_STRIPE_SECRET" => OUTAGE_SECRET,
-                                   "WI_POOL" => "2", "WI_LOG" => "1" }).start
+    @puma = ReceiverHelpers.endpoint_puma(@pg, scope: @scope, secret: OUTAGE_SECRET, threads: "4:4", pool: 2,
+                                          env: { "WI_LOG" => "1" })
   end
   after(:all) do
     @puma&.stop

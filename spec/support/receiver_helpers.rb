@@ -33,6 +33,13 @@ module ReceiverHelpers
     s&.close
   end
 
+  # A started Puma serving the Stripe Endpoint of spec/fixtures/receiver/config.ru.
+  def self.endpoint_puma(pg, scope:, secret:, threads:, pool:, env: {})
+    PumaProcess.new(rackup: File.join(ROOT, "spec/fixtures/receiver/config.ru"), threads: threads,
+                    env: { "WI_DATABASE_URL" => pg.url, "WI_SCOPE" => scope, "WI_STRIPE_SECRET" => secret,
+                           "WI_POOL" => pool.to_s }.merge(env)).start
+  end
+
   def unique_scope(prefix = "test")
     "#{prefix}:#{SecureRandom.hex(6)}:live"
   end
