@@ -24,12 +24,12 @@ class ThrowawayPostgres
     @settings = settings
     @dir = Dir.mktmpdir("wi-pg-")
     @data = File.join(@dir, "data")
-    @socket_dir = File.join(@dir, "sock")
+    @socket_dir = short_socket_dir(File.join(@dir, "sock"))
     @log = File.join(@dir, "postgres.log")
     @port = free_port
     @bin = self.class.bin_dir
     FileUtils.mkdir_p(@socket_dir)
-    FileUtils.chmod(0o755, @dir)
+    FileUtils.chmod(0o755, [@dir, @socket_dir])
     chown_to_postgres(@dir, @socket_dir) if root?
     initdb
     start
@@ -76,6 +76,7 @@ class ThrowawayPostgres
     stop if @running
   ensure
     FileUtils.rm_rf(@dir)
+    FileUtils.rm_rf(@socket_dir)
   end
 
   # Runs SQL with psql and returns its unaligned, tuples-only output.
@@ -138,6 +139,14 @@ class ThrowawayPostgres
   def chown_to_postgres(*paths)
     pw = Etc.getpwnam("postgres")
     FileUtils.chown(pw.uid, pw.gid, paths)
+  end
+
+  # A Unix socket path may hold 107 bytes: under a deep TMPDIR the socket goes to a short
+  # directory of its own in /tmp instead.
+  def short_socket_dir(preferred)
+    return preferred if "#{preferred}/.s.PGSQL.65535".bytesize <= 100
+
+    Dir.mktmpdir("wi-s-", "/tmp")
   end
 
   def free_port
