@@ -135,14 +135,36 @@ RSpec.describe WebhookInbox::Inbox do
   end
 
   # The unblocking function is declared async-signal-safe (rb_nogvl UBF_ASYNC_SAFE): on
-  # the main thread Ruby calls it from the signal handler instead of running a helper
-  # thread per insert. A trap must still run during the wait, not after it.
+  # the main thread of a single-threaded process Ruby calls it from the signal handler
+  # instead of running a helper thread per insert. A trap must still run during the wait,
+  # not after it. The scenario runs in a forked child: that process has exactly one thread,
+  # whatever threads earlier specs left in this one (with more threads Ruby delivers the
+  # trap by another path, and may do so only when the wait ends).
   it "runs a signal trap on the main thread while it waits on a locked key, then inserts" do
+    rd, wr = IO.pipe
+    child = fork do
+      rd.close
+      Thread.list.each { |t| t.kill unless t == Thread.current }
+      wr.write(Marshal.dump(trap_during_insert))
+      wr.close
+      exit!(0)
+    end
+    wr.close
+    result = Marshal.load(rd.read)
+    Process.wait(child)
+    expect(result[:threads]).to eq(1)
+    expect(result[:error]).to be_nil
+    expect(result[:sender]).to eq(0), "the insert never waited on the row lock"
+    expect(result[:trapped]).to eq(["ROLLBACK"])
+    expect(result[:status]).to eq(:accepted)
+  end
+
+  def trap_during_insert
     blocker = PG.connect(pg.url)
     blocker.exec("BEGIN")
     blocker.exec_params("INSERT INTO webhook_inbox (source_scope, event_id) VALUES ($1, 'evt_trap')", [scope])
     trapped = []
-    old = trap("USR1") { trapped << blocker.exec("ROLLBACK").cmd_status }
+    trap("USR1") { trapped << blocker.exec("ROLLBACK").cmd_status if trapped.empty? }
     # A separate process (not a Ruby thread) signals once the insert waits on the row lock.
     sender = Process.spawn("sh", "-c", <<~SH)
       for i in $(seq 1 400); do
@@ -152,14 +174,14 @@ RSpec.describe WebhookInbox::Inbox do
       done
       exit 1
     SH
+    threads = Thread.list.size
     slow = described_class.new(database_url: pg.url, pool_size: 1, statement_timeout: 30)
-    receipt = slow.insert(source_scope: scope, event_id: "evt_trap", payload: "{}")
+    status = slow.insert(source_scope: scope, event_id: "evt_trap", payload: "{}").status
     Process.wait(sender)
-    expect($?.exitstatus).to eq(0), "the insert never waited on the row lock"
-    expect(trapped).to eq(["ROLLBACK"])
-    expect(receipt.status).to eq(:accepted)
+    { threads: threads, sender: $?.exitstatus, trapped: trapped, status: status, error: nil }
+  rescue StandardError => e
+    { threads: threads, trapped: trapped, error: "#{e.class}: #{e.message}" }
   ensure
-    trap("USR1", old || "DEFAULT")
     blocker&.close
     slow&.close
   end
