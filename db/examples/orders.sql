@@ -98,6 +98,34 @@ DROP TRIGGER IF EXISTS orders_audit ON orders;
 CREATE TRIGGER orders_audit AFTER UPDATE OF status ON orders
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION orders_audit();
 
+-- A JSON amount as whole minor units: NULL unless a whole number below 1e18 (a numeric ->
+-- bigint cast alone would round 1999.6 to 2000, and overflow on 1e30).
+CREATE OR REPLACE FUNCTION orders_minor_units(v jsonb) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN jsonb_typeof(v) = 'number' AND (v #>> '{}')::numeric = trunc((v #>> '{}')::numeric)
+                     AND abs((v #>> '{}')::numeric) < 1e18
+                THEN (v #>> '{}')::numeric::bigint END
+$$;
+COMMENT ON FUNCTION orders_minor_units(jsonb) IS 'Whole minor units of a JSON number, or NULL (fractional, out of range, not a number).';
+
+-- Locks the order first: its latest committed version, and no concurrent change until the
+-- caller commits. (Under READ COMMITTED an UPDATE whose snapshot saw another status would
+-- simply match 0 rows; locking first makes the conditional UPDATE see the current row.)
+-- Raises WIR01 (retried later) while the order does not exist yet.
+CREATE OR REPLACE FUNCTION orders_lock(p_tenant text, p_order text) RETURNS orders
+LANGUAGE plpgsql AS $$
+DECLARE
+    o orders;
+BEGIN
+    SELECT * INTO o FROM orders WHERE tenant_id = p_tenant AND order_id = p_order FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'WIR01', MESSAGE = 'order not found yet';
+    END IF;
+    RETURN o;
+END
+$$;
+COMMENT ON FUNCTION orders_lock(text, text) IS 'SELECT ... FOR UPDATE of one order; WIR01 (transient) when it does not exist yet.';
+
 -- payment_intent.succeeded: awaiting_payment -> paid, every checked fact in the WHERE.
 CREATE OR REPLACE FUNCTION orders_on_payment_succeeded(ev webhook_inbox) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -110,22 +138,12 @@ DECLARE
     cur      text   := lower(obj ->> 'currency');
     o        orders;
 BEGIN
-    -- Only a whole number of minor units: numeric -> bigint would round 1999.6 to 2000.
-    IF jsonb_typeof(obj -> 'amount') = 'number' AND (obj ->> 'amount')::numeric = trunc((obj ->> 'amount')::numeric)
-       AND abs((obj ->> 'amount')::numeric) < 1e18 THEN
-        amt := (obj ->> 'amount')::numeric::bigint;
-    END IF;
+    amt := orders_minor_units(obj -> 'amount');
     IF tenant IS NULL OR ord IS NULL OR pay IS NULL OR amt IS NULL OR cur IS NULL THEN
         PERFORM webhook_inbox_quarantine('malformed payment_intent: needs data.object.id, amount, currency, metadata.tenant_id, metadata.order_id');
     END IF;
 
-    -- Lock the order first: its latest committed version, and no concurrent change until we
-    -- commit. (Under READ COMMITTED an UPDATE whose snapshot saw another status would simply
-    -- match 0 rows; locking first makes the conditional UPDATE below see the current row.)
-    SELECT * INTO o FROM orders WHERE tenant_id = tenant AND order_id = ord FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'WIR01', MESSAGE = 'order not found yet';
-    END IF;
+    o := orders_lock(tenant, ord);
 
     UPDATE orders
        SET status = 'paid', payment_id = pay, paid_at = now()
@@ -193,19 +211,12 @@ DECLARE
     cur      text   := lower(obj ->> 'currency');
     o        orders;
 BEGIN
-    IF jsonb_typeof(obj -> 'amount_refunded') = 'number'
-       AND (obj ->> 'amount_refunded')::numeric = trunc((obj ->> 'amount_refunded')::numeric)
-       AND abs((obj ->> 'amount_refunded')::numeric) < 1e18 THEN
-        refunded := (obj ->> 'amount_refunded')::numeric::bigint;
-    END IF;
+    refunded := orders_minor_units(obj -> 'amount_refunded');
     IF tenant IS NULL OR ord IS NULL OR charge IS NULL OR pay IS NULL OR refunded IS NULL OR cur IS NULL THEN
         PERFORM webhook_inbox_quarantine('malformed charge: needs data.object.id, payment_intent, amount_refunded, currency, metadata.tenant_id, metadata.order_id');
     END IF;
 
-    SELECT * INTO o FROM orders WHERE tenant_id = tenant AND order_id = ord FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'WIR01', MESSAGE = 'order not found yet';
-    END IF;
+    o := orders_lock(tenant, ord);
 
     UPDATE orders
        SET status = 'refunded', refunded_at = now()
