@@ -31,7 +31,7 @@ RSpec.describe "rails g webhook_inbox:install" do
       out, status = Open3.capture2e("ruby", "-I", File.join(ReceiverHelpers::ROOT, "lib"), "-e", script)
       expect(status).to be_success, out
       migration = File.read(Dir[File.join(dir, "db/migrate/*_create_webhook_inbox.rb")].first)
-      expect(migration).to include("class CreateWebhookInbox < ActiveRecord::Migration[6.1]")
+      expect(migration).to include("class CreateWebhookInbox < ActiveRecord::Migration[7.2]")
       expect(migration).to include(File.read(File.join(ReceiverHelpers::ROOT, "db/001_inbox.sql")).lines[3].strip)
       expect(File.read(File.join(dir, "config/initializers/webhook_inbox.rb"))).to include("WebhookInbox.configure")
     end

@@ -17,7 +17,7 @@ require "webhook_inbox"
 
 module RailsApp
   class Application < Rails::Application
-    config.load_defaults 6.1
+    config.load_defaults 7.2
     config.root = File.expand_path("..", __dir__)
     config.api_only = true
     config.eager_load = true
