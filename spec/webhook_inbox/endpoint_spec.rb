@@ -187,6 +187,7 @@ RSpec.describe WebhookInbox::Endpoint do
   end
 
   it "publishes receive.webhook_inbox without payload or secrets" do
+    require "active_support"
     require "active_support/notifications"
     events = []
     sub = ActiveSupport::Notifications.subscribe("receive.webhook_inbox") { |*, payload| events << payload }
