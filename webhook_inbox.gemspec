@@ -2,8 +2,12 @@
 
 require_relative "lib/webhook_inbox/version"
 
+# Published as webhook_inbox_pg: the name "webhook_inbox" on RubyGems belongs to an unrelated
+# gem (Active Job based), so `gem "webhook_inbox"` would install someone else's code. The
+# library is still required as "webhook_inbox" (lib/webhook_inbox_pg.rb lets Bundler's
+# autorequire find it) and its namespace stays WebhookInbox.
 Gem::Specification.new do |spec|
-  spec.name = "webhook_inbox"
+  spec.name = "webhook_inbox_pg"
   spec.version = WebhookInbox::VERSION
   spec.summary = "Verify webhooks in C, store them exactly once in PostgreSQL, process them with a C sidecar."
   spec.description = <<~DESC
@@ -17,7 +21,7 @@ Gem::Specification.new do |spec|
   spec.required_ruby_version = ">= 3.0"
 
   spec.files = Dir[
-    "lib/**/*.rb", "lib/**/templates/**/*",
+    "lib/**/*.rb", "lib/**/*.rake", "lib/**/templates/**/*", "lib/**/*.erb",
     "ext/webhook_inbox/*.{c,h,rb}",
     "sidecar/extconf.rb", "sidecar/src/*.{c,h}",
     "db/**/*.sql", "exe/*", "README.md", "LICENSE"
