@@ -2,17 +2,34 @@
 
 require_relative "webhook_inbox/version"
 require_relative "webhook_inbox/errors"
-require_relative "webhook_inbox/webhook_inbox" # the native extension
+begin
+  require_relative "webhook_inbox/webhook_inbox" # the native extension
+rescue LoadError => e
+  raise e unless e.path.nil? || e.path.end_with?("webhook_inbox/webhook_inbox")
+
+  # A `path:` gem (or a fresh checkout) is not compiled by Bundler: say how to build it.
+  raise LoadError, <<~MSG.chomp
+    webhook_inbox: the native extension is not built (#{e.message}).
+      From a `path:` checkout or a clone (Bundler does not compile path gems): run
+        bundle exec rake compile   # in #{File.expand_path("..", __dir__)}
+      Installed as a gem: reinstall it (`gem pristine webhook_inbox_pg`). Building needs a C compiler and
+      the libpq and OpenSSL headers (Debian: apt-get install build-essential libpq-dev libssl-dev).
+  MSG
+end
 require_relative "webhook_inbox/verifier"
 require_relative "webhook_inbox/event"
 require_relative "webhook_inbox/inbox"
 require_relative "webhook_inbox/receiver"
 require_relative "webhook_inbox/endpoint"
 require_relative "webhook_inbox/configuration"
-require_relative "webhook_inbox/active_record_store"
-require_relative "webhook_inbox/controller"
-require_relative "webhook_inbox/railtie" if defined?(Rails::Railtie)
+require_relative "webhook_inbox/schema"
+require_relative "webhook_inbox/sidecar"
+require_relative "webhook_inbox/rails/active_record_store"
+require_relative "webhook_inbox/rails/controller"
+require_relative "webhook_inbox/rails/railtie" if defined?(Rails::Railtie)
 
 # WebhookInbox - verify webhooks in C, store them exactly once in PostgreSQL.
 module WebhookInbox
+  # The inbox rows as a read-only ActiveRecord model (loaded on first use, with ActiveRecord).
+  autoload :InboxEvent, File.expand_path("webhook_inbox/rails/inbox_event", __dir__)
 end

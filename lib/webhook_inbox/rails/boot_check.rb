@@ -1,0 +1,38 @@
+# frozen_string_literal: true
+
+module WebhookInbox
+  module Rails
+    # BootCheck - in development and test, says at boot when the inbox schema is missing or
+    # older than this gem expects (after a gem upgrade), with the command that fixes it.
+    # Warns, never raises: db:create and friends must boot before the database exists, so
+    # rake tasks, generators and an unreachable database are skipped silently.
+    module BootCheck
+      module_function
+
+      def run(logger: ::Rails.logger, io: $stderr)
+        return if rake_or_generator?
+
+        message = problem
+        return unless message
+
+        logger&.warn(message)
+        io&.puts(message)
+      end
+
+      # The Schema.problem text for the app's database, or nil (current, or unreachable).
+      def problem
+        version = ::ActiveRecord::Base.connection_pool.with_connection do |conn|
+          WebhookInbox::Schema.installed_version(->(sql) { conn.select_value(sql, "webhook_inbox boot check") })
+        end
+        WebhookInbox::Schema.problem(version)
+      rescue ::ActiveRecord::ActiveRecordError, ArgumentError
+        nil
+      end
+
+      def rake_or_generator?
+        (defined?(::Rake.application) && ::Rake.application.top_level_tasks.any?) ||
+          defined?(::Rails::Generators::Base)
+      end
+    end
+  end
+end

@@ -1,0 +1,58 @@
+# frozen_string_literal: true
+
+require "rails/railtie"
+require_relative "boot_check"
+require_relative "database_config"
+require_relative "schema_dumper"
+require_relative "schema_statements"
+require_relative "structure_dump"
+
+module WebhookInbox
+  module Rails
+    # Railtie - wires the gem into a Rails app. Loaded by `require "webhook_inbox"` when Rails is.
+    # - database: ActiveRecord's configuration unless WebhookInbox.configure sets database_url;
+    # - schema: migrations and db/schema.rb get load_webhook_inbox_schema and the route
+    #   helpers; schema.rb and structure.sql keep the inbox (see SchemaDumper, StructureDump);
+    # - test environment: receipts go through ActiveRecord's connection (they roll back with
+    #   transactional tests), unless the app sets WebhookInbox.configuration.store;
+    # - development and test: a boot check warns when the inbox schema is missing or stale;
+    # - logs go to Rails.logger (provider, scope, event id and outcome; never payloads);
+    # - generators webhook_inbox:install and webhook_inbox:handler, rake webhook_inbox:*.
+    class Railtie < ::Rails::Railtie
+      initializer "webhook_inbox.configuration" do
+        config = WebhookInbox.configuration
+        config.logger ||= ::Rails.logger
+        config.default_database_url ||= -> { DatabaseConfig.current }
+        config.store = :active_record if ::Rails.env.test?
+      end
+
+      initializer "webhook_inbox.filter_parameters" do |app|
+        # Signature headers and bodies never appear in Rails' own parameter logs either.
+        app.config.filter_parameters |= %i[secret signature]
+      end
+
+      initializer "webhook_inbox.schema" do
+        ActiveSupport.on_load(:active_record_postgresqladapter) { include SchemaStatements }
+        ActiveSupport.on_load(:active_record) do
+          require "active_record/schema_dumper"
+          ::ActiveRecord::Migration.include(MigrationMethods)
+          ::ActiveRecord::SchemaDumper.prepend(SchemaDumper)
+          ::ActiveRecord::Tasks::DatabaseTasks.singleton_class.prepend(StructureDump)
+        end
+      end
+
+      config.after_initialize do
+        BootCheck.run if ::Rails.env.development? || ::Rails.env.test?
+      end
+
+      rake_tasks do
+        load File.expand_path("tasks.rake", __dir__)
+      end
+
+      generators do
+        require_relative "../../generators/webhook_inbox/install/install_generator"
+        require_relative "../../generators/webhook_inbox/handler/handler_generator"
+      end
+    end
+  end
+end

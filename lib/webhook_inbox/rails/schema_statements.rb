@@ -1,0 +1,99 @@
+# frozen_string_literal: true
+
+module WebhookInbox
+  module Rails
+    # SchemaStatements - what migrations and db/schema.rb call to build the inbox (mixed into
+    # ActiveRecord's connection adapters, so `load_webhook_inbox_schema version: 4` works in
+    # both, like fx's create_function):
+    #
+    #   load_webhook_inbox_schema version: 4           # the gem's db/001..004, never echoed
+    #   add_webhook_inbox_route "payment_intent.succeeded", "orders_on_payment_succeeded"
+    #   remove_webhook_inbox_route "payment_intent.succeeded"
+    #   webhook_inbox_functions sql                    # CREATE FUNCTION ... (schema.rb's dump)
+    #
+    # Plus the two reads the dumpers need: webhook_inbox_route_rows, webhook_inbox_app_functions.
+    # Migrations get them through MigrationMethods.
+    module SchemaStatements
+      ROUTE_UPSERT = <<~SQL.tr("\n", " ").freeze
+        INSERT INTO webhook_inbox_routes (event_type, handler) VALUES (%s, %s::regproc)
+        ON CONFLICT (event_type) DO UPDATE SET handler = EXCLUDED.handler
+      SQL
+
+      # The app's own functions: every function and procedure in the search path that no
+      # extension owns and whose name does not start with webhook_inbox_ (the gem's, recreated
+      # by load_webhook_inbox_schema). Handlers and the helpers they call are among them.
+      APP_FUNCTIONS = <<~SQL.freeze
+        SELECT pg_get_functiondef(p.oid)
+          FROM pg_proc p
+          JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = ANY (current_schemas(false))
+           AND p.prokind IN ('f', 'p')
+           AND p.proname NOT LIKE 'webhook\\_inbox\\_%'
+           AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                            WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
+         ORDER BY n.nspname, p.proname, p.oid::regprocedure::text
+      SQL
+
+      # Brings the inbox schema up to version (1..WebhookInbox::Schema::VERSION) by running the
+      # gem's files the database does not have yet. Never goes down; prints nothing itself.
+      def load_webhook_inbox_schema(version: WebhookInbox::Schema::VERSION)
+        installed = webhook_inbox_schema_version
+        WebhookInbox::Schema.statements(to: version).each do |name, sql|
+          execute(sql, "webhook_inbox #{name}") if name.to_i > installed
+        end
+        nil
+      end
+
+      # The database's inbox schema version (0: none).
+      def webhook_inbox_schema_version
+        WebhookInbox::Schema.installed_version(->(sql) { select_value(sql, "webhook_inbox schema version") })
+      end
+
+      # Routes event_type (exact, 'prefix*' or '*') to the SQL function handler (a name).
+      def add_webhook_inbox_route(event_type, handler)
+        execute(format(ROUTE_UPSERT, quote(event_type.to_s), quote(handler.to_s)), "webhook_inbox route")
+      end
+
+      def remove_webhook_inbox_route(event_type)
+        execute("DELETE FROM webhook_inbox_routes WHERE event_type = #{quote(event_type.to_s)}", "webhook_inbox route")
+      end
+
+      # Runs function definitions with body checks off (as pg_dump does), so functions that
+      # call each other load in any order.
+      def webhook_inbox_functions(sql)
+        execute("SET check_function_bodies = off")
+        execute(sql, "webhook_inbox functions")
+      ensure
+        execute("RESET check_function_bodies")
+      end
+
+      # [[event_type, handler], ...] in event_type order.
+      def webhook_inbox_route_rows
+        return [] unless select_value("SELECT to_regclass('webhook_inbox_routes') IS NOT NULL")
+
+        select_rows("SELECT event_type, handler::text FROM webhook_inbox_routes ORDER BY event_type", "webhook_inbox routes")
+      end
+
+      # The app's function definitions (CREATE OR REPLACE ...), see APP_FUNCTIONS.
+      def webhook_inbox_app_functions
+        select_values(APP_FUNCTIONS, "webhook_inbox functions")
+      end
+    end
+  end
+end
+
+module WebhookInbox
+  module Rails
+    # MigrationMethods - SchemaStatements' writers in ActiveRecord::Migration (and so in
+    # ActiveRecord::Schema, db/schema.rb's class). Migration#method_missing would turn the
+    # first argument into a table name; these forward as given and print one short line.
+    module MigrationMethods
+      %i[load_webhook_inbox_schema add_webhook_inbox_route remove_webhook_inbox_route webhook_inbox_functions].each do |name|
+        define_method(name) do |*args, **options|
+          shown = name == :webhook_inbox_functions ? "" : [*args.map(&:inspect), *options.map { |k, v| "#{k}: #{v.inspect}" }].join(", ")
+          say_with_time("#{name}(#{shown})") { connection.public_send(name, *args, **options) }
+        end
+      end
+    end
+  end
+end
