@@ -1,0 +1,62 @@
+# frozen_string_literal: true
+
+require "rails/generators"
+require "rails/generators/active_record"
+
+module WebhookInbox
+  module Generators
+    # `rails g webhook_inbox:handler payment_intent.succeeded` - a migration holding a SQL
+    # handler to fill in (the lock-first template; until it is written it raises, so events
+    # stay pending and are retried, never marked done) and its route, plus a test that runs
+    # it through the sidecar's dispatch (spec/ when the app has one, else test/).
+    class HandlerGenerator < ::Rails::Generators::Base
+      include ::ActiveRecord::Generators::Migration
+
+      source_root File.expand_path("templates", __dir__)
+      desc "Creates a SQL handler migration (function + route) and a test for an event type."
+      argument :event_type, type: :string, banner: "EVENT_TYPE (exact, or a prefix ending in *)"
+      class_option :function, type: :string, desc: "SQL function name (default: handle_<event type>)"
+
+      def create_migration_file
+        migration_template "handler_migration.rb.tt",
+                           File.join(db_migrate_path, "add_webhook_inbox_handler_#{slug}.rb")
+      end
+
+      def create_test
+        if File.directory?(File.join(destination_root, "spec"))
+          template "handler_spec.rb.tt", "spec/webhook_inbox/#{function_name}_spec.rb"
+        else
+          template "handler_test.rb.tt", "test/webhook_inbox/#{function_name}_test.rb"
+        end
+      end
+
+      private
+
+      def slug
+        s = event_type.downcase.gsub(/[^a-z0-9]+/, "_").gsub(/\A_+|_+\z/, "")
+        s.empty? ? "all" : s
+      end
+
+      def function_name
+        name = options[:function] || "handle_#{slug}"
+        raise ::Thor::Error, "--function must be a plain SQL identifier" unless name.match?(/\A[a-z_][a-z0-9_]{0,62}\z/)
+        raise ::Thor::Error, "handler names must not start with webhook_inbox_ (the gem's own)" if name.start_with?("webhook_inbox_")
+
+        name
+      end
+
+      # An event type the test can deliver (a pattern's prefix, with a sample suffix).
+      def sample_type
+        event_type.end_with?("*") ? "#{event_type.chomp('*')}example" : event_type
+      end
+
+      def class_name_for(prefix)
+        "#{prefix}#{slug.camelize}"
+      end
+
+      def migration_version
+        "[#{::ActiveRecord::VERSION::MAJOR}.#{::ActiveRecord::VERSION::MINOR}]"
+      end
+    end
+  end
+end

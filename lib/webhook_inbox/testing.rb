@@ -1,0 +1,37 @@
+# frozen_string_literal: true
+
+require "json"
+require_relative "testing/signing"
+require_relative "testing/drain"
+
+module WebhookInbox
+  # Testing - helpers for an app's own tests (RSpec: require "webhook_inbox/testing/rspec";
+  # Minitest: require "webhook_inbox/testing/minitest"). In the test environment receipts go
+  # through ActiveRecord's connection, so rows written by a request roll back with the test.
+  #
+  #   post "/webhooks/stripe", params: body, headers: webhook_headers(:stripe, body, secret: "whsec_test")
+  #   store_webhook_event(event_type: "payment_intent.succeeded", payload: { "id" => "evt_1", ... })
+  #   drain_webhook_inbox   # => [#<Outcome event_id="evt_1" result="done" detail="paid">]
+  module Testing
+    # Signed headers for body as provider would send them (see Signing for each provider's options).
+    def webhook_headers(provider, body, secret:, **options)
+      Signing.headers(provider, body, secret: secret, **options)
+    end
+
+    # Inserts an event as the receiver would after verifying it (through ActiveRecord's
+    # connection, so inside the test's transaction). payload: a String body or a Hash.
+    # Returns the Receipt (accepted or duplicate).
+    def store_webhook_event(event_type:, payload:, event_id: nil, scope: "test")
+      body = payload.is_a?(String) ? payload : JSON.generate(payload)
+      event_id ||= (payload.is_a?(Hash) && (payload["id"] || payload[:id])) || "evt_#{Process.clock_gettime(Process::CLOCK_REALTIME, :nanosecond)}"
+      WebhookInbox::ActiveRecordStore.new.insert(source_scope: scope, event_id: event_id.to_s, event_type: event_type,
+                                                 payload: body)
+    end
+
+    # Runs the handlers of every due pending event now, through the sidecar's own dispatch SQL,
+    # in the current transaction, and returns their outcomes (see Drain).
+    def drain_webhook_inbox(**options)
+      Drain.run(::ActiveRecord::Base.connection, **options)
+    end
+  end
+end

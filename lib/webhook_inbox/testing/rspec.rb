@@ -1,0 +1,9 @@
+# frozen_string_literal: true
+
+# require "webhook_inbox/testing/rspec" in spec/rails_helper.rb: every example gets
+# webhook_headers, store_webhook_event and drain_webhook_inbox (see WebhookInbox::Testing).
+require "webhook_inbox/testing"
+
+RSpec.configure do |config|
+  config.include WebhookInbox::Testing
+end
