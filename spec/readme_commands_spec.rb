@@ -18,10 +18,12 @@ RSpec.describe "README commands" do
   run_by_bin_test = {
     "bin/test" => ".ci/run", "bin/setup" => "bin/test", "bundle install" => "bin/setup",
     "bundle exec rake compile" => "bin/setup", "bundle exec rake c_tests" => "rake test_all",
-    "bundle exec rspec" => "rake test_all (rake spec)", "bin/demo" => "spec/bin_demo_spec.rb"
+    "bundle exec rspec" => "rake test_all (rake spec)", "bin/demo" => "spec/bin_demo_spec.rb",
+    # In a freshly generated Rails app, with the gem built and installed as users get it:
+    "bin/rails generate webhook_inbox:install" => "spec/integration/rails_lifecycle_spec.rb",
+    "bin/rails db:migrate" => "spec/integration/rails_lifecycle_spec.rb"
   }
   run_here = [
-    "bin/rails generate webhook_inbox:install", "bin/rails db:migrate",
     "webhook-inbox-sidecar migrate", "webhook-inbox-sidecar stats", "webhook-inbox-sidecar stats --json",
     "webhook-inbox-sidecar requeue --id 'stripe:acct_123:live/evt_1'",
     "webhook-inbox-sidecar requeue --type payment_intent.succeeded", "webhook-inbox-sidecar prune --older-than 30d",
@@ -81,21 +83,6 @@ RSpec.describe "README commands" do
       expect(config).to include("concurrency").and include("batch-size")
     end
 
-    it "the Procfile's sidecar line runs through bundle exec (here with --once, so it returns)" do
-      line = File.read(File.join(TestDatabase::ROOT, "README.md"))[/^sidecar: (.*)$/, 1]
-      expect(line).to eq("bundle exec webhook-inbox-sidecar run --concurrency 2")
-      db = "procfile_#{SecureRandom.hex(4)}" # its own database: the other examples count rows
-      @pg.psql("CREATE DATABASE #{db}", db: "postgres")
-      env = { "DATABASE_URL" => @pg.url(db) }
-      expect(Open3.capture2e(env, "bundle", "exec", "webhook-inbox-sidecar", "migrate", chdir: TestDatabase::ROOT).last).to be_success
-      @pg.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
-               "VALUES ('procfile:test', 'evt_procfile', 'no.route.here', '{}')", db: db)
-      out, status = Open3.capture2e(env, *line.split, "--once", chdir: TestDatabase::ROOT)
-      expect(status).to be_success, out
-      expect(@pg.psql("SELECT status || '|' || outcome FROM webhook_inbox WHERE event_id = 'evt_procfile'", db: db).strip)
-        .to eq("done|ignored: no route")
-    end
-
     it "prune refuses a retention shorter than 3 days (Stripe's retry window) and a missing --older-than" do
       %w[--older-than=10m --older-than=71h].each do |arg|
         out, status = Open3.capture2e(@env, File.join(TestDatabase::ROOT, "exe/webhook-inbox-sidecar"), "prune", arg)
@@ -104,35 +91,6 @@ RSpec.describe "README commands" do
       out, status = Open3.capture2e(@env, File.join(TestDatabase::ROOT, "exe/webhook-inbox-sidecar"), "prune")
       expect([status.exitstatus, out]).to match([2, /needs --older-than/])
     end
-  end
-
-  it "bin/rails generate webhook_inbox:install and bin/rails db:migrate set up a Rails app" do
-    pg = TestDatabase.cluster
-    db = "rails_#{SecureRandom.hex(4)}"
-    pg.psql("CREATE DATABASE #{db}", db: "postgres")
-    Dir.mktmpdir("wi-app-") do |app|
-      FileUtils.cp_r(File.join(root, "spec/rails_app/."), app)
-      FileUtils.mkdir_p(File.join(app, "bin"))
-      File.write(File.join(app, "Rakefile"), <<~RUBY)
-        require_relative "config/application"
-        Rails.application.load_tasks
-      RUBY
-      File.write(File.join(app, "bin/rails"), <<~RUBY)
-        APP_PATH = File.expand_path("../config/application", __dir__)
-        require "rails/commands"
-      RUBY
-      env = { "WI_DATABASE_URL" => pg.url(db), "STRIPE_WEBHOOK_SECRET" => "whsec_x", "STRIPE_SCOPE" => "stripe:x:test",
-              "RUBYLIB" => File.join(root, "lib"), "RAILS_ENV" => "development" }
-      %w[generate webhook_inbox:install].then do |args|
-        out, status = Open3.capture2e(env, RbConfig.ruby, "bin/rails", *args, chdir: app)
-        expect(status).to be_success, out
-        expect(out).to match(%r{create\s+db/migrate/\d+_create_webhook_inbox\.rb})
-      end
-      out, status = Open3.capture2e(env, RbConfig.ruby, "bin/rails", "db:migrate", chdir: app)
-      expect(status).to be_success, out
-    end
-    expect(pg.psql("SELECT count(*) FROM webhook_inbox_routes", db: db).to_i).to eq(0)
-    expect(pg.psql("SELECT to_regproc('webhook_inbox_dispatch_batch') IS NOT NULL", db: db).strip).to eq("t")
   end
 
   it "bin/chaos runs end to end (here small)" do

@@ -1,0 +1,256 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "open3"
+require "json"
+require "bundler"
+require_relative "../support/receiver_helpers"
+require "webhook_inbox/testing/signing"
+
+# A freshly generated Rails 7.2 app (rails new --api --database=postgresql) going through the
+# README's steps and the ordinary Rails lifecycle, with the gem built and installed as a user
+# gets it (gem build + gem install: the C extension and the sidecar compiled by RubyGems) and
+# the app's Gemfile naming it exactly as the README does. The database comes from
+# config/database.yml and libpq's PG* variables: DATABASE_URL is never set.
+RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
+  root = ReceiverHelpers::ROOT
+  secret = LIFECYCLE_SECRET = "whsec_lifecycle"
+  scope = "stripe:acct_1:test"
+
+  before(:all) do
+    @pg = ThrowawayPostgres.new
+    @work = Dir.mktmpdir("wi-rails-app-")
+    @gems = File.join(@work, "gems")
+    @app = File.join(@work, "shop")
+    @env = { "PGHOST" => @pg.socket_dir, "PGPORT" => @pg.port.to_s, "PGUSER" => @pg.url[/user=(\S+)/, 1],
+             "GEM_HOME" => @gems, "GEM_PATH" => [@gems, *Gem.path].join(":"), "DATABASE_URL" => nil,
+             "BUNDLE_GEMFILE" => nil, "RUBYOPT" => nil, "RUBYLIB" => nil, "DISABLE_DATABASE_ENVIRONMENT_CHECK" => "1" }
+    install_gem(root)
+    generate_app(root)
+  end
+
+  after(:all) do
+    @sidecar && (Process.kill("TERM", @sidecar) rescue nil) && (Process.wait(@sidecar) rescue nil)
+    @puma&.stop
+    @pg&.destroy
+    FileUtils.rm_rf(@work) if @work
+  end
+
+  def sh(*cmd, env: {}, ok: true)
+    out, status = Bundler.with_unbundled_env { Open3.capture2e(@env.merge(env), *cmd, chdir: @app) }
+    expect(status.success?).to eq(ok), "#{cmd.join(' ')} exited #{status.exitstatus}:\n#{out}"
+    out
+  end
+
+  def install_gem(root)
+    out, st = Bundler.with_unbundled_env { Open3.capture2e("gem", "build", "webhook_inbox.gemspec", "-o", File.join(@work, "wi.gem"), chdir: root) }
+    raise "gem build failed: #{out}" unless st.success?
+
+    out, st = Bundler.with_unbundled_env do
+      Open3.capture2e("gem", "install", "--local", "--ignore-dependencies", "--no-document", "--install-dir", @gems, File.join(@work, "wi.gem"))
+    end
+    raise "gem install failed: #{out}" unless st.success?
+  end
+
+  def generate_app(root)
+    out, st = Bundler.with_unbundled_env do
+      Open3.capture2e({ "BUNDLE_GEMFILE" => File.join(root, "Gemfile") }, "bundle", "exec", "rails", "new", @app, "--api", "--minimal",
+                      "--database=postgresql", "--skip-bundle", "--skip-git", chdir: @work)
+    end
+    raise "rails new failed: #{out}" unless st.success?
+
+    gemfile = File.read(File.join(@app, "Gemfile")).lines.reject { |l| l =~ /gem "(debug|brakeman|rubocop-rails-omakase|bootsnap)"/ }
+    File.write(File.join(@app, "Gemfile"), gemfile.join + %(gem "webhook_inbox_pg"\n))
+    # The newest Rails 7.2 app boots bootsnap when present; it was removed from the Gemfile.
+    boot = File.join(@app, "config/boot.rb")
+    File.write(boot, File.read(boot).sub(/^require "bootsnap\/setup".*$/, ""))
+    sh("bundle", "install", "--local")
+  end
+
+  def write(path, text)
+    full = File.join(@app, path)
+    FileUtils.mkdir_p(File.dirname(full))
+    File.write(full, text)
+  end
+
+  def psql(sql, db: "shop_development")
+    @pg.psql(sql, db: db).strip
+  end
+
+  def signed_payment(event_id, order_id, amount)
+    body = JSON.generate(id: event_id, type: "payment_intent.succeeded",
+                         data: { object: { id: "pi_#{order_id}", amount: amount, metadata: { order_id: order_id } } })
+    [body, WebhookInbox::Testing::Signing.stripe_headers(body, secret: LIFECYCLE_SECRET)]
+  end
+
+  it "installs, migrates, survives db:schema:load and db:prepare, serves Puma and the sidecar, and tests twice" do
+    # The README's steps: generator, a handler migration written the documented way.
+    out = sh("bin/rails", "generate", "webhook_inbox:install")
+    expect(out).to include("create_webhook_inbox.rb", "config/initializers/webhook_inbox.rb", "bin/webhook-inbox-sidecar")
+    migration = File.read(Dir[File.join(@app, "db/migrate/*_create_webhook_inbox.rb")].first)
+    expect(migration).to include("load_webhook_inbox_schema version: #{WebhookInbox::Schema::VERSION}")
+    expect(migration.lines.size).to be < 30 # loaded from the gem, not inlined
+    expect(sh("bin/rails", "generate", "webhook_inbox:install")).to include("already reach schema version")
+
+    write("config/initializers/webhook_inbox.rb", <<~RUBY)
+      WebhookInbox.configure do |c|
+        c.endpoint(:stripe, secrets: [#{secret.inspect}], scope: #{scope.inspect}, tolerance: 300)
+      end
+    RUBY
+    write("app/controllers/webhooks_controller.rb", <<~RUBY)
+      class WebhooksController < ActionController::API
+        include WebhookInbox::Controller
+        def stripe = receive_webhook(:stripe)
+      end
+    RUBY
+    write("config/routes.rb", <<~RUBY)
+      Rails.application.routes.draw do
+        match "/webhooks/stripe", to: "webhooks#stripe", via: %i[get post]
+      end
+    RUBY
+    write("db/migrate/20260101000001_create_orders.rb", <<~RUBY)
+      class CreateOrders < ActiveRecord::Migration[7.2]
+        def change
+          create_table :orders do |t|
+            t.string :status, null: false, default: "awaiting_payment"
+            t.bigint :amount, null: false
+            t.integer :paid_count, null: false, default: 0
+            t.timestamps
+          end
+        end
+      end
+    RUBY
+    # The handler: a function, its helper, and the route - once with the helper, once the old way.
+    write("db/migrate/#{(Time.now.utc + 60).strftime("%Y%m%d%H%M%S")}_add_payment_handler.rb", <<~RUBY)
+      class AddPaymentHandler < ActiveRecord::Migration[7.2]
+        def up
+          execute <<~'SQL'
+            CREATE OR REPLACE FUNCTION shop_order_id(ev webhook_inbox) RETURNS bigint
+            LANGUAGE sql IMMUTABLE AS $$ SELECT (ev.payload #>> '{data,object,metadata,order_id}')::bigint $$;
+            CREATE OR REPLACE FUNCTION shop_on_payment(ev webhook_inbox) RETURNS text
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM 1 FROM orders WHERE id = shop_order_id(ev) FOR UPDATE;
+                IF NOT FOUND THEN RAISE EXCEPTION 'order not found yet'; END IF;
+                UPDATE orders SET status = 'paid', paid_count = paid_count + 1, updated_at = now()
+                 WHERE id = shop_order_id(ev) AND status = 'awaiting_payment'
+                   AND amount = (ev.payload #>> '{data,object,amount}')::bigint;
+                IF FOUND THEN RETURN 'paid'; END IF;
+                IF EXISTS (SELECT 1 FROM orders WHERE id = shop_order_id(ev) AND status = 'paid') THEN RETURN 'already paid'; END IF;
+                PERFORM webhook_inbox_quarantine('amount mismatch');
+                RETURN NULL;
+            END $$;
+          SQL
+          add_webhook_inbox_route "payment_intent.succeeded", "shop_on_payment"
+          execute "INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('payment_intent.legacy', 'shop_on_payment')"
+        end
+      end
+    RUBY
+
+    sh("bin/rails", "db:create")
+    # The boot check (development and test): an app whose inbox schema is missing says so.
+    expect(sh("bin/rails", "runner", "puts :booted")).to include("webhook_inbox: the inbox schema is missing", "db:migrate", "booted")
+    out = sh("bin/rails", "db:migrate")
+    expect(out).not_to match(/unknown OID|WARNING|CREATE TABLE/i) # no warnings, and the gem's SQL is not echoed
+    schema = File.read(File.join(@app, "db/schema.rb"))
+    expect(schema).to include("load_webhook_inbox_schema version: #{WebhookInbox::Schema::VERSION}",
+                              "FUNCTION public.shop_on_payment", "FUNCTION public.shop_order_id",
+                              %(add_webhook_inbox_route "payment_intent.succeeded", "shop_on_payment"),
+                              %(add_webhook_inbox_route "payment_intent.legacy", "shop_on_payment"))
+    expect(schema).not_to include(%(create_table "webhook_inbox"))
+
+    # What every new developer, CI and db:prepare do: the database from db/schema.rb alone.
+    out = sh("bin/rails", "db:drop", "db:create", "db:schema:load")
+    expect(out).not_to match(/unknown OID|WARNING/i)
+    expect(psql("SELECT webhook_inbox_route('payment_intent.succeeded')::text")).to eq("shop_on_payment")
+    expect(psql("SELECT count(*) FROM pg_trigger WHERE tgname = 'webhook_inbox_notify_insert'")).to eq("1")
+
+    # The test database, as maintain_test_schema and CI build it.
+    sh("bin/rails", "db:prepare", env: { "RAILS_ENV" => "test" })
+    expect(psql("SELECT webhook_inbox_route('payment_intent.legacy')::text", db: "shop_test")).to eq("shop_on_payment")
+    expect(psql("SELECT count(*) FROM pg_trigger WHERE tgname = 'webhook_inbox_notify_insert'", db: "shop_test")).to eq("1")
+    expect(psql("SELECT count(*) FROM pg_proc WHERE proname IN ('shop_on_payment', 'shop_order_id')", db: "shop_test")).to eq("2")
+
+    # bin/rails runner without DATABASE_URL: the inbox uses config/database.yml.
+    out = sh("bin/rails", "runner", <<~RUBY)
+      order = ActiveRecord::Base.connection.select_value("INSERT INTO orders (amount, created_at, updated_at) VALUES (1000, now(), now()) RETURNING id")
+      puts "order=\#{order} schema=\#{ActiveRecord::Base.connection.webhook_inbox_schema_version} events=\#{WebhookInbox::InboxEvent.count}"
+    RUBY
+    expect(out).to match(/order=1 schema=#{WebhookInbox::Schema::VERSION} events=0/)
+    expect(out).not_to include("webhook_inbox: the inbox schema") # current: the boot check is quiet
+    expect(sh("bin/rails", "webhook_inbox:stats", env: { "JSON" => "1" })).to include(%("pending"))
+
+    # Puma and the sidecar, started with the README's Procfile line (the app's binstub: same configuration).
+    procfile = File.read(File.join(root, "README.md"))[/^sidecar: (.*)$/, 1]
+    expect(procfile).to start_with("bin/webhook-inbox-sidecar run")
+    @puma = PumaProcess.new(rackup: File.join(@app, "config.ru"), dir: @app, threads: "2:4",
+                            env: @env.merge("RAILS_ENV" => "development")).tap do |p|
+      Bundler.with_unbundled_env { p.start }
+    end
+    log = File.join(@work, "sidecar.log")
+    @sidecar = Bundler.with_unbundled_env do
+      Process.spawn(@env, *procfile.split, "--poll-interval", "200ms", chdir: @app, out: log, err: log)
+    end
+    body, headers = signed_payment("evt_pay_1", 1, 1000)
+    statuses = 3.times.map { @puma.post("/webhooks/stripe", body, headers) }
+    expect(statuses.map(&:first)).to eq([200, 200, 200])
+    expect(statuses.map { |s| JSON.parse(s[2])["status"] }).to eq(%w[accepted duplicate duplicate])
+    expect(@puma.request("GET", "/webhooks/stripe").first).to eq(405)
+    deadline = Time.now + 30
+    sleep 0.2 until psql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_pay_1'") == "done" || Time.now > deadline
+    expect(psql("SELECT status || ' ' || outcome FROM webhook_inbox WHERE event_id = 'evt_pay_1'")).to eq("done paid"), File.read(log)
+    expect(psql("SELECT status || ' ' || paid_count FROM orders WHERE id = 1")).to eq("paid 1")
+
+    # The app's own test suite, twice: receipts roll back with each test, the handler runs.
+    write("test/integration/stripe_webhook_test.rb", <<~RUBY)
+      require "test_helper"
+      require "webhook_inbox/testing/minitest"
+
+      class StripeWebhookTest < ActionDispatch::IntegrationTest
+        test "a signed payment is accepted and handled once" do
+          order = ActiveRecord::Base.connection.select_value("INSERT INTO orders (amount, created_at, updated_at) VALUES (1000, now(), now()) RETURNING id")
+          body = JSON.generate(id: "evt_test_pay", type: "payment_intent.succeeded",
+                               data: { object: { amount: 1000, metadata: { order_id: order } } })
+          post "/webhooks/stripe", params: body, headers: webhook_headers(:stripe, body, secret: #{secret.inspect})
+          assert_equal "accepted", response.parsed_body["status"]
+          outcomes = drain_webhook_inbox
+          assert_equal [["evt_test_pay", "done", "paid"]], outcomes.map { |o| [o.event_id, o.result, o.detail] }
+          assert_equal "paid", ActiveRecord::Base.connection.select_value("SELECT status FROM orders WHERE id = \#{order}")
+        end
+      end
+    RUBY
+    2.times do
+      out = sh("bin/rails", "test")
+      expect(out).to match(/1 runs, \d+ assertions, 0 failures, 0 errors/)
+    end
+    expect(psql("SELECT count(*) FROM webhook_inbox", db: "shop_test")).to eq("0")
+
+    # structure.sql keeps the routes too.
+    write("config/initializers/schema_format.rb", "Rails.application.config.active_record.schema_format = :sql\n")
+    sh("bin/rails", "db:schema:dump")
+    expect(File.read(File.join(@app, "db/structure.sql"))).to include("INSERT INTO webhook_inbox_routes")
+    sh("bin/rails", "db:drop", "db:create", "db:schema:load", env: { "RAILS_ENV" => "test" })
+    expect(psql("SELECT webhook_inbox_route('payment_intent.succeeded')::text", db: "shop_test")).to eq("shop_on_payment")
+
+    # After a gem upgrade the install generator writes an upgrade migration (here from a
+    # pre-versioning migration that inlined the SQL), and nothing when current.
+    current = Dir[File.join(@app, "db/migrate/*_create_webhook_inbox.rb")].first
+    FileUtils.mv(current, File.join(@work, "current.rb"))
+    write("db/migrate/20250101000000_create_webhook_inbox.rb", "execute <<~'SQL'\nCREATE TABLE IF NOT EXISTS webhook_inbox (\nSQL\n")
+    out = sh("bin/rails", "generate", "webhook_inbox:install")
+    upgrade = Dir[File.join(@app, "db/migrate/*_upgrade_webhook_inbox_to_v#{WebhookInbox::Schema::VERSION}.rb")].first
+    expect(upgrade).not_to be_nil, out
+    expect(File.read(upgrade)).to include("load_webhook_inbox_schema version: #{WebhookInbox::Schema::VERSION}", "from version 3")
+    FileUtils.rm_f([upgrade, File.join(@app, "db/migrate/20250101000000_create_webhook_inbox.rb")])
+    FileUtils.mv(File.join(@work, "current.rb"), current)
+
+    # The handler generator: a fail-closed template and a test that runs it through the dispatch.
+    sh("bin/rails", "generate", "webhook_inbox:handler", "customer.*")
+    migration = File.read(Dir[File.join(@app, "db/migrate/*_add_webhook_inbox_handler_customer.rb")].first)
+    expect(migration).to include("CREATE OR REPLACE FUNCTION handle_customer(ev webhook_inbox)", "FOR UPDATE",
+                                 %(add_webhook_inbox_route "customer.*", "handle_customer"), "remove_webhook_inbox_route")
+    sh("bin/rails", "db:migrate")
+    out = sh("bin/rails", "test", "test/webhook_inbox/handle_customer_test.rb", ok: false)
+    expect(out).to include("handle_customer is not written yet", "1 failures")
+  end
+end
