@@ -53,7 +53,7 @@ static char *dup_or_null(const char *s, int *oom)
 static int parse_template(struct wi_sig_verifier *v, struct wi_err *err)
 {
     const char *p = v->tmpl, *end = v->tmpl + strlen(v->tmpl);
-    int bodies = 0;
+    int bodies = 0, signs_ts = 0;
     while (p < end) {
         if (v->ntokens >= MAX_TOKENS)
             return wi_err_set(err, WI_ERR_ARG, "signed-content template has too many parts");
@@ -83,7 +83,16 @@ static int parse_template(struct wi_sig_verifier *v, struct wi_err *err)
             return wi_err_set(err, WI_ERR_ARG, "template uses {timestamp} but no timestamp header is set");
         if (v->tokens[i].kind == TOK_ID && !v->id_header)
             return wi_err_set(err, WI_ERR_ARG, "template uses {id} but no id header is set");
+        signs_ts |= v->tokens[i].kind == TOK_TS;
     }
+    /* A time check on a header the signature does not cover stops no replay: the sender of a
+     * replay writes a fresh value. Refused rather than offered as protection. (An unsigned
+     * id header is how GitHub and Shopify work; it stays allowed, and id_from_body offers
+     * deduplication on the signed body instead.) */
+    if (v->ts_header && !signs_ts)
+        return wi_err_set(err, WI_ERR_ARG,
+                          "timestamp header is set but the template does not sign {timestamp}: its time "
+                          "check would not stop replays (add {timestamp} to the template, or drop the header)");
     return 0;
 }
 

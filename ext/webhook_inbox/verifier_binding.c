@@ -122,7 +122,7 @@ static char *opt_cstr(VALUE s)
 }
 
 /* _setup(provider, scheme, tolerance, max_body, allow_simple, alg, encoding, prefix,
- *        signature_header, timestamp_header, id_header, template, secrets) */
+ *        signature_header, timestamp_header, id_header, template, secrets, id_from_body) */
 static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
 {
     struct verifier *v = rb_check_typeddata(self, &verifier_type);
@@ -130,7 +130,7 @@ static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
     struct wi_err err;
     VALUE secrets, cands;
 
-    rb_check_arity(argc, 13, 13);
+    rb_check_arity(argc, 14, 14);
     if (v->core) rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "verifier already set up");
     memset(&cfg, 0, sizeof cfg);
     cfg.scheme = (enum wi_sig_scheme)NUM2INT(argv[1]);
@@ -144,6 +144,7 @@ static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
     cfg.timestamp_header = opt_cstr(argv[9]);
     cfg.id_header = opt_cstr(argv[10]);
     cfg.template = opt_cstr(argv[11]);
+    cfg.id_from_body = RTEST(argv[13]);
     secrets = rb_Array(argv[12]);
     for (long i = 0; i < RARRAY_LEN(secrets); i++) Check_Type(RARRAY_AREF(secrets, i), T_STRING);
 

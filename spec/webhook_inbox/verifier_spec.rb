@@ -466,6 +466,26 @@ RSpec.describe WebhookInbox::Verifier do
       expect(reason_of { v.verify(body, h.merge("X-Shopify-Hmac-Sha256" => hmac_hex(secret, body)), now: NOW) }).to eq(:malformed_signature)
     end
 
+    # issue 9 item 8: GitHub and Shopify ids come from headers the signature does not cover.
+    it "event_id: :body_sha256 deduplicates GitHub and Shopify replays that bring a new id header" do
+      body = '{"action":"opened","number":7}'
+      digest = OpenSSL::Digest::SHA256.hexdigest(body)
+      gh = described_class.new(:github, secrets: secret, event_id: :body_sha256)
+      h = { "X-Hub-Signature-256" => "sha256=#{hmac_hex(secret, body)}", "X-GitHub-Delivery" => "d-1", "X-GitHub-Event" => "pull_request" }
+      expect(described_class.new(:github, secrets: secret).verify(body, h.merge("X-GitHub-Delivery" => "d-2"), now: NOW).event_id).to eq("d-2")
+      %w[d-1 d-2].each do |delivery|
+        e = gh.verify(body, h.merge("X-GitHub-Delivery" => delivery), now: NOW)
+        expect([e.event_id, e.event_type]).to eq([digest, "pull_request"])
+      end
+      sh = described_class.new(:shopify, secrets: secret, event_id: :body_sha256)
+      hs = { "X-Shopify-Hmac-Sha256" => hmac_b64(secret, body), "X-Shopify-Webhook-Id" => "w-1", "X-Shopify-Topic" => "orders/paid" }
+      expect(sh.verify(body, hs, now: NOW).event_id).to eq(digest)
+      expect(sh.verify(body, hs.merge("X-Shopify-Webhook-Id" => "w-2"), now: NOW).event_id).to eq(digest)
+      expect(sh.event_id).to eq(:body_sha256)
+      expect { described_class.new(:github, secrets: secret, event_id: :delivery) }
+        .to raise_error(WebhookInbox::ConfigurationError, /event_id/)
+    end
+
     it ":slack signs v0:<ts>:<body> and checks the timestamp" do
       v = described_class.new(:slack, secrets: secret)
       body = "token=x&team_id=T1"
@@ -521,6 +541,14 @@ RSpec.describe WebhookInbox::Verifier do
       expect { described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", template: "{timestamp}.{body}") }
         .to raise_error(WebhookInbox::ConfigurationError, /timestamp header/)
       expect { described_class.new(:hmac, secrets: "k") }.to raise_error(WebhookInbox::ConfigurationError, /signature header/)
+      # issue 9 item 8: a time check on a header the template does not sign stops no replay
+      expect { described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", timestamp_header: "X-Ts") }
+        .to raise_error(WebhookInbox::ConfigurationError, /does not sign \{timestamp\}/)
+      expect { described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", timestamp_header: "X-Ts", id_header: "X-Id", template: "{id}.{body}") }
+        .to raise_error(WebhookInbox::ConfigurationError, /does not sign \{timestamp\}/)
+      # an unsigned id header stays allowed (GitHub-style); event_id: :body_sha256 dedupes on the body instead
+      v = described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", id_header: "X-Id", event_id: :body_sha256)
+      expect(v.verify("b", { "X-Sig" => hmac_hex("k", "b"), "X-Id" => "i-1" }, now: NOW).event_id).to eq(OpenSSL::Digest::SHA256.hexdigest("b"))
       expect { described_class.new(:stripe, secrets: "k", template: "{body}") }.to raise_error(WebhookInbox::ConfigurationError)
       expect { described_class.new(:nope, secrets: "k") }.to raise_error(WebhookInbox::ConfigurationError, /unknown scheme/)
     end
@@ -638,7 +666,7 @@ RSpec.describe WebhookInbox::Verifier do
 
   it "raises ConfigurationError (never crashes) when used after a setup that raised midway" do
     v = WebhookInbox::Verifier.allocate
-    expect { v.send(:_setup, :hmac, 7, 300, 1 << 20, false, 1, 0, nil, "x" * 300, nil, nil, nil, ["k"]) }
+    expect { v.send(:_setup, :hmac, 7, 300, 1 << 20, false, 1, 0, nil, "x" * 300, nil, nil, nil, ["k"], false) }
       .to raise_error(WebhookInbox::ConfigurationError)
     expect { v.verify("{}", {}) }.to raise_error(WebhookInbox::ConfigurationError, /not set up/)
   end

@@ -507,6 +507,13 @@ static void test_schemes(void)
 
     struct wi_sig_config bad = {.scheme = WI_SCHEME_HMAC, .alg = WI_HMAC_SHA256, .signature_header = "x-sig", .template = "{id}.{body}"};
     CHECK(wi_sig_verifier_new(&bad, &err) == NULL && err.code == WI_ERR_ARG, "template {id} without id header");
+    struct wi_sig_config unsigned_ts = {.scheme = WI_SCHEME_HMAC, .alg = WI_HMAC_SHA256, .signature_header = "x-sig",
+                                        .timestamp_header = "x-ts"};
+    CHECK(wi_sig_verifier_new(&unsigned_ts, &err) == NULL && err.code == WI_ERR_ARG && strstr(err.msg, "{timestamp}"),
+          "timestamp header the template does not sign");
+    unsigned_ts.template = "{timestamp}.{body}";
+    CHECK((v = wi_sig_verifier_new(&unsigned_ts, &err)) != NULL, "signed timestamp header");
+    wi_sig_verifier_free(v);
 }
 
 /* Hex HMAC-SHA256 of the Didit V2 canonical form of body under key. */
