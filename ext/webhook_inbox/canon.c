@@ -12,21 +12,28 @@
 
 enum { N_NULL, N_TRUE, N_FALSE, N_INT, N_FLOAT, N_STR, N_ARR, N_OBJ };
 
-/* Invariant: raw points into the input (strings: bytes between the quotes, escapes
- * kept; numbers: their text). key is the decoded key of an object member. Lengths and
- * counts are 32-bit (inputs are limited to 4 GiB) so that a node takes 56 bytes: the tree
- * is the largest allocation, about 28 bytes per input byte for "[0,0,...]". */
+/* Every value. Invariant: raw points into the input (strings: bytes between the quotes,
+ * escapes kept; numbers: their text). Lengths and counts are 32-bit (inputs are limited to
+ * 4 GiB): a scalar array element, the most numerous node ("[0,0,...]"), takes 24 bytes. */
 struct node {
     const char *raw;     /* string body or number text */
-    const char *key;     /* decoded member key (input or arena memory) */
-    struct node *child;  /* first child */
     struct node *next;   /* next sibling */
     uint32_t raw_n;
+    unsigned char type;
+};
+
+/* A container or an object member: a node with children and/or a key (56 bytes). */
+struct big {
+    struct node n;       /* first: a struct big * is a struct node * */
+    const char *key;     /* decoded member key (input or arena memory) */
+    struct node *child;  /* first child */
     uint32_t key_n;
     uint32_t ord;        /* position among its siblings: stable order for duplicates */
     uint32_t count;      /* number of children */
-    unsigned char type;
 };
+
+#define BIG(nd) ((struct big *)(nd))
+#define CBIG(nd) ((const struct big *)(nd))
 
 struct block {
     struct block *next;
@@ -92,7 +99,7 @@ static void skip_ws(struct canon *c)
         c->p++;
 }
 
-static struct node *parse(struct canon *c, int depth);
+static struct node *parse(struct canon *c, int depth, int member);
 
 /* Parses the string at c->p (a quote); sets raw/raw_n; returns its flags or -1. */
 static int parse_string(struct canon *c, const char **raw, size_t *raw_n)
@@ -118,7 +125,7 @@ static struct node *parse_container(struct canon *c, struct node *nd, int depth)
 {
     int is_obj = *c->p == '{';
     char close = is_obj ? '}' : ']';
-    struct node **tail = &nd->child;
+    struct node **tail = &BIG(nd)->child;
     nd->type = is_obj ? N_OBJ : N_ARR;
     c->p++;
     skip_ws(c);
@@ -144,11 +151,14 @@ static struct node *parse_container(struct canon *c, struct node *nd, int depth)
             if (c->p >= c->end || *c->p != ':') goto syntax;
             c->p++;
         }
-        struct node *ch = parse(c, depth + 1);
+        struct node *ch = parse(c, depth + 1, is_obj);
         if (!ch) return NULL;
-        ch->key = key;
-        ch->key_n = (uint32_t)key_n;
-        ch->ord = nd->count++;
+        if (is_obj) {
+            BIG(ch)->key = key;
+            BIG(ch)->key_n = (uint32_t)key_n;
+            BIG(ch)->ord = BIG(nd)->count;
+        }
+        BIG(nd)->count++;
         *tail = ch;
         tail = &ch->next;
         skip_ws(c);
@@ -176,7 +186,8 @@ static int literal(struct canon *c, const char *w)
     return 0;
 }
 
-static struct node *parse(struct canon *c, int depth)
+/* Parses one value; member: it is an object member and needs a key (a struct big). */
+static struct node *parse(struct canon *c, int depth, int member)
 {
     struct node *nd;
     if (depth > WI_JSON_MAX_DEPTH) {
@@ -188,8 +199,9 @@ static struct node *parse(struct canon *c, int depth)
         c->code = WI_JSON_E_SYNTAX;
         return NULL;
     }
-    if (tick(c) || !(nd = arena_alloc(c, sizeof *nd))) return NULL;
-    memset(nd, 0, sizeof *nd);
+    size_t size = member || *c->p == '{' || *c->p == '[' ? sizeof(struct big) : sizeof(struct node);
+    if (tick(c) || !(nd = arena_alloc(c, size))) return NULL;
+    memset(nd, 0, size);
     switch (*c->p) {
     case '{':
     case '[':
@@ -432,7 +444,7 @@ static int put_float(struct canon *c, const char *s, size_t n)
 
 static int cmp_members(const void *a, const void *b)
 {
-    const struct node *x = *(const struct node *const *)a, *y = *(const struct node *const *)b;
+    const struct big *x = *(const struct big *const *)a, *y = *(const struct big *const *)b;
     size_t n = x->key_n < y->key_n ? x->key_n : y->key_n;
     int r = n ? memcmp(x->key, y->key, n) : 0;
     if (r) return r;
@@ -452,29 +464,29 @@ static int emit(struct canon *c, const struct node *nd)
     case N_STR: return put_string(c, nd->raw, nd->raw_n, 0);
     case N_ARR:
         if (putc_(c, '[')) return -1;
-        for (const struct node *ch = nd->child; ch; ch = ch->next) {
-            if (ch != nd->child && putc_(c, ',')) return -1;
+        for (const struct node *ch = CBIG(nd)->child; ch; ch = ch->next) {
+            if (ch != CBIG(nd)->child && putc_(c, ',')) return -1;
             if (emit(c, ch)) return -1;
         }
         return putc_(c, ']');
     default: {
-        const struct node **m = NULL;
-        size_t k = 0;
+        const struct big **m = NULL;
+        size_t k = 0, count = CBIG(nd)->count;
         int first = 1;
-        if (nd->count > 1) {
-            if (!(m = arena_alloc(c, nd->count * sizeof *m))) return -1;
-            for (const struct node *ch = nd->child; ch; ch = ch->next) m[k++] = ch;
+        if (count > 1) {
+            if (!(m = arena_alloc(c, count * sizeof *m))) return -1;
+            for (const struct node *ch = CBIG(nd)->child; ch; ch = ch->next) m[k++] = CBIG(ch);
             qsort(m, k, sizeof *m, cmp_members);
         }
         if (putc_(c, '{')) return -1;
-        for (size_t i = 0; i < nd->count; i++) {
-            const struct node *ch = m ? m[i] : nd->child;
-            const struct node *nx = m && i + 1 < k ? m[i + 1] : NULL;
+        for (size_t i = 0; i < count; i++) {
+            const struct big *ch = m ? m[i] : CBIG(CBIG(nd)->child);
+            const struct big *nx = m && i + 1 < k ? m[i + 1] : NULL;
             if (nx && nx->key_n == ch->key_n && !memcmp(nx->key, ch->key, ch->key_n))
                 continue; /* a later duplicate wins, like a Python dict */
             if (!first && putc_(c, ',')) return -1;
             first = 0;
-            if (put_string(c, ch->key, ch->key_n, 1) || putc_(c, ':') || emit(c, ch)) return -1;
+            if (put_string(c, ch->key, ch->key_n, 1) || putc_(c, ':') || emit(c, &ch->n)) return -1;
         }
         return putc_(c, '}');
     }
@@ -494,7 +506,7 @@ int wi_canon_didit(const char *p, size_t n, size_t max_out, const _Atomic int *c
     *out_n = 0;
     if (n > UINT32_MAX) /* node lengths are 32-bit */
         return wi_err_set(err, WI_CANON_E_TOO_LARGE, "bodies over 4 GiB are not canonicalized");
-    root = parse(&c, 0);
+    root = parse(&c, 0, 0);
     if (root) {
         skip_ws(&c);
         if (c.p != c.end) {
