@@ -3,26 +3,37 @@
 #include "canon.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "json.h"
+#include "num.h"
 
 enum { N_NULL, N_TRUE, N_FALSE, N_INT, N_FLOAT, N_STR, N_ARR, N_OBJ };
 
-/* Invariant: raw points into the input (strings: bytes between the quotes, escapes
- * kept; numbers: their text). key is the decoded key of an object member. */
+/* Every value. Invariant: raw points into the input (strings: bytes between the quotes,
+ * escapes kept; numbers: their text). Lengths and counts are 32-bit (inputs are limited to
+ * 4 GiB): a scalar array element, the most numerous node ("[0,0,...]"), takes 24 bytes. */
 struct node {
-    unsigned char type;
     const char *raw;     /* string body or number text */
-    size_t raw_n;
-    const char *key;     /* decoded member key (input or arena memory) */
-    size_t key_n;
-    size_t ord;          /* position among its siblings: stable order for duplicates */
-    size_t count;        /* number of children */
-    struct node *child;  /* first child */
     struct node *next;   /* next sibling */
+    uint32_t raw_n;
+    unsigned char type;
 };
+
+/* A container or an object member: a node with children and/or a key (56 bytes). */
+struct big {
+    struct node n;       /* first: a struct big * is a struct node * */
+    const char *key;     /* decoded member key (input or arena memory) */
+    struct node *child;  /* first child */
+    uint32_t key_n;
+    uint32_t ord;        /* position among its siblings: stable order for duplicates */
+    uint32_t count;      /* number of children */
+};
+
+#define BIG(nd) ((struct big *)(nd))
+#define CBIG(nd) ((const struct big *)(nd))
 
 struct block {
     struct block *next;
@@ -30,17 +41,32 @@ struct block {
     _Alignas(16) unsigned char data[];
 };
 
+/* Invariant: out_n <= max_out. */
 struct canon {
     const char *p, *end;
     struct block *blocks;
     char *out;
     size_t out_n, out_cap;
-    int code; /* WI_JSON_E_* or WI_ERR_NOMEM on failure */
+    size_t max_out;            /* output limit (WI_CANON_E_TOO_LARGE beyond) */
+    const _Atomic int *cancel; /* polled every TICK_MASK + 1 nodes; may be NULL */
+    unsigned ticks;
+    int code; /* WI_JSON_E_*, WI_CANON_E_* or WI_ERR_NOMEM on failure */
 };
+
+#define TICK_MASK 1023u
+
+/* 0, or -1 with c->code set once another thread asked to stop. */
+static int tick(struct canon *c)
+{
+    if ((++c->ticks & TICK_MASK) || !c->cancel || !atomic_load_explicit(c->cancel, memory_order_relaxed))
+        return 0;
+    c->code = WI_CANON_E_INTERRUPTED;
+    return -1;
+}
 
 static void *arena_alloc(struct canon *c, size_t n)
 {
-    n = (n + 15) & ~(size_t)15;
+    n = (n + 7) & ~(size_t)7;
     if (!c->blocks || c->blocks->cap - c->blocks->used < n) {
         size_t cap = n > 65536 ? n : 65536;
         struct block *b = malloc(sizeof *b + cap);
@@ -73,7 +99,7 @@ static void skip_ws(struct canon *c)
         c->p++;
 }
 
-static struct node *parse(struct canon *c, int depth);
+static struct node *parse(struct canon *c, int depth, int member);
 
 /* Parses the string at c->p (a quote); sets raw/raw_n; returns its flags or -1. */
 static int parse_string(struct canon *c, const char **raw, size_t *raw_n)
@@ -99,7 +125,7 @@ static struct node *parse_container(struct canon *c, struct node *nd, int depth)
 {
     int is_obj = *c->p == '{';
     char close = is_obj ? '}' : ']';
-    struct node **tail = &nd->child;
+    struct node **tail = &BIG(nd)->child;
     nd->type = is_obj ? N_OBJ : N_ARR;
     c->p++;
     skip_ws(c);
@@ -125,11 +151,14 @@ static struct node *parse_container(struct canon *c, struct node *nd, int depth)
             if (c->p >= c->end || *c->p != ':') goto syntax;
             c->p++;
         }
-        struct node *ch = parse(c, depth + 1);
+        struct node *ch = parse(c, depth + 1, is_obj);
         if (!ch) return NULL;
-        ch->key = key;
-        ch->key_n = key_n;
-        ch->ord = nd->count++;
+        if (is_obj) {
+            BIG(ch)->key = key;
+            BIG(ch)->key_n = (uint32_t)key_n;
+            BIG(ch)->ord = BIG(nd)->count;
+        }
+        BIG(nd)->count++;
         *tail = ch;
         tail = &ch->next;
         skip_ws(c);
@@ -157,7 +186,8 @@ static int literal(struct canon *c, const char *w)
     return 0;
 }
 
-static struct node *parse(struct canon *c, int depth)
+/* Parses one value; member: it is an object member and needs a key (a struct big). */
+static struct node *parse(struct canon *c, int depth, int member)
 {
     struct node *nd;
     if (depth > WI_JSON_MAX_DEPTH) {
@@ -169,15 +199,20 @@ static struct node *parse(struct canon *c, int depth)
         c->code = WI_JSON_E_SYNTAX;
         return NULL;
     }
-    if (!(nd = arena_alloc(c, sizeof *nd))) return NULL;
-    memset(nd, 0, sizeof *nd);
+    size_t size = member || *c->p == '{' || *c->p == '[' ? sizeof(struct big) : sizeof(struct node);
+    if (tick(c) || !(nd = arena_alloc(c, size))) return NULL;
+    memset(nd, 0, size);
     switch (*c->p) {
     case '{':
     case '[':
         return parse_container(c, nd, depth);
-    case '"':
+    case '"': {
+        size_t len;
         nd->type = N_STR;
-        return parse_string(c, &nd->raw, &nd->raw_n) < 0 ? NULL : nd;
+        if (parse_string(c, &nd->raw, &len) < 0) return NULL;
+        nd->raw_n = (uint32_t)len;
+        return nd;
+    }
     case 't':
         nd->type = N_TRUE;
         break;
@@ -196,7 +231,7 @@ static struct node *parse(struct canon *c, int depth)
         }
         nd->type = is_int ? N_INT : N_FLOAT;
         nd->raw = c->p;
-        nd->raw_n = (size_t)(e - c->p);
+        nd->raw_n = (uint32_t)(e - c->p);
         c->p = e;
         return nd;
     }
@@ -227,6 +262,10 @@ static int reserve(struct canon *c, size_t n)
 
 static int put(struct canon *c, const char *s, size_t n)
 {
+    if (n > c->max_out - c->out_n) {
+        c->code = WI_CANON_E_TOO_LARGE;
+        return -1;
+    }
     if (reserve(c, n)) return -1;
     memcpy(c->out + c->out_n, s, n);
     c->out_n += n;
@@ -327,102 +366,10 @@ static int put_int(struct canon *c, const char *s, size_t n)
     return put(c, s, n);
 }
 
-/* Prints digits[0..nd) (no leading/trailing zeros, nd >= 1) scaled so that the value is
- * 0.d1d2... * 10^decpt, the way Python's float repr does: fixed notation when
- * -4 < decpt <= 16, else d.ddde[+-]XX. */
 static int put_digits(struct canon *c, int neg, const char *digits, int nd, int decpt)
 {
-    char out[64];
-    int o = 0;
-    if (neg) out[o++] = '-';
-    if (decpt > -4 && decpt <= 16) {
-        if (decpt <= 0) {
-            out[o++] = '0', out[o++] = '.';
-            for (int i = 0; i < -decpt; i++) out[o++] = '0';
-            for (int i = 0; i < nd; i++) out[o++] = digits[i];
-        } else {
-            for (int i = 0; i < nd; i++) {
-                if (i == decpt) out[o++] = '.';
-                out[o++] = digits[i];
-            }
-            for (int i = nd; i < decpt; i++) out[o++] = '0'; /* integral: only from the fast path */
-        }
-    } else {
-        int e = decpt - 1;
-        out[o++] = digits[0];
-        if (nd > 1) {
-            out[o++] = '.';
-            for (int i = 1; i < nd; i++) out[o++] = digits[i];
-        }
-        o += snprintf(out + o, sizeof out - (size_t)o, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
-    }
-    return put(c, out, (size_t)o);
-}
-
-/* Parses "%.*e" output into its significant digits (as an integer) and exponent. */
-static void split_e(const char *tmp, unsigned long long *m, int *e)
-{
-    const char *t = tmp + (tmp[0] == '-');
-    *m = 0;
-    for (; *t && *t != 'e'; t++)
-        if (*t != '.') *m = *m * 10 + (unsigned long long)(*t - '0');
-    *e = atoi(t + 1);
-}
-
-/* The double nearest to m * 10^(e - ndig + 1) (m has ndig digits). */
-static double value_of(unsigned long long m, int e, int ndig, int neg)
-{
-    char b[48];
-    snprintf(b, sizeof b, "%s%llue%d", neg ? "-" : "", m, e - ndig + 1);
-    return strtod(b, NULL);
-}
-
-/* Python repr of a finite, non-integral double: the shortest digits that round-trip and,
- * among those, the nearest. At each length the correctly rounded digits are tried, then
- * their two neighbours (needed next to powers of two, where the rounding interval is
- * lopsided: 2**-24 is 5.960464477539063e-08, not ...0625e-08). */
-static int put_repr(struct canon *c, double d)
-{
-    char tmp[40], digits[24];
-    unsigned long long m = 0, pow10 = 1;
-    int e = 0, ndig = 1, neg = d < 0, found = 0;
-    for (int prec = 0; prec < 17 && !found; prec++, pow10 *= 10) {
-        ndig = prec + 1;
-        snprintf(tmp, sizeof tmp, "%.*e", prec, d);
-        split_e(tmp, &m, &e);
-        if (strtod(tmp, NULL) == d) {
-            found = 1;
-            break;
-        }
-        unsigned long long up = m + 1, down = m - 1;
-        int eu = e, ed = e;
-        if (up == pow10 * 10) up = pow10, eu = e + 1;
-        if (down < pow10) down = pow10 * 10 - 1, ed = e - 1;
-        int up_ok = value_of(up, eu, ndig, neg) == d, down_ok = value_of(down, ed, ndig, neg) == d;
-        if (up_ok && down_ok) { /* both round-trip: keep the nearer one */
-            long double lu = strtold(tmp, NULL);
-            char bu[48], bd[48];
-            snprintf(bu, sizeof bu, "%llue%d", up, eu - ndig + 1);
-            snprintf(bd, sizeof bd, "%llue%d", down, ed - ndig + 1);
-            long double du = strtold(bu, NULL) - (neg ? -lu : lu), dd = (neg ? -lu : lu) - strtold(bd, NULL);
-            up_ok = du <= dd;
-            down_ok = !up_ok;
-        }
-        if (up_ok) m = up, e = eu, found = 1;
-        else if (down_ok) m = down, e = ed, found = 1;
-    }
-    if (!found) {
-        snprintf(tmp, sizeof tmp, "%.16e", d);
-        split_e(tmp, &m, &e);
-        ndig = 17;
-    }
-    /* m may have fewer digits than ndig after a carry; render exactly ndig digits */
-    int nd = 0;
-    char rev[24];
-    for (int i = 0; i < ndig; i++, m /= 10) rev[nd++] = (char)('0' + m % 10);
-    for (int i = 0; i < nd; i++) digits[i] = rev[nd - 1 - i];
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    return put_digits(c, neg, digits, nd, e + 1);
+    char out[WI_NUM_REPR_MAX];
+    return put(c, out, wi_num_format(neg, digits, nd, decpt, out));
 }
 
 /* Fast path for the common case: a number text with at most 15 significant digits and a
@@ -478,9 +425,11 @@ static int put_float_fast(struct canon *c, const char *s, size_t n)
     return put_digits(c, neg, digits, nd, decpt) == 0 ? 1 : -1;
 }
 
+/* Any other number: read by strtod (correctly rounded for any length), then printed in
+ * time proportional to its digits; the output limit stops a run of huge integral values. */
 static int put_float(struct canon *c, const char *s, size_t n)
 {
-    char small[64], *buf = small;
+    char small[64], *buf = small, big[WI_NUM_INTEGRAL_MAX];
     double d;
     int r = put_float_fast(c, s, n);
     if (r) return r < 0 ? -1 : 0;
@@ -489,18 +438,13 @@ static int put_float(struct canon *c, const char *s, size_t n)
     buf[n] = '\0';
     d = strtod(buf, NULL);
     if (isinf(d)) return d < 0 ? put(c, "-Infinity", 9) : put(c, "Infinity", 8);
-    if (d == trunc(d)) { /* shorten_floats: integral floats become ints */
-        char big[400];
-        int len = snprintf(big, sizeof big, "%.0f", d);
-        if (len == 2 && big[0] == '-' && big[1] == '0') return putc_(c, '0');
-        return put(c, big, (size_t)len);
-    }
-    return put_repr(c, d);
+    if (d == trunc(d)) return put(c, big, wi_num_integral(d, big)); /* shorten_floats: an int */
+    return put(c, big, wi_num_repr(d, big));
 }
 
 static int cmp_members(const void *a, const void *b)
 {
-    const struct node *x = *(const struct node *const *)a, *y = *(const struct node *const *)b;
+    const struct big *x = *(const struct big *const *)a, *y = *(const struct big *const *)b;
     size_t n = x->key_n < y->key_n ? x->key_n : y->key_n;
     int r = n ? memcmp(x->key, y->key, n) : 0;
     if (r) return r;
@@ -510,6 +454,7 @@ static int cmp_members(const void *a, const void *b)
 
 static int emit(struct canon *c, const struct node *nd)
 {
+    if (tick(c)) return -1;
     switch (nd->type) {
     case N_NULL: return put(c, "null", 4);
     case N_TRUE: return put(c, "true", 4);
@@ -519,46 +464,49 @@ static int emit(struct canon *c, const struct node *nd)
     case N_STR: return put_string(c, nd->raw, nd->raw_n, 0);
     case N_ARR:
         if (putc_(c, '[')) return -1;
-        for (const struct node *ch = nd->child; ch; ch = ch->next) {
-            if (ch != nd->child && putc_(c, ',')) return -1;
+        for (const struct node *ch = CBIG(nd)->child; ch; ch = ch->next) {
+            if (ch != CBIG(nd)->child && putc_(c, ',')) return -1;
             if (emit(c, ch)) return -1;
         }
         return putc_(c, ']');
     default: {
-        const struct node **m = NULL;
-        size_t k = 0;
+        const struct big **m = NULL;
+        size_t k = 0, count = CBIG(nd)->count;
         int first = 1;
-        if (nd->count > 1) {
-            if (!(m = arena_alloc(c, nd->count * sizeof *m))) return -1;
-            for (const struct node *ch = nd->child; ch; ch = ch->next) m[k++] = ch;
+        if (count > 1) {
+            if (!(m = arena_alloc(c, count * sizeof *m))) return -1;
+            for (const struct node *ch = CBIG(nd)->child; ch; ch = ch->next) m[k++] = CBIG(ch);
             qsort(m, k, sizeof *m, cmp_members);
         }
         if (putc_(c, '{')) return -1;
-        for (size_t i = 0; i < nd->count; i++) {
-            const struct node *ch = m ? m[i] : nd->child;
-            const struct node *nx = m && i + 1 < k ? m[i + 1] : NULL;
+        for (size_t i = 0; i < count; i++) {
+            const struct big *ch = m ? m[i] : CBIG(CBIG(nd)->child);
+            const struct big *nx = m && i + 1 < k ? m[i + 1] : NULL;
             if (nx && nx->key_n == ch->key_n && !memcmp(nx->key, ch->key, ch->key_n))
                 continue; /* a later duplicate wins, like a Python dict */
             if (!first && putc_(c, ',')) return -1;
             first = 0;
-            if (put_string(c, ch->key, ch->key_n, 1) || putc_(c, ':') || emit(c, ch)) return -1;
+            if (put_string(c, ch->key, ch->key_n, 1) || putc_(c, ':') || emit(c, &ch->n)) return -1;
         }
         return putc_(c, '}');
     }
     }
 }
 
-int wi_canon_didit(const char *p, size_t n, char **out, size_t *out_n, struct wi_err *err)
+int wi_canon_didit(const char *p, size_t n, size_t max_out, const _Atomic int *cancel, char **out,
+                   size_t *out_n, struct wi_err *err)
 {
     static const char *const names[] = {"not valid JSON", "JSON nested too deeply",
                                         "invalid UTF-8 in a JSON string",
                                         "lone surrogate escape in a JSON string"};
-    struct canon c = {p, p + n, NULL, NULL, 0, 0, 0};
+    struct canon c = {.p = p, .end = p + n, .max_out = max_out, .cancel = cancel};
     struct node *root;
 
     *out = NULL;
     *out_n = 0;
-    root = parse(&c, 0);
+    if (n > UINT32_MAX) /* node lengths are 32-bit */
+        return wi_err_set(err, WI_CANON_E_TOO_LARGE, "bodies over 4 GiB are not canonicalized");
+    root = parse(&c, 0, 0);
     if (root) {
         skip_ws(&c);
         if (c.p != c.end) {
@@ -566,7 +514,7 @@ int wi_canon_didit(const char *p, size_t n, char **out, size_t *out_n, struct wi
             root = NULL;
         }
     }
-    if (!root || reserve(&c, n + 16) || emit(&c, root)) goto fail;
+    if (!root || reserve(&c, (n < max_out ? n : max_out) + 16) || emit(&c, root)) goto fail;
     arena_free(&c);
     *out = c.out;
     *out_n = c.out_n;
@@ -575,6 +523,12 @@ fail:
     arena_free(&c);
     free(c.out);
     if (c.code == WI_ERR_NOMEM) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    if (c.code == WI_CANON_E_TOO_LARGE)
+        return wi_err_set(err, c.code,
+                          "the canonical JSON of this %zu-byte body would exceed %zu bytes "
+                          "(%dx the body + %d); refused before any key check",
+                          n, max_out, WI_CANON_GROWTH, WI_CANON_SLACK);
+    if (c.code == WI_CANON_E_INTERRUPTED) return wi_err_set(err, c.code, "canonicalization interrupted");
     return wi_err_set(err, c.code, "%s at byte %zu", names[c.code - WI_JSON_E_SYNTAX],
                       (size_t)(c.p - p));
 }

@@ -28,5 +28,8 @@ pkg_config("libpq")
 have_header("libpq-fe.h") && have_library("pq", "PQconnectdb") or
   missing("libpq (PostgreSQL client library and headers)", "libpq-dev", "libpq-devel")
 
+# num.c builds its power-of-five table once per process under pthread_once.
+have_header("pthread.h") or missing("pthread.h (POSIX threads)", "libc6-dev", "glibc-devel")
+
 $CFLAGS << " -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -fvisibility=hidden"
 create_makefile("webhook_inbox/webhook_inbox")

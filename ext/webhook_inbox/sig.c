@@ -53,7 +53,7 @@ static char *dup_or_null(const char *s, int *oom)
 static int parse_template(struct wi_sig_verifier *v, struct wi_err *err)
 {
     const char *p = v->tmpl, *end = v->tmpl + strlen(v->tmpl);
-    int bodies = 0;
+    int bodies = 0, signs_ts = 0;
     while (p < end) {
         if (v->ntokens >= MAX_TOKENS)
             return wi_err_set(err, WI_ERR_ARG, "signed-content template has too many parts");
@@ -83,7 +83,16 @@ static int parse_template(struct wi_sig_verifier *v, struct wi_err *err)
             return wi_err_set(err, WI_ERR_ARG, "template uses {timestamp} but no timestamp header is set");
         if (v->tokens[i].kind == TOK_ID && !v->id_header)
             return wi_err_set(err, WI_ERR_ARG, "template uses {id} but no id header is set");
+        signs_ts |= v->tokens[i].kind == TOK_TS;
     }
+    /* A time check on a header the signature does not cover stops no replay: the sender of a
+     * replay writes a fresh value. Refused rather than offered as protection. (An unsigned
+     * id header is how GitHub and Shopify work; it stays allowed, and id_from_body offers
+     * deduplication on the signed body instead.) */
+    if (v->ts_header && !signs_ts)
+        return wi_err_set(err, WI_ERR_ARG,
+                          "timestamp header is set but the template does not sign {timestamp}: its time "
+                          "check would not stop replays (add {timestamp} to the template, or drop the header)");
     return 0;
 }
 
@@ -384,7 +393,39 @@ static int v2_fields_signed(const char *canon, size_t cn, const struct wi_json_f
     return 0;
 }
 
-/* Didit: X-Signature (raw body), X-Signature-V2 (canonical JSON), X-Signature-Simple (opt-in). */
+/* The body's timestamp field as unix seconds: a number, or a string decoded the way the
+ * signed forms decode it (Simple, V2), so "\u0031..." is the same time as "1...". */
+static int body_ts(const struct wi_json_field *f, int64_t *ts, struct wi_err *err)
+{
+    char buf[128]; /* 18 digits, each at most a 6-byte \uXXXX escape */
+    struct wi_slice s = f->value;
+    if (f->kind == WI_JSON_STRING && f->escaped) {
+        if (f->value.n > sizeof buf) s.p = NULL;
+        else s = (struct wi_slice){buf, wi_json_unescape(f->value.p, f->value.n, buf)};
+    } else if (f->kind != WI_JSON_STRING && f->kind != WI_JSON_NUMBER) {
+        s.p = NULL;
+    }
+    if (!s.p || wi_parse_unix_ts(s, ts))
+        return wi_err_set(err, WI_SIG_E_MALFORMED_TIMESTAMP, "body timestamp is not unix seconds");
+    return 0;
+}
+
+/* Fills ev->body_sha256 with the hex SHA-256 of the signed content c. */
+static int signed_sha256(struct wi_slice c, struct wi_sig_event *ev, struct wi_err *err)
+{
+    unsigned char d[32];
+    if (wi_sha256(c.p, c.n, d, err)) return -1;
+    wi_hex_encode(d, 32, ev->body_sha256);
+    return 0;
+}
+
+/* Didit: X-Signature (raw body), X-Signature-V2 (canonical JSON), X-Signature-Simple (opt-in).
+ * The raw signature is tried first and is cheapest; a raw mismatch does not stop V2, which
+ * exists for bodies that something re-serialized on the way (providers.md). V2's pre-key
+ * cost is bounded by wi_canon_didit's output limit instead. Without a string event_id the
+ * fallback id is the SHA-256 of the content the matching signature covers (the canonical
+ * form for V2, the four-field string for Simple), so a replay that only re-spaces the
+ * body keeps its id. */
 static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
                  struct wi_sig_event *ev, struct wi_err *err)
 {
@@ -393,8 +434,9 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
     struct group g;
     struct wi_slice raw = present(req->hdr[0]), v2 = present(req->hdr[1]),
                     simple = present(req->hdr[2]);
-    int usable = 0, compared = 0, r = 0, bad_json = 0;
+    int usable = 0, compared = 0, r = 0, bad_json = 0, rc = -1;
     char *canon = NULL, *buf = NULL;
+    struct wi_err cerr = {0};
 
     for (int i = 0; i < 5; i++) f[i].name = names[i];
     if (!raw.p && !v2.p && !(simple.p && v->cfg.allow_simple))
@@ -416,10 +458,14 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
         memset(&g, 0, sizeof g);
         if (offer(v, &g, v2, WI_SIG_HEX)) {
             size_t cn;
-            struct wi_err cerr;
             usable = 1;
-            if (wi_canon_didit(req->body.p, req->body.n, &canon, &cn, &cerr)) {
+            if (wi_canon_didit(req->body.p, req->body.n, WI_CANON_MAX_OUT(req->body.n), req->cancel,
+                               &canon, &cn, &cerr)) {
                 if (cerr.code == WI_ERR_NOMEM) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+                if (cerr.code == WI_CANON_E_INTERRUPTED) {
+                    *err = cerr;
+                    return -1;
+                }
                 bad_json = 1;
             } else {
                 compared = 1;
@@ -427,8 +473,9 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
                 g.nparts = 1;
                 r = match(v, &g, err);
                 if (r > 0 && v2_fields_signed(canon, cn, f, err)) r = -1;
-                wi_canon_free(canon);
                 if (r) goto matched;
+                wi_canon_free(canon);
+                canon = NULL;
             }
         }
     }
@@ -440,44 +487,56 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
             size_t total = 0;
             usable = compared = 1;
             for (int i = 0; i < 4; i++) total += f[order[i]].value.n;
-            if (!(buf = malloc(total + 1))) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+            if (!(buf = malloc(total + 4))) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
             char *o = buf;
             for (int i = 0; i < 4; i++) {
                 const struct wi_json_field *x = &f[order[i]];
                 size_t n = 0;
                 if (x->kind == WI_JSON_STRING && x->escaped) n = wi_json_unescape(x->value.p, x->value.n, o);
                 else if (x->kind == WI_JSON_STRING || x->kind == WI_JSON_NUMBER) memcpy(o, x->value.p, n = x->value.n);
-                g.parts[g.nparts++] = (struct wi_slice){o, n};
                 o += n;
-                if (i < 3) g.parts[g.nparts++] = (struct wi_slice){":", 1};
+                if (i < 3) *o++ = ':';
             }
-            r = match(v, &g, err);
+            g.parts[0] = (struct wi_slice){buf, (size_t)(o - buf)};
+            g.nparts = 1;
+            if ((r = match(v, &g, err)) != 0) goto matched;
             free(buf);
-            if (r) goto matched;
+            buf = NULL;
         }
     }
     if (!usable) return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "no Didit signature is well-formed hex");
+    if (bad_json && cerr.code == WI_CANON_E_TOO_LARGE) {
+        *err = cerr;
+        err->code = WI_SIG_E_PAYLOAD_TOO_LARGE;
+        return -1;
+    }
     if (!compared && bad_json)
         return wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "X-Signature-V2 needs a JSON body; the body is not valid JSON");
     return mismatch(err);
 matched:
-    if (r < 0) return -1;
+    if (r < 0) goto out;
     if (f[0].kind == WI_JSON_STRING && f[0].value.n) ev->id = f[0].value, ev->id_escaped = f[0].escaped;
     if (f[1].kind == WI_JSON_STRING && f[1].value.n) ev->type = f[1].value, ev->type_escaped = f[1].escaped;
-    if (f[2].kind == WI_JSON_NUMBER || (f[2].kind == WI_JSON_STRING && !f[2].escaped)) {
-        if (wi_parse_unix_ts(f[2].value, &ev->timestamp))
-            return wi_err_set(err, WI_SIG_E_MALFORMED_TIMESTAMP, "body timestamp is not unix seconds");
+    if (f[2].kind != WI_JSON_ABSENT) { /* signed: never fall back to the unsigned header */
+        if (body_ts(&f[2], &ev->timestamp, err)) goto out;
         ev->has_timestamp = 1;
     } else if (req->hdr[3].p) {
-        if (header_ts(req->hdr[3], &ev->timestamp, err)) return -1;
+        if (header_ts(req->hdr[3], &ev->timestamp, err)) goto out;
         ev->has_timestamp = 1;
     }
     if (v->cfg.tolerance >= 0) {
-        if (!ev->has_timestamp)
-            return wi_err_set(err, WI_SIG_E_MISSING_TIMESTAMP, "no body timestamp and no X-Timestamp header");
-        return check_time(v, req, ev->timestamp, err);
+        if (!ev->has_timestamp) {
+            wi_err_set(err, WI_SIG_E_MISSING_TIMESTAMP, "no body timestamp and no X-Timestamp header");
+            goto out;
+        }
+        if (check_time(v, req, ev->timestamp, err)) goto out;
     }
-    return 0;
+    if ((!ev->id.p || v->cfg.id_from_body) && signed_sha256(g.parts[0], ev, err)) goto out;
+    rc = 0;
+out:
+    wi_canon_free(canon);
+    free(buf);
+    return rc;
 }
 
 int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
@@ -592,10 +651,7 @@ compare:
     if (ev->id.p) ids = NULL;
     body_fields(req->body, ids, types, ev, f, &nf);
 fallback_id:
-    if (!ev->id.p) {
-        unsigned char d[32];
-        if (wi_sha256(req->body.p, req->body.n, d, err)) return -1;
-        wi_hex_encode(d, 32, ev->body_sha256);
-    }
+    if (v->cfg.id_from_body) ev->id = (struct wi_slice){NULL, 0}, ev->id_escaped = 0;
+    if (!ev->id.p && !ev->body_sha256[0] && signed_sha256(req->body, ev, err)) return -1;
     return 0;
 }

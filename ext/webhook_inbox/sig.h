@@ -46,12 +46,14 @@ struct wi_sig_config {
     int64_t tolerance;        /* seconds, both directions; < 0 disables the time check */
     size_t max_body;          /* larger bodies fail with WI_SIG_E_PAYLOAD_TOO_LARGE */
     int allow_simple;         /* Didit: accept X-Signature-Simple */
+    int id_from_body;         /* ignore provider ids (headers, body fields): the event id is
+                                 the SHA-256 of the signed body (see wi_sig_event) */
     /* WI_SCHEME_HMAC only: */
     enum wi_hmac_alg alg;
     enum wi_sig_encoding encoding;
     const char *prefix;           /* signature prefix such as "sha256=", or NULL */
     const char *signature_header; /* header name, lowercase with '-' */
-    const char *timestamp_header; /* or NULL */
+    const char *timestamp_header; /* or NULL; then template must sign {timestamp} */
     const char *id_header;        /* or NULL */
     const char *template;         /* signed content, e.g. "{timestamp}.{body}"; NULL = "{body}" */
 };
@@ -62,6 +64,8 @@ struct wi_sig_request {
     struct wi_slice body;
     struct wi_slice hdr[WI_SIG_MAX_HEADERS];
     int64_t now; /* unix seconds */
+    const _Atomic int *cancel; /* or NULL; set nonzero by another thread to abandon long work
+                                  (Didit V2 canonicalization) with WI_CANON_E_INTERRUPTED */
 };
 
 /* What a verified request says about itself. Slices point into the body or a header. */
@@ -72,7 +76,9 @@ struct wi_sig_event {
     int type_escaped;
     int has_timestamp;
     int64_t timestamp;      /* signed timestamp when has_timestamp */
-    char body_sha256[65];   /* lowercase hex SHA-256 of the body when id.p == NULL */
+    char body_sha256[65];   /* when id.p == NULL: lowercase hex SHA-256 of the signed content
+                               that covers the body: the raw body, or for Didit the canonical
+                               form (V2) or the four-field string (Simple) that matched */
 };
 
 struct wi_sig_verifier;
@@ -99,7 +105,7 @@ size_t wi_sig_verifier_headers(const struct wi_sig_verifier *v,
                                const char *names[WI_SIG_MAX_HEADERS]);
 
 /* Verifies req. Returns 0 and fills *ev, or -1 and fills *err with a WI_SIG_E_* code
- * (or WI_ERR_NOMEM / WI_ERR_CRYPTO). The body size is checked first. Thread-safe for a
+ * (or WI_ERR_NOMEM / WI_ERR_CRYPTO / WI_CANON_E_INTERRUPTED when req->cancel was set). The body size is checked first. Thread-safe for a
  * verifier no longer being configured. */
 int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
                   struct wi_sig_event *ev, struct wi_err *err);

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <math.h>
 #include <ruby/encoding.h>
+#include <stdatomic.h>
 #include <ruby/thread.h>
 #include <string.h>
 #include "bindings.h"
@@ -121,7 +122,7 @@ static char *opt_cstr(VALUE s)
 }
 
 /* _setup(provider, scheme, tolerance, max_body, allow_simple, alg, encoding, prefix,
- *        signature_header, timestamp_header, id_header, template, secrets) */
+ *        signature_header, timestamp_header, id_header, template, secrets, id_from_body) */
 static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
 {
     struct verifier *v = rb_check_typeddata(self, &verifier_type);
@@ -129,7 +130,7 @@ static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
     struct wi_err err;
     VALUE secrets, cands;
 
-    rb_check_arity(argc, 13, 13);
+    rb_check_arity(argc, 14, 14);
     if (v->core) rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "verifier already set up");
     memset(&cfg, 0, sizeof cfg);
     cfg.scheme = (enum wi_sig_scheme)NUM2INT(argv[1]);
@@ -143,6 +144,7 @@ static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
     cfg.timestamp_header = opt_cstr(argv[9]);
     cfg.id_header = opt_cstr(argv[10]);
     cfg.template = opt_cstr(argv[11]);
+    cfg.id_from_body = RTEST(argv[13]);
     secrets = rb_Array(argv[12]);
     for (long i = 0; i < RARRAY_LEN(secrets); i++) Check_Type(RARRAY_AREF(secrets, i), T_STRING);
 
@@ -223,14 +225,17 @@ static int64_t now_seconds(VALUE now)
 }
 
 /* Bodies at least this large are verified without the GVL, so other Ruby threads (Puma)
- * keep running while a big body is hashed. */
+ * keep running while a big body is hashed. The work is bounded (canon.h) and the Didit V2
+ * canonicalization polls req.cancel, which the unblocking function sets: Thread#raise,
+ * Thread#kill and signals reach a thread inside verify within a few microseconds. */
 #define NOGVL_MIN_BODY (64 * 1024)
 
 struct verify_call {
     const struct wi_sig_verifier *core;
-    const struct wi_sig_request *req;
+    struct wi_sig_request *req;
     struct wi_sig_event *ev;
     struct wi_err *err;
+    _Atomic int cancel;
     int rc;
 };
 
@@ -239,6 +244,25 @@ static void *verify_nogvl(void *arg)
     struct verify_call *c = arg;
     c->rc = wi_sig_verify(c->core, c->req, c->ev, c->err);
     return NULL;
+}
+
+static void verify_ubf(void *arg)
+{
+    struct verify_call *c = arg;
+    atomic_store(&c->cancel, 1);
+}
+
+/* Runs the verification without the GVL. An interrupted run lets Ruby handle the interrupt
+ * (raise, kill, a trap); if that returns, the verification starts again. */
+static void verify_interruptible(struct verify_call *call)
+{
+    call->req->cancel = &call->cancel;
+    for (;;) {
+        atomic_store(&call->cancel, 0);
+        rb_thread_call_without_gvl(verify_nogvl, call, verify_ubf, call);
+        if (!call->rc || call->err->code != WI_CANON_E_INTERRUPTED) return;
+        rb_thread_check_ints();
+    }
 }
 
 static VALUE json_str(struct wi_slice s, int escaped)
@@ -306,8 +330,8 @@ static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
         if (vals[i] != Qundef) req.hdr[i] = (struct wi_slice){RSTRING_PTR(vals[i]), (size_t)RSTRING_LEN(vals[i])};
     req.body = (struct wi_slice){RSTRING_PTR(snap), (size_t)RSTRING_LEN(snap)};
 
-    struct verify_call call = {v->core, &req, &ev, &err, 0};
-    if (nogvl) rb_thread_call_without_gvl(verify_nogvl, &call, NULL, NULL);
+    struct verify_call call = {.core = v->core, .req = &req, .ev = &ev, .err = &err};
+    if (nogvl) verify_interruptible(&call);
     else verify_nogvl(&call);
     if (call.rc) raise_wi_err(&err, Qnil);
 
@@ -357,15 +381,19 @@ static VALUE canon_release(VALUE arg)
     return Qnil;
 }
 
-/* Verifier.didit_canonical_json(str): the bytes Didit's X-Signature-V2 signs. */
+/* Verifier.didit_canonical_json(str): the bytes Didit's X-Signature-V2 signs, with the
+ * verifier's output limit (VerificationError :payload_too_large beyond it). */
 static VALUE verifier_s_didit_canonical(VALUE klass, VALUE str)
 {
     struct wi_err err;
     char *out;
     size_t n;
     StringValue(str);
-    if (wi_canon_didit(RSTRING_PTR(str), (size_t)RSTRING_LEN(str), &out, &n, &err))
+    if (wi_canon_didit(RSTRING_PTR(str), (size_t)RSTRING_LEN(str), WI_CANON_MAX_OUT(RSTRING_LEN(str)), NULL,
+                       &out, &n, &err)) {
+        if (err.code == WI_CANON_E_TOO_LARGE) err.code = WI_SIG_E_PAYLOAD_TOO_LARGE;
         raise_wi_err(&err, ID2SYM(id_reasons[WI_SIG_E_MALFORMED_PAYLOAD - WI_SIG_E_MISSING_SIGNATURE]));
+    }
     RB_GC_GUARD(str);
     char *bufs[2] = {out, (char *)(size_t)n};
     return rb_ensure(canon_to_str, (VALUE)bufs, canon_release, (VALUE)bufs);

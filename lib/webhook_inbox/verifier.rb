@@ -10,7 +10,15 @@ module WebhookInbox
   # Schemes: :stripe, :standard_webhooks (alias :svix), :github, :shopify, :slack, :paddle,
   # :didit (allow_simple: true also accepts X-Signature-Simple) and :hmac (generic:
   # algorithm:, encoding:, prefix:, signature_header:, timestamp_header:, id_header:,
-  # template: such as "{timestamp}.{body}").
+  # template: such as "{timestamp}.{body}"; a timestamp_header must be signed by the
+  # template, else ConfigurationError: an unsigned time check stops no replay).
+  #
+  # event_id: :body_sha256 makes the event id the SHA-256 of the signed body (for Didit V2,
+  # of the canonical form it signs) instead of the provider's id. GitHub and Shopify send
+  # their ids in headers the signature does not cover, so a replayed body with a new id
+  # header is a new event; with :body_sha256 it is a duplicate (two deliveries with
+  # byte-identical bodies then count as one event). The default, :provider, keeps the
+  # provider's id.
   #
   # Secrets are handed to the C core (which keeps only HMAC key states, wiped when the
   # verifier is collected) and are never kept in Ruby instance variables, messages or
@@ -20,10 +28,11 @@ module WebhookInbox
                 paddle: 5, didit: 6, hmac: 7 }.freeze
     ALGORITHMS = { sha1: 0, sha256: 1, sha512: 2 }.freeze
     ENCODINGS = { hex: 0, base64: 1 }.freeze
+    EVENT_IDS = %i[provider body_sha256].freeze
     DEFAULT_TOLERANCE = 300
     DEFAULT_MAX_BODY_BYTES = 1 << 20
 
-    attr_reader :scheme, :tolerance, :max_body_bytes
+    attr_reader :scheme, :tolerance, :max_body_bytes, :event_id
 
     # tolerance: seconds either way, or nil to skip the time check (not recommended).
     # secrets: a String or an Array of Strings; any may match (rotation). [] is allowed
@@ -31,7 +40,7 @@ module WebhookInbox
     # whitespace raises ConfigurationError.
     def initialize(scheme, secrets:, tolerance: DEFAULT_TOLERANCE, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                    allow_simple: false, algorithm: :sha256, encoding: :hex, prefix: nil,
-                   signature_header: nil, timestamp_header: nil, id_header: nil, template: nil)
+                   signature_header: nil, timestamp_header: nil, id_header: nil, template: nil, event_id: :provider)
       code = SCHEMES.fetch(scheme) do
         raise ConfigurationError, "unknown scheme #{scheme.inspect} (one of #{SCHEMES.keys.join(", ")})"
       end
@@ -52,11 +61,15 @@ module WebhookInbox
       if code != SCHEMES[:hmac] && (signature_header || timestamp_header || id_header || template || prefix)
         raise ConfigurationError, "signature_header, timestamp_header, id_header, template and prefix apply to :hmac only"
       end
+      unless EVENT_IDS.include?(event_id)
+        raise ConfigurationError, "event_id must be :provider or :body_sha256"
+      end
       @tolerance = tolerance
+      @event_id = event_id
       @max_body_bytes = max_body_bytes
       _setup(@scheme, code, tolerance, max_body_bytes, allow_simple, alg, enc, prefix,
              header_name(signature_header), header_name(timestamp_header), header_name(id_header),
-             template, secrets)
+             template, secrets, event_id == :body_sha256)
     end
 
     # Verifies body (the raw bytes, String) against headers (a Hash with any key spelling,

@@ -147,6 +147,20 @@ RSpec.describe WebhookInbox::Verifier do
         expect(verifier.verify(c["body"], h, now: didit["timestamp"] + 300).timestamp).to eq(didit["timestamp"])
       end
 
+      # issue 9 item 2: the time checked is the signed one. "\u0031774970000" is the string
+      # "1774970000" to Simple's signed string and to V2's canonical form; it must not make
+      # the verifier fall back to the unsigned X-Timestamp header.
+      it "replays a captured Simple signature with an escaped timestamp and a fresh X-Timestamp: refused" do
+        c = didit["cases"]["basic_approved"]
+        later = didit["timestamp"] + 86_400
+        forged = JSON.parse(c["body"]).merge("event_id" => "replayed-1", "timestamp" => "TS").then { |o| JSON.generate(o) }
+                     .sub('"TS"', %("\\u0031#{didit["timestamp"].to_s[1..]}"))
+        expect(forged).to include('"timestamp":"\u0031774970000"')
+        h = { "X-Signature-Simple" => c["signatures"]["simple"], "X-Timestamp" => later.to_s }
+        expect(reason_of { verifier.verify(forged, h, now: later) }).to eq(:timestamp_out_of_tolerance)
+        expect(verifier.verify(forged, h, now: didit["timestamp"]).timestamp).to eq(didit["timestamp"])
+      end
+
       it "matches Didit's canonical form byte for byte (ensure_ascii=False)" do
         c = didit["cases"]["unicode_names"]
         canon = described_class.didit_canonical_json(c["body"])
@@ -183,6 +197,66 @@ RSpec.describe WebhookInbox::Verifier do
 
     it "reports :missing_signature with no signature header" do
       expect(reason_of { verifier.verify("{}", {}, now: NOW) }).to eq(:missing_signature)
+    end
+
+    # issue 9 item 2, V2: a string timestamp signed by V2, replayed with an escape.
+    it "checks V2's signed string timestamp even when the replay escapes it" do
+      old = NOW - 3600
+      signed = %({"event_id":"e1","timestamp":"#{old}","webhook_type":"status.updated"})
+      h = { "X-Signature-V2" => hmac_hex(secret, described_class.didit_canonical_json(signed)), "X-Timestamp" => NOW.to_s }
+      forged = signed.sub(%("#{old}"), %("\\u00#{old.to_s[0].ord.to_s(16)}#{old.to_s[1..]}"))
+      expect(forged).not_to eq(signed)
+      expect(described_class.didit_canonical_json(forged)).to eq(described_class.didit_canonical_json(signed))
+      expect(reason_of { verifier.verify(forged, h, now: NOW) }).to eq(:timestamp_out_of_tolerance)
+      expect(verifier.verify(forged, h, now: old).timestamp).to eq(old)
+      [%({"event_id":"e1","timestamp":null}), %({"event_id":"e1","timestamp":{"t":#{NOW}}}), %({"event_id":"e1","timestamp":"x#{NOW}"})].each do |b|
+        r = reason_of { verifier.verify(b, { "X-Signature" => hmac_hex(secret, b), "X-Timestamp" => NOW.to_s }, now: NOW) }
+        expect(r).to eq(:malformed_timestamp), b
+      end
+    end
+
+    # issue 9 item 5: without an event_id the id is the SHA-256 of what the signature covers.
+    it "derives V2's fallback id from the canonical form, so a re-spaced replay is the same event" do
+      body = %({"timestamp":#{NOW},"webhook_type":"status.updated","n":1.50})
+      h = { "X-Signature-V2" => hmac_hex(secret, described_class.didit_canonical_json(body)) }
+      first = verifier.verify(body, h, now: NOW).event_id
+      expect(first).to eq(OpenSSL::Digest::SHA256.hexdigest(described_class.didit_canonical_json(body)))
+      expect(verifier.verify(body.sub(",", ", "), h, now: NOW).event_id).to eq(first)
+      expect(verifier.verify(" #{body}\n", h, now: NOW).event_id).to eq(first)
+      raw = { "X-Signature" => hmac_hex(secret, body) }
+      expect(verifier.verify(body, raw, now: NOW).event_id).to eq(OpenSSL::Digest::SHA256.hexdigest(body))
+      simple = described_class.new(:didit, secrets: secret, allow_simple: true)
+      signed = "#{NOW}:s:Approved:status.updated"
+      sb = %({"session_id":"s","status":"Approved","timestamp":#{NOW},"webhook_type":"status.updated","x":1})
+      sh = { "X-Signature-Simple" => hmac_hex(secret, signed) }
+      expect(simple.verify(sb, sh, now: NOW).event_id).to eq(OpenSSL::Digest::SHA256.hexdigest(signed))
+      expect(simple.verify(sb.sub('"x":1', '"x":2'), sh, now: NOW).event_id).to eq(OpenSSL::Digest::SHA256.hexdigest(signed))
+    end
+
+    # issue 9 item 1: V2 is tried before any key is involved, so its cost is bounded.
+    it "refuses a V2 body whose canonical form would exceed 2x its size + 4 KiB, before any key check" do
+      big = "[#{Array.new(20_000, "1e308").join(",")}]"
+      h = { "X-Signature-V2" => "0" * 64 }
+      e = begin
+        verifier.verify(big, h, now: NOW)
+      rescue WebhookInbox::VerificationError => err
+        err
+      end
+      expect(e.reason).to eq(:payload_too_large)
+      expect(e.message).to match(/canonical JSON .* would exceed #{2 * big.bytesize + 4096} bytes/)
+      expect(e.message).not_to include("1e308")
+      expect(reason_of { verifier.verify(big, h.merge("X-Signature" => "1" * 64), now: NOW) }).to eq(:payload_too_large)
+      expect { described_class.didit_canonical_json(big) }
+        .to raise_error(WebhookInbox::VerificationError) { |x| expect(x.reason).to eq(:payload_too_large) }
+      # a raw signature that matches is checked first and never canonicalizes
+      ok = %({"event_id":"e","timestamp":#{NOW},"a":[#{Array.new(2000, "1e308").join(",")}]})
+      expect(verifier.verify(ok, { "X-Signature" => hmac_hex(secret, ok), "X-Signature-V2" => "0" * 64 }, now: NOW).event_id).to eq("e")
+      # up to the bound the output is exact, and never larger than the bound
+      edge = "[#{Array.new(12, "1e308").join(",")}]"
+      expect(described_class.didit_canonical_json(edge).bytesize).to eq(12 * 309 + 13)
+      expect(12 * 309 + 13).to be <= 2 * edge.bytesize + 4096
+      floats = "[#{Array.new(5000) { |i| format("%.17g", (i + 0.5) / 7.0) }.join(",")}]"
+      expect(described_class.didit_canonical_json(floats).bytesize).to be <= floats.bytesize
     end
 
     # V2 signs the canonical form, where the last of duplicate keys wins and key escapes
@@ -392,6 +466,26 @@ RSpec.describe WebhookInbox::Verifier do
       expect(reason_of { v.verify(body, h.merge("X-Shopify-Hmac-Sha256" => hmac_hex(secret, body)), now: NOW) }).to eq(:malformed_signature)
     end
 
+    # issue 9 item 8: GitHub and Shopify ids come from headers the signature does not cover.
+    it "event_id: :body_sha256 deduplicates GitHub and Shopify replays that bring a new id header" do
+      body = '{"action":"opened","number":7}'
+      digest = OpenSSL::Digest::SHA256.hexdigest(body)
+      gh = described_class.new(:github, secrets: secret, event_id: :body_sha256)
+      h = { "X-Hub-Signature-256" => "sha256=#{hmac_hex(secret, body)}", "X-GitHub-Delivery" => "d-1", "X-GitHub-Event" => "pull_request" }
+      expect(described_class.new(:github, secrets: secret).verify(body, h.merge("X-GitHub-Delivery" => "d-2"), now: NOW).event_id).to eq("d-2")
+      %w[d-1 d-2].each do |delivery|
+        e = gh.verify(body, h.merge("X-GitHub-Delivery" => delivery), now: NOW)
+        expect([e.event_id, e.event_type]).to eq([digest, "pull_request"])
+      end
+      sh = described_class.new(:shopify, secrets: secret, event_id: :body_sha256)
+      hs = { "X-Shopify-Hmac-Sha256" => hmac_b64(secret, body), "X-Shopify-Webhook-Id" => "w-1", "X-Shopify-Topic" => "orders/paid" }
+      expect(sh.verify(body, hs, now: NOW).event_id).to eq(digest)
+      expect(sh.verify(body, hs.merge("X-Shopify-Webhook-Id" => "w-2"), now: NOW).event_id).to eq(digest)
+      expect(sh.event_id).to eq(:body_sha256)
+      expect { described_class.new(:github, secrets: secret, event_id: :delivery) }
+        .to raise_error(WebhookInbox::ConfigurationError, /event_id/)
+    end
+
     it ":slack signs v0:<ts>:<body> and checks the timestamp" do
       v = described_class.new(:slack, secrets: secret)
       body = "token=x&team_id=T1"
@@ -447,6 +541,14 @@ RSpec.describe WebhookInbox::Verifier do
       expect { described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", template: "{timestamp}.{body}") }
         .to raise_error(WebhookInbox::ConfigurationError, /timestamp header/)
       expect { described_class.new(:hmac, secrets: "k") }.to raise_error(WebhookInbox::ConfigurationError, /signature header/)
+      # issue 9 item 8: a time check on a header the template does not sign stops no replay
+      expect { described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", timestamp_header: "X-Ts") }
+        .to raise_error(WebhookInbox::ConfigurationError, /does not sign \{timestamp\}/)
+      expect { described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", timestamp_header: "X-Ts", id_header: "X-Id", template: "{id}.{body}") }
+        .to raise_error(WebhookInbox::ConfigurationError, /does not sign \{timestamp\}/)
+      # an unsigned id header stays allowed (GitHub-style); event_id: :body_sha256 dedupes on the body instead
+      v = described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", id_header: "X-Id", event_id: :body_sha256)
+      expect(v.verify("b", { "X-Sig" => hmac_hex("k", "b"), "X-Id" => "i-1" }, now: NOW).event_id).to eq(OpenSSL::Digest::SHA256.hexdigest("b"))
       expect { described_class.new(:stripe, secrets: "k", template: "{body}") }.to raise_error(WebhookInbox::ConfigurationError)
       expect { described_class.new(:nope, secrets: "k") }.to raise_error(WebhookInbox::ConfigurationError, /unknown scheme/)
     end
@@ -564,7 +666,7 @@ RSpec.describe WebhookInbox::Verifier do
 
   it "raises ConfigurationError (never crashes) when used after a setup that raised midway" do
     v = WebhookInbox::Verifier.allocate
-    expect { v.send(:_setup, :hmac, 7, 300, 1 << 20, false, 1, 0, nil, "x" * 300, nil, nil, nil, ["k"]) }
+    expect { v.send(:_setup, :hmac, 7, 300, 1 << 20, false, 1, 0, nil, "x" * 300, nil, nil, nil, ["k"], false) }
       .to raise_error(WebhookInbox::ConfigurationError)
     expect { v.verify("{}", {}) }.to raise_error(WebhookInbox::ConfigurationError, /not set up/)
   end

@@ -24,11 +24,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (wi_json_unescape(f[i].value.p, f[i].value.n, buf) > f[i].value.n) abort();
             free(buf);
         }
-    if (wi_canon_didit(s, size, &out, &on, &err) != 0) return 0;
+    if (wi_canon_didit(s, size, WI_CANON_MAX_OUT(size), NULL, &out, &on, &err) != 0) return 0;
     if (!valid) abort(); /* canon accepted what the validator rejects */
     if (memmem(out, on, "Infinity", 8) == NULL) {
         if (wi_json_scan(out, on, 0, NULL, 0, NULL, &err) != 0) abort();
-        if (wi_canon_didit(out, on, &again, &an, &err) != 0) abort();
+        if (wi_canon_didit(out, on, WI_CANON_MAX_OUT(on), NULL, &again, &an, &err) != 0) abort();
         if (an != on || memcmp(again, out, on) != 0) abort();
         wi_canon_free(again);
     }

@@ -2,13 +2,17 @@
  * tokenizers (at every truncation point), codecs, HMAC, JSON scanner, canonical JSON and
  * scheme rules. Each input is copied into an exactly-sized heap buffer so that
  * AddressSanitizer catches any read past its end. */
+#include <math.h>
 #include <openssl/hmac.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../canon.h"
 #include "../hmac.h"
 #include "../json.h"
+#include "../num.h"
 #include "../sig.h"
 #include "../sig_header.h"
 
@@ -241,13 +245,13 @@ static void test_canon(void)
         char *b = exact(cases[i].in, n), *out = NULL;
         size_t on = 0;
         struct wi_err err;
-        int r = wi_canon_didit(b, n, &out, &on, &err);
+        int r = wi_canon_didit(b, n, WI_CANON_MAX_OUT(n), NULL, &out, &on, &err);
         CHECK(r == 0 && on == strlen(cases[i].out) && memcmp(out, cases[i].out, on) == 0,
               "canon(%s) = %.*s", cases[i].in, (int)on, out ? out : "");
         wi_canon_free(out);
         for (size_t cut = 0; cut < n; cut++) {
             char *t = exact(cases[i].in, cut);
-            if (wi_canon_didit(t, cut, &out, &on, &err) == 0) wi_canon_free(out);
+            if (wi_canon_didit(t, cut, WI_CANON_MAX_OUT(cut), NULL, &out, &on, &err) == 0) wi_canon_free(out);
             free(t);
         }
         free(b);
@@ -257,9 +261,169 @@ static void test_canon(void)
         char *out = NULL;
         size_t on;
         struct wi_err err;
-        CHECK(wi_canon_didit(bad[i], strlen(bad[i]), &out, &on, &err) == -1 && out == NULL &&
+        CHECK(wi_canon_didit(bad[i], strlen(bad[i]), WI_CANON_MAX_OUT(0), NULL, &out, &on, &err) == -1 && out == NULL &&
                   err.code >= WI_JSON_E_SYNTAX, "canon rejects %s", bad[i]);
     }
+}
+
+/* ---- numbers ---- */
+
+/* Oracle: Python repr by brute force over libc (the canonicalizer's printer before Ryu):
+ * at each length the correctly rounded digits, then their two neighbours, keeping the
+ * nearest that reads back as d. Slow and obviously right. */
+static void split_e(const char *tmp, unsigned long long *m, int *e)
+{
+    const char *t = tmp + (tmp[0] == '-');
+    *m = 0;
+    for (; *t && *t != 'e'; t++)
+        if (*t != '.') *m = *m * 10 + (unsigned long long)(*t - '0');
+    *e = atoi(t + 1);
+}
+
+static double value_of(unsigned long long m, int e, int ndig, int neg)
+{
+    char b[48];
+    snprintf(b, sizeof b, "%s%llue%d", neg ? "-" : "", m, e - ndig + 1);
+    return strtod(b, NULL);
+}
+
+static size_t oracle_repr(double d, char *out)
+{
+    char tmp[40], digits[24];
+    unsigned long long m = 0, pow10 = 1;
+    int e = 0, ndig = 1, neg = d < 0, found = 0;
+    for (int prec = 0; prec < 17 && !found; prec++, pow10 *= 10) {
+        ndig = prec + 1;
+        snprintf(tmp, sizeof tmp, "%.*e", prec, d);
+        split_e(tmp, &m, &e);
+        if (strtod(tmp, NULL) == d) {
+            found = 1;
+            break;
+        }
+        unsigned long long up = m + 1, down = m - 1;
+        int eu = e, ed = e;
+        if (up == pow10 * 10) up = pow10, eu = e + 1;
+        if (down < pow10) down = pow10 * 10 - 1, ed = e - 1;
+        int up_ok = value_of(up, eu, ndig, neg) == d, down_ok = value_of(down, ed, ndig, neg) == d;
+        if (up_ok && down_ok) {
+            long double lu = strtold(tmp, NULL);
+            char bu[48], bd[48];
+            snprintf(bu, sizeof bu, "%llue%d", up, eu - ndig + 1);
+            snprintf(bd, sizeof bd, "%llue%d", down, ed - ndig + 1);
+            long double du = strtold(bu, NULL) - (neg ? -lu : lu), dd = (neg ? -lu : lu) - strtold(bd, NULL);
+            up_ok = du <= dd;
+            down_ok = !up_ok;
+        }
+        if (up_ok) m = up, e = eu, found = 1;
+        else if (down_ok) m = down, e = ed, found = 1;
+    }
+    if (!found) {
+        snprintf(tmp, sizeof tmp, "%.16e", d);
+        split_e(tmp, &m, &e);
+        ndig = 17;
+    }
+    int nd = 0;
+    char rev[24];
+    for (int i = 0; i < ndig; i++, m /= 10) rev[nd++] = (char)('0' + m % 10);
+    for (int i = 0; i < nd; i++) digits[i] = rev[nd - 1 - i];
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    return wi_num_format(neg, digits, nd, e + 1, out);
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static void check_repr(double d)
+{
+    char got[WI_NUM_REPR_MAX], want[64];
+    if (!isfinite(d) || d == trunc(d)) return;
+    size_t gn = wi_num_repr(d, got), wn = oracle_repr(d, want);
+    CHECK(gn == wn && memcmp(got, want, gn) == 0, "repr(%a) = %.*s, want %.*s", d, (int)gn, got, (int)wn, want);
+}
+
+/* wi_num_repr against the oracle: powers of two and their neighbours (lopsided intervals),
+ * subnormals, short decimals, and random bit patterns over every exponent. */
+static void test_num(void)
+{
+    char buf[WI_NUM_INTEGRAL_MAX];
+    for (int e = -1074; e < 53; e++) {
+        double p = ldexp(1, e);
+        check_repr(p), check_repr(-p), check_repr(nextafter(p, 0)), check_repr(nextafter(p, 1e300));
+        check_repr(3 * p), check_repr(p * 1.5);
+    }
+    for (int k = 1; k < 2000; k++) check_repr(k / 1000.0), check_repr(k * 1e-7), check_repr(1.0 / k);
+    static const double fixed[] = {0.1, 0.3, 95.4, 1e-7, 5e-324, 2.2250738585072014e-308, 0.30000000000000004,
+                                   1.7976931348623157e-300, 4503599627370495.5, 9007199254740991.0 / 2};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) check_repr(fixed[i]);
+    int n = getenv("WI_NUM_ITERATIONS") ? atoi(getenv("WI_NUM_ITERATIONS")) : 200000;
+    for (int i = 0; i < n; i++) {
+        uint64_t bits = rng();
+        double d;
+        if (i & 1) bits = (bits & ~(0x7ffull << 52)) | ((uint64_t)(rng() % 1076) << 52); /* |d| < 2^53 */
+        memcpy(&d, &bits, sizeof d);
+        check_repr(d);
+    }
+    static const struct { double d; const char *s; } ints[] = {
+        {0.0, "0"}, {-0.0, "0"}, {1e16, "10000000000000000"}, {-1e22, "-10000000000000000000000"},
+        {18446744073709551616.0, "18446744073709551616"}, {18446744073709549568.0, "18446744073709549568"},
+        {1e23, "99999999999999991611392"}, {0x1p100, "1267650600228229401496703205376"},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+        size_t len = wi_num_integral(ints[i].d, buf);
+        CHECK(len == strlen(ints[i].s) && memcmp(buf, ints[i].s, len) == 0, "integral %s = %.*s", ints[i].s, (int)len, buf);
+    }
+    for (int e = 0; e < 1024; e += 7) { /* every exponent against printf's exact %.0f */
+        char want[400];
+        double d = floor(ldexp(1.0 + (double)(rng() >> 12) * 0x1p-52, e));
+        size_t len = wi_num_integral(d, buf);
+        int wn = snprintf(want, sizeof want, "%.0f", d);
+        CHECK(len == (size_t)wn && memcmp(buf, want, len) == 0, "integral 2^%d", e);
+    }
+    CHECK(wi_num_integral(1.7976931348623157e308, buf) == 309, "DBL_MAX has 309 digits");
+}
+
+static struct wi_sig_verifier *make(enum wi_sig_scheme s, const char *secret);
+
+/* Didit V2 runs before any key check: output at most WI_CANON_MAX_OUT(n), and a cancel
+ * flag stops it (issue 9 item 1). */
+static void test_canon_bounds(void)
+{
+    size_t count = 3000, n = 0, on;
+    char *body = malloc(count * 6 + 2), *out = NULL;
+    struct wi_err err;
+    body[n++] = '[';
+    for (size_t i = 0; i < count; i++) memcpy(body + n, i ? ",1e308" : "1e308", i ? 6 : 5), n += i ? 6 : 5;
+    body[n++] = ']';
+    CHECK(wi_canon_didit(body, n, WI_CANON_MAX_OUT(n), NULL, &out, &on, &err) == -1 && out == NULL &&
+              err.code == WI_CANON_E_TOO_LARGE && !strstr(err.msg, "1e308"), "1e308 x3000 refused: %s", err.msg);
+    CHECK(wi_canon_didit(body, n, (size_t)-1, NULL, &out, &on, &err) == 0 && on == count * 310 + 1,
+          "unbounded: every digit (%zu)", on);
+    wi_canon_free(out);
+    CHECK(wi_canon_didit("[1e20]", 6, 21, NULL, &out, &on, &err) == -1 && err.code == WI_CANON_E_TOO_LARGE, "limit 21");
+    CHECK(wi_canon_didit("[1e20]", 6, 23, NULL, &out, &on, &err) == 0 && on == 23, "limit 23 (exactly the output)");
+    wi_canon_free(out);
+
+    _Atomic int cancel = 1;
+    CHECK(wi_canon_didit(body, n, (size_t)-1, &cancel, &out, &on, &err) == -1 && err.code == WI_CANON_E_INTERRUPTED,
+          "cancelled");
+    CHECK(wi_canon_didit("[1,2]", 5, 64, &cancel, &out, &on, &err) == 0, "small input finishes before the first poll");
+    wi_canon_free(out);
+
+    struct wi_sig_verifier *v = make(WI_SCHEME_DIDIT, "didit_secret");
+    struct wi_sig_request req = {.now = 1700000000, .body = {body, n}};
+    struct wi_sig_event ev;
+    req.hdr[1] = (struct wi_slice){"0000000000000000000000000000000000000000000000000000000000000000", 64};
+    CHECK(wi_sig_verify(v, &req, &ev, &err) == -1 && err.code == WI_SIG_E_PAYLOAD_TOO_LARGE, "verify: V2 refused");
+    req.hdr[0] = req.hdr[1];
+    CHECK(wi_sig_verify(v, &req, &ev, &err) == -1 && err.code == WI_SIG_E_PAYLOAD_TOO_LARGE, "a failing raw does not hide it");
+    req.cancel = &cancel;
+    CHECK(wi_sig_verify(v, &req, &ev, &err) == -1 && err.code == WI_CANON_E_INTERRUPTED, "verify: cancelled");
+    wi_sig_verifier_free(v);
+    free(body);
 }
 
 /* ---- schemes ---- */
@@ -343,6 +507,13 @@ static void test_schemes(void)
 
     struct wi_sig_config bad = {.scheme = WI_SCHEME_HMAC, .alg = WI_HMAC_SHA256, .signature_header = "x-sig", .template = "{id}.{body}"};
     CHECK(wi_sig_verifier_new(&bad, &err) == NULL && err.code == WI_ERR_ARG, "template {id} without id header");
+    struct wi_sig_config unsigned_ts = {.scheme = WI_SCHEME_HMAC, .alg = WI_HMAC_SHA256, .signature_header = "x-sig",
+                                        .timestamp_header = "x-ts"};
+    CHECK(wi_sig_verifier_new(&unsigned_ts, &err) == NULL && err.code == WI_ERR_ARG && strstr(err.msg, "{timestamp}"),
+          "timestamp header the template does not sign");
+    unsigned_ts.template = "{timestamp}.{body}";
+    CHECK((v = wi_sig_verifier_new(&unsigned_ts, &err)) != NULL, "signed timestamp header");
+    wi_sig_verifier_free(v);
 }
 
 /* Hex HMAC-SHA256 of the Didit V2 canonical form of body under key. */
@@ -353,7 +524,7 @@ static void didit_v2_sig(const char *key, const char *body, char hex[65])
     char *canon;
     size_t cn;
     struct wi_err err;
-    if (wi_canon_didit(body, strlen(body), &canon, &cn, &err)) abort();
+    if (wi_canon_didit(body, strlen(body), WI_CANON_MAX_OUT(strlen(body)), NULL, &canon, &cn, &err)) abort();
     HMAC(EVP_sha256(), key, (int)strlen(key), (const unsigned char *)canon, cn, mac, &ml);
     wi_canon_free(canon);
     wi_hex_encode(mac, 32, hex);
@@ -386,6 +557,12 @@ static void test_didit_v2_fields(void)
         CHECK(verify1(v, renamed[i], NULL, fresh_sig, 1700000000, &ev) == WI_SIG_E_MALFORMED_PAYLOAD,
               "didit v2 renamed %zu", i);
     CHECK(verify1(v, fresh, NULL, fresh_sig, 1700000000, &ev) == 0 && strcmp(last_id, "e1") == 0, "didit v2 fresh");
+    /* issue 9 item 2: an escaped string timestamp is the signed time, not "absent" */
+    const char *str_ts = "{\"event_id\":\"e1\",\"timestamp\":\"1699996400\"}";
+    const char *esc_ts = "{\"event_id\":\"e1\",\"timestamp\":\"\\u00316\\u0039\\u0039996400\"}";
+    didit_v2_sig("didit_secret", str_ts, sig);
+    CHECK(verify1(v, esc_ts, NULL, sig, 1699996400, &ev) == 0 && ev.timestamp == 1699996400, "escaped ts decoded");
+    CHECK(verify1(v, esc_ts, NULL, sig, 1700000000, &ev) == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "escaped ts checked");
     CHECK(verify1(v, "{\"event_id\":\"\\u00e9\",\"timestamp\":1700000000}", NULL,
                   (didit_v2_sig("didit_secret", "{\"event_id\":\"\\u00e9\",\"timestamp\":1700000000}", sig), sig),
                   1700000000, &ev) == 0, "didit v2 escaped id value still verifies");
@@ -399,7 +576,9 @@ int main(void)
     test_codecs();
     test_hmac();
     test_json();
+    test_num();
     test_canon();
+    test_canon_bounds();
     test_schemes();
     test_didit_v2_fields();
     printf("verify core: %d checks, %d failures\n", checks, failures);
