@@ -37,6 +37,14 @@ module WebhookInbox
   #
   # Failures raise StoreError (nothing was committed, or the retry will be a duplicate);
   # messages never hold the password or the payload.
+  #
+  # Deadlines: each wait for an answer ends after statement_timeout + connect_timeout, even
+  # when the server accepts TCP but never answers (a frozen host, a stopped postmaster);
+  # Thread#raise, Thread#kill and Timeout end it within ~50 ms. Giving up closes the
+  # connection instead of sending a cancel request (PQcancel blocks on a frozen server);
+  # the session runs with client_connection_check_interval = 1s (PostgreSQL 14+, Linux),
+  # so the server aborts an abandoned insert once it sees the connection closed. A signal
+  # trap that runs during a wait does not abandon the insert: the wait resumes.
   class Inbox
     INVALID_JSON_REASON = "payload is not valid JSON"
     STATUSES = %i[pending quarantined].freeze

@@ -123,15 +123,30 @@ RSpec.describe WebhookInbox::Inbox do
     blocker = PG.connect(pg.url)
     blocker.exec("BEGIN")
     blocker.exec_params("INSERT INTO webhook_inbox (source_scope, event_id) VALUES ($1, 'evt_kill')", [scope])
-    waiter = Thread.new { inbox.insert(source_scope: scope, event_id: "evt_kill", payload: "{}") }
+    patient = described_class.new(database_url: pg.url, pool_size: 1, statement_timeout: 60)
+    waiter = Thread.new { patient.insert(source_scope: scope, event_id: "evt_kill", payload: "{}") }
     sleep 0.3
     t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     waiter.kill.join
     expect(Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0).to be < 1
+    # The abandoned insert is not cancelled (a cancel request can block): its connection is
+    # closed and the server aborts it (client_connection_check_interval), before the lock
+    # is released - otherwise it would commit evt_kill once the blocker rolls back. Watched
+    # from another session: inside blocker's transaction pg_stat_activity is a snapshot.
+    watcher = PG.connect(pg.url)
+    waiting = lambda do
+      watcher.exec("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'" \
+                   " AND query LIKE 'INSERT INTO webhook_inbox%'").getvalue(0, 0).to_i
+    end
+    give_up = t0 + 20 # far less than statement_timeout: the server's own timeout does not count
+    sleep 0.05 while waiting.call.positive? && Process.clock_gettime(Process::CLOCK_MONOTONIC) < give_up
+    expect(waiting.call).to eq(0), "the server still runs the abandoned insert"
     blocker.exec("ROLLBACK")
     expect(insert("evt_kill").status).to eq(:accepted)
   ensure
     blocker&.close
+    watcher&.close
+    patient&.close
   end
 
   # The unblocking function is declared async-signal-safe (rb_nogvl UBF_ASYNC_SAFE): on
@@ -255,6 +270,90 @@ RSpec.describe WebhookInbox::Inbox do
     expect(statuses).to eq("accepted")
     expect(pooled.to_i).to be_between(1, 4) # pool_size 4
     expect(inbox_count(pg, scope)).to eq(13)
+  end
+
+  # A frozen host, a stopped postmaster, a black-holing middlebox: TCP still accepts, nothing
+  # answers. SIGSTOP on the postmaster and on the inbox's backend makes exactly that: the
+  # kernel completes new TCP handshakes (a cancel request would connect) and buffers what
+  # we send, and no process ever answers. Every wait must end by the deadline or an
+  # interrupt; the bounds are generous multiples, not timing checks.
+  context "when the server stops answering (SIGSTOP)" do
+    before(:all) do
+      @frozen = ThrowawayPostgres.new
+      ReceiverHelpers.apply_schema(@frozen)
+    end
+    after(:all) { @frozen&.destroy }
+
+    def frozen_inbox(statement_timeout:)
+      described_class.new(database_url: @frozen.tcp_url, pool_size: 1, connect_timeout: 1,
+                          statement_timeout: statement_timeout)
+    end
+
+    # Stops the postmaster and the inbox's backend for the block; always resumes them (a
+    # thread still stuck afterwards is then released, so a failure cannot hang the run).
+    def while_frozen(inbox)
+      expect(inbox.insert(source_scope: scope, event_id: "warm", payload: "{}").status).to eq(:accepted)
+      pids = [@frozen.postmaster_pid, *inbox.backend_pids]
+      expect(pids.size).to eq(2)
+      Process.kill("STOP", *pids)
+      begin
+        yield
+      ensure
+        Process.kill("CONT", *pids)
+      end
+    end
+
+    def elapsed
+      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      yield
+      Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+    end
+
+    it "raises StoreError by the deadline (statement + connect timeout), never hanging in a cancel request" do
+      inbox = frozen_inbox(statement_timeout: 1) # each wait: 1 s + 1 s
+      outcome = nil
+      while_frozen(inbox) do
+        worker = Thread.new do
+          inbox.insert(source_scope: scope, event_id: "frozen", payload: "{}")
+        rescue StandardError => e
+          e
+        end
+        took = elapsed { worker.join(6) } # deadline * 3
+        outcome = [worker.alive? ? :still_waiting : worker.value, took]
+      end
+      error, took = outcome
+      expect(error).to be_a(WebhookInbox::StoreError), "insert still blocked #{took.round(1)} s after a 2 s deadline"
+      expect(error.message).to match(/did not answer within 2000 ms/)
+      expect(took).to be < 6
+      # The server is back: the next insert reconnects.
+      expect(inbox.insert(source_scope: scope, event_id: "after_thaw", payload: "{}").status).to eq(:accepted)
+    ensure
+      inbox&.close
+    end
+
+    it "gives up at once on Thread#raise, whatever the deadline" do
+      inbox = frozen_inbox(statement_timeout: 30)
+      stop = Class.new(StandardError)
+      outcome = nil
+      while_frozen(inbox) do
+        worker = Thread.new do
+          inbox.insert(source_scope: scope, event_id: "frozen_raise", payload: "{}")
+        rescue StandardError, stop => e
+          e
+        end
+        sleep 0.8 # the insert is sent and waiting without the GVL
+        took = elapsed do
+          worker.raise(stop, "give up")
+          worker.join(3)
+        end
+        outcome = [worker.alive? ? :still_waiting : worker.value, took]
+      end
+      error, took = outcome
+      expect(error).to be_a(stop), "Thread#raise was ignored for #{took.round(1)} s"
+      expect(inbox.insert(source_scope: scope, event_id: "after_raise", payload: "{}").status).to eq(:accepted)
+    ensure
+      inbox&.close
+    end
   end
 
   context "when the server restarts" do
