@@ -37,6 +37,7 @@ struct attempt {
     int quarantined;
     int own_reason;     /* last_error is WI_STORE_INVALID_JSON_REASON, not the row's */
     int reconnected;    /* the one reconnect after a lost connection is used */
+    int reprepared;     /* the one re-setup after the server lost STMT_NAME is used */
 };
 
 /* Invariant: conn != NULL only in process pid, and then it is CONNECTION_OK with
@@ -519,6 +520,18 @@ int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
             a->raw = 1;
             a->quarantined = 1;
             a->own_reason = !row->last_error;
+            continue;
+        }
+        /* The server dropped our prepared statement (DISCARD ALL, a pooler handing us
+         * another session): set the session up again on this connection and retry once;
+         * the failed EXECUTE changed nothing. */
+        if (err->code == WI_STORE_EQUERY && !strcmp(s->sqlstate, "26000") && !a->reprepared) {
+            a->reprepared = 1;
+            s->sqlstate[0] = '\0';
+            if (session_setup(s, now_ms() + s->connect_timeout_ms + s->statement_timeout_ms, err) < 0) {
+                drop_conn(s);
+                return -1;
+            }
             continue;
         }
         /* Gave up (deadline) or the connection's state is unknown: drop it. No cancel

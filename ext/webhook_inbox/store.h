@@ -56,7 +56,9 @@ int wi_store_connect(struct wi_store *s, struct wi_err *err);
  * connection (CONNECTION_BAD) is reopened once and the insert retried: ON CONFLICT
  * makes the retry idempotent. When row->raw == 0 and the server rejects the payload
  * as jsonb (SQLSTATE class 22), the row is stored raw and quarantined with
- * WI_STORE_INVALID_JSON_REASON (unless the caller gave its own last_error).
+ * WI_STORE_INVALID_JSON_REASON (unless the caller gave its own last_error). When the
+ * server no longer knows the prepared statement (SQLSTATE 26000: DISCARD ALL, a pooler
+ * switching sessions) the session is set up again and the insert retried once.
  * Every wait ends by its deadline (statement_timeout + connect_timeout per round trip,
  * connect_timeout to connect; only a DNS lookup inside libpq is not bounded by us) or
  * within ~50 ms of wi_store_interrupt. On the deadline the connection is dropped, never

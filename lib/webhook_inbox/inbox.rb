@@ -25,7 +25,10 @@ module WebhookInbox
   # The row is committed when #insert returns. The GVL is released while waiting on
   # PostgreSQL, so Puma threads insert in parallel over a pool of up to pool_size
   # connections. A connection lost (server restart, failover) is reopened once and the
-  # insert retried; ON CONFLICT DO NOTHING makes that retry idempotent. Safe across
+  # insert retried; ON CONFLICT DO NOTHING makes that retry idempotent. A session that lost
+  # the prepared statement (DISCARD ALL from a pooler: SQLSTATE 26000) is set up again and
+  # the insert retried once. Behind pgbouncer use session pooling, or transaction pooling
+  # with max_prepared_statements > 0 (1.21+). Safe across
   # fork: a child never uses, nor terminates, a connection its parent opened.
   #
   # Payloads: by default the payload is stored as jsonb. If PostgreSQL refuses it as

@@ -3,6 +3,7 @@
 require "spec_helper"
 require "pg"
 require_relative "../support/receiver_helpers"
+require_relative "../support/pg_proxy"
 
 RSpec.describe WebhookInbox::Inbox do
   include ReceiverHelpers
@@ -199,6 +200,25 @@ RSpec.describe WebhookInbox::Inbox do
   ensure
     blocker&.close
     slow&.close
+  end
+
+  # A pooler that resets server sessions (DISCARD ALL) or hands the client another session
+  # drops the prepared statement under us: SQLSTATE 26000 on every insert until restart,
+  # unless the store prepares it again. The proxy runs DISCARD ALL on the very session the
+  # inbox uses, between two inserts.
+  it "prepares the statement again and retries once when the server dropped it (DISCARD ALL: 26000)" do
+    proxy = PgProxy.new(pg.port)
+    pooled = described_class.new(database_url: pg.tcp_url.sub("port=#{pg.port}", "port=#{proxy.port}"), pool_size: 1)
+    expect(pooled.insert(source_scope: scope, event_id: "evt_p1", payload: "{}").status).to eq(:accepted)
+    pids = pooled.backend_pids
+    proxy.inject("DISCARD ALL")
+    expect(pooled.insert(source_scope: scope, event_id: "evt_p2", payload: "{}").status).to eq(:accepted)
+    expect(pooled.insert(source_scope: scope, event_id: "evt_p3", payload: "{}").status).to eq(:accepted)
+    expect(pooled.backend_pids).to eq(pids) # same session, not a reconnect
+    expect(inbox_rows(pg, scope).map { |r| r[:event_id] }).to eq(%w[evt_p1 evt_p2 evt_p3])
+  ensure
+    pooled&.close
+    proxy&.close
   end
 
   it "raises StoreError without the password when the server is unreachable" do
