@@ -62,6 +62,41 @@ RSpec.describe WebhookInbox::Inbox do
     expect([bytes.strip].pack("H*")).to eq("{\"a\":\0}".b)
   end
 
+  # The pre-check that skips a doomed jsonb round trip must never send to quarantine a body
+  # PostgreSQL stores as jsonb. Each number is asked of the server itself (SELECT $1::jsonb),
+  # then inserted: stored as jsonb exactly when the server accepts it.
+  JSONB_NUMBERS = [
+    "0", "-0", "1E+2", "1e400", "-1e400", "1e-400", "1e0000000000000000000005", "1.5e-16382",
+    "1e100001", "-1e100001", "9.9e131071", "12345e131067", "0.0001e131075", "1e-16383",
+    "0e999999999", "0e1073741822", "0e-16383", "0.000e-16380",
+    "1" * 100_000, "1" * 131_072, "0.#{'0' * 16_383}", "1.#{'1' * 16_383}",
+    # refused by PostgreSQL (numeric range): quarantined either way
+    "1e131072", "12345e131068", "0.0001e131076", "1e-16384", "1.5e-16383", "0e-16384", "0.000e-16381",
+    "0e1073741823", "1e1073741822", "1e2147483647", "1e-1073741822", "1" * 131_073, "0.#{'0' * 16_384}"
+  ].freeze
+
+  it "stores as jsonb every number PostgreSQL's jsonb accepts, and quarantines only the others" do
+    conn = PG.connect(pg.url)
+    accepted = JSONB_NUMBERS.to_h do |n|
+      ok = begin
+        conn.exec_params("SELECT $1::jsonb", [%({"n":#{n}})])
+        true
+      rescue PG::Error
+        false
+      end
+      [n, ok]
+    end
+    expect(accepted.values.tally.keys).to contain_exactly(true, false) # the table covers both sides
+    mismatches = JSONB_NUMBERS.each_with_index.filter_map do |n, i|
+      receipt = insert("evt_num_#{i}", %({"n":#{n}}))
+      short = n.size > 24 ? "#{n[0, 12]}...(#{n.size} chars)" : n
+      "#{short}: server #{accepted[n] ? 'accepts' : 'refuses'}, stored_raw=#{receipt.stored_raw}" if receipt.stored_raw == accepted[n]
+    end
+    expect(mismatches).to be_empty
+  ensure
+    conn&.close
+  end
+
   it "stores a form body raw and pending when asked (raw: true)" do
     receipt = insert("evt_form", "payload=%7B%22a%22%3A1%7D", raw: true)
     expect(receipt).to have_attributes(status: :accepted, stored_raw: true, quarantined: false)
