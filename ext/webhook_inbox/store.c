@@ -1,6 +1,7 @@
 /* store.c - the inbox insert over libpq: connect, prepare, send the ON CONFLICT insert,
  * wait on the socket with a deadline, reconnect once on a lost connection. No ruby.h. */
 #include "store.h"
+#include "redact.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -74,16 +75,12 @@ static long long now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Overwrites every occurrence of the password in msg with '*'. */
+/* Overwrites every part of the password in msg with '*': libpq's password, and the URL's
+ * password as written and decoded (see redact.h). */
 static void scrub(const struct wi_store *s, char *msg)
 {
-    size_t plen;
-    char *hit;
-
-    if (!s || !s->password || !(plen = strlen(s->password)))
-        return;
-    while ((hit = strstr(msg, s->password)))
-        memset(hit, '*', plen);
+    if (s)
+        wi_redact_scrub(msg, s->conninfo, s->password);
 }
 
 static void set_err(const struct wi_store *s, struct wi_err *err, int code, const char *fmt, ...)
@@ -309,6 +306,10 @@ struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
 
     if (!conninfo || connect_timeout_ms <= 0 || statement_timeout_ms <= 0) {
         set_err(NULL, err, WI_ERR_ARG, "database_url, connect_timeout and statement_timeout are required (> 0)");
+        return NULL;
+    }
+    if (wi_redact_url_split(conninfo)) {
+        set_err(NULL, err, WI_ERR_ARG, "%s", WI_REDACT_SPLIT_MSG);
         return NULL;
     }
     opts = PQconninfoParse(conninfo, &perr);

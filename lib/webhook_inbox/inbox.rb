@@ -136,13 +136,35 @@ module WebhookInbox
     end
     alias to_s inspect
 
-    # The URL or conninfo with any password replaced by "***".
+    # The URL or conninfo with any password replaced by "***". A URL's password is taken as
+    # its author meant it - up to the last '@' before the query - so none of a password with
+    # an unencoded '@' or '/' shows (libpq would cut it at the first '@'; Inbox.new refuses
+    # such a URL). Same rule as the native redact.c.
     def self.redact(url)
-      url.to_s
-         .sub(%r{\A(\w+://[^:/@]*):[^@]*@}, '\1:***@')
-         .gsub(/(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)/i, '\1***')
-         .gsub(/([?&]password=)[^&]*/i, '\1***')
+      s = url.to_s
+      if (span = url_password_span(s))
+        s = "#{s[0...span.begin]}***#{s[span.end..]}"
+      end
+      s.gsub(/(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)/i, '\1***')
+       .gsub(/([?&]password=)[^&]*/i, '\1***')
     end
+
+    # The byte range of a postgres:// URL's password (see redact), or nil.
+    def self.url_password_span(url)
+      rest = url[%r{\Apostgres(?:ql)?://}] or return nil
+      at = url.index("@", rest.size) or return nil
+      # User info: an '@' before any '/' (libpq's rule), or before any '?' (a '/' in the password).
+      slash = url.index("/", rest.size)
+      question = url.index("?", rest.size)
+      return nil if slash && slash < at && question && question < at
+
+      colon = url.index(":", rest.size) # a user name has neither '/' nor '?'
+      return nil if colon.nil? || colon > at || [slash, question].compact.any? { |i| i < colon }
+
+      query = url.index("?", at) || url.size
+      (colon + 1)...url.rindex("@", query - 1)
+    end
+    private_class_method :url_password_span
 
     private
 

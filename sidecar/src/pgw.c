@@ -1,6 +1,7 @@
 /* pgw.c - libpq wrapper: connection, named prepared statements, errors as "SQLSTATE: first line". */
 #define _POSIX_C_SOURCE 200809L
 #include "pgw.h"
+#include "redact.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +38,15 @@ struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts
     const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval", "keepalives_count",
                           "dbname", "fallback_application_name", NULL};
     const char *vals[] = {"10", "30", "10", "3", conninfo, "webhook-inbox-sidecar", NULL};
-    struct wi_pg *pg = calloc(1, sizeof *pg);
+    struct wi_pg *pg;
     int i;
 
-    if (!pg) {
+    /* libpq would connect to (and quote) a host or port named by part of the password. */
+    if (wi_redact_url_split(conninfo)) {
+        wi_err_set(err, WI_ERR_ARG, "%s", WI_REDACT_SPLIT_MSG);
+        return NULL;
+    }
+    if (!(pg = calloc(1, sizeof *pg))) {
         wi_err_set(err, WI_ERR_NOMEM, "out of memory");
         return NULL;
     }
@@ -53,6 +59,8 @@ struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts
     }
     if (PQstatus(pg->conn) != CONNECTION_OK) {
         fill_err(pg, NULL, err);
+        if (err)
+            wi_redact_scrub(err->msg, conninfo, PQpass(pg->conn)); /* no part of a password */
         goto fail;
     }
     for (i = 0; i < n; i++) {

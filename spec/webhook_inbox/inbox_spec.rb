@@ -274,6 +274,44 @@ RSpec.describe WebhookInbox::Inbox do
   it "redacts passwords in URL and key=value forms" do
     expect(described_class.redact("host=x password=abc user=u")).to eq("host=x password=*** user=u")
     expect(described_class.redact("postgres://u:abc@h/d?password=zz")).to eq("postgres://u:***@h/d?password=***")
+    expect(described_class.redact("postgres://h:5432/d?user=a@b")).to eq("postgres://h:5432/d?user=a@b")
+    expect(described_class.redact("postgres://u@h/d")).to eq("postgres://u@h/d")
+  end
+
+  # libpq ends a URL's password at the first '@' (and finds no user info at all before a
+  # '/'): the rest of the password becomes the host, port or database name - looked up in
+  # DNS, and quoted in libpq's messages, StoreError, logs and inspect.
+  SPLIT_PASSWORD_URLS = {
+    "@" => "postgres://app:hunter2@Xyzzy-frag@127.0.0.1:%d/db",
+    "/" => "postgresql://app:hunter2/Xyzzy-frag@127.0.0.1:%d/db",
+    "@ and ?" => "postgres://app:hunter2?x@Xyzzy-frag@127.0.0.1:%d/db?sslmode=disable"
+  }.freeze
+
+  SPLIT_PASSWORD_URLS.each do |what, template|
+    it "shows no part of a password with an unencoded #{what}: refused up front, redacted in inspect" do
+      url = format(template, ReceiverHelpers.free_port)
+      fragments = %w[hunter2 Xyzzy-frag]
+      texts = [described_class.redact(url)]
+      config = WebhookInbox::Configuration.new.tap { |c| c.database_url = url }
+      texts << config.inspect
+      begin
+        split = described_class.new(database_url: url, connect_timeout: 1)
+        texts << split.inspect
+        split.insert(source_scope: scope, event_id: "e", payload: "{}")
+      rescue WebhookInbox::Error => e
+        texts << "#{e.class}: #{e.message}"
+      end
+      expect(texts.last).to match(/ConfigurationError: .*percent-encode/)
+      texts.each { |t| fragments.each { |f| expect(t).not_to include(f), "#{f} shown in: #{t}" } }
+    end
+  end
+
+  it "keeps a percent-encoded password out of StoreError, as written and decoded" do
+    url = "postgresql://app:Xy%40zzy-pw@127.0.0.1:#{ReceiverHelpers.free_port}/db"
+    down = described_class.new(database_url: url, connect_timeout: 1)
+    expect(down.inspect).not_to include("Xy")
+    expect { down.insert(source_scope: scope, event_id: "e", payload: "{}") }
+      .to raise_error(WebhookInbox::StoreError) { |e| expect(e.message).not_to include("Xy") }
   end
 
   it "works in one process with the pg gem (same libpq)" do
