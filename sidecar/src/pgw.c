@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* Invariant: conn != NULL for the whole life of the struct. */
 struct wi_pg {
@@ -28,6 +29,14 @@ static int fill_err(struct wi_pg *pg, const PGresult *res, struct wi_err *err)
     line[n] = '\0';
     snprintf(pg->sqlstate, sizeof pg->sqlstate, "%s", state ? state : (PQstatus(pg->conn) == CONNECTION_BAD ? "08006" : ""));
     return wi_err_set(err, WI_ERR_PG, "%s%s%s", state ? state : "", state ? ": " : "", line);
+}
+
+/* Makes the connection CONNECTION_BAD without waiting (the caller then reconnects). */
+static void give_up(PGconn *c)
+{
+    if (PQsocket(c) >= 0)
+        (void)shutdown(PQsocket(c), SHUT_RDWR);
+    (void)PQconsumeInput(c); /* reads EOF: libpq marks the connection bad */
 }
 
 struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err)
@@ -114,6 +123,11 @@ int wi_pg_exec_tx(struct wi_pg *pg, const char *begin, const char *name, int npa
         !PQsendQueryPrepared(c, commit, 0, NULL, NULL, NULL, 0) || !PQpipelineSync(c)) {
         fill_err(pg, NULL, err);
         failed = 1;
+        /* The server answers a pipeline only at a sync point: without one the loop below
+         * would wait forever, and the connection would stay in pipeline mode. End what was
+         * queued with a sync (then roll back as for any failure), or give the connection up. */
+        if (!PQpipelineSync(c))
+            give_up(c);
     }
     /* Each query's results end with a NULL; the pipeline ends with PGRES_PIPELINE_SYNC. After
      * a failure the remaining queries report PGRES_PIPELINE_ABORTED. */
