@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 # sidecar/extconf.rb - lets `gem install` build webhook-inbox-sidecar. RubyGems runs this
-# file, then `make` and `make install sitearchdir=... sitelibdir=...`. Self-contained (the
-# gem ships only sidecar/extconf.rb, sidecar/src and db/): it embeds db/NNN_*.sql into
+# file, then `make` and `make install sitearchdir=... sitelibdir=...`. Self-contained (it
+# needs sidecar/src, db/ and ext/webhook_inbox's wi_err.h and redact.c): it embeds db/NNN_*.sql into
 # migrations.c like sidecar/tools/embed_sql.sh, and writes a Makefile that compiles
 # sidecar/src/*.c (C11 + libpq) and installs the binary as
 # $(sitearchdir)/webhook_inbox/webhook-inbox-sidecar, where exe/webhook-inbox-sidecar finds it.
@@ -33,7 +33,8 @@ File.open("migrations.c", "w") do |f|
   f.puts "};", "const int wi_migrations_count = (int)(sizeof wi_migrations / sizeof wi_migrations[0]);"
 end
 
-sources = Dir[File.join(src, "*.c")].sort
+# redact.c is shared with the Ruby extension (pure C): the gem ships ext/webhook_inbox/*.c.
+sources = Dir[File.join(src, "*.c")].sort + [File.join(top, "ext", "webhook_inbox", "redact.c")]
 objs = sources.map { |s| File.basename(s, ".c") + ".o" } + ["migrations.o"]
 rules = sources.map { |s| "#{File.basename(s, '.c')}.o: #{s}\n\t$(CC) $(SC_CFLAGS) -c -o $@ #{s}\n" }.join("\n")
 

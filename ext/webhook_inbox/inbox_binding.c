@@ -117,14 +117,23 @@ static void insert_ubf(void *p)
     wi_store_interrupt(((struct insert_call *)p)->store);
 }
 
-/* Runs the call without the GVL. An interrupt (a pending time-slice switch, a signal
- * handler, Thread#raise) either stops it before it starts or makes the core give up
- * (dropping the connection); rb_thread_check_ints() then runs the interrupt - raising if
- * it is an exception - and otherwise the call is simply made again: ON CONFLICT makes a
- * repeated insert idempotent. */
+static VALUE check_ints(VALUE unused)
+{
+    (void)unused;
+    rb_thread_check_ints();
+    return Qnil;
+}
+
+/* Runs the call without the GVL. An interrupt (a signal handler, Thread#raise, kill)
+ * either stops it before it starts or makes the core return WI_STORE_EINTR within ~50 ms,
+ * keeping an insert already sent in flight. rb_thread_check_ints() then runs the
+ * interrupt: if it raises (or kills), the insert is abandoned by closing the connection
+ * (wi_store_close never waits); otherwise the call is made again and resumes waiting
+ * for the same statement, under the same deadline. */
 static void run_nogvl(struct conn *c, struct insert_call *a)
 {
     struct wi_store_row row = a->row; /* the pre-check may rewrite a->row */
+    int state = 0;
 
     a->store = c->store;
     for (;;) {
@@ -144,7 +153,11 @@ static void run_nogvl(struct conn *c, struct insert_call *a)
             return;
         if (a->err.code != WI_STORE_EINTR)
             raise_store_err(&a->err);
-        rb_thread_check_ints();
+        rb_protect(check_ints, Qnil, &state);
+        if (state) {
+            wi_store_close(c->store); /* Ruby gave up on this insert: abandon it */
+            rb_jump_tag(state);
+        }
     }
 }
 

@@ -2,6 +2,7 @@
  * and escape decoding shared with canon.c. Never allocates. */
 #include "json.h"
 
+#include <limits.h>
 #include <string.h>
 
 struct scan {
@@ -129,20 +130,31 @@ const char *wi_json_number_end(const char *p, const char *end, int *is_int)
     return p;
 }
 
-/* PostgreSQL numeric holds at most 131072 digits before and 16383 after the point; treat
- * any exponent beyond +-100000 (or with more than 6 digits) as out of range. */
+/* Whether PostgreSQL's numeric input (PostgreSQL 14+, which jsonb uses) takes the JSON
+ * number p[0..end): exponent magnitude below INT_MAX / 2; at most 16383 digits after the
+ * point once the exponent is applied; and, unless the value is zero, its first significant
+ * digit worth at most 10^131071. Older servers refuse more; the store then quarantines on
+ * the server's answer (SQLSTATE class 22). */
 static int number_fits_numeric(const char *p, const char *end)
 {
-    const char *e = p;
-    while (e < end && *e != 'e' && *e != 'E') e++;
-    if (e == end) return (end - p) < 100000;
-    e++;
-    if (*e == '+' || *e == '-') e++;
-    while (e < end && *e == '0') e++;
-    if (end - e > 6) return 0;
-    long v = 0;
-    for (; e < end; e++) v = v * 10 + (*e - '0');
-    return v <= 100000;
+    long long nint = 0, nfrac = 0, lead = 0, exp = 0;
+    int nonzero = 0, neg = 0;
+
+    if (p < end && *p == '-') p++;
+    for (; p < end && is_digit(*p); p++, nint++)
+        if (!nonzero && !(nonzero = *p != '0')) lead++;
+    if (p < end && *p == '.')
+        for (p++; p < end && is_digit(*p); p++, nfrac++)
+            if (!nonzero && !(nonzero = *p != '0')) lead++;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) neg = *p++ == '-';
+        for (; p < end; p++)
+            if ((exp = exp * 10 + (*p - '0')) >= INT_MAX / 2) return 0;
+        if (neg) exp = -exp;
+    }
+    if (nfrac - exp > 16383) return 0;
+    return !nonzero || nint - 1 - lead + exp <= 131071;
 }
 
 static void skip_ws(struct scan *s)

@@ -1,6 +1,7 @@
 /* store.c - the inbox insert over libpq: connect, prepare, send the ON CONFLICT insert,
  * wait on the socket with a deadline, reconnect once on a lost connection. No ruby.h. */
 #include "store.h"
+#include "redact.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 
 #define STMT_NAME "wi_inbox_insert"
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
+#define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
 
 static const char INSERT_SQL[] =
     "INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, raw_body,"
@@ -28,6 +30,17 @@ static const char INSERT_SQL[] =
 /* Oids of the statement's parameters: text, text, text, jsonb, bytea, text, text. */
 static const Oid PARAM_TYPES[7] = {25, 25, 25, 3802, 17, 25, 25};
 
+/* The insert being made. Invariant: active only while conn is open (drop_conn clears it). */
+struct attempt {
+    int active;         /* sent, result not read yet: an interrupted wait resumes it */
+    long long deadline; /* of the wait for that result (now_ms clock) */
+    int raw;            /* payload goes to raw_body (asked, or refused as jsonb) */
+    int quarantined;
+    int own_reason;     /* last_error is WI_STORE_INVALID_JSON_REASON, not the row's */
+    int reconnected;    /* the one reconnect after a lost connection is used */
+    int reprepared;     /* the one re-setup after the server lost STMT_NAME is used */
+};
+
 /* Invariant: conn != NULL only in process pid, and then it is CONNECTION_OK with
  * STMT_NAME prepared and statement_timeout set (a broken one is closed at once). */
 struct wi_store {
@@ -37,7 +50,8 @@ struct wi_store {
     int connect_timeout_ms;
     int statement_timeout_ms;
     pid_t pid;                      /* process that opened conn */
-    volatile sig_atomic_t interrupted; /* set by wi_store_interrupt */
+    volatile sig_atomic_t interrupted; /* set by wi_store_interrupt, consumed by a call */
+    struct attempt attempt;         /* the insert in flight, if attempt.active */
     unsigned long reconnects;       /* connections reopened after a loss */
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int ever_connected;
@@ -61,16 +75,12 @@ static long long now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Overwrites every occurrence of the password in msg with '*'. */
+/* Overwrites every part of the password in msg with '*': libpq's password, and the URL's
+ * password as written and decoded (see redact.h). */
 static void scrub(const struct wi_store *s, char *msg)
 {
-    size_t plen;
-    char *hit;
-
-    if (!s || !s->password || !(plen = strlen(s->password)))
-        return;
-    while ((hit = strstr(msg, s->password)))
-        memset(hit, '*', plen);
+    if (s)
+        wi_redact_scrub(msg, s->conninfo, s->password);
 }
 
 static void set_err(const struct wi_store *s, struct wi_err *err, int code, const char *fmt, ...)
@@ -113,21 +123,20 @@ static void drop_conn(struct wi_store *s)
     if (s->pid != getpid())
         drop_inherited(s->conn);
     else
-        PQfinish(s->conn);
+        PQfinish(s->conn); /* non-blocking connection: the Terminate is never waited on */
     s->conn = NULL;
+    s->attempt.active = 0;
 }
 
-/* Asks the server to cancel the statement in flight (a separate short connection;
- * best effort). Called before dropping a connection we stopped waiting on. */
-static void cancel_inflight(struct wi_store *s)
+/* Returns 1 and fills *err (WI_STORE_EINTR) when wi_store_interrupt was called since the
+ * last call that reported it; the flag is consumed. */
+static int consume_interrupt(struct wi_store *s, struct wi_err *err)
 {
-    PGcancel *cancel;
-    char buf[256];
-
-    if (!s->conn || s->pid != getpid() || !(cancel = PQgetCancel(s->conn)))
-        return;
-    PQcancel(cancel, buf, sizeof buf);
-    PQfreeCancel(cancel);
+    if (!s->interrupted)
+        return 0;
+    s->interrupted = 0;
+    set_err(s, err, WI_STORE_EINTR, "interrupted while waiting for PostgreSQL");
+    return 1;
 }
 
 /* Waits until sock is ready for events or the deadline passes.
@@ -140,10 +149,8 @@ static int wait_sock(struct wi_store *s, int sock, short events, long long deadl
         long long left = deadline - now_ms();
         int rc;
 
-        if (s->interrupted) {
-            set_err(s, err, WI_STORE_EINTR, "interrupted while waiting for PostgreSQL");
+        if (consume_interrupt(s, err))
             return -1;
-        }
         if (left <= 0)
             return 0;
         rc = poll(&pfd, 1, (int)(left < SLICE_MS ? left : SLICE_MS));
@@ -246,6 +253,50 @@ static int setup_step(struct wi_store *s, ExecStatusType want, long long deadlin
     return ok ? 0 : -1;
 }
 
+/* Sends one setup command and waits for its result. want_ok: 1 fails on an error result,
+ * 0 accepts it (a best-effort setting). */
+static int setup_cmd(struct wi_store *s, const char *sql, int want_ok, long long deadline,
+                     struct wi_err *err)
+{
+    PGresult *r;
+    int ok;
+
+    if (!PQsendQuery(s->conn, sql)) {
+        set_err(s, err, WI_STORE_ECONNECT, "could not send a setup command: %s", PQerrorMessage(s->conn));
+        return -1;
+    }
+    if (finish_trip(s, deadline, &r, err) != TRIP_OK)
+        return -1;
+    ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok && want_ok)
+        result_err(s, r, err);
+    PQclear(r);
+    return ok || !want_ok ? 0 : -1;
+}
+
+/* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME.
+ * Returns 0, or -1 and fills *err. Also run again when the server lost STMT_NAME. */
+static int session_setup(struct wi_store *s, long long deadline, struct wi_err *err)
+{
+    char sql[64];
+
+    snprintf(sql, sizeof sql, "SET statement_timeout = %d", s->statement_timeout_ms);
+    if (setup_cmd(s, sql, 1, deadline, err) < 0)
+        return -1;
+    /* We never send a cancel request (PQcancel blocks on a frozen server): when we give up
+     * on a statement we close the connection, and this makes the server notice that and
+     * abort the statement within CHECK_CLOSED_MS instead of finishing it for nobody.
+     * PostgreSQL 14+ on Linux; elsewhere the SET fails and is ignored. */
+    if (PQserverVersion(s->conn) >= 140000 &&
+        setup_cmd(s, "SET client_connection_check_interval = " CHECK_CLOSED_MS, 0, deadline, err) < 0)
+        return -1;
+    if (!PQsendPrepare(s->conn, STMT_NAME, INSERT_SQL, 7, PARAM_TYPES)) {
+        set_err(s, err, WI_STORE_ECONNECT, "could not send PREPARE: %s", PQerrorMessage(s->conn));
+        return -1;
+    }
+    return setup_step(s, PGRES_COMMAND_OK, deadline, err);
+}
+
 struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
                               int statement_timeout_ms, struct wi_err *err)
 {
@@ -255,6 +306,10 @@ struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
 
     if (!conninfo || connect_timeout_ms <= 0 || statement_timeout_ms <= 0) {
         set_err(NULL, err, WI_ERR_ARG, "database_url, connect_timeout and statement_timeout are required (> 0)");
+        return NULL;
+    }
+    if (wi_redact_url_split(conninfo)) {
+        set_err(NULL, err, WI_ERR_ARG, "%s", WI_REDACT_SPLIT_MSG);
         return NULL;
     }
     opts = PQconninfoParse(conninfo, &perr);
@@ -290,11 +345,10 @@ int wi_store_connect(struct wi_store *s, struct wi_err *err)
     static const char *const keys[] = {"dbname", "fallback_application_name", "client_encoding", NULL};
     const char *vals[] = {s->conninfo, "webhook_inbox", "UTF8", NULL};
     long long deadline;
-    char sql[64];
     PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 
-    if (s->conn && s->pid != getpid())
-        drop_conn(s); /* forked child: never touch the parent's session */
+    if (s->conn && (s->pid != getpid() || s->attempt.active))
+        drop_conn(s); /* forked child: never touch the parent's session; or abandon an insert */
     if (s->conn)
         return 0;
 
@@ -329,18 +383,7 @@ int wi_store_connect(struct wi_store *s, struct wi_err *err)
     }
 
     deadline = now_ms() + s->connect_timeout_ms + s->statement_timeout_ms;
-    snprintf(sql, sizeof sql, "SET statement_timeout = %d", s->statement_timeout_ms);
-    if (!PQsendQuery(s->conn, sql)) {
-        set_err(s, err, WI_STORE_ECONNECT, "could not send SET: %s", PQerrorMessage(s->conn));
-        goto fail;
-    }
-    if (setup_step(s, PGRES_COMMAND_OK, deadline, err) < 0)
-        goto fail;
-    if (!PQsendPrepare(s->conn, STMT_NAME, INSERT_SQL, 7, PARAM_TYPES)) {
-        set_err(s, err, WI_STORE_ECONNECT, "could not send PREPARE: %s", PQerrorMessage(s->conn));
-        goto fail;
-    }
-    if (setup_step(s, PGRES_COMMAND_OK, deadline, err) < 0)
+    if (session_setup(s, deadline, err) < 0)
         goto fail;
     if (s->ever_connected)
         s->reconnects++;
@@ -354,25 +397,22 @@ fail:
     return -1;
 }
 
-/* One attempt of the insert on the open connection. Result classes:
- * TRIP_OK (out filled), TRIP_LOST (connection broke: retry may help), TRIP_FAIL. */
-static enum trip insert_once(struct wi_store *s, const struct wi_store_row *row, int raw,
-                             int quarantined, const char *last_error, size_t last_error_len,
-                             struct wi_store_result *out, struct wi_err *err)
+/* Sends the insert for attempt a on the open connection (nothing waits here: libpq copies
+ * the parameters into its output buffer, finish_trip flushes it). Starts a's deadline. */
+static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
+                             struct attempt *a, struct wi_err *err)
 {
     const char *values[7];
     int lengths[7];
     static const int formats[7] = {1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
     char *jsonb = NULL;
-    PGresult *r = NULL;
-    enum trip t;
-    long long deadline = now_ms() + s->statement_timeout_ms + s->connect_timeout_ms;
-    const char *status = quarantined ? "quarantined" : "pending";
+    const char *status = a->quarantined ? "quarantined" : "pending";
+    int sent;
 
     values[0] = row->source_scope; lengths[0] = (int)row->source_scope_len;
     values[1] = row->event_id;     lengths[1] = (int)row->event_id_len;
     values[2] = row->event_type;   lengths[2] = (int)row->event_type_len;
-    if (raw) {
+    if (a->raw) {
         values[3] = NULL;          lengths[3] = 0;
         values[4] = row->payload;  lengths[4] = (int)row->payload_len;
     } else {
@@ -387,15 +427,33 @@ static enum trip insert_once(struct wi_store *s, const struct wi_store_row *row,
         values[4] = NULL;          lengths[4] = 0;
     }
     values[5] = status;            lengths[5] = (int)strlen(status);
-    values[6] = last_error;        lengths[6] = (int)last_error_len;
+    if (a->own_reason) {
+        values[6] = WI_STORE_INVALID_JSON_REASON;
+        lengths[6] = (int)sizeof WI_STORE_INVALID_JSON_REASON - 1;
+    } else {
+        values[6] = row->last_error; lengths[6] = (int)row->last_error_len;
+    }
 
-    if (!PQsendQueryPrepared(s->conn, STMT_NAME, 7, values, lengths, formats, 0)) {
-        free(jsonb);
+    a->deadline = now_ms() + s->statement_timeout_ms + s->connect_timeout_ms;
+    sent = PQsendQueryPrepared(s->conn, STMT_NAME, 7, values, lengths, formats, 0);
+    free(jsonb);
+    if (!sent) {
         set_err(s, err, WI_STORE_ELOST, "could not send the insert: %s", PQerrorMessage(s->conn));
         return PQstatus(s->conn) == CONNECTION_BAD ? TRIP_LOST : TRIP_FAIL;
     }
-    t = finish_trip(s, deadline, &r, err);
-    free(jsonb);
+    a->active = 1;
+    return TRIP_OK;
+}
+
+/* Waits for the result of the insert in flight. Result classes: TRIP_OK (out filled),
+ * TRIP_LOST (connection broke: retry may help), TRIP_FAIL (err says why; on
+ * WI_STORE_EINTR the insert is still in flight). */
+static enum trip insert_wait(struct wi_store *s, struct attempt *a, struct wi_store_result *out,
+                             struct wi_err *err)
+{
+    PGresult *r = NULL;
+    enum trip t = finish_trip(s, a->deadline, &r, err);
+
     if (t != TRIP_OK)
         return t;
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -404,8 +462,8 @@ static enum trip insert_once(struct wi_store *s, const struct wi_store_row *row,
         return TRIP_FAIL;
     }
     out->inserted = PQntuples(r) == 1;
-    out->stored_raw = raw;
-    out->quarantined = quarantined;
+    out->stored_raw = a->raw;
+    out->quarantined = a->quarantined;
     PQclear(r);
     return TRIP_OK;
 }
@@ -413,51 +471,78 @@ static enum trip insert_once(struct wi_store *s, const struct wi_store_row *row,
 int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
                     struct wi_store_result *out, struct wi_err *err)
 {
-    int raw = row->raw, quarantined = row->quarantined;
-    const char *last_error = row->last_error;
-    size_t last_error_len = row->last_error_len;
-    int tries;
+    struct attempt *a = &s->attempt;
+    int send;
 
-    s->interrupted = 0;
     s->sqlstate[0] = '\0';
     memset(out, 0, sizeof *out);
     if (row->source_scope_len > 0x3fffffff || row->event_id_len > 0x3fffffff ||
         row->event_type_len > 0x3fffffff || row->payload_len > 0x3ffffffe ||
-        last_error_len > 0x3fffffff) {
+        row->last_error_len > 0x3fffffff) {
         set_err(s, err, WI_ERR_ARG, "field too large");
         return -1;
     }
-    for (tries = 0; tries < 2; tries++) {
-        enum trip t;
-        if (wi_store_connect(s, err) < 0)
-            return -1;
-        t = insert_once(s, row, raw, quarantined, last_error, last_error_len, out, err);
+    if (consume_interrupt(s, err))
+        return -1; /* nothing sent (an attempt in flight stays so) */
+    send = !(a->active && s->conn && s->pid == getpid());
+    if (send) {
+        memset(a, 0, sizeof *a);
+        a->raw = row->raw;
+        a->quarantined = row->quarantined;
+    }
+    for (;;) {
+        enum trip t = TRIP_OK;
+
+        if (send) {
+            if (wi_store_connect(s, err) < 0)
+                return -1;
+            t = insert_send(s, row, a, err);
+        }
         if (t == TRIP_OK)
+            t = insert_wait(s, a, out, err);
+        send = 1;
+        if (t == TRIP_OK) {
+            a->active = 0;
             return 0;
+        }
+        if (t == TRIP_FAIL && err->code == WI_STORE_EINTR && a->active)
+            return -1; /* still in flight: the next call with this row resumes the wait */
+        a->active = 0;
         if (t == TRIP_LOST) {
-            drop_conn(s); /* reconnect once and retry: ON CONFLICT makes it idempotent */
-            continue;
+            drop_conn(s);
+            if (a->reconnected++ == 0)
+                continue; /* reconnect once and retry: ON CONFLICT makes it idempotent */
+            err->code = WI_STORE_ELOST;
+            return -1;
         }
         /* A payload jsonb refuses (bad JSON, \u0000, bad UTF-8, numeric range: class 22):
          * keep it raw and quarantined instead of losing a verified event. */
-        if (err->code == WI_STORE_EQUERY && !raw && !strncmp(s->sqlstate, "22", 2)) {
-            raw = 1;
-            quarantined = 1;
-            if (!last_error) {
-                last_error = WI_STORE_INVALID_JSON_REASON;
-                last_error_len = sizeof WI_STORE_INVALID_JSON_REASON - 1;
-            }
-            tries--; /* not a connection retry */
+        if (err->code == WI_STORE_EQUERY && !a->raw && !strncmp(s->sqlstate, "22", 2)) {
+            a->raw = 1;
+            a->quarantined = 1;
+            a->own_reason = !row->last_error;
             continue;
         }
-        if (err->code == WI_STORE_EINTR || err->code == WI_STORE_ETIMEOUT)
-            cancel_inflight(s); /* so an abandoned insert does not commit later */
+        /* The server dropped our prepared statement (DISCARD ALL, a pooler handing us
+         * another session): set the session up again on this connection and retry once;
+         * the failed EXECUTE changed nothing. */
+        if (err->code == WI_STORE_EQUERY && !strcmp(s->sqlstate, "26000") && !a->reprepared) {
+            a->reprepared = 1;
+            s->sqlstate[0] = '\0';
+            if (session_setup(s, now_ms() + s->connect_timeout_ms + s->statement_timeout_ms, err) < 0) {
+                drop_conn(s);
+                return -1;
+            }
+            continue;
+        }
+        /* Gave up (deadline) or the connection's state is unknown: drop it. No cancel
+         * request: PQcancel() blocks on a server that stopped answering. The server aborts
+         * an abandoned statement itself (client_connection_check_interval, session_setup);
+         * one that completes anyway is a duplicate for the sender's retry (ON CONFLICT). */
         if (err->code != WI_STORE_EQUERY)
-            drop_conn(s); /* the connection's state is unknown */
+            drop_conn(s);
         return -1;
     }
-    err->code = WI_STORE_ELOST;
-    return -1;
 }
 
 void wi_store_interrupt(struct wi_store *s)

@@ -56,16 +56,26 @@ int wi_store_connect(struct wi_store *s, struct wi_err *err);
  * connection (CONNECTION_BAD) is reopened once and the insert retried: ON CONFLICT
  * makes the retry idempotent. When row->raw == 0 and the server rejects the payload
  * as jsonb (SQLSTATE class 22), the row is stored raw and quarantined with
- * WI_STORE_INVALID_JSON_REASON (unless the caller gave its own last_error).
- * Returns 0 and fills *out, or -1 and fills *err. Called without the GVL. */
+ * WI_STORE_INVALID_JSON_REASON (unless the caller gave its own last_error). When the
+ * server no longer knows the prepared statement (SQLSTATE 26000: DISCARD ALL, a pooler
+ * switching sessions) the session is set up again and the insert retried once.
+ * Every wait ends by its deadline (statement_timeout + connect_timeout per round trip,
+ * connect_timeout to connect; only a DNS lookup inside libpq is not bounded by us) or
+ * within ~50 ms of wi_store_interrupt. On the deadline the connection is dropped, never
+ * cancelled (PQcancel blocks on a frozen server); the server aborts the abandoned
+ * statement once it sees the connection closed (client_connection_check_interval).
+ * Returns 0 and fills *out, or -1 and fills *err. On WI_STORE_EINTR an insert already
+ * sent stays in flight: calling again with the same row resumes waiting for it (same
+ * deadline, nothing sent twice); wi_store_close abandons it. Called without the GVL. */
 int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
                     struct wi_store_result *out, struct wi_err *err);
 
-/* Makes a wi_store_insert/wi_store_connect in progress on another thread give up
- * with WI_STORE_EINTR within ~50 ms. Async-safe: only sets a flag. */
+/* Makes the wi_store_insert/wi_store_connect in progress on another thread - or, if none
+ * is, the next one - return WI_STORE_EINTR within ~50 ms; that return consumes it.
+ * Async-signal-safe: only sets a flag. */
 void wi_store_interrupt(struct wi_store *s);
 
-/* Closes the connection (a later insert reconnects). In a forked child a connection
+/* Closes the connection (a later insert reconnects), abandoning an insert in flight. In a forked child a connection
  * opened by the parent is dropped without a Terminate message, so the parent's
  * session survives. Accepts NULL. */
 void wi_store_close(struct wi_store *s);

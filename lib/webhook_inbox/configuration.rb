@@ -12,13 +12,21 @@ module WebhookInbox
   #   end
   #
   # Controllers call receive_webhook(:stripe); Rack apps use WebhookInbox.endpoint(:stripe).
+  #
+  # Receivers are cached by the value of their settings (name, scope, secrets, options), at
+  # most receiver_cache_size of them (default DEFAULT_RECEIVER_CACHE_SIZE), least recently
+  # used first out. Each holds a native verifier (a few KB); the multi-tenant pattern
+  # receive_webhook(:shopify, scope: "shopify:#{shop_id}:live", ...) builds one per tenant, so
+  # size the cache to the tenants that are active at once, not to all of them.
   class Configuration
+    DEFAULT_RECEIVER_CACHE_SIZE = 1000
+
     attr_accessor :database_url, :pool_size, :connect_timeout, :statement_timeout, :logger,
                   :max_body_bytes, :retry_after, :dump_functions, :default_database_url
     # :native (the gem's own libpq pool: durable before 200, fast) or :active_record (the
     # app's ActiveRecord connection: the Railtie's default in the test environment, so a
     # receipt joins the test's transaction and rolls back with it).
-    attr_reader :store
+    attr_reader :store, :receiver_cache_size
 
     def initialize
       @store = :native
@@ -28,6 +36,7 @@ module WebhookInbox
       @statement_timeout = 5
       @max_body_bytes = Receiver::DEFAULT_MAX_BODY_BYTES
       @retry_after = 5
+      @receiver_cache_size = DEFAULT_RECEIVER_CACHE_SIZE
       @endpoints = {}
       @receivers = {}
       @mutex = Mutex.new
@@ -69,11 +78,11 @@ module WebhookInbox
       @mutex.synchronize { @inbox ||= build_inbox }
     end
 
-    # The Receiver for a configured endpoint name, or for explicit settings (memoized by
-    # their value, so a controller action building one per request reuses it).
+    # The Receiver for a configured endpoint name, or for explicit settings (cached by their
+    # value, so a controller action building one per request reuses it; see the class note).
     def receiver(name, scope: nil, secrets: nil, transactional: false, **options)
-      key = [name.to_sym, scope, secrets, transactional, options].hash
-      cached = @receivers[key]
+      key = [name.to_sym, scope, secrets, transactional, options]
+      cached = @mutex.synchronize { cache_get(key) }
       return cached if cached
 
       settings = @endpoints[name.to_sym] || {}
@@ -85,7 +94,22 @@ module WebhookInbox
 
       store = transactional || @store == :active_record ? ActiveRecordStore.new : inbox
       built = Receiver.new(inbox: store, logger: logger, max_body_bytes: max_body_bytes, retry_after: retry_after, **settings)
-      @mutex.synchronize { @receivers[key] ||= built }
+      @mutex.synchronize { cache_get(key) || cache_put(frozen_copy(key), built) }
+    end
+
+    # At most this many receivers stay cached (Integer >= 1).
+    def receiver_cache_size=(size)
+      raise ConfigurationError, "receiver_cache_size must be an Integer >= 1" unless size.is_a?(Integer) && size >= 1
+
+      @mutex.synchronize do
+        @receiver_cache_size = size
+        @receivers.shift while @receivers.size > size
+      end
+    end
+
+    # How many receivers are cached now (diagnostics, tests).
+    def cached_receiver_count
+      @mutex.synchronize { @receivers.size }
     end
 
     def reset!
@@ -101,6 +125,32 @@ module WebhookInbox
     end
 
     private
+
+    # @receivers maps a frozen copy of the settings to [that key, receiver]; the Hash keeps
+    # insertion order, so the first entry is the least recently used. Lookups compare by
+    # value (#hash, then #eql?): settings that merely share a hash never share a receiver.
+    # Callers hold @mutex.
+    def cache_get(key)
+      entry = @receivers.delete(key) or return nil
+      @receivers[entry[0]] = entry # now the most recently used
+      entry[1]
+    end
+
+    def cache_put(key, receiver)
+      @receivers[key] = [key, receiver]
+      @receivers.shift while @receivers.size > @receiver_cache_size
+      receiver
+    end
+
+    # A deep copy a caller cannot change under the cache (Arrays, Hashes, Strings).
+    def frozen_copy(value)
+      case value
+      when String then value.frozen? ? value : value.dup.freeze
+      when Array then value.map { |v| frozen_copy(v) }.freeze
+      when Hash then value.to_h { |k, v| [frozen_copy(k), frozen_copy(v)] }.freeze
+      else value
+      end
+    end
 
     def build_inbox
       url = effective_database_url or

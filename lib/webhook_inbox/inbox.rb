@@ -25,7 +25,10 @@ module WebhookInbox
   # The row is committed when #insert returns. The GVL is released while waiting on
   # PostgreSQL, so Puma threads insert in parallel over a pool of up to pool_size
   # connections. A connection lost (server restart, failover) is reopened once and the
-  # insert retried; ON CONFLICT DO NOTHING makes that retry idempotent. Safe across
+  # insert retried; ON CONFLICT DO NOTHING makes that retry idempotent. A session that lost
+  # the prepared statement (DISCARD ALL from a pooler: SQLSTATE 26000) is set up again and
+  # the insert retried once. Behind pgbouncer use session pooling, or transaction pooling
+  # with max_prepared_statements > 0 (1.21+). Safe across
   # fork: a child never uses, nor terminates, a connection its parent opened.
   #
   # Payloads: by default the payload is stored as jsonb. If PostgreSQL refuses it as
@@ -37,6 +40,14 @@ module WebhookInbox
   #
   # Failures raise StoreError (nothing was committed, or the retry will be a duplicate);
   # messages never hold the password or the payload.
+  #
+  # Deadlines: each wait for an answer ends after statement_timeout + connect_timeout, even
+  # when the server accepts TCP but never answers (a frozen host, a stopped postmaster);
+  # Thread#raise, Thread#kill and Timeout end it within ~50 ms. Giving up closes the
+  # connection instead of sending a cancel request (PQcancel blocks on a frozen server);
+  # the session runs with client_connection_check_interval = 1s (PostgreSQL 14+, Linux),
+  # so the server aborts an abandoned insert once it sees the connection closed. A signal
+  # trap that runs during a wait does not abandon the insert: the wait resumes.
   class Inbox
     INVALID_JSON_REASON = "payload is not valid JSON"
     STATUSES = %i[pending quarantined].freeze
@@ -125,13 +136,35 @@ module WebhookInbox
     end
     alias to_s inspect
 
-    # The URL or conninfo with any password replaced by "***".
+    # The URL or conninfo with any password replaced by "***". A URL's password is taken as
+    # its author meant it - up to the last '@' before the query - so none of a password with
+    # an unencoded '@' or '/' shows (libpq would cut it at the first '@'; Inbox.new refuses
+    # such a URL). Same rule as the native redact.c.
     def self.redact(url)
-      url.to_s
-         .sub(%r{\A(\w+://[^:/@]*):[^@]*@}, '\1:***@')
-         .gsub(/(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)/i, '\1***')
-         .gsub(/([?&]password=)[^&]*/i, '\1***')
+      s = url.to_s
+      if (span = url_password_span(s))
+        s = "#{s[0...span.begin]}***#{s[span.end..]}"
+      end
+      s.gsub(/(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)/i, '\1***')
+       .gsub(/([?&]password=)[^&]*/i, '\1***')
     end
+
+    # The byte range of a postgres:// URL's password (see redact), or nil.
+    def self.url_password_span(url)
+      rest = url[%r{\Apostgres(?:ql)?://}] or return nil
+      at = url.index("@", rest.size) or return nil
+      # User info: an '@' before any '/' (libpq's rule), or before any '?' (a '/' in the password).
+      slash = url.index("/", rest.size)
+      question = url.index("?", rest.size)
+      return nil if slash && slash < at && question && question < at
+
+      colon = url.index(":", rest.size) # a user name has neither '/' nor '?'
+      return nil if colon.nil? || colon > at || [slash, question].compact.any? { |i| i < colon }
+
+      query = url.index("?", at) || url.size
+      (colon + 1)...url.rindex("@", query - 1)
+    end
+    private_class_method :url_password_span
 
     private
 

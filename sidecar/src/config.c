@@ -12,6 +12,7 @@
 #include <libpq-fe.h>
 
 #include "log.h"
+#include "redact.h"
 
 enum cf_type { CF_STR, CF_INT, CF_DURATION, CF_ENUM, CF_BOOL };
 
@@ -310,6 +311,10 @@ int wi_config_load(struct wi_config *cfg, int argc, char **argv, struct wi_err *
         wi_err_set(err, WI_ERR_ARG, "backoff-cap must be >= backoff-base");
         goto fail;
     }
+    if (wi_redact_url_split(cfg->database_url)) {
+        wi_err_set(err, WI_ERR_ARG, "%s", WI_REDACT_SPLIT_MSG); /* never echo the URL */
+        goto fail;
+    }
     return 0;
 fail:
     wi_config_free(cfg);
@@ -371,6 +376,11 @@ static void print_url(const char *url, FILE *out)
 
     if (!url || !*url) {
         fputs("\"\"", out);
+        return;
+    }
+    /* libpq would put part of such a password in host or dbname: print none of it. */
+    if (wi_redact_url_split(url)) {
+        fputs("(hidden: password with an unencoded '@' or '/')", out);
         return;
     }
     opts = PQconninfoParse(url, &errmsg);

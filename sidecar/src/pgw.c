@@ -1,9 +1,11 @@
 /* pgw.c - libpq wrapper: connection, named prepared statements, errors as "SQLSTATE: first line". */
 #define _POSIX_C_SOURCE 200809L
 #include "pgw.h"
+#include "redact.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* Invariant: conn != NULL for the whole life of the struct. */
 struct wi_pg {
@@ -29,6 +31,14 @@ static int fill_err(struct wi_pg *pg, const PGresult *res, struct wi_err *err)
     return wi_err_set(err, WI_ERR_PG, "%s%s%s", state ? state : "", state ? ": " : "", line);
 }
 
+/* Makes the connection CONNECTION_BAD without waiting (the caller then reconnects). */
+static void give_up(PGconn *c)
+{
+    if (PQsocket(c) >= 0)
+        (void)shutdown(PQsocket(c), SHUT_RDWR);
+    (void)PQconsumeInput(c); /* reads EOF: libpq marks the connection bad */
+}
+
 struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err)
 {
     /* Defaults first: the expanded conninfo (dbname) overrides them. Keepalives make an idle
@@ -37,10 +47,15 @@ struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts
     const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval", "keepalives_count",
                           "dbname", "fallback_application_name", NULL};
     const char *vals[] = {"10", "30", "10", "3", conninfo, "webhook-inbox-sidecar", NULL};
-    struct wi_pg *pg = calloc(1, sizeof *pg);
+    struct wi_pg *pg;
     int i;
 
-    if (!pg) {
+    /* libpq would connect to (and quote) a host or port named by part of the password. */
+    if (wi_redact_url_split(conninfo)) {
+        wi_err_set(err, WI_ERR_ARG, "%s", WI_REDACT_SPLIT_MSG);
+        return NULL;
+    }
+    if (!(pg = calloc(1, sizeof *pg))) {
         wi_err_set(err, WI_ERR_NOMEM, "out of memory");
         return NULL;
     }
@@ -53,6 +68,8 @@ struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts
     }
     if (PQstatus(pg->conn) != CONNECTION_OK) {
         fill_err(pg, NULL, err);
+        if (err)
+            wi_redact_scrub(err->msg, conninfo, PQpass(pg->conn)); /* no part of a password */
         goto fail;
     }
     for (i = 0; i < n; i++) {
@@ -106,6 +123,11 @@ int wi_pg_exec_tx(struct wi_pg *pg, const char *begin, const char *name, int npa
         !PQsendQueryPrepared(c, commit, 0, NULL, NULL, NULL, 0) || !PQpipelineSync(c)) {
         fill_err(pg, NULL, err);
         failed = 1;
+        /* The server answers a pipeline only at a sync point: without one the loop below
+         * would wait forever, and the connection would stay in pipeline mode. End what was
+         * queued with a sync (then roll back as for any failure), or give the connection up. */
+        if (!PQpipelineSync(c))
+            give_up(c);
     }
     /* Each query's results end with a NULL; the pipeline ends with PGRES_PIPELINE_SYNC. After
      * a failure the remaining queries report PGRES_PIPELINE_ABORTED. */

@@ -37,6 +37,21 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     expect(out).not_to include("s3cret")
   end
 
+  # A password with an unencoded '@' or '/': libpq would read its tail as the host (looked up
+  # in DNS, quoted in errors). The sidecar refuses the URL and shows none of the password.
+  ["postgres://app:hunter2@Xyzzy-frag@127.0.0.1:1/db", "postgresql://app:hunter2/Xyzzy-frag@127.0.0.1:1/db"].each do |url|
+    it "shows no part of a password libpq would split (#{url[/:hunter2(.)/, 1]}) in --print-config or errors" do
+      outputs = [sidecar("run", "--print-config", env: { "DATABASE_URL" => url }),
+                 sidecar("stats", "--database-url", url),
+                 sidecar("run", "--once", env: { "DATABASE_URL" => url })]
+      outputs.each do |status, out, err|
+        expect(status.exitstatus).not_to eq(0)
+        expect(err).to include("percent-encode")
+        %w[hunter2 Xyzzy-frag].each { |f| expect(out + err).not_to include(f) }
+      end
+    end
+  end
+
   it "migrates idempotently, also when several run at once (advisory lock)" do
     fresh = "sidecar_mig_#{SecureRandom.hex(3)}"
     TestDatabase.cluster.psql("CREATE DATABASE #{fresh}", db: "postgres")

@@ -89,6 +89,11 @@ class ThrowawayPostgres
     run_psql(db, nil, file: path)
   end
 
+  # Process id of the postmaster (from postmaster.pid), for tests that stop it (SIGSTOP).
+  def postmaster_pid
+    File.readlines(File.join(@data, "postmaster.pid")).first.to_i
+  end
+
   def log_tail(lines = 40)
     File.exist?(@log) ? File.readlines(@log).last(lines).join : ""
   end

@@ -1,0 +1,119 @@
+/* test_store.c - unit tests of the store core that need no server: interrupt bookkeeping
+ * (an interrupt that arrives before a call, e.g. during the binding's jsonb pre-scan, is
+ * not lost) and password redaction (redact.c). Built plain and under ASan/UBSan by store.mk. */
+#include <stdio.h>
+#include <string.h>
+#include "../redact.h"
+#include "../store.h"
+
+static int failures, checks;
+
+#define CHECK(cond, ...)                                               \
+    do {                                                               \
+        checks++;                                                      \
+        if (!(cond)) {                                                 \
+            failures++;                                                \
+            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                              \
+            fputc('\n', stderr);                                       \
+        }                                                              \
+    } while (0)
+
+/* Nothing listens on port 1 of the loopback: a connect attempt fails at once. */
+#define NOWHERE "host=127.0.0.1 port=1 dbname=x user=x"
+
+static void test_interrupt_before_insert_is_kept(void)
+{
+    struct wi_err err;
+    struct wi_store_row row = {"s", 1, "e", 1, "", 0, "{}", 2, 0, 0, NULL, 0};
+    struct wi_store_result out;
+    struct wi_store *s = wi_store_new(NOWHERE, 1000, 1000, &err);
+
+    CHECK(s != NULL, "wi_store_new: %s", err.msg);
+    if (!s)
+        return;
+    /* The interrupt comes first (the binding's pre-scan runs before wi_store_insert). */
+    wi_store_interrupt(s);
+    CHECK(wi_store_insert(s, &row, &out, &err) == -1, "insert succeeded");
+    CHECK(err.code == WI_STORE_EINTR, "got code %d (%s), want WI_STORE_EINTR", err.code, err.msg);
+    /* Consumed: the next call really tries (and fails to connect). */
+    CHECK(wi_store_insert(s, &row, &out, &err) == -1, "insert succeeded");
+    CHECK(err.code == WI_STORE_ECONNECT, "got code %d (%s), want WI_STORE_ECONNECT", err.code, err.msg);
+    wi_store_interrupt(s);
+    CHECK(wi_store_connect(s, &err) == -1 && err.code == WI_STORE_EINTR,
+          "connect after interrupt: code %d (%s)", err.code, err.msg);
+    wi_store_free(s);
+}
+
+struct span_case {
+    const char *url;
+    const char *password; /* NULL: none found */
+    int split;
+};
+
+static const struct span_case spans[] = {
+    {"postgres://u:pw@h/d", "pw", 0},
+    {"postgresql://u:p@ss@h:5432/d", "p@ss", 1},
+    {"postgres://u:p/ss@h/d", "p/ss", 1},
+    {"postgres://u:p?x@ss@h/d?user=a@b", "p?x@ss", 1},
+    {"postgres://u:pw@h/d?user=a@b", "pw", 0},
+    {"postgres://u:p%40ss@h/d", "p%40ss", 0},
+    {"postgres://u:@h/d", "", 0},
+    {"postgres://u@h/d", NULL, 0},
+    {"postgres://h:5432/d?user=a@b", NULL, 0},
+    {"postgres://h/db@x", NULL, 0},
+    {"postgres://", NULL, 0},
+    {"host=h password=p@ss", NULL, 0},
+    {"", NULL, 0},
+};
+
+static void test_password_span(void)
+{
+    size_t i, off, len;
+
+    for (i = 0; i < sizeof spans / sizeof spans[0]; i++) {
+        const struct span_case *c = &spans[i];
+        int found = wi_redact_password_span(c->url, &off, &len);
+        CHECK(found == (c->password != NULL), "%s: found=%d", c->url, found);
+        if (found && c->password)
+            CHECK(len == strlen(c->password) && !strncmp(c->url + off, c->password, len),
+                  "%s: span '%.*s', want '%s'", c->url, (int)len, c->url + off, c->password);
+        CHECK(wi_redact_url_split(c->url) == c->split, "%s: split", c->url);
+    }
+    CHECK(!wi_redact_url_split(NULL), "NULL");
+}
+
+static void test_scrub(void)
+{
+    char msg[128];
+
+    snprintf(msg, sizeof msg, "host \"ss@h\" p@ss and p%%40ss; libpq pw");
+    wi_redact_scrub(msg, "postgres://u:p%40ss@h/d", "pw");
+    CHECK(!strcmp(msg, "host \"ss@h\" **** and ******; libpq **"), "got %s", msg);
+    snprintf(msg, sizeof msg, "nothing to hide");
+    wi_redact_scrub(msg, "host=h", NULL);
+    CHECK(!strcmp(msg, "nothing to hide"), "got %s", msg);
+    snprintf(msg, sizeof msg, "trailing %%");
+    wi_redact_scrub(msg, "postgres://u:ab%4@h/d", NULL); /* a truncated escape stays as is */
+    CHECK(!strcmp(msg, "trailing %"), "got %s", msg);
+}
+
+static void test_store_refuses_split_url(void)
+{
+    struct wi_err err;
+    struct wi_store *s = wi_store_new("postgres://u:hunter2@Xyzzy@127.0.0.1:1/d", 1000, 1000, &err);
+
+    CHECK(s == NULL && err.code == WI_ERR_ARG, "split URL accepted");
+    CHECK(!strstr(err.msg, "hunter2") && !strstr(err.msg, "Xyzzy"), "message shows the password: %s", err.msg);
+    wi_store_free(s);
+}
+
+int main(void)
+{
+    test_interrupt_before_insert_is_kept();
+    test_password_span();
+    test_scrub();
+    test_store_refuses_split_url();
+    printf("test_store: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}

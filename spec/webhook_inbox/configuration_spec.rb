@@ -1,0 +1,67 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+RSpec.describe WebhookInbox::Configuration do
+  # Nothing listens there: building an Inbox only parses the URL, it does not connect.
+  let(:config) { described_class.new.tap { |c| c.database_url = "host=127.0.0.1 port=1 dbname=x" } }
+
+  def receiver_for(scope, **options)
+    config.receiver(:stripe, scope: scope, secrets: ["whsec_#{scope}"], **options)
+  end
+
+  describe "receiver cache" do
+    it "reuses the receiver for the same settings, given as new objects each time" do
+      first = receiver_for(+"stripe:acct_1:live")
+      expect(receiver_for(+"stripe:acct_1:live")).to equal(first)
+      expect(config.cached_receiver_count).to eq(1)
+    end
+
+    it "stays at its bound with 10,000 distinct scopes, dropping the least recently used" do
+      config.receiver_cache_size = 100
+      hot = receiver_for("shopify:hot:live")
+      10_000.times do |i|
+        receiver_for("shopify:#{i}:live")
+        expect(receiver_for("shopify:hot:live")).to equal(hot) if (i % 50).zero? # kept in use
+      end
+      expect(config.cached_receiver_count).to eq(100)
+      expect(receiver_for("shopify:hot:live")).to equal(hot)
+      expect(receiver_for("shopify:9999:live").source_scope).to eq("shopify:9999:live")
+      expect(config.cached_receiver_count).to eq(100)
+    end
+
+    it "has a documented default bound" do
+      expect(described_class::DEFAULT_RECEIVER_CACHE_SIZE).to eq(1000)
+      1_200.times { |i| receiver_for("tenant:#{i}") }
+      expect(config.cached_receiver_count).to eq(1000)
+    end
+
+    it "refuses a bound that is not a positive Integer" do
+      expect { config.receiver_cache_size = 0 }.to raise_error(WebhookInbox::ConfigurationError)
+      expect { config.receiver_cache_size = "10" }.to raise_error(WebhookInbox::ConfigurationError)
+    end
+
+    # Settings whose #hash collide must still get their own receiver: the cache compares
+    # values, not hashes. A custom verifier with a fixed #hash makes the collision.
+    it "never shares a receiver between different settings with the same #hash" do
+      colliding = Class.new do
+        def initialize(id) = @id = id
+        def hash = 42
+        def verify(*) = raise("not called")
+      end
+      a = receiver_for("stripe:acct_1:live", verifier: colliding.new(1))
+      b = receiver_for("stripe:acct_1:live", verifier: colliding.new(2))
+      expect(b).not_to equal(a)
+      expect(config.cached_receiver_count).to eq(2)
+    end
+
+    it "keys by a frozen copy: changing the caller's secrets array later does not change the cached key" do
+      secrets = [+"whsec_old"]
+      first = config.receiver(:stripe, scope: "stripe:acct_2:live", secrets: secrets)
+      secrets[0] << "_changed"
+      fresh = config.receiver(:stripe, scope: "stripe:acct_2:live", secrets: secrets)
+      expect(fresh).not_to equal(first)
+      expect(config.receiver(:stripe, scope: "stripe:acct_2:live", secrets: ["whsec_old"])).to equal(first)
+    end
+  end
+end
