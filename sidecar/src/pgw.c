@@ -38,7 +38,6 @@ struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts
                           "dbname", "fallback_application_name", NULL};
     const char *vals[] = {"10", "30", "10", "3", conninfo, "webhook-inbox-sidecar", NULL};
     struct wi_pg *pg = calloc(1, sizeof *pg);
-    int i;
 
     if (!pg) {
         wi_err_set(err, WI_ERR_NOMEM, "out of memory");
@@ -55,19 +54,29 @@ struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts
         fill_err(pg, NULL, err);
         goto fail;
     }
-    for (i = 0; i < n; i++) {
-        PGresult *res = PQprepare(pg->conn, stmts[i].name, stmts[i].sql, 0, NULL);
-        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-            fill_err(pg, res, err);
-            PQclear(res);
-            goto fail;
-        }
-        PQclear(res);
-    }
+    if (wi_pg_prepare(pg, stmts, n, err) < 0)
+        goto fail;
     return pg;
 fail:
     wi_pg_free(pg);
     return NULL;
+}
+
+int wi_pg_prepare(struct wi_pg *pg, const struct wi_pg_stmt *stmts, int n, struct wi_err *err)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        PGresult *res = PQprepare(pg->conn, stmts[i].name, stmts[i].sql, 0, NULL);
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        /* 42P05: already prepared on this connection; names always carry the same SQL. */
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && !(state && !strcmp(state, "42P05"))) {
+            fill_err(pg, res, err);
+            PQclear(res);
+            return -1;
+        }
+        PQclear(res);
+    }
+    return 0;
 }
 
 void wi_pg_free(struct wi_pg *pg)
