@@ -336,10 +336,27 @@ abort:
     return -1;
 }
 
+/* After the batch statement failed on a live connection: 1 if the schema still passes the
+ * check. A schema dropped or replaced under a running worker (a database restored, a
+ * schema:load) makes it reconnect, which checks it and waits, instead of failing (and
+ * redoing stepwise) every batch. */
+static int schema_still_ok(const struct wi_worker *w, struct wi_pg *pg)
+{
+    struct wi_schema found;
+    struct wi_err err;
+
+    if (wi_schema_check(pg, &found, &err) == WI_SCHEMA_OK)
+        return 1;
+    log_warnx("schema_changed", "worker=%d note=\"reconnecting to check the inbox schema\"", w->id);
+    return 0;
+}
+
 /* The fused statement first (3 statements in one round trip per transaction: BEGIN,
  * claim+dispatch, COMMIT, whatever the batch size); the stepwise path only to isolate an
  * event whose dispatch statement failed outright. In careful mode, one stepwise event per
- * transaction: the worker knows the event before its handler runs. */
+ * transaction: the worker knows the event before its handler runs. Returns what the path
+ * taken returns, or -4 when the batch statement failed because the schema no longer passes
+ * the check (the caller reconnects). */
 static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int careful, struct wi_batch *b,
                      struct wi_event *lost)
 {
@@ -348,6 +365,8 @@ static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s
         return run_batch_stepwise(w, pg, s, 1, b, lost);
     if ((n = run_batch_fused(w, pg, s, b)) != -2)
         return n;
+    if (!schema_still_ok(w, pg))
+        return -4;
     if ((n = run_batch_stepwise(w, pg, s, s->batch_size, b, lost)) != -3)
         return n;
     /* COMMIT failed with several events in the transaction: the oldest due event alone.
@@ -522,6 +541,9 @@ void *wi_worker_main(void *arg)
                 if (!lost.scope || charge_failed)
                     nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
                 reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
+            } else if (n == -4) {
+                wi_pg_free(pg); /* the reconnect checks the schema again, and waits while it is refused */
+                pg = NULL;
             } else {
                 nap(rt, 0.2);
             }

@@ -131,6 +131,25 @@ RSpec.describe "webhook-inbox-sidecar schema version", :sidecar do
     expect(wait_exit(pid)&.exitstatus).to eq(0)
   end
 
+  it "a schema dropped under a running sidecar (no reconnect): the failed batch re-checks it and it waits" do
+    db = SidecarHelper::DB.new(cluster)
+    db.add_order("t1", "o1", 100, "usd")
+    pid, log = spawn_sidecar("run", "--database-url", db.url, "--concurrency", "1", "--poll-interval", "200ms")
+    wait_for(10, 0.05, "connected") { File.read(log).include?("msg=connected") }
+    db.psql(<<~SQL) # what a restore of an old dump or a schema.rb load does to the functions
+      DROP FUNCTION webhook_inbox_schema_version();
+      DROP FUNCTION webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint);
+    SQL
+    db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 100, "usd"))
+    wait_for(10, 0.05, "the refusal") { File.read(log).include?("msg=schema_refused") }
+    expect(File.read(log)).to include("msg=schema_changed")
+    expect(db.event("evt_1")).to include(status: "pending", attempts: 0)
+    expect(sidecar("migrate", "--database-url", db.url)[0].exitstatus).to eq(0)
+    wait_for(15, 0.05, "the event done after migrating") { db.event("evt_1")[:status] == "done" }
+    Process.kill("TERM", pid)
+    expect(wait_exit(pid)&.exitstatus).to eq(0)
+  end
+
   describe "migrate" do
     it "prints one short line with the version, never the SQL" do
       _, url = empty_database
