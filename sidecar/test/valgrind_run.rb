@@ -51,9 +51,13 @@ begin
       BEGIN PERFORM pg_sleep((ev.payload ->> 'sleep')::float8); RETURN 'slept'; END $$;
     INSERT INTO webhook_inbox_routes VALUES ('test.sleepy', 't_sleepy');
   SQL
-  vg(bin, "run", "--once", "--database-url", url, "--concurrency", "2", "--batch-size", "2",
-     "--max-attempts", "2", "--backoff-base", "1ms", "--backoff-cap", "1ms",
-     env: { "PGOPTIONS" => "-c statement_timeout=#{SANITIZER ? 500 : 1500}" })
+  # Twice: --once takes what is due when it looks, and a retry due 1 ms after its failure
+  # (charged inside the batch) may only be due for the next run.
+  2.times do
+    vg(bin, "run", "--once", "--database-url", url, "--concurrency", "2", "--batch-size", "2",
+       "--max-attempts", "2", "--backoff-base", "1ms", "--backoff-cap", "1ms",
+       env: { "PGOPTIONS" => "-c statement_timeout=#{SANITIZER ? 500 : 1500}" })
+  end
   states = pg.psql("SELECT string_agg(event_id || '=' || status, ',' ORDER BY event_id) FROM webhook_inbox").strip
   # e4 has no route: it waits (pending, not charged) under the default --unrouted=wait.
   abort "unexpected states after run --once: #{states}" unless states == "e1=done,e2=quarantined,e3=quarantined,e4=pending,e5=quarantined"
