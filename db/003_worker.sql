@@ -1,5 +1,8 @@
 -- 003_worker.sql - the sidecar's server-side half: routing, dispatch in a subtransaction, stats.
 -- Idempotent: safe to re-run. Applied by `webhook-inbox-sidecar migrate` after 001 and 002.
+-- The v3 worker API: sidecars of schema v4 and later call the functions of
+-- 004_schema_version.sql instead (failures charged in the claiming transaction, unrouted
+-- events waiting); these stay as they were for v3 sidecars during a rolling deploy.
 
 -- Routing: exact type first, then the longest prefix pattern ending in '*', '*' last.
 -- starts_with() (not LIKE) so '_' and '%' in event types are plain characters.

@@ -8,16 +8,21 @@
 extern const struct wi_pg_stmt wi_claim_stmt;
 extern const struct wi_pg_stmt wi_next_due_stmt;
 
-/* One claimed row. Strings are owned by the batch. */
+/* One claimed row. Strings are owned by the batch.
+ * Invariant: once dispatched, the row in the database already says what result says (the
+ * dispatch statement recorded it in the claiming transaction); charged events have
+ * attempts + 1 there. */
 struct wi_event {
     char *scope;
     char *event_id;
     char *event_type;
     int attempts;      /* attempts before this run */
     /* filled by dispatch */
-    char result[16];   /* done, quarantined, retry, skipped; "" = not run */
+    char result[16];   /* done, quarantined, retry, waiting, skipped; "" = not run */
     char *detail;      /* outcome, reason or error (owned) */
     double latency_ms; /* receipt to dispatch */
+    int charged;       /* 1: this run was charged one attempt (retry, or quarantined at the maximum) */
+    long long retry_in_ms; /* retry / waiting: delay before the next run; else -1 */
 };
 
 struct wi_batch {

@@ -24,12 +24,12 @@ struct cf_entry {
     size_t offset;         /* into struct wi_config */
     const char *def;       /* default, parsed like any other source; NULL = unset */
     int flags;             /* CF_RELOAD, CF_CLI */
-    long min, max;         /* CF_INT bounds; CF_DURATION: max seconds (0 = none) */
+    long min, max;         /* CF_INT bounds; CF_DURATION: min and max seconds (max 0 = none) */
     const char *const *enums; /* CF_ENUM names, index = value */
     const char *help;
 };
 
-static const char *const unrouted_names[] = {"ignore", "quarantine", "retry", NULL};
+static const char *const unrouted_names[] = {"wait", "ignore", "quarantine", "retry", NULL}; /* WI_UNROUTED_* */
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 
 #define F(field) offsetof(struct wi_config, field)
@@ -52,8 +52,11 @@ static const struct cf_entry table[] = {
      "look for due events at least this often (NOTIFY wakes workers sooner)"},
     {"lock-timeout", CF_DURATION, F(lock_timeout), "500ms", 0, 0, 86400, NULL,
      "lock_timeout of worker sessions: a handler blocked longer on a row lock fails transiently (retried)"},
-    {"unrouted", CF_ENUM, F(unrouted), "ignore", CF_RELOAD, 0, 0, unrouted_names,
-     "event types without a route: ignore (done, outcome 'ignored: no route'), quarantine, retry"},
+    {"unrouted", CF_ENUM, F(unrouted), "wait", CF_RELOAD, 0, 0, unrouted_names,
+     "event types without a route: wait (pending, not charged, looked at again after --unrouted-delay), "
+     "ignore (done, outcome 'ignored: no route'), quarantine, retry (charged like a failure)"},
+    {"unrouted-delay", CF_DURATION, F(unrouted_delay), "60s", CF_RELOAD, 1, 30 * 86400, NULL,
+     "--unrouted=wait: how long an event with no route waits before it is looked at again (at least 1s)"},
     {"log-level", CF_ENUM, F(log_level), "info", CF_RELOAD, 0, 0, level_names,
      "debug, info, warn, error"},
     {"log-events", CF_BOOL, F(log_events), "true", CF_RELOAD, 0, 0, NULL,
@@ -146,19 +149,26 @@ static int set(struct wi_config *cfg, const struct cf_entry *e, const char *val,
             return wi_err_set(err, WI_ERR_ARG, "%s: %s must be a positive duration (250ms, 2s, 5m, 1h, 3d)", src, e->name);
         if (e->max && d > (double)e->max) /* keeps every later ms/int conversion in range */
             return wi_err_set(err, WI_ERR_ARG, "%s: %s must be at most %ldd", src, e->name, e->max / 86400);
+        if (d < (double)e->min)
+            return wi_err_set(err, WI_ERR_ARG, "%s: %s must be at least %lds", src, e->name, e->min);
         *(double *)p = d;
         return 0;
     }
     case CF_ENUM: {
+        char names[128];
+        size_t n = 0;
         int i;
         for (i = 0; e->enums[i]; i++)
             if (strcmp(e->enums[i], val) == 0) {
                 *(int *)p = i;
                 return 0;
             }
-        return wi_err_set(err, WI_ERR_ARG, "%s: %s must be one of %s%s%s%s%s", src, e->name, e->enums[0],
-                          e->enums[1] ? ", " : "", e->enums[1] ? e->enums[1] : "",
-                          e->enums[1] && e->enums[2] ? ", " : "", e->enums[1] && e->enums[2] ? e->enums[2] : "");
+        names[0] = '\0';
+        for (i = 0; e->enums[i] && n < sizeof names; i++) {
+            int r = snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", e->enums[i]);
+            n += r > 0 ? (size_t)r : 0;
+        }
+        return wi_err_set(err, WI_ERR_ARG, "%s: %s must be one of %s", src, e->name, names);
     }
     case CF_BOOL:
         if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "on"))
@@ -430,6 +440,13 @@ void wi_config_print(const struct wi_config *cfg, FILE *out)
         }
         fprintf(out, "%s\n", e->flags & CF_RELOAD ? "" : "  # restart to change");
     }
+}
+
+const char *wi_config_unrouted_name(int unrouted)
+{
+    return unrouted >= 0 && unrouted < (int)(sizeof unrouted_names / sizeof unrouted_names[0]) - 1
+               ? unrouted_names[unrouted]
+               : "wait";
 }
 
 void wi_config_usage(FILE *out)

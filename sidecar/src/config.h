@@ -6,7 +6,8 @@
 #include <stdio.h>
 #include "wi_err.h"
 
-enum { WI_UNROUTED_IGNORE = 0, WI_UNROUTED_QUARANTINE = 1, WI_UNROUTED_RETRY = 2 };
+/* What happens to an event whose type has no route (the SQL's p_unrouted, by name). */
+enum { WI_UNROUTED_WAIT = 0, WI_UNROUTED_IGNORE = 1, WI_UNROUTED_QUARANTINE = 2, WI_UNROUTED_RETRY = 3 };
 
 /* Invariant after a successful wi_config_load(): every value is within its table bounds,
  * backoff_cap >= backoff_base, strings are heap-owned by the struct (or NULL). */
@@ -21,6 +22,7 @@ struct wi_config {
     double poll_interval; /* seconds: fallback poll when no NOTIFY arrives */
     double lock_timeout;  /* seconds: session lock_timeout; a handler waiting longer is retried */
     int unrouted;         /* WI_UNROUTED_* */
+    double unrouted_delay; /* seconds: an unrouted event (wait) is looked at again after this */
     int log_level;        /* WI_LOG_* */
     int log_events;       /* 1: one info line per event */
     /* command options (flags only, not reloaded, not printed) */
@@ -50,6 +52,9 @@ void wi_config_free(struct wi_config *cfg);
 /* Writes "name = value" lines of the effective configuration; the password in
  * database_url is masked. */
 void wi_config_print(const struct wi_config *cfg, FILE *out);
+
+/* The name of a WI_UNROUTED_* value ("wait", "ignore", "quarantine", "retry"). */
+const char *wi_config_unrouted_name(int unrouted);
 
 /* Writes the option list for --help. */
 void wi_config_usage(FILE *out);

@@ -3,8 +3,10 @@
 #include "log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +68,49 @@ DEFINE_LOG(log_info, WI_LOG_INFO, 0)
 DEFINE_LOG(log_warn, WI_LOG_WARN, 1)
 DEFINE_LOG(log_warnx, WI_LOG_WARN, 0)
 DEFINE_LOG(log_debug, WI_LOG_DEBUG, 0)
+DEFINE_LOG(log_errorx, WI_LOG_ERROR, 0)
+
+/* Recent rate-limited keys: FNV-1a hash and when each was last allowed (monotonic seconds).
+ * A hash collision only makes two keys share one limit. */
+#define EVERY_SLOTS 64
+static struct {
+    uint64_t hash;
+    double at;
+} every[EVERY_SLOTS];
+static pthread_mutex_t every_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int wi_log_every(const char *key, double seconds)
+{
+    uint64_t h = 14695981039346656037ull;
+    struct timespec ts;
+    double now;
+    int i, oldest = 0, allow = 1;
+    const char *p;
+
+    for (p = key ? key : ""; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h |= 1; /* 0 marks an empty slot */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    pthread_mutex_lock(&every_lock);
+    for (i = 0; i < EVERY_SLOTS; i++) {
+        if (every[i].hash == h)
+            break;
+        if (every[oldest].hash && (!every[i].hash || every[i].at < every[oldest].at))
+            oldest = i; /* an empty slot, else the least recently allowed key */
+    }
+    if (i < EVERY_SLOTS) {
+        if (now - every[i].at < seconds)
+            allow = 0;
+        else
+            every[i].at = now;
+    } else {
+        every[oldest].hash = h;
+        every[oldest].at = now;
+    }
+    pthread_mutex_unlock(&every_lock);
+    return allow;
+}
 
 void fatal(const char *msg, const char *fmt, ...)
 {

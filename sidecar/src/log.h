@@ -15,8 +15,14 @@ int wi_log_enabled(int level);
 void log_info(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void log_warn(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));  /* appends errno */
 void log_warnx(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_errorx(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3))); /* not fatal */
 void log_debug(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void fatal(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+/* Rate limit for repeated lines: returns 1 when the line keyed by key (e.g. a message name
+ * plus an event type) was not allowed within the last `seconds` in this process, and
+ * records now; else 0. Remembers the 64 most recent keys (by hash). Thread-safe. */
+int wi_log_every(const char *key, double seconds);
 
 /* Writes v into buf as a log value: bare if it is [A-Za-z0-9._:/@*+-]+, else double-quoted
  * with \" \\ and control characters escaped; truncated to fit (at most max input bytes).

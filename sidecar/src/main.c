@@ -19,6 +19,7 @@
 #include "migrate.h"
 #include "prune.h"
 #include "requeue.h"
+#include "schema.h"
 #include "worker.h"
 
 static volatile sig_atomic_t got_term, got_hup;
@@ -52,7 +53,8 @@ static void usage(FILE *out)
           "commands:\n"
           "  run       process pending inbox events (--once: drain what is due, then exit)\n"
           "  migrate   apply the embedded schema (idempotent, advisory-locked)\n"
-          "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99 (--json)\n"
+          "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99,\n"
+          "            events waiting for a route (--json)\n"
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all)\n"
           "  prune     retention: delete done events older than --older-than (>= 3d; optional --scope)\n"
           "\n"
@@ -89,7 +91,7 @@ static void reload(struct wi_runtime *rt, int argc, char **argv)
     wi_log_set_level(rt->cfg.log_level);
     pthread_mutex_unlock(&rt->lock);
     log_info("config_reloaded", "batch_size=%d max_attempts=%d unrouted=%s", fresh.batch_size, fresh.max_attempts,
-             fresh.unrouted == WI_UNROUTED_QUARANTINE ? "quarantine" : fresh.unrouted == WI_UNROUTED_RETRY ? "retry" : "ignore");
+             wi_config_unrouted_name(fresh.unrouted));
     wi_config_free(&fresh);
 }
 
@@ -147,7 +149,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
             break;
         if (++ticks % 60 == 0) { /* about once a minute: a summary line, when something happened */
             long seen = wi_metrics_get(WI_M_DONE) + wi_metrics_get(WI_M_QUARANTINED) + wi_metrics_get(WI_M_RETRY) +
-                        wi_metrics_get(WI_M_RECONNECTS);
+                        wi_metrics_get(WI_M_WAITING) + wi_metrics_get(WI_M_RECONNECTS);
             if (seen != last_seen)
                 wi_metrics_log_summary();
             last_seen = seen;
@@ -214,13 +216,17 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "run")) {
         rc = cmd_run(&cfg, argc - first, argv + first);
     } else if (!strcmp(cmd, "migrate")) {
-        if (wi_migrate(cfg.database_url, &err) < 0) {
+        if (wi_migrate(cfg.database_url, stdout, &err) < 0) {
             fprintf(stderr, "webhook-inbox-sidecar migrate: %s\n", err.msg);
             rc = 1;
         }
     } else if (!strcmp(cmd, "stats")) {
         if (wi_metrics_stats(cfg.database_url, cfg.json, stdout, &err) < 0) {
-            fprintf(stderr, "webhook-inbox-sidecar stats: %s\n", err.msg);
+            const char *problem = wi_schema_err_problem(&err);
+            if (problem)
+                fprintf(stderr, "webhook-inbox-sidecar stats: %s (%s)\n", problem, err.msg);
+            else
+                fprintf(stderr, "webhook-inbox-sidecar stats: %s\n", err.msg);
             rc = 1;
         }
     } else if (!strcmp(cmd, "requeue")) {

@@ -3,6 +3,7 @@
 #ifndef WI_MIGRATE_H
 #define WI_MIGRATE_H
 
+#include <stdio.h>
 #include "wi_err.h"
 
 /* One embedded migration file (generated into migrations.c by the build). */
@@ -14,8 +15,10 @@ extern const struct wi_migration wi_migrations[];
 extern const int wi_migrations_count;
 
 /* Connects and applies every embedded migration in order, each in its own transaction,
- * holding pg_advisory_lock(WI_MIGRATE_LOCK_KEY). Idempotent. Returns 0 or -1 with *err. */
-int wi_migrate(const char *conninfo, struct wi_err *err);
+ * holding pg_advisory_lock(WI_MIGRATE_LOCK_KEY), then writes one line to out saying the
+ * schema version (never the SQL). Idempotent. A database whose schema is newer than
+ * WI_SCHEMA_VERSION is left as it is (one line says so; returns 0). Returns 0 or -1 with *err. */
+int wi_migrate(const char *conninfo, FILE *out, struct wi_err *err);
 
 #define WI_MIGRATE_LOCK_KEY "7310582026110401" /* arbitrary, constant: "webhook_inbox migrate" */
 

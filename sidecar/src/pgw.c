@@ -48,7 +48,6 @@ struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts
                           "dbname", "fallback_application_name", NULL};
     const char *vals[] = {"10", "30", "10", "3", conninfo, "webhook-inbox-sidecar", NULL};
     struct wi_pg *pg;
-    int i;
 
     /* libpq would connect to (and quote) a host or port named by part of the password. */
     if (wi_redact_url_split(conninfo)) {
@@ -72,19 +71,29 @@ struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts
             wi_redact_scrub(err->msg, conninfo, PQpass(pg->conn)); /* no part of a password */
         goto fail;
     }
-    for (i = 0; i < n; i++) {
-        PGresult *res = PQprepare(pg->conn, stmts[i].name, stmts[i].sql, 0, NULL);
-        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-            fill_err(pg, res, err);
-            PQclear(res);
-            goto fail;
-        }
-        PQclear(res);
-    }
+    if (wi_pg_prepare(pg, stmts, n, err) < 0)
+        goto fail;
     return pg;
 fail:
     wi_pg_free(pg);
     return NULL;
+}
+
+int wi_pg_prepare(struct wi_pg *pg, const struct wi_pg_stmt *stmts, int n, struct wi_err *err)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        PGresult *res = PQprepare(pg->conn, stmts[i].name, stmts[i].sql, 0, NULL);
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        /* 42P05: already prepared on this connection; names always carry the same SQL. */
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && !(state && !strcmp(state, "42P05"))) {
+            fill_err(pg, res, err);
+            PQclear(res);
+            return -1;
+        }
+        PQclear(res);
+    }
+    return 0;
 }
 
 void wi_pg_free(struct wi_pg *pg)

@@ -21,6 +21,11 @@ enum { WI_ERR_PG = 300 }; /* err->msg holds "SQLSTATE: message" (first line only
  * connect_timeout 10 s, TCP keepalives after 30 s idle. Borrows stmts (must outlive pg). */
 struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err);
 
+/* Prepares stmts[0..n) on an open connection (statements that name objects which may not
+ * exist yet, prepared once a check passed). A name already prepared on this connection is
+ * kept as it is (a name always stands for the same SQL). Returns 0, or -1 with *err. */
+int wi_pg_prepare(struct wi_pg *pg, const struct wi_pg_stmt *stmts, int n, struct wi_err *err);
+
 /* Closes the connection; accepts NULL. */
 void wi_pg_free(struct wi_pg *pg);
 

@@ -1,29 +1,14 @@
-/* retry.c - backoff (exponential, equal jitter, capped) and recording a transient failure. */
+/* retry.c - charging one transient failure (webhook_inbox_charge_failure), and jitter numbers. */
 #define _POSIX_C_SOURCE 200809L
 #include "retry.h"
 
-#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const struct wi_pg_stmt wi_retry_stmt = {
-    "wi_record_failure", "SELECT webhook_inbox_record_failure($1, $2, $3::int, $4::bigint, $5, $6::int)"};
-
-double wi_retry_delay(int failures, double base, double cap, double u)
-{
-    double d;
-    if (failures < 0)
-        failures = 0;
-    if (u < 0)
-        u = 0;
-    if (u >= 1)
-        u = 0.999999;
-    /* 2^62 * base overflows nothing in double, but stop early: the cap wins long before. */
-    d = failures >= 62 ? cap : base * ldexp(1.0, failures);
-    if (d > cap || !isfinite(d))
-        d = cap;
-    return d / 2 + u * (d / 2);
-}
+    "wi_charge_failure", "SELECT new_status, retry_in_ms"
+                         " FROM webhook_inbox_charge_failure($1, $2, $3::int, $4, $5::int, $6::bigint, $7::bigint)"};
 
 double wi_retry_uniform(uint64_t *state)
 {
@@ -35,26 +20,38 @@ double wi_retry_uniform(uint64_t *state)
     return (double)(x >> 11) / 9007199254740992.0; /* 2^53 */
 }
 
-int wi_retry_record(struct wi_pg *pg, const char *scope, const char *event_id, int seen_attempts, long long delay_ms,
-                    const char *error, int max_attempts, char status[16], struct wi_err *err)
+int wi_retry_charge(struct wi_pg *pg, struct wi_event *e, const char *error, const struct wi_policy *p,
+                    struct wi_err *err)
 {
-    char att[16], delay[24], max[16];
-    const char *params[6];
+    char att[16], max[16], base[24], cap[24];
+    const char *params[7];
+    char *detail = strdup(error ? error : "");
     PGresult *res;
 
-    snprintf(att, sizeof att, "%d", seen_attempts);
-    snprintf(delay, sizeof delay, "%lld", delay_ms);
-    snprintf(max, sizeof max, "%d", max_attempts);
-    params[0] = scope;
-    params[1] = event_id;
+    if (!detail)
+        return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    snprintf(att, sizeof att, "%d", e->attempts);
+    snprintf(max, sizeof max, "%d", p->max_attempts);
+    snprintf(base, sizeof base, "%lld", p->backoff_base_ms);
+    snprintf(cap, sizeof cap, "%lld", p->backoff_cap_ms);
+    params[0] = e->scope;
+    params[1] = e->event_id;
     params[2] = att;
-    params[3] = delay;
-    params[4] = error ? error : "";
-    params[5] = max;
-    res = wi_pg_exec(pg, wi_retry_stmt.name, 6, params, PGRES_TUPLES_OK, err);
-    if (!res)
+    params[3] = detail;
+    params[4] = max;
+    params[5] = base;
+    params[6] = cap;
+    res = wi_pg_exec(pg, wi_retry_stmt.name, 7, params, PGRES_TUPLES_OK, err);
+    if (!res) {
+        free(detail);
         return -1;
-    snprintf(status, 16, "%s", PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : "");
+    }
+    free(e->detail);
+    e->detail = detail;
+    e->charged = PQntuples(res) == 1 && !PQgetisnull(res, 0, 0);
+    snprintf(e->result, sizeof e->result, "%s",
+             !e->charged ? "" : !strcmp(PQgetvalue(res, 0, 0), "quarantined") ? "quarantined" : "retry");
+    e->retry_in_ms = e->charged && !PQgetisnull(res, 0, 1) ? atoll(PQgetvalue(res, 0, 1)) : -1;
     PQclear(res);
     return 0;
 }

@@ -1,10 +1,12 @@
-/* worker.c - one worker connection: the claim/dispatch/commit loop, LISTEN wake-ups with a
- * polling fallback, reconnection with backoff (a lost connection never ends the loop), and
- * careful mode: one event per transaction after a connection died under a batch. */
+/* worker.c - one worker connection: the schema check on every (re)connect, the
+ * claim/dispatch/commit loop, LISTEN wake-ups with a polling fallback, reconnection with
+ * backoff (a lost connection never ends the loop), and careful mode: one event per
+ * transaction after a connection died under a batch. */
 #define _POSIX_C_SOURCE 200809L
 #include "worker.h"
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,14 +21,27 @@
 #include "metrics.h"
 #include "pgw.h"
 #include "retry.h"
+#include "schema.h"
 
+/* Statements that name no inbox object: prepared at connect, before the schema check. */
 static const struct wi_pg_stmt tx_stmts[] = {
     {"wi_begin", "BEGIN"},
     {"wi_commit", "COMMIT"},
     {"wi_rollback", "ROLLBACK"},
+    {"wi_savepoint", "SAVEPOINT wi_event"},
+    {"wi_release", "RELEASE SAVEPOINT wi_event"},
+    {"wi_rollback_to", "ROLLBACK TO SAVEPOINT wi_event"},
     {"wi_listen", "LISTEN webhook_inbox"},
     {"wi_lock_timeout", "SELECT set_config('lock_timeout', $1, false)"},
 };
+
+/* A refused schema is looked at again this often (a deploy's migration unblocks the worker
+ * without a restart); its error line is logged at most once per SCHEMA_LOG_EVERY_S. */
+#define SCHEMA_RETRY_S 3.0
+#define SCHEMA_LOG_EVERY_S 60.0
+
+/* The warning about one unrouted event type is logged at most this often. */
+#define UNROUTED_LOG_EVERY_S 60.0
 
 /* Reconnect delay: jittered, doubled per consecutive failure (lost connection or failed
  * connect), reset to the floor only by a transaction that went through - never by a mere
@@ -39,26 +54,27 @@ static const struct wi_pg_stmt tx_stmts[] = {
 
 /* The per-batch view of the reloadable settings. */
 struct snap {
-    int batch_size, max_attempts, log_events;
-    double backoff_base, backoff_cap, poll_interval;
-    const char *unrouted;
+    int batch_size, log_events;
+    double poll_interval;
+    struct wi_policy policy; /* what the dispatch statements do with failed and unrouted events */
 };
 
-static const char *unrouted_name(int v)
+static long long ms(double seconds)
 {
-    return v == WI_UNROUTED_QUARANTINE ? "quarantine" : v == WI_UNROUTED_RETRY ? "retry" : "ignore";
+    return (long long)llround(seconds * 1000);
 }
 
 static void take_snap(struct wi_runtime *rt, struct snap *s)
 {
     pthread_mutex_lock(&rt->lock);
     s->batch_size = rt->cfg.batch_size;
-    s->max_attempts = rt->cfg.max_attempts;
     s->log_events = rt->cfg.log_events;
-    s->backoff_base = rt->cfg.backoff_base;
-    s->backoff_cap = rt->cfg.backoff_cap;
     s->poll_interval = rt->cfg.poll_interval;
-    s->unrouted = unrouted_name(rt->cfg.unrouted);
+    s->policy.unrouted = wi_config_unrouted_name(rt->cfg.unrouted);
+    s->policy.max_attempts = rt->cfg.max_attempts;
+    s->policy.backoff_base_ms = ms(rt->cfg.backoff_base);
+    s->policy.backoff_cap_ms = ms(rt->cfg.backoff_cap);
+    s->policy.unrouted_delay_ms = ms(rt->cfg.unrouted_delay);
     pthread_mutex_unlock(&rt->lock);
 }
 
@@ -107,51 +123,69 @@ static void log_event(const struct wi_worker *w, const struct wi_event *e, const
              wi_log_quote(detail, sizeof detail, shown, 160), extra ? extra : "");
 }
 
-/* Records e's transient failure in its own transaction and logs it. */
-static void record_failure(const struct wi_worker *w, struct wi_pg *pg, struct wi_event *e, const struct snap *s,
-                           uint64_t *rng)
+/* A rate-limited warning per unrouted event type (its name, never the payload). */
+static void warn_unrouted(const struct wi_worker *w, const struct wi_event *e)
 {
-    struct wi_err err;
-    char status[16], extra[64];
-    double delay = wi_retry_delay(e->attempts, s->backoff_base, s->backoff_cap, wi_retry_uniform(rng));
-    long long delay_ms = (long long)(delay * 1000);
+    char key[160], type[160];
 
-    if (wi_retry_record(pg, e->scope, e->event_id, e->attempts, delay_ms, e->detail, s->max_attempts, status, &err) < 0) {
-        log_warnx("record_failure_failed", "worker=%d error=%s", w->id, WI_LOG_Q(err.msg));
+    snprintf(key, sizeof key, "unrouted\037%s", e->event_type);
+    if (!wi_log_every(key, UNROUTED_LOG_EVERY_S))
         return;
-    }
-    if (!strcmp(status, "quarantined")) {
+    log_warnx("unrouted_event", "worker=%d type=%s retry_in_s=%.0f note=\"no route for this event type: its events stay "
+              "pending, uncharged; add a route, or route the type to webhook_inbox_ignore to ignore it\"",
+              w->id, wi_log_quote(type, sizeof type, e->event_type, 120), (double)e->retry_in_ms / 1000);
+}
+
+/* Counts and logs one event whose result is durable (its transaction committed). */
+static void report_event(const struct wi_worker *w, const struct wi_event *e, const struct snap *s)
+{
+    char extra[64];
+
+    if (!strcmp(e->result, "done")) {
+        wi_metrics_add(WI_M_DONE, 1);
+        if (s->log_events)
+            log_event(w, e, "done", e->attempts, NULL);
+    } else if (!strcmp(e->result, "quarantined")) {
         wi_metrics_add(WI_M_QUARANTINED, 1);
         if (s->log_events)
-            log_event(w, e, "quarantined", e->attempts + 1, " reason=max_attempts");
-    } else if (!strcmp(status, "pending")) {
+            log_event(w, e, "quarantined", e->attempts + e->charged, e->charged ? " reason=max_attempts" : NULL);
+    } else if (!strcmp(e->result, "retry")) {
         wi_metrics_add(WI_M_RETRY, 1);
-        snprintf(extra, sizeof extra, " retry_in_ms=%lld", delay_ms);
+        snprintf(extra, sizeof extra, " retry_in_ms=%lld", e->retry_in_ms);
         if (s->log_events)
-            log_event(w, e, "retry", e->attempts + 1, extra);
+            log_event(w, e, "retry", e->attempts + e->charged, extra);
+    } else if (!strcmp(e->result, "waiting")) {
+        wi_metrics_add(WI_M_WAITING, 1);
+        snprintf(extra, sizeof extra, " retry_in_ms=%lld", e->retry_in_ms);
+        if (s->log_events)
+            log_event(w, e, "waiting", e->attempts, extra);
+        warn_unrouted(w, e);
     }
 }
 
-/* After COMMIT: business work and done/quarantined are durable together. Counts, logs,
- * and records the transient failures, each in its own transaction. */
-static void after_commit(struct wi_worker *w, struct wi_pg *pg, struct wi_batch *b, const struct snap *s, uint64_t *rng)
+/* After COMMIT: business work and every event's new state are durable together. */
+static void report(struct wi_worker *w, const struct wi_batch *b, const struct snap *s)
 {
     int i;
     wi_metrics_add(WI_M_BATCHES, 1);
-    for (i = 0; i < b->n; i++) {
-        struct wi_event *e = &b->ev[i];
-        if (!strcmp(e->result, "done")) {
-            wi_metrics_add(WI_M_DONE, 1);
-            if (s->log_events)
-                log_event(w, e, "done", e->attempts, NULL);
-        } else if (!strcmp(e->result, "quarantined")) {
-            wi_metrics_add(WI_M_QUARANTINED, 1);
-            if (s->log_events)
-                log_event(w, e, "quarantined", e->attempts, NULL);
-        } else if (!strcmp(e->result, "retry")) {
-            record_failure(w, pg, e, s, rng);
-        }
+    for (i = 0; i < b->n; i++)
+        report_event(w, &b->ev[i], s);
+}
+
+/* Charges e one transient failure in a transaction of its own, when the transaction that ran
+ * its handler could not record it (the connection died under it, or its COMMIT failed), and
+ * logs it. Another worker may have run (and charged) the event meanwhile: the charge then
+ * applies to nothing. */
+static void charge_alone(const struct wi_worker *w, struct wi_pg *pg, struct wi_event *e, const char *error,
+                         const struct snap *s)
+{
+    struct wi_err err;
+
+    if (wi_retry_charge(pg, e, error, &s->policy, &err) < 0) {
+        log_warnx("charge_failed", "worker=%d error=%s", w->id, WI_LOG_Q(err.msg));
+        return;
     }
+    report_event(w, e, s);
 }
 
 /* Fast path: one statement claims and dispatches the whole batch, sent with BEGIN and COMMIT
@@ -159,15 +193,15 @@ static void after_commit(struct wi_worker *w, struct wi_pg *pg, struct wi_batch 
  * or pending again and re-claimed, never both). Returns events
  * handled, 0 when nothing was due, -1 when the connection is lost, -2 when the statement
  * failed (rolled back; the caller redoes the batch one statement per event). */
-static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b, uint64_t *rng)
+static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b)
 {
     struct wi_err err;
     int n;
 
     /* BEGIN, claim+dispatch, COMMIT: one round trip (pipelined). */
-    if ((n = wi_dispatch_batch_tx(pg, s->batch_size, s->unrouted, b, &err)) >= 0) {
+    if ((n = wi_dispatch_batch_tx(pg, s->batch_size, &s->policy, b, &err)) >= 0) {
         if (n > 0)
-            after_commit(w, pg, b, s, rng);
+            report(w, b, s);
         return n;
     }
     if (!wi_pg_ok(pg)) {
@@ -214,19 +248,43 @@ static void keep_lost(const struct wi_worker *w, struct wi_pg *pg, struct wi_eve
               wi_log_quote(id, sizeof id, lost->event_id, 120), wi_log_quote(scope, sizeof scope, lost->scope, 120));
 }
 
+/* Dispatches e inside the open transaction, within a savepoint of its own: when the dispatch
+ * statement itself fails (statement_timeout: query_canceled is not caught by the handler's
+ * savepoint in SQL), the savepoint is rolled back and e is charged one attempt in this same
+ * transaction, which still holds its row lock: no other worker can run it before the charge
+ * is committed. Returns 0, or -1 with *err (the transaction must be rolled back). */
+static int dispatch_one(const struct wi_worker *w, struct wi_pg *pg, struct wi_event *e, const struct snap *s,
+                        struct wi_err *err)
+{
+    struct wi_err derr;
+
+    if (wi_pg_cmd(pg, "wi_savepoint", 0, NULL, err) < 0)
+        return -1;
+    if (wi_dispatch(pg, e, &s->policy, &derr) == 0)
+        return wi_pg_cmd(pg, "wi_release", 0, NULL, err);
+    if (!wi_pg_ok(pg)) {
+        *err = derr;
+        return -1;
+    }
+    log_warnx("dispatch_failed", "worker=%d error=%s", w->id, WI_LOG_Q(derr.msg));
+    if (wi_pg_cmd(pg, "wi_rollback_to", 0, NULL, err) < 0)
+        return -1;
+    return wi_retry_charge(pg, e, derr.msg, &s->policy, err);
+}
+
 /* One transaction: claim up to limit events, dispatch each with its own statement (a
- * savepoint each, inside SQL), commit; then record transient failures separately. Returns
- * events handled, 0 when nothing was due, -1 on failure (the transaction is rolled back),
- * -3 when COMMIT itself failed for a batch of several events (e.g. a deferred constraint
- * violated by one handler's work: the culprit is unknown, the caller redoes one event).
- * The claim names each event before its handler runs: when the connection dies during one
- * event's dispatch (or the COMMIT of a one-event transaction), that event goes to *lost
- * (see keep_lost) for the caller to charge after reconnecting. */
+ * savepoint each: see dispatch_one), commit. Returns events handled, 0 when nothing was
+ * due, -1 on failure (the transaction is rolled back), -3 when COMMIT itself failed for a
+ * transaction of several events (e.g. a deferred constraint violated by one handler's work:
+ * the culprit is unknown, the caller redoes one event). The claim names each event before
+ * its handler runs: when the connection dies during one event's dispatch (or the COMMIT of
+ * a one-event transaction), that event goes to *lost (see keep_lost) for the caller to
+ * charge after reconnecting. */
 static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int limit,
-                              struct wi_batch *b, struct wi_event *lost, uint64_t *rng)
+                              struct wi_batch *b, struct wi_event *lost)
 {
     struct wi_err err;
-    int i, n = 0, failed_at = -1, committing = 0;
+    int i, n = 0, running = -1, committing = 0;
 
     if (wi_pg_cmd(pg, "wi_begin", 0, NULL, &err) < 0)
         goto abort;
@@ -238,22 +296,22 @@ static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struc
         return 0;
     }
     for (i = 0; i < n; i++) {
-        if (wi_dispatch(pg, &b->ev[i], s->unrouted, &err) < 0) {
-            failed_at = i;
+        running = i;
+        if (dispatch_one(w, pg, &b->ev[i], s, &err) < 0)
             goto abort;
-        }
     }
+    running = -1;
     committing = 1;
     if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
         goto abort;
-    after_commit(w, pg, b, s, rng);
+    report(w, b, s);
     return n;
 
 abort:
     if (!wi_pg_ok(pg)) {
         log_warnx("connection_lost", "worker=%d in=transaction error=%s", w->id, WI_LOG_Q(err.msg));
-        if (failed_at >= 0)
-            keep_lost(w, pg, &b->ev[failed_at], &err, lost);
+        if (running >= 0)
+            keep_lost(w, pg, &b->ev[running], &err, lost);
         else if (committing && n == 1)
             keep_lost(w, pg, &b->ev[0], &err, lost);
         return -1;
@@ -262,89 +320,136 @@ abort:
         struct wi_err rerr;
         (void)wi_pg_cmd(pg, "wi_rollback", 0, NULL, &rerr);
     }
-    if (committing) {
-        if (n > 1) {
-            log_warnx("commit_failed", "worker=%d events=%d error=%s note=\"redoing one event per transaction\"", w->id,
-                      n, WI_LOG_Q(err.msg));
-            return -3;
-        }
-        failed_at = 0; /* the only event of the transaction is the culprit */
+    if (committing && n > 1) {
+        log_warnx("commit_failed", "worker=%d events=%d error=%s note=\"redoing one event per transaction\"", w->id, n,
+                  WI_LOG_Q(err.msg));
+        return -3;
     }
-    if (failed_at >= 0) {
-        /* The dispatch statement itself (or the COMMIT of this one event) failed, e.g.
-         * statement_timeout: the whole batch is rolled back; the other events stay pending
-         * untouched, this one is charged. */
-        struct wi_event *e = &b->ev[failed_at];
-        free(e->detail);
-        e->detail = strdup(err.msg);
-        log_warnx("dispatch_failed", "worker=%d error=%s", w->id, WI_LOG_Q(err.msg));
-        record_failure(w, pg, e, s, rng);
+    if (committing) {
+        /* The COMMIT of this one event failed: it is the culprit. Its transaction is gone,
+         * so it is charged in a transaction of its own. */
+        log_warnx("commit_failed", "worker=%d events=1 error=%s", w->id, WI_LOG_Q(err.msg));
+        charge_alone(w, pg, &b->ev[0], err.msg, s);
         return 1;
     }
     log_warnx("batch_failed", "worker=%d error=%s", w->id, WI_LOG_Q(err.msg));
     return -1;
 }
 
-/* The fused statement first (3 round trips per transaction: BEGIN, claim+dispatch, COMMIT,
- * whatever the batch size); the stepwise path only to isolate an event whose dispatch
- * statement failed outright. In careful mode, one stepwise event per transaction: the
- * worker knows the event before its handler runs. */
+/* After the batch statement failed on a live connection: 1 if the schema still passes the
+ * check. A schema dropped or replaced under a running worker (a database restored, a
+ * schema:load) makes it reconnect, which checks it and waits, instead of failing (and
+ * redoing stepwise) every batch. */
+static int schema_still_ok(const struct wi_worker *w, struct wi_pg *pg)
+{
+    struct wi_schema found;
+    struct wi_err err;
+
+    if (wi_schema_check(pg, &found, &err) == WI_SCHEMA_OK)
+        return 1;
+    log_warnx("schema_changed", "worker=%d note=\"reconnecting to check the inbox schema\"", w->id);
+    return 0;
+}
+
+/* The fused statement first (3 statements in one round trip per transaction: BEGIN,
+ * claim+dispatch, COMMIT, whatever the batch size); the stepwise path only to isolate an
+ * event whose dispatch statement failed outright. In careful mode, one stepwise event per
+ * transaction: the worker knows the event before its handler runs. Returns what the path
+ * taken returns, or -4 when the batch statement failed because the schema no longer passes
+ * the check (the caller reconnects). */
 static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int careful, struct wi_batch *b,
-                     struct wi_event *lost, uint64_t *rng)
+                     struct wi_event *lost)
 {
     int n;
     if (careful)
-        return run_batch_stepwise(w, pg, s, 1, b, lost, rng);
-    if ((n = run_batch_fused(w, pg, s, b, rng)) != -2)
+        return run_batch_stepwise(w, pg, s, 1, b, lost);
+    if ((n = run_batch_fused(w, pg, s, b)) != -2)
         return n;
-    if ((n = run_batch_stepwise(w, pg, s, s->batch_size, b, lost, rng)) != -3)
+    if (!schema_still_ok(w, pg))
+        return -4;
+    if ((n = run_batch_stepwise(w, pg, s, s->batch_size, b, lost)) != -3)
         return n;
     /* COMMIT failed with several events in the transaction: the oldest due event alone.
      * Each such round commits or charges one event, so a poison event cannot hold the
      * others back forever. */
     wi_batch_free(b);
-    return run_batch_stepwise(w, pg, s, 1, b, lost, rng);
+    return run_batch_stepwise(w, pg, s, 1, b, lost);
 }
 
 /* After reconnecting: charges the event whose handler was running when the connection died
  * one attempt (the usual backoff; quarantined at --max-attempts), so a handler that kills
  * its backend ends in quarantine instead of stalling the queue forever. A row that moved
- * meanwhile (done, or charged by someone else) is left alone by webhook_inbox_record_failure.
+ * meanwhile (done, or charged by someone else) is left alone by webhook_inbox_charge_failure.
  * Returns 0 (lost is then emptied) or -1 when the connection failed again (lost is kept). */
-static int charge_lost(struct wi_worker *w, struct wi_pg *pg, struct wi_event *lost, const struct snap *s, uint64_t *rng)
+static int charge_lost(struct wi_worker *w, struct wi_pg *pg, struct wi_event *lost, const struct snap *s)
 {
-    record_failure(w, pg, lost, s, rng);
-    if (!wi_pg_ok(pg))
+    char *why = lost->detail;
+
+    lost->detail = NULL;
+    charge_alone(w, pg, lost, why, s);
+    if (!wi_pg_ok(pg)) {
+        free(lost->detail);
+        lost->detail = why;
         return -1;
+    }
+    free(why);
     event_clear(lost);
     return 0;
 }
 
-static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, struct wi_err *err)
+/* Connects, checks the inbox schema (webhook_inbox_schema_version()), then prepares the
+ * statements that use it. Returns NULL with *err on failure; *refused is then the
+ * WI_SCHEMA_* outcome when the schema was the reason (0 otherwise), with *found. */
+static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, int *refused, struct wi_schema *found,
+                                    struct wi_err *err)
 {
-    struct wi_pg_stmt stmts[sizeof tx_stmts / sizeof tx_stmts[0] + 5];
+    const struct wi_pg_stmt inbox_stmts[] = {wi_claim_stmt, wi_next_due_stmt, wi_dispatch_stmt, wi_dispatch_batch_stmt,
+                                             wi_retry_stmt};
+    struct wi_pg_stmt stmts[sizeof tx_stmts / sizeof tx_stmts[0] + 4];
     struct wi_pg *pg;
     char lock_timeout[32];
     const char *params[1] = {lock_timeout};
-    int n = 0;
+    int n = 0, rc;
     size_t i;
 
+    *refused = 0;
     for (i = 0; i < sizeof tx_stmts / sizeof tx_stmts[0]; i++)
         stmts[n++] = tx_stmts[i];
-    stmts[n++] = wi_claim_stmt;
-    stmts[n++] = wi_next_due_stmt;
-    stmts[n++] = wi_dispatch_stmt;
-    stmts[n++] = wi_dispatch_batch_stmt;
-    stmts[n++] = wi_retry_stmt;
-    pg = wi_pg_connect(url, stmts, n, err);
-    if (!pg)
+    for (i = 0; i < (size_t)wi_schema_stmts_count && n < (int)(sizeof stmts / sizeof stmts[0]); i++)
+        stmts[n++] = wi_schema_stmts[i];
+    if (!(pg = wi_pg_connect(url, stmts, n, err)))
         return NULL;
+    if ((rc = wi_schema_check(pg, found, err)) != WI_SCHEMA_OK) {
+        if (rc > 0) {
+            *refused = rc;
+            wi_err_set(err, WI_ERR_ARG, "%s", wi_schema_problem(rc));
+        }
+        wi_pg_free(pg);
+        return NULL;
+    }
     snprintf(lock_timeout, sizeof lock_timeout, "%ldms", (long)(w->rt->cfg.lock_timeout * 1000));
-    if (wi_pg_cmd(pg, "wi_lock_timeout", 1, params, err) < 0 || wi_pg_cmd(pg, "wi_listen", 0, NULL, err) < 0) {
+    if (wi_pg_prepare(pg, inbox_stmts, (int)(sizeof inbox_stmts / sizeof inbox_stmts[0]), err) < 0 ||
+        wi_pg_cmd(pg, "wi_lock_timeout", 1, params, err) < 0 || wi_pg_cmd(pg, "wi_listen", 0, NULL, err) < 0) {
         wi_pg_free(pg);
         return NULL;
     }
     return pg;
+}
+
+/* One error line naming the fix, at most once per SCHEMA_LOG_EVERY_S for all workers. */
+static void log_schema_refused(int refused, const struct wi_schema *found, int once)
+{
+    char fix[300], v[16] = "none", m[16] = "none";
+
+    if (!wi_log_every("schema_refused", SCHEMA_LOG_EVERY_S))
+        return;
+    if (found->version >= 0)
+        snprintf(v, sizeof v, "%d", found->version);
+    if (found->min_worker >= 0)
+        snprintf(m, sizeof m, "%d", found->min_worker);
+    log_errorx("schema_refused", "schema=%s schema_min_sidecar=%s sidecar_schema=%d %s error=%s", v, m,
+               WI_SCHEMA_VERSION, once ? "exiting=1" : "note=\"not processing; checking again every few seconds\"",
+               wi_log_quote(fix, sizeof fix, wi_schema_problem(refused), 280));
 }
 
 /* Careful mode (see README "A handler that kills its backend"): entered when the connection
@@ -369,6 +474,7 @@ void *wi_worker_main(void *arg)
     uint64_t rng = (uint64_t)time(NULL) ^ ((uint64_t)(w->id + 1) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
     double reconnect_delay = RECONNECT_MIN_S;
     int ever_connected = 0;
+    int was_refused = 0;         /* the last connect found a schema it could not work with */
     int careful = 0;             /* single-event transactions left in careful mode; 0 = batched */
     const char *url = rt->cfg.database_url; /* not reloadable: stable for our lifetime */
 
@@ -378,7 +484,19 @@ void *wi_worker_main(void *arg)
         int n, charge_failed;
 
         if (!pg) {
-            pg = connect_worker(w, url, &err);
+            struct wi_schema found;
+            int refused;
+            pg = connect_worker(w, url, &refused, &found, &err);
+            if (!pg && refused) {
+                log_schema_refused(refused, &found, rt->cfg.once);
+                was_refused = 1;
+                if (rt->cfg.once) {
+                    atomic_store(&rt->failed, 1);
+                    break;
+                }
+                nap(rt, SCHEMA_RETRY_S);
+                continue;
+            }
             if (!pg) {
                 log_warnx("connect_failed", "worker=%d retry_in_s=%.1f error=%s", w->id, reconnect_delay, WI_LOG_Q(err.msg));
                 if (rt->cfg.once && !ever_connected) {
@@ -391,13 +509,15 @@ void *wi_worker_main(void *arg)
             }
             if (ever_connected)
                 wi_metrics_add(WI_M_RECONNECTS, 1);
-            log_info("connected", "worker=%d", w->id);
+            log_info(was_refused ? "schema_accepted" : "connected", "worker=%d schema=%d schema_min_sidecar=%d",
+                     w->id, found.version, found.min_worker);
+            was_refused = 0;
             ever_connected = 1;
         }
 
         take_snap(rt, &s);
-        charge_failed = lost.scope && charge_lost(w, pg, &lost, &s, &rng) < 0;
-        n = charge_failed ? -1 : run_batch(w, pg, &s, careful, &batch, &lost, &rng);
+        charge_failed = lost.scope && charge_lost(w, pg, &lost, &s) < 0;
+        n = charge_failed ? -1 : run_batch(w, pg, &s, careful, &batch, &lost);
         wi_batch_free(&batch);
         if (n >= 0)
             reconnect_delay = RECONNECT_MIN_S;
@@ -421,6 +541,9 @@ void *wi_worker_main(void *arg)
                 if (!lost.scope || charge_failed)
                     nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
                 reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
+            } else if (n == -4) {
+                wi_pg_free(pg); /* the reconnect checks the schema again, and waits while it is refused */
+                pg = NULL;
             } else {
                 nap(rt, 0.2);
             }

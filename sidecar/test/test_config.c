@@ -47,7 +47,9 @@ int main(void)
     CHECK(load(&c, &e, 0, NULL) == 0);
     CHECK(c.concurrency == 2 && c.batch_size == 20 && c.max_attempts == 10);
     CHECK(c.backoff_base == 1.0 && c.backoff_cap == 3600.0 && c.poll_interval == 5.0);
-    CHECK(c.unrouted == WI_UNROUTED_IGNORE && c.log_events == 1 && c.once == 0);
+    CHECK(c.unrouted == WI_UNROUTED_WAIT && c.unrouted_delay == 60.0 && c.log_events == 1 && c.once == 0);
+    CHECK(strcmp(wi_config_unrouted_name(c.unrouted), "wait") == 0);
+    CHECK(strcmp(wi_config_unrouted_name(WI_UNROUTED_IGNORE), "ignore") == 0);
     CHECK(c.database_url && strcmp(c.database_url, "") == 0);
     wi_config_free(&c);
 
@@ -69,7 +71,7 @@ int main(void)
         char *a7[] = {"--concurrency=2x"}, *a8[] = {"--once=maybe"};
         CHECK(load(&c, &e, 1, a1) < 0 && strstr(e.msg, "unknown option --nope"));
         CHECK(load(&c, &e, 1, a2) < 0 && strstr(e.msg, "batch-size"));
-        CHECK(load(&c, &e, 1, a3) < 0 && strstr(e.msg, "ignore, quarantine, retry"));
+        CHECK(load(&c, &e, 1, a3) < 0 && strstr(e.msg, "wait, ignore, quarantine, retry"));
         CHECK(load(&c, &e, 1, a4) < 0 && strstr(e.msg, "needs a value"));
         CHECK(load(&c, &e, 2, a5) < 0 && strstr(e.msg, "backoff-cap"));
         CHECK(load(&c, &e, 1, a6) < 0);
@@ -81,6 +83,11 @@ int main(void)
         CHECK(load(&c, &e, 1, b2) < 0 && strstr(e.msg, "lock-timeout"));
         CHECK(load(&c, &e, 1, b3) < 0 && strstr(e.msg, "backoff-cap must be at most 30d"));
         CHECK(load(&c, &e, 2, b4) == 0 && c.poll_interval == 86400.0);
+        wi_config_free(&c);
+        /* ... and --unrouted-delay a lower one: `run --once` must not meet a waiting event again. */
+        char *b5[] = {"--unrouted-delay=500ms"}, *b6[] = {"--unrouted-delay=2m"};
+        CHECK(load(&c, &e, 1, b5) < 0 && strstr(e.msg, "unrouted-delay must be at least 1s"));
+        CHECK(load(&c, &e, 1, b6) == 0 && c.unrouted_delay == 120.0);
         wi_config_free(&c);
         CHECK(load(&c, &e, 1, a8) < 0);
         CHECK(c.database_url == NULL); /* freed and zeroed on failure */

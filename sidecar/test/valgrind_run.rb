@@ -1,8 +1,9 @@
 # frozen_string_literal: true
 
 # valgrind_run.rb BINARY [--sanitizer] - runs migrate, stats, requeue, prune and a short
-# `run --once` (done, quarantined, retry, unrouted, and a dispatch statement cancelled by
-# statement_timeout, which takes the one-statement-per-event fallback; two worker threads)
+# `run --once` (done, quarantined, retry, unrouted (waiting), and a dispatch statement cancelled
+# by statement_timeout, which takes the one-statement-per-event fallback; two worker threads),
+# and `run --once` and `stats` refusing an empty database (no schema)
 # against a throwaway PostgreSQL, under valgrind --leak-check=full; fails on any error or on
 # definitely/indirectly lost memory. With --sanitizer the binary is an ASan/UBSan build and
 # runs without valgrind (the sanitizers and LeakSanitizer report instead).
@@ -27,6 +28,15 @@ end
 pg = ThrowawayPostgres.new
 begin
   url = pg.url
+  pg.psql("CREATE DATABASE empty", db: "postgres")
+  empty = pg.url("empty")
+  %w[run stats].each do |cmd|
+    out = IO.popen([*(SANITIZER ? [] : VALGRIND), bin, cmd, *(cmd == "run" ? ["--once"] : []), "--database-url", empty],
+                   err: %i[child out], &:read)
+    abort "#{cmd} on an empty database: expected exit 1 and the schema error:\n#{out}" unless
+      $?.exitstatus == 1 && out.include?("inbox schema missing") && !out.match?(/definitely lost|indirectly lost|Invalid (read|write|free)|uninitialised|runtime error|Sanitizer/)
+    puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: #{cmd} refuses an empty database"
+  end
   vg(bin, "migrate", "--database-url", url)
   pg.psql_file(examples)
   pg.psql(<<~SQL)
@@ -41,11 +51,16 @@ begin
       BEGIN PERFORM pg_sleep((ev.payload ->> 'sleep')::float8); RETURN 'slept'; END $$;
     INSERT INTO webhook_inbox_routes VALUES ('test.sleepy', 't_sleepy');
   SQL
-  vg(bin, "run", "--once", "--database-url", url, "--concurrency", "2", "--batch-size", "2",
-     "--max-attempts", "2", "--backoff-base", "1ms", "--backoff-cap", "1ms",
-     env: { "PGOPTIONS" => "-c statement_timeout=#{SANITIZER ? 500 : 1500}" })
+  # Twice: --once takes what is due when it looks, and a retry due 1 ms after its failure
+  # (charged inside the batch) may only be due for the next run.
+  2.times do
+    vg(bin, "run", "--once", "--database-url", url, "--concurrency", "2", "--batch-size", "2",
+       "--max-attempts", "2", "--backoff-base", "1ms", "--backoff-cap", "1ms",
+       env: { "PGOPTIONS" => "-c statement_timeout=#{SANITIZER ? 500 : 1500}" })
+  end
   states = pg.psql("SELECT string_agg(event_id || '=' || status, ',' ORDER BY event_id) FROM webhook_inbox").strip
-  abort "unexpected states after run --once: #{states}" unless states == "e1=done,e2=quarantined,e3=quarantined,e4=done,e5=quarantined"
+  # e4 has no route: it waits (pending, not charged) under the default --unrouted=wait.
+  abort "unexpected states after run --once: #{states}" unless states == "e1=done,e2=quarantined,e3=quarantined,e4=pending,e5=quarantined"
   vg(bin, "stats", "--json", "--database-url", url)
   vg(bin, "requeue", "--all", "--database-url", url)
   vg(bin, "prune", "--older-than", "3d", "--database-url", url)

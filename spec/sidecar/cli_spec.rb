@@ -15,7 +15,8 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     status, out, = sidecar("--help")
     expect(status.exitstatus).to eq(0)
     %w[run migrate stats requeue --database-url --concurrency --batch-size --max-attempts --backoff-base
-       --backoff-cap --poll-interval --unrouted --print-config --once --json --id --event-id --type --scope --all].each do |word|
+       --backoff-cap --poll-interval --unrouted --unrouted-delay --print-config --once --json --id --event-id --type --scope
+       --all].each do |word|
       expect(out).to include(word)
     end
   end
@@ -61,7 +62,9 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     expect(sidecar("migrate", "--database-url", url)[0].exitstatus).to eq(0)
     tables = TestDatabase.cluster.psql("SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE tablename LIKE 'webhook_inbox%'", db: fresh).strip
     expect(tables).to eq("webhook_inbox,webhook_inbox_routes")
-    expect(TestDatabase.cluster.psql("SELECT count(*) FROM pg_proc WHERE proname = 'webhook_inbox_dispatch'", db: fresh).strip).to eq("1")
+    # The v3 signature (kept for v3 sidecars during a rolling deploy) and the v4 one.
+    expect(TestDatabase.cluster.psql("SELECT count(*) FROM pg_proc WHERE proname = 'webhook_inbox_dispatch'", db: fresh).strip).to eq("2")
+    expect(TestDatabase.cluster.psql("SELECT webhook_inbox_schema_version()", db: fresh).strip).to eq("4")
   end
 
   it "reports stats: pending, oldest age, attempts, quarantined, done, latency percentiles (text and JSON)" do

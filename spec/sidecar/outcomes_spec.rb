@@ -121,7 +121,13 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
 
   it "quarantines after --max-attempts transient failures" do
     db.insert_event("evt_never", "payment_intent.succeeded", succeeded("pi_7", "t1", "o_missing", 1, "eur"))
-    run_once("--max-attempts", "3", "--backoff-base", "1ms", "--backoff-cap", "1ms")
+    # --once takes what is due when it looks: a retry due 1 ms after its failure may be for the next run.
+    5.times do
+      run_once("--max-attempts", "3", "--backoff-base", "1ms", "--backoff-cap", "1ms")
+      break unless db.event("evt_never")[:status] == "pending"
+
+      sleep 0.01
+    end
     ev = db.event("evt_never")
     expect(ev).to include(status: "quarantined", attempts: 3)
     expect(ev[:last_error]).to include("order not found yet")
@@ -168,10 +174,50 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
   end
 
   describe "--unrouted" do
-    before { db.insert_event("evt_x", "customer.created", { "id" => "evt_x" }) }
+    before { db.insert_event("evt_x", "customer.created", { "id" => "evt_x", "email" => "secret@example.com" }) }
 
-    it "ignore (default): done with outcome 'ignored: no route'" do
+    def due_in(event_id)
+      db.value("SELECT extract(epoch FROM next_attempt_at - now()) FROM webhook_inbox WHERE event_id = #{db.q(event_id)}").to_f
+    end
+
+    it "wait (default): stays pending, not charged, looked at again after --unrouted-delay, one warning per type" do
+      db.insert_event("evt_y", "customer.created", { "id" => "evt_y" })
+      log = run_once
+      %w[evt_x evt_y].each do |id|
+        expect(db.event(id)).to include(status: "pending", attempts: 0, outcome: "", last_error: "no route for event type")
+        expect(due_in(id)).to be_between(55, 61)
+      end
+      warnings = log.lines.grep(/msg=unrouted_event/)
+      expect(warnings.size).to eq(1) # rate-limited: one line for the type, not one per event
+      expect(warnings.first).to include("level=warn", "type=customer.created", "webhook_inbox_ignore")
+      expect(log).to match(/event_id=evt_x .*outcome=waiting attempts=0 .*retry_in_ms=60000/)
+      expect(log).not_to include("secret@example.com") # never the payload
+
+      # Not due again within the delay: a second run leaves it alone.
+      expect(run_once).not_to include("event_id=evt_x")
+      expect(db.event("evt_x")[:attempts]).to eq(0)
+    end
+
+    it "wait: --unrouted-delay sets the delay (at least 1s), and a route added later takes the event" do
+      run_once("--unrouted-delay", "2s")
+      expect(due_in("evt_x")).to be_between(1, 2.1)
+      expect(sidecar("run", "--once", "--database-url", db.url, "--unrouted-delay", "10ms")[0].exitstatus).to eq(2)
+
+      db.psql("INSERT INTO webhook_inbox_routes VALUES ('customer.*', 'webhook_inbox_ignore')")
+      db.psql("UPDATE webhook_inbox SET next_attempt_at = now()")
       run_once
+      expect(db.event("evt_x")).to include(status: "done", outcome: "ignored", attempts: 0, last_error: "")
+    end
+
+    it "the documented ignore route: webhook_inbox_ignore marks a type done with outcome 'ignored'" do
+      db.psql("INSERT INTO webhook_inbox_routes VALUES ('customer.*', 'webhook_inbox_ignore')")
+      log = run_once
+      expect(db.event("evt_x")).to include(status: "done", outcome: "ignored")
+      expect(log).not_to include("msg=unrouted_event")
+    end
+
+    it "ignore (explicit): done with outcome 'ignored: no route'" do
+      run_once("--unrouted", "ignore")
       expect(db.event("evt_x")).to include(status: "done", outcome: "ignored: no route")
     end
 
@@ -189,6 +235,19 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
       db.psql(%(UPDATE webhook_inbox SET payload = '{"data":{"object":{"metadata":{"tenant_id":"t0","order_id":"o0"}}}}'))
       run_once("--unrouted=retry")
       expect(db.event("evt_x")).to include(status: "done", outcome: "ignored: stale")
+    end
+
+    it "stats counts the pending events that wait for a route, by type (text and JSON)" do
+      db.insert_event("evt_z", "invoice.paid", {})
+      db.insert_event("evt_p", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy")) # routed
+      run_once("--log-events=false")
+      status, out, = sidecar("stats", "--json", "--database-url", db.url)
+      expect(status.exitstatus).to eq(0)
+      stats = JSON.parse(out)
+      expect(stats).to include("pending" => 2, "waiting_for_route" => 2,
+                               "waiting_for_route_types" => { "customer.created" => 1, "invoice.paid" => 1 })
+      _, text, = sidecar("stats", "--database-url", db.url)
+      expect(text).to match(/^waiting_for_route\s+2$/).and match(/^  type=customer.created\s+1$/)
     end
   end
 
