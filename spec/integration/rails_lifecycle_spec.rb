@@ -224,6 +224,12 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
       expect(out).to match(/1 runs, \d+ assertions, 0 failures, 0 errors/)
     end
     expect(psql("SELECT count(*) FROM webhook_inbox", db: "shop_test")).to eq("0")
+    # Parallel test databases (shop_test-0, -1) are built from db/schema.rb by each worker.
+    helper = File.join(@app, "test/test_helper.rb")
+    File.write(helper, File.read(helper).sub(/parallelize\(workers: :number_of_processors\)/, "parallelize(workers: 2, threshold: 0)"))
+    out = sh("bin/rails", "test")
+    expect(out).to match(/Running 1 tests in parallel using 2 processes/).and match(/0 failures, 0 errors/)
+    expect(psql("SELECT webhook_inbox_route('payment_intent.succeeded')::text", db: "shop_test-1")).to eq("shop_on_payment")
 
     # structure.sql keeps the routes too.
     write("config/initializers/schema_format.rb", "Rails.application.config.active_record.schema_format = :sql\n")
