@@ -44,10 +44,12 @@ class ReplicatedPostgres
   # The failover an operator (or Patroni) does: the primary stops hard (no shutdown
   # checkpoint: a crash), the standby is promoted and, unless clear_sync is false, its
   # synchronous_standby_names cleared (it has no standby of its own: every commit would wait
-  # forever). Returns the seconds from the crash to the promoted node taking writes.
+  # forever). Yields once the primary is down (the moment of the crash). Returns the seconds
+  # from then to the promoted node taking writes.
   def fail_over!(clear_sync: true)
-    t0 = monotonic
     primary.stop(mode: "immediate")
+    t0 = monotonic
+    yield if block_given?
     standby.promote
     @promoted = true
     clear_synchronous_standby_names if clear_sync

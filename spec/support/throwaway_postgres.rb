@@ -80,14 +80,13 @@ class ThrowawayPostgres
   def alter_system(name, value)
     run_psql("postgres", value.nil? ? "ALTER SYSTEM RESET #{name}" : "ALTER SYSTEM SET #{name} = #{value}")
     run_psql("postgres", "SELECT pg_reload_conf()")
-    want = value.nil? ? nil : run_psql("postgres", "SELECT #{value}::text").strip
+    want = run_psql("postgres", value.nil? ? "SELECT boot_val FROM pg_settings WHERE name = '#{name}'" : "SELECT #{value}::text").strip
     deadline = Time.now + 10
-    until want.nil? || run_psql("postgres", "SHOW #{name}").strip == want
+    until run_psql("postgres", "SHOW #{name}").strip == want
       raise "#{name} did not become #{want}" if Time.now > deadline
 
-      sleep 0.05
+      sleep 0.02
     end
-    sleep 0.2 if want.nil? # a reset has no value to wait for: give the reload a moment
   end
 
   def running?
