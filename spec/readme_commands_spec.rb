@@ -21,7 +21,8 @@ RSpec.describe "README commands" do
     "bundle exec rspec" => "rake test_all (rake spec)", "bin/demo" => "spec/bin_demo_spec.rb",
     # In a freshly generated Rails app, with the gem built and installed as users get it:
     "bin/rails generate webhook_inbox:install" => "spec/integration/rails_lifecycle_spec.rb",
-    "bin/rails db:migrate" => "spec/integration/rails_lifecycle_spec.rb"
+    "bin/rails db:migrate" => "spec/integration/rails_lifecycle_spec.rb",
+    "bin/failover --events 5000" => "spec/integration/failover_spec.rb"
   }
   run_here = [
     "webhook-inbox-sidecar migrate", "webhook-inbox-sidecar stats", "webhook-inbox-sidecar stats --json",

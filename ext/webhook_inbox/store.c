@@ -37,7 +37,7 @@ struct attempt {
     int raw;            /* payload goes to raw_body (asked, or refused as jsonb) */
     int quarantined;
     int own_reason;     /* last_error is WI_STORE_INVALID_JSON_REASON, not the row's */
-    int reconnected;    /* the one reconnect after a lost connection is used */
+    int reconnected;    /* the one reconnect (lost connection, read-only server) is used */
     int reprepared;     /* the one re-setup after the server lost STMT_NAME is used */
 };
 
@@ -342,8 +342,11 @@ nomem:
 
 int wi_store_connect(struct wi_store *s, struct wi_err *err)
 {
-    static const char *const keys[] = {"dbname", "fallback_application_name", "client_encoding", NULL};
-    const char *vals[] = {s->conninfo, "webhook_inbox", "UTF8", NULL};
+    /* target_session_attrs before dbname: the URL may override it. Every insert writes, so by
+     * default a host of a multi-host URL that is read-only (a standby) is skipped. */
+    static const char *const keys[] = {"target_session_attrs", "dbname", "fallback_application_name",
+                                       "client_encoding", NULL};
+    const char *vals[] = {"read-write", s->conninfo, "webhook_inbox", "UTF8", NULL};
     long long deadline;
     PostgresPollingStatusType st = PGRES_POLLING_WRITING;
 
@@ -513,6 +516,16 @@ int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
             if (a->reconnected++ == 0)
                 continue; /* reconnect once and retry: ON CONFLICT makes it idempotent */
             err->code = WI_STORE_ELOST;
+            return -1;
+        }
+        /* The server is read-only (a standby, or default_transaction_read_only turned on
+         * since we connected, as for a switchover): this connection will never take the
+         * insert. Reconnect once - libpq walks the multi-host list again and skips read-only
+         * hosts - and retry; the failed insert changed nothing. Else the next call does. */
+        if (err->code == WI_STORE_EQUERY && !strcmp(s->sqlstate, "25006")) {
+            drop_conn(s);
+            if (a->reconnected++ == 0)
+                continue;
             return -1;
         }
         /* A payload jsonb refuses (bad JSON, \u0000, bad UTF-8, numeric range: class 22):

@@ -59,6 +59,9 @@ int wi_store_connect(struct wi_store *s, struct wi_err *err);
  * WI_STORE_INVALID_JSON_REASON (unless the caller gave its own last_error). When the
  * server no longer knows the prepared statement (SQLSTATE 26000: DISCARD ALL, a pooler
  * switching sessions) the session is set up again and the insert retried once.
+ * A read-only server (SQLSTATE 25006: a standby, default_transaction_read_only) gets the
+ * connection dropped and the insert retried once on a new one; connecting skips read-only
+ * hosts (target_session_attrs=read-write unless conninfo says otherwise).
  * Every wait ends by its deadline (statement_timeout + connect_timeout per round trip,
  * connect_timeout to connect; only a DNS lookup inside libpq is not bounded by us) or
  * within ~50 ms of wi_store_interrupt. On the deadline the connection is dropped, never

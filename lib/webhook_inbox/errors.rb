@@ -20,7 +20,9 @@ module WebhookInbox
     end
   end
 
-  # The inbox could not store an event (database down, timeout, lost connection).
-  # Nothing was committed; the sender should retry (the endpoint answers 503).
+  # The inbox could not confirm it stored an event (database down, read-only, timeout, lost
+  # connection). Usually nothing was committed; after a timeout the row may still commit (a
+  # commit waiting for a synchronous standby is already in the WAL). Either way the sender
+  # should retry (the endpoint answers 503): the retry is answered accepted or duplicate.
   class StoreError < Error; end
 end

@@ -12,7 +12,8 @@ module WebhookInbox
   #   401 signature or timestamp failures (missing, malformed, mismatch, stale, no secret)
   #   405 not a POST (Allow: POST)     413 body larger than max_body_bytes
   #   415 a JSON provider's request without a JSON Content-Type
-  #   503 + Retry-After: the inbox is unavailable; nothing was stored, the sender retries
+  #   503 + Retry-After: the inbox is unavailable or did not answer in time; the sender
+  #                      retries (a row committed after all is then answered duplicate)
   #
   # A verified JSON-provider body that PostgreSQL refuses as jsonb is stored raw and
   # quarantined (reason "payload is not valid JSON") and answered 200: the sender must

@@ -13,6 +13,14 @@ struct wi_pg {
     char sqlstate[6];   /* of the last failure, "" after a success */
 };
 
+/* Makes the connection CONNECTION_BAD without waiting (the caller then reconnects). */
+static void give_up(PGconn *c)
+{
+    if (PQsocket(c) >= 0)
+        (void)shutdown(PQsocket(c), SHUT_RDWR);
+    (void)PQconsumeInput(c); /* reads EOF: libpq marks the connection bad */
+}
+
 static int fill_err(struct wi_pg *pg, const PGresult *res, struct wi_err *err)
 {
     const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
@@ -28,25 +36,23 @@ static int fill_err(struct wi_pg *pg, const PGresult *res, struct wi_err *err)
     n = strcspn(line, "\n");
     line[n] = '\0';
     snprintf(pg->sqlstate, sizeof pg->sqlstate, "%s", state ? state : (PQstatus(pg->conn) == CONNECTION_BAD ? "08006" : ""));
+    /* A read-only server (a standby, or default_transaction_read_only turned on for a
+     * switchover) will never take our writes: the connection is given up like a lost one,
+     * so the caller reconnects and libpq picks a read-write host of the list again. */
+    if (state && !strcmp(state, "25006"))
+        give_up(pg->conn);
     return wi_err_set(err, WI_ERR_PG, "%s%s%s", state ? state : "", state ? ": " : "", line);
-}
-
-/* Makes the connection CONNECTION_BAD without waiting (the caller then reconnects). */
-static void give_up(PGconn *c)
-{
-    if (PQsocket(c) >= 0)
-        (void)shutdown(PQsocket(c), SHUT_RDWR);
-    (void)PQconsumeInput(c); /* reads EOF: libpq marks the connection bad */
 }
 
 struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err)
 {
     /* Defaults first: the expanded conninfo (dbname) overrides them. Keepalives make an idle
      * worker notice a silently dead server/network within about a minute, and a connect
-     * attempt to an unreachable host cannot hold up a shutdown for long. */
+     * attempt to an unreachable host cannot hold up a shutdown for long. Every job writes:
+     * read-only hosts of a multi-host URL are skipped (target_session_attrs). */
     const char *keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval", "keepalives_count",
-                          "dbname", "fallback_application_name", NULL};
-    const char *vals[] = {"10", "30", "10", "3", conninfo, "webhook-inbox-sidecar", NULL};
+                          "target_session_attrs", "dbname", "fallback_application_name", NULL};
+    const char *vals[] = {"10", "30", "10", "3", "read-write", conninfo, "webhook-inbox-sidecar", NULL};
     struct wi_pg *pg;
 
     /* libpq would connect to (and quote) a host or port named by part of the password. */

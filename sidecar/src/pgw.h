@@ -18,7 +18,9 @@ enum { WI_ERR_PG = 300 }; /* err->msg holds "SQLSTATE: message" (first line only
 
 /* Connects and prepares stmts[0..n). Returns NULL and fills *err on failure.
  * Defaults that conninfo can override: application_name "webhook-inbox-sidecar",
- * connect_timeout 10 s, TCP keepalives after 30 s idle. Borrows stmts (must outlive pg). */
+ * connect_timeout 10 s, TCP keepalives after 30 s idle, target_session_attrs read-write.
+ * Any call failing with SQLSTATE 25006 (read-only server) leaves the connection closed
+ * (wi_pg_ok 0), as a lost one: the caller reconnects. Borrows stmts (must outlive pg). */
 struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err);
 
 /* Prepares stmts[0..n) on an open connection (statements that name objects which may not

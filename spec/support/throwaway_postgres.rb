@@ -9,6 +9,8 @@ require "etc"
 # and bin/demo. Listens on a Unix socket in its own directory and a free loopback port, so
 # parallel runs never collide. As root the server runs as the `postgres` user (PostgreSQL
 # refuses root). #stop/#start keep the data, for restart and outage tests; #destroy removes it.
+# base_backup_of: a running cluster to copy with pg_basebackup -R instead of initdb: a hot
+# standby streaming from it (see ReplicatedPostgres), made a primary by #promote.
 class ThrowawayPostgres
   BIN_CANDIDATES = [ENV["PG_BIN"], "/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin"].compact
 
@@ -19,8 +21,8 @@ class ThrowawayPostgres
       raise "PostgreSQL server binaries not found (run bin/setup, or set PG_BIN)"
   end
 
-  def initialize(dbname: "webhook_inbox", settings: {})
-    @dbname = dbname
+  def initialize(dbname: "webhook_inbox", settings: {}, base_backup_of: nil)
+    @dbname = base_backup_of ? base_backup_of.dbname : dbname
     @settings = settings
     @dir = Dir.mktmpdir("wi-pg-")
     @data = File.join(@dir, "data")
@@ -31,9 +33,14 @@ class ThrowawayPostgres
     FileUtils.mkdir_p(@socket_dir)
     FileUtils.chmod(0o755, [@dir, @socket_dir])
     chown_to_postgres(@dir, @socket_dir) if root?
-    initdb
-    start
-    run_psql("postgres", "CREATE DATABASE #{dbname}")
+    if base_backup_of
+      base_backup(base_backup_of)
+      start
+    else
+      initdb
+      start
+      run_psql("postgres", "CREATE DATABASE #{dbname}")
+    end
   end
 
   # libpq connection string for the cluster (Unix socket).
@@ -61,6 +68,25 @@ class ThrowawayPostgres
 
     as_owner(File.join(@bin, "pg_ctl"), "-D", @data, "-m", mode, "-w", "-t", "60", "stop")
     @running = false
+  end
+
+  # A standby becomes a primary (pg_ctl promote, waits until it accepts writes).
+  def promote
+    as_owner(File.join(@bin, "pg_ctl"), "-D", @data, "-w", "-t", "60", "promote")
+  end
+
+  # ALTER SYSTEM SET name = value (SQL literal; nil resets it), then reloads the configuration
+  # and waits until a new session sees the value.
+  def alter_system(name, value)
+    run_psql("postgres", value.nil? ? "ALTER SYSTEM RESET #{name}" : "ALTER SYSTEM SET #{name} = #{value}")
+    run_psql("postgres", "SELECT pg_reload_conf()")
+    want = run_psql("postgres", value.nil? ? "SELECT boot_val FROM pg_settings WHERE name = '#{name}'" : "SELECT #{value}::text").strip
+    deadline = Time.now + 10
+    until run_psql("postgres", "SHOW #{name}").strip == want
+      raise "#{name} did not become #{want}" if Time.now > deadline
+
+      sleep 0.02
+    end
   end
 
   def running?
@@ -116,6 +142,13 @@ class ThrowawayPostgres
   def initdb
     as_owner(File.join(@bin, "initdb"), "-D", @data, "-A", "trust", "-U", superuser,
              "-E", "UTF8", "--locale=C", "--no-sync")
+  end
+
+  # pg_basebackup -R: the WAL it needs streamed along, standby.signal and primary_conninfo
+  # written, the source's postgresql.auto.conf (ALTER SYSTEM settings) copied with the data.
+  def base_backup(source)
+    as_owner(File.join(@bin, "pg_basebackup"), "-D", @data, "-R", "-X", "stream", "-c", "fast",
+             "-h", source.socket_dir, "-p", source.port.to_s, "-U", superuser)
   end
 
   def run_psql(db, sql, file: nil)
