@@ -15,6 +15,8 @@ RSpec.describe "A server that turns read-only under an open session (25006)", :s
     @name = "ro_#{SecureRandom.hex(4)}"
     @db_a = SidecarHelper::DB.new(@a, @name)
     @db_b = SidecarHelper::DB.new(@b, @name)
+    # An explicit ignore route: an event type without any route waits instead of becoming done.
+    [@db_a, @db_b].each { |db| db.psql("INSERT INTO webhook_inbox_routes VALUES ('test.read_only', 'webhook_inbox_ignore')") }
   end
   after(:all) do
     @a&.destroy
