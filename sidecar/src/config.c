@@ -57,6 +57,8 @@ static const struct cf_entry table[] = {
      "ignore (done, outcome 'ignored: no route'), quarantine, retry (charged like a failure)"},
     {"unrouted-delay", CF_DURATION, F(unrouted_delay), "60s", CF_RELOAD, 1, 30 * 86400, NULL,
      "--unrouted=wait: how long an event with no route waits before it is looked at again (at least 1s)"},
+    {"metrics-listen", CF_STR, F(metrics_listen), NULL, 0, 0, 0, NULL,
+     "run: serve GET /metrics (Prometheus text) on HOST:PORT, [IPv6]:PORT or :PORT (e.g. 127.0.0.1:9394)"},
     {"log-level", CF_ENUM, F(log_level), "info", CF_RELOAD, 0, 0, level_names,
      "debug, info, warn, error"},
     {"log-events", CF_BOOL, F(log_events), "true", CF_RELOAD, 0, 0, NULL,

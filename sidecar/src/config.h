@@ -23,6 +23,7 @@ struct wi_config {
     double lock_timeout;  /* seconds: session lock_timeout; a handler waiting longer is retried */
     int unrouted;         /* WI_UNROUTED_* */
     double unrouted_delay; /* seconds: an unrouted event (wait) is looked at again after this */
+    char *metrics_listen; /* run: HOST:PORT of the /metrics listener; NULL/"" = none */
     int log_level;        /* WI_LOG_* */
     int log_events;       /* 1: one info line per event */
     /* command options (flags only, not reloaded, not printed) */

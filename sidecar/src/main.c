@@ -14,6 +14,7 @@
 #include <libpq-fe.h>
 
 #include "config.h"
+#include "exporter.h"
 #include "log.h"
 #include "metrics.h"
 #include "migrate.h"
@@ -99,6 +100,8 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
 {
     struct wi_runtime rt;
     struct wi_worker *workers;
+    struct wi_exporter *exporter = NULL;
+    struct wi_err err;
     int stop_pipe[2], i, started = 0, rc;
     long ticks = 0, last_seen = 0;
     sigset_t all, old;
@@ -129,6 +132,14 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     /* Workers never see signals: only this thread runs the handlers. */
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
+    if (rt.cfg.metrics_listen && *rt.cfg.metrics_listen &&
+        !(exporter = wi_exporter_start(rt.cfg.metrics_listen, rt.cfg.database_url, &err))) {
+        log_errorx("metrics_listen_failed", "error=%s", WI_LOG_Q(err.msg));
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        free(workers);
+        rc = 2;
+        goto out;
+    }
     for (i = 0; i < rt.cfg.concurrency; i++) {
         workers[i].id = i + 1;
         workers[i].rt = &rt;
@@ -168,9 +179,12 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     }
     for (i = 0; i < started; i++)
         pthread_join(workers[i].thread, NULL);
+    wi_exporter_stop(exporter); /* serves the final counts until the workers are done */
     wi_metrics_log_summary();
     rc = atomic_load(&rt.failed) ? 1 : 0;
     free(workers);
+out:
+    wi_metrics_reset();
     wi_config_free(&rt.cfg);
     pthread_mutex_destroy(&rt.lock);
     close(stop_pipe[0]);
