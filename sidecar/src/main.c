@@ -20,6 +20,7 @@
 #include "migrate.h"
 #include "prune.h"
 #include "requeue.h"
+#include "retention.h"
 #include "schema.h"
 #include "worker.h"
 
@@ -57,7 +58,8 @@ static void usage(FILE *out)
           "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99,\n"
           "            events waiting for a route (--json)\n"
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all)\n"
-          "  prune     retention: delete done events older than --older-than (>= 3d; optional --scope)\n"
+          "  prune     retention: delete done events older than --older-than (>= 3d; optional --scope);\n"
+          "            run --retain 30d does it on a schedule\n"
           "\n"
           "options (flag > environment > --config file > default):\n",
           out);
@@ -101,6 +103,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     struct wi_runtime rt;
     struct wi_worker *workers;
     struct wi_exporter *exporter = NULL;
+    struct wi_retention *retention = NULL;
     struct wi_err err;
     int stop_pipe[2], i, started = 0, rc;
     long ticks = 0, last_seen = 0;
@@ -140,6 +143,11 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
         rc = 2;
         goto out;
     }
+    if (rt.cfg.retain > 0 && rt.cfg.once)
+        log_info("retention_off", "note=\"--retain is ignored with --once (use the prune command)\"");
+    else if (rt.cfg.retain > 0 &&
+             !(retention = wi_retention_start(rt.cfg.database_url, rt.cfg.retain, rt.cfg.retain_interval, &err)))
+        log_errorx("retention_failed", "error=%s note=\"running without scheduled retention\"", WI_LOG_Q(err.msg));
     for (i = 0; i < rt.cfg.concurrency; i++) {
         workers[i].id = i + 1;
         workers[i].rt = &rt;
@@ -179,7 +187,8 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     }
     for (i = 0; i < started; i++)
         pthread_join(workers[i].thread, NULL);
-    wi_exporter_stop(exporter); /* serves the final counts until the workers are done */
+    wi_retention_stop(retention); /* a delete batch in flight finishes first */
+    wi_exporter_stop(exporter);   /* serves the final counts until the workers are done */
     wi_metrics_log_summary();
     rc = atomic_load(&rt.failed) ? 1 : 0;
     free(workers);

@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # valgrind_run.rb BINARY [--sanitizer] - runs migrate, stats, requeue, prune, a `run
-# --metrics-listen` scraped over HTTP (200, 404, 400) then stopped with SIGTERM, and a short
+# --metrics-listen --retain` scraped over HTTP (200, 404, 400) after a scheduled prune, then
+# stopped with SIGTERM, and a short
 # `run --once` (done, quarantined, retry, unrouted (waiting), and a dispatch statement cancelled
 # by statement_timeout, which takes the one-statement-per-event fallback; two worker threads),
 # and `run --once` and `stats` refusing an empty database (no schema)
@@ -68,7 +69,8 @@ begin
   # a graceful stop with a scraper still connected.
   log = File.join(pg.dir, "metrics-run.log")
   pid = Process.spawn(*(SANITIZER ? [] : VALGRIND), bin, "run", "--database-url", url, "--concurrency", "1",
-                      "--metrics-listen", "127.0.0.1:0", out: File::NULL, err: log)
+                      "--metrics-listen", "127.0.0.1:0", "--retain", "3d", "--retain-interval", "1s",
+                      out: File::NULL, err: log)
   deadline = Time.now + 60
   addr = nil
   addr = File.read(log)[/msg=metrics_listening address=(\S+)/, 1] until addr || Time.now > deadline || !sleep(0.1)
@@ -80,6 +82,8 @@ begin
     sleep 0.2
   end
   abort "no inbox gauges in /metrics:\n#{body}" unless body.include?("webhook_inbox_events_pending")
+  sleep 0.2 until File.read(log).include?("msg=retention ") || Time.now > deadline
+  abort "no scheduled retention run:\n#{File.read(log)}" unless File.read(log).include?("msg=retention ")
   abort "/nope: expected 404" unless Net::HTTP.get_response(host, "/nope", port.to_i).code == "404"
   s = TCPSocket.new(host, port.to_i)
   s.write("BAD\r\n\r\n")
@@ -93,7 +97,7 @@ begin
   out = File.read(log)
   abort "#{SANITIZER ? 'sanitizer' : 'valgrind'} run failed for run --metrics-listen:\n#{out}" unless
     st.success? && !out.match?(/definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]|runtime error|Sanitizer/)
-  puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: run --metrics-listen, scraped, stopped by SIGTERM"
+  puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: run --metrics-listen --retain, scraped, pruned, stopped by SIGTERM"
   vg(bin, "stats", "--json", "--database-url", url)
   vg(bin, "requeue", "--all", "--database-url", url)
   vg(bin, "prune", "--older-than", "3d", "--database-url", url)
