@@ -33,7 +33,7 @@ namespace :sidecar do
     sh RbConfig.ruby, "sidecar/test/valgrind_run.rb", SIDECAR_BIN
   end
 
-  desc "libFuzzer run of the configuration parsers (flags, --config file, durations; FUZZ_TIME s)"
+  desc "libFuzzer runs: the configuration parsers (flags, --config file, durations) and the metrics HTTP request parser (FUZZ_TIME s each)"
   task :fuzz do
     abort "sidecar:fuzz: clang-14 not found (run bin/setup)" unless system("command -v clang-14 >/dev/null 2>&1")
     sh "make", "-s", "-C", "sidecar/fuzz", "run", "FUZZ_TIME=#{ENV.fetch('FUZZ_TIME', '15')}"

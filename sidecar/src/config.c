@@ -12,6 +12,7 @@
 #include <libpq-fe.h>
 
 #include "log.h"
+#include "prune.h"
 #include "redact.h"
 
 enum cf_type { CF_STR, CF_INT, CF_DURATION, CF_ENUM, CF_BOOL };
@@ -57,6 +58,13 @@ static const struct cf_entry table[] = {
      "ignore (done, outcome 'ignored: no route'), quarantine, retry (charged like a failure)"},
     {"unrouted-delay", CF_DURATION, F(unrouted_delay), "60s", CF_RELOAD, 1, 30 * 86400, NULL,
      "--unrouted=wait: how long an event with no route waits before it is looked at again (at least 1s)"},
+    {"metrics-listen", CF_STR, F(metrics_listen), NULL, 0, 0, 0, NULL,
+     "run: serve GET /metrics (Prometheus text) on HOST:PORT, [IPv6]:PORT or :PORT (e.g. 127.0.0.1:9394)"},
+    {"retain", CF_DURATION, F(retain), NULL, 0, 0, 36500L * 86400, NULL,
+     "run: delete done events received longer ago than this, every --retain-interval, on one sidecar of many "
+     "(at least 3d; off when unset)"},
+    {"retain-interval", CF_DURATION, F(retain_interval), "1h", 0, 1, 7 * 86400, NULL,
+     "run --retain: how often (the first run comes 30s after start, or after the interval if shorter)"},
     {"log-level", CF_ENUM, F(log_level), "info", CF_RELOAD, 0, 0, level_names,
      "debug, info, warn, error"},
     {"log-events", CF_BOOL, F(log_events), "true", CF_RELOAD, 0, 0, NULL,
@@ -321,6 +329,10 @@ int wi_config_load(struct wi_config *cfg, int argc, char **argv, struct wi_err *
         wi_err_set(err, WI_ERR_ARG, "backoff-cap must be >= backoff-base");
         goto fail;
     }
+    if (cfg->retain > 0 && cfg->retain < WI_PRUNE_MIN_AGE) {
+        wi_err_set(err, WI_ERR_ARG, "retain must be at least 3d (keep done events longer than providers retry)");
+        goto fail;
+    }
     if (wi_redact_url_split(cfg->database_url)) {
         wi_err_set(err, WI_ERR_ARG, "%s", WI_REDACT_SPLIT_MSG); /* never echo the URL */
         goto fail;
@@ -429,7 +441,7 @@ void wi_config_print(const struct wi_config *cfg, FILE *out)
             fprintf(out, "%d", *(const int *)p);
             break;
         case CF_DURATION:
-            fprintf(out, "%gs", *(const double *)p);
+            fprintf(out, "%.15gs", *(const double *)p); /* 7776000s, not 7.776e+06s */
             break;
         case CF_ENUM:
             fputs(e->enums[*(const int *)p], out);

@@ -23,6 +23,9 @@ struct wi_config {
     double lock_timeout;  /* seconds: session lock_timeout; a handler waiting longer is retried */
     int unrouted;         /* WI_UNROUTED_* */
     double unrouted_delay; /* seconds: an unrouted event (wait) is looked at again after this */
+    char *metrics_listen; /* run: HOST:PORT of the /metrics listener; NULL/"" = none */
+    double retain;        /* run: seconds; done events older than this are pruned on a schedule; 0 = off */
+    double retain_interval; /* run --retain: seconds between prunes */
     int log_level;        /* WI_LOG_* */
     int log_events;       /* 1: one info line per event */
     /* command options (flags only, not reloaded, not printed) */

@@ -14,11 +14,13 @@
 #include <libpq-fe.h>
 
 #include "config.h"
+#include "exporter.h"
 #include "log.h"
 #include "metrics.h"
 #include "migrate.h"
 #include "prune.h"
 #include "requeue.h"
+#include "retention.h"
 #include "schema.h"
 #include "worker.h"
 
@@ -56,7 +58,8 @@ static void usage(FILE *out)
           "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99,\n"
           "            events waiting for a route (--json)\n"
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all)\n"
-          "  prune     retention: delete done events older than --older-than (>= 3d; optional --scope)\n"
+          "  prune     retention: delete done events older than --older-than (>= 3d; optional --scope);\n"
+          "            run --retain 30d does it on a schedule\n"
           "\n"
           "options (flag > environment > --config file > default):\n",
           out);
@@ -99,6 +102,9 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
 {
     struct wi_runtime rt;
     struct wi_worker *workers;
+    struct wi_exporter *exporter = NULL;
+    struct wi_retention *retention = NULL;
+    struct wi_err err;
     int stop_pipe[2], i, started = 0, rc;
     long ticks = 0, last_seen = 0;
     sigset_t all, old;
@@ -129,6 +135,19 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     /* Workers never see signals: only this thread runs the handlers. */
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
+    if (rt.cfg.metrics_listen && *rt.cfg.metrics_listen &&
+        !(exporter = wi_exporter_start(rt.cfg.metrics_listen, rt.cfg.database_url, &err))) {
+        log_errorx("metrics_listen_failed", "error=%s", WI_LOG_Q(err.msg));
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        free(workers);
+        rc = 2;
+        goto out;
+    }
+    if (rt.cfg.retain > 0 && rt.cfg.once)
+        log_info("retention_off", "note=\"--retain is ignored with --once (use the prune command)\"");
+    else if (rt.cfg.retain > 0 &&
+             !(retention = wi_retention_start(rt.cfg.database_url, rt.cfg.retain, rt.cfg.retain_interval, &err)))
+        log_errorx("retention_failed", "error=%s note=\"running without scheduled retention\"", WI_LOG_Q(err.msg));
     for (i = 0; i < rt.cfg.concurrency; i++) {
         workers[i].id = i + 1;
         workers[i].rt = &rt;
@@ -168,9 +187,13 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     }
     for (i = 0; i < started; i++)
         pthread_join(workers[i].thread, NULL);
+    wi_retention_stop(retention); /* a delete batch in flight finishes first */
+    wi_exporter_stop(exporter);   /* serves the final counts until the workers are done */
     wi_metrics_log_summary();
     rc = atomic_load(&rt.failed) ? 1 : 0;
     free(workers);
+out:
+    wi_metrics_reset();
     wi_config_free(&rt.cfg);
     pthread_mutex_destroy(&rt.lock);
     close(stop_pipe[0]);

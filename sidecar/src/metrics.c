@@ -1,8 +1,11 @@
-/* metrics.c - outcome counters of this process, and the stats subcommand. */
+/* metrics.c - outcome counters of this process (also by event type, with duration
+ * histograms), their Prometheus text, and the stats subcommand. */
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +16,268 @@ static atomic_long counters[WI_M_COUNT];
 
 void wi_metrics_add(int which, long n) { atomic_fetch_add(&counters[which], n); }
 long wi_metrics_get(int which) { return atomic_load(&counters[which]); }
+
+/* Fixed histogram buckets (upper bounds, seconds). */
+static const double handler_le[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double batch_le[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double receipt_le[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400};
+#define MAX_BUCKETS 16
+
+/* Invariant: counts[i] counts observations in (le[i-1], le[i]]; counts[n] those above le[n-1]. */
+struct hist {
+    const double *le;
+    int n;
+    unsigned long counts[MAX_BUCKETS + 1];
+    double sum;
+};
+
+enum { OUT_DONE, OUT_QUARANTINED, OUT_RETRY, OUT_COUNT };
+static const char *const out_names[] = {"done", "quarantined", "retry"};
+
+/* One event_type label value; the slot at index WI_METRICS_MAX_TYPES is "other". */
+struct type_row {
+    char *type;                      /* owned; NULL for "other" */
+    unsigned long n[OUT_COUNT];
+};
+
+#define SLOTS 512 /* open addressing over WI_METRICS_MAX_TYPES rows: at most 40% full */
+
+/* Everything below is guarded by mu (a few updates per committed batch: no contention). */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct type_row rows[WI_METRICS_MAX_TYPES + 1];
+static int nrows;
+static short slots[SLOTS]; /* row index + 1; 0 = empty */
+static struct hist h_handler = {handler_le, (int)(sizeof handler_le / sizeof handler_le[0]), {0}, 0};
+static struct hist h_batch = {batch_le, (int)(sizeof batch_le / sizeof batch_le[0]), {0}, 0};
+static struct hist h_receipt = {receipt_le, (int)(sizeof receipt_le / sizeof receipt_le[0]), {0}, 0};
+
+static void observe(struct hist *h, double v, unsigned long times)
+{
+    int i;
+    for (i = 0; i < h->n && v > h->le[i]; i++)
+        ;
+    h->counts[i] += times;
+    h->sum += v * (double)times;
+}
+
+/* 1 if s may be a label value of its own: short, valid UTF-8, no control characters. */
+static int labelable(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = 0;
+
+    while (*p) {
+        int extra, i;
+        unsigned cp;
+        if (*p < 0x20 || *p == 0x7f)
+            return 0;
+        if (*p < 0x80) {
+            p++;
+            len++;
+            continue;
+        }
+        if ((*p & 0xe0) == 0xc0) {
+            extra = 1;
+            cp = *p & 0x1f;
+        } else if ((*p & 0xf0) == 0xe0) {
+            extra = 2;
+            cp = *p & 0x0f;
+        } else if ((*p & 0xf8) == 0xf0) {
+            extra = 3;
+            cp = *p & 0x07;
+        } else {
+            return 0;
+        }
+        for (i = 1; i <= extra; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i] & 0x3f);
+        }
+        if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        p += extra + 1;
+        len += (size_t)extra + 1;
+    }
+    return len > 0 && len <= WI_METRICS_TYPE_MAX;
+}
+
+/* The row counting type: its own, a new one while there is room, else "other". Under mu. */
+static struct type_row *row_for(const char *type)
+{
+    uint32_t h = 2166136261u;
+    const unsigned char *p;
+    unsigned i;
+
+    if (!type || !labelable(type) || strcmp(type, "other") == 0)
+        return &rows[WI_METRICS_MAX_TYPES];
+    for (p = (const unsigned char *)type; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    for (i = h % SLOTS;; i = (i + 1) % SLOTS) {
+        if (slots[i] == 0) {
+            char *copy;
+            if (nrows >= WI_METRICS_MAX_TYPES || !(copy = strdup(type)))
+                return &rows[WI_METRICS_MAX_TYPES];
+            rows[nrows].type = copy;
+            slots[i] = (short)(++nrows);
+            return &rows[nrows - 1];
+        }
+        if (strcmp(rows[slots[i] - 1].type, type) == 0)
+            return &rows[slots[i] - 1];
+    }
+}
+
+void wi_metrics_event(const char *event_type, const char *result, double receipt_to_done_s)
+{
+    int o;
+    for (o = 0; o < OUT_COUNT && strcmp(result, out_names[o]) != 0; o++)
+        ;
+    if (o == OUT_COUNT)
+        return;
+    pthread_mutex_lock(&mu);
+    row_for(event_type)->n[o]++;
+    if (o == OUT_DONE && receipt_to_done_s >= 0)
+        observe(&h_receipt, receipt_to_done_s, 1);
+    pthread_mutex_unlock(&mu);
+}
+
+void wi_metrics_batch(int events, double seconds)
+{
+    if (events <= 0 || seconds < 0)
+        return;
+    pthread_mutex_lock(&mu);
+    observe(&h_batch, seconds, 1);
+    observe(&h_handler, seconds / events, (unsigned long)events);
+    pthread_mutex_unlock(&mu);
+}
+
+void wi_metrics_reset(void)
+{
+    int i;
+    pthread_mutex_lock(&mu);
+    for (i = 0; i <= WI_METRICS_MAX_TYPES; i++) {
+        free(rows[i].type);
+        memset(&rows[i], 0, sizeof rows[i]);
+    }
+    nrows = 0;
+    memset(slots, 0, sizeof slots);
+    memset(h_handler.counts, 0, sizeof h_handler.counts);
+    memset(h_batch.counts, 0, sizeof h_batch.counts);
+    memset(h_receipt.counts, 0, sizeof h_receipt.counts);
+    h_handler.sum = h_batch.sum = h_receipt.sum = 0;
+    pthread_mutex_unlock(&mu);
+    for (i = 0; i < WI_M_COUNT; i++)
+        atomic_store(&counters[i], 0);
+}
+
+void wi_metrics_write_label(FILE *out, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\')
+            fputs("\\\\", out);
+        else if (*v == '"')
+            fputs("\\\"", out);
+        else if (*v == '\n')
+            fputs("\\n", out);
+        else
+            fputc(*v, out);
+    }
+}
+
+static void head(FILE *out, const char *name, const char *type, const char *help)
+{
+    fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void counter(FILE *out, const char *name, const char *help, long v)
+{
+    head(out, name, "counter", help);
+    fprintf(out, "%s %ld\n", name, v);
+}
+
+static void gauge(FILE *out, const char *name, const char *help, double v)
+{
+    head(out, name, "gauge", help);
+    fprintf(out, "%s %.15g\n", name, v);
+}
+
+/* Cumulative buckets, le="+Inf" equal to _count, then _sum and _count. Under mu. */
+static void histogram(FILE *out, const char *name, const char *help, const struct hist *h)
+{
+    unsigned long cum = 0;
+    int i;
+
+    head(out, name, "histogram", help);
+    for (i = 0; i < h->n; i++) {
+        cum += h->counts[i];
+        fprintf(out, "%s_bucket{le=\"%g\"} %lu\n", name, h->le[i], cum);
+    }
+    cum += h->counts[h->n];
+    fprintf(out, "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %.17g\n%s_count %lu\n", name, cum, name, h->sum, name, cum);
+}
+
+void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
+{
+    int i, o;
+
+    if (g) {
+        gauge(out, "webhook_inbox_stats_up", "1 if the last read of webhook_inbox_stats() succeeded, else 0 "
+              "(the inbox gauges are then left out; the process counters are still served)", g->valid);
+        if (g->valid) {
+            gauge(out, "webhook_inbox_stats_age_seconds",
+                  "Age of the inbox gauges: they are read at most once per refresh interval, whatever the scrape rate",
+                  g->age_s);
+            gauge(out, "webhook_inbox_events_pending", "Pending events (due or waiting for a retry or a route)",
+                  (double)g->pending);
+            gauge(out, "webhook_inbox_oldest_pending_age_seconds",
+                  "Seconds since the oldest pending event was received (0 when none is pending)",
+                  g->oldest_pending_age_s);
+            gauge(out, "webhook_inbox_events_quarantined", "Quarantined events (wait for a fix and a requeue)",
+                  (double)g->quarantined);
+            gauge(out, "webhook_inbox_events_retrying", "Pending events that failed at least once",
+                  (double)g->retrying);
+            gauge(out, "webhook_inbox_events_waiting_for_route",
+                  "Pending events whose event type has no route now", (double)g->waiting_for_route);
+        }
+    }
+
+    pthread_mutex_lock(&mu);
+    head(out, "webhook_inbox_handled_total", "counter",
+         "Events handled by this process, by event type (at most 200 values, then \"other\") and outcome: "
+         "done, quarantined, retry (a transient failure charged one attempt)");
+    for (i = 0; i <= WI_METRICS_MAX_TYPES; i++) {
+        const struct type_row *r = &rows[i];
+        if (i < WI_METRICS_MAX_TYPES && !r->type)
+            continue;
+        for (o = 0; o < OUT_COUNT; o++) {
+            if (i == WI_METRICS_MAX_TYPES && !r->n[o])
+                continue;
+            fputs("webhook_inbox_handled_total{event_type=\"", out);
+            wi_metrics_write_label(out, r->type ? r->type : "other");
+            fprintf(out, "\",outcome=\"%s\"} %lu\n", out_names[o], r->n[o]);
+        }
+    }
+    histogram(out, "webhook_inbox_handler_duration_seconds",
+              "Handler run time per event, measured per batch: the worker's time for one transaction "
+              "(BEGIN, every handler, COMMIT) divided by its events (SQL does not report each handler's own time)",
+              &h_handler);
+    histogram(out, "webhook_inbox_batch_duration_seconds",
+              "Worker time per committed transaction of events (BEGIN to the COMMIT reply)", &h_batch);
+    histogram(out, "webhook_inbox_receipt_to_done_seconds",
+              "Receipt to done, per event: received_at to the start of its successful run (server clock), plus "
+              "the worker's time for that run's transaction (an upper bound by at most one batch)",
+              &h_receipt);
+    pthread_mutex_unlock(&mu);
+
+    counter(out, "webhook_inbox_unrouted_waits_total",
+            "Runs that found no route and left the event pending (--unrouted=wait)", wi_metrics_get(WI_M_WAITING));
+    counter(out, "webhook_inbox_batches_total", "Transactions of events committed by this process",
+            wi_metrics_get(WI_M_BATCHES));
+    counter(out, "webhook_inbox_reconnects_total", "Worker reconnections after a lost or failed connection",
+            wi_metrics_get(WI_M_RECONNECTS));
+    counter(out, "webhook_inbox_retention_deleted_total",
+            "Done events deleted by the scheduled retention (--retain) run by this process", wi_metrics_get(WI_M_PRUNED));
+}
 
 void wi_metrics_log_summary(void)
 {

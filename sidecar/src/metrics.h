@@ -1,5 +1,6 @@
-/* metrics.h - process counters (events by outcome) and the `stats` subcommand (inbox
- * health read from webhook_inbox_stats() and webhook_inbox_unrouted()). */
+/* metrics.h - process counters (events by outcome, by event type; duration histograms),
+ * their Prometheus text rendering, and the `stats` subcommand (inbox health read from
+ * webhook_inbox_stats() and webhook_inbox_unrouted()). */
 #ifndef WI_METRICS_H
 #define WI_METRICS_H
 
@@ -7,11 +8,46 @@
 #include "pgw.h"
 
 /* WI_M_WAITING: runs that found no route and left the event pending (--unrouted=wait). */
-enum { WI_M_DONE, WI_M_QUARANTINED, WI_M_RETRY, WI_M_WAITING, WI_M_BATCHES, WI_M_RECONNECTS, WI_M_COUNT };
+/* WI_M_PRUNED: done events deleted by the scheduled retention (--retain). */
+enum { WI_M_DONE, WI_M_QUARANTINED, WI_M_RETRY, WI_M_WAITING, WI_M_BATCHES, WI_M_RECONNECTS, WI_M_PRUNED, WI_M_COUNT };
+
+/* At most this many distinct event_type label values; later types count as "other", as do
+ * types longer than WI_METRICS_TYPE_MAX bytes, not UTF-8, holding control characters, or
+ * named "other" (so no two series share a label set). */
+#define WI_METRICS_MAX_TYPES 200
+#define WI_METRICS_TYPE_MAX 128
 
 /* Thread-safe increment of counter which (WI_M_*). */
 void wi_metrics_add(int which, long n);
 long wi_metrics_get(int which);
+
+/* Records one event whose result is durable (its transaction committed): result is "done",
+ * "quarantined" or "retry" (others are ignored here); receipt_to_done_s is observed for
+ * "done" when >= 0. Thread-safe; copies event_type when it becomes a new label. */
+void wi_metrics_event(const char *event_type, const char *result, double receipt_to_done_s);
+
+/* Records one committed batch of events that took seconds on the worker (BEGIN to the
+ * COMMIT reply): the batch histogram gets one observation, the handler histogram one per
+ * event of seconds / events. Thread-safe. */
+void wi_metrics_batch(int events, double seconds);
+
+/* Inbox gauges read from the database by the exporter; valid = 0: the last read failed. */
+struct wi_metrics_gauges {
+    int valid;
+    double age_s;                 /* seconds since the values were read (valid only) */
+    long pending, quarantined, retrying, waiting_for_route;
+    double oldest_pending_age_s;
+};
+
+/* Writes every metric in Prometheus text format 0.0.4 (HELP and TYPE lines, then samples)
+ * to out, with the gauges g (NULL: no database gauges). Thread-safe. */
+void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g);
+
+/* Writes v as a Prometheus label value (without the quotes): \\, \" and \n escaped. */
+void wi_metrics_write_label(FILE *out, const char *v);
+
+/* Forgets the event_type labels and zeroes every counter (frees the copies). */
+void wi_metrics_reset(void);
 
 /* Logs one summary line of the counters. */
 void wi_metrics_log_summary(void);

@@ -1,17 +1,28 @@
-/* prune.h - `prune`: retention, deletes done events received before a cut-off. */
+/* prune.h - retention: deletes done events received before a cut-off, in small batches
+ * (`prune`, and `run --retain` through retention.c). */
 #ifndef WI_PRUNE_H
 #define WI_PRUNE_H
 
+#include "pgw.h"
 #include "wi_err.h"
 
-/* The shortest --older-than accepted: 3 days, Stripe's retry window (others: 24-72 h).
- * A shorter retention would forget events providers still redeliver, which would then be
- * inserted and processed again. */
+/* The shortest --older-than / --retain accepted: 3 days, Stripe's retry window (others:
+ * 24-72 h). A shorter retention would forget events providers still redeliver, which would
+ * then be inserted and processed again. */
 #define WI_PRUNE_MIN_AGE (3 * 86400.0)
 
-/* Deletes status = 'done' rows received more than older_than seconds ago (optionally only
- * in scope; NULL = all), in batches of 5000 so no transaction holds many row locks. Never
+/* The batched delete, prepared by whoever calls wi_prune_step(). */
+extern const struct wi_pg_stmt wi_prune_stmt;
+
+/* One batch on an open connection (wi_prune_stmt prepared, outside a transaction: the
+ * batch commits on its own): deletes at most limit status = 'done' rows received more than
+ * older_than seconds ago (only in scope unless NULL), skipping rows locked by others. Never
  * touches pending or quarantined rows. Returns the number deleted, or -1 with *err. */
+long wi_prune_step(struct wi_pg *pg, double older_than, const char *scope, int limit, struct wi_err *err);
+
+/* `prune`: connects to conninfo and runs batches of 5000 until none is left, so no
+ * transaction holds many row locks. Refuses older_than < WI_PRUNE_MIN_AGE. Returns the
+ * number deleted, or -1 with *err. */
 long wi_prune(const char *conninfo, double older_than, const char *scope, struct wi_err *err);
 
 #endif

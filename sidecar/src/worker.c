@@ -136,10 +136,13 @@ static void warn_unrouted(const struct wi_worker *w, const struct wi_event *e)
               w->id, wi_log_quote(type, sizeof type, e->event_type, 120), (double)e->retry_in_ms / 1000);
 }
 
-/* Counts and logs one event whose result is durable (its transaction committed). */
-static void report_event(const struct wi_worker *w, const struct wi_event *e, const struct snap *s)
+/* Counts and logs one event whose result is durable (its transaction committed); batch_s is
+ * the worker's time for that transaction (0 when unknown: an event charged on its own). */
+static void report_event(const struct wi_worker *w, const struct wi_event *e, const struct snap *s, double batch_s)
 {
     char extra[64];
+
+    wi_metrics_event(e->event_type, e->result, e->latency_ms / 1000 + batch_s);
 
     if (!strcmp(e->result, "done")) {
         wi_metrics_add(WI_M_DONE, 1);
@@ -163,13 +166,17 @@ static void report_event(const struct wi_worker *w, const struct wi_event *e, co
     }
 }
 
-/* After COMMIT: business work and every event's new state are durable together. */
-static void report(struct wi_worker *w, const struct wi_batch *b, const struct snap *s)
+/* After COMMIT: business work and every event's new state are durable together. t0 is when
+ * the transaction began (now_s()). */
+static void report(struct wi_worker *w, const struct wi_batch *b, const struct snap *s, double t0)
 {
+    double took = now_s() - t0;
     int i;
+
     wi_metrics_add(WI_M_BATCHES, 1);
+    wi_metrics_batch(b->n, took);
     for (i = 0; i < b->n; i++)
-        report_event(w, &b->ev[i], s);
+        report_event(w, &b->ev[i], s, took);
 }
 
 /* Charges e one transient failure in a transaction of its own, when the transaction that ran
@@ -185,7 +192,7 @@ static void charge_alone(const struct wi_worker *w, struct wi_pg *pg, struct wi_
         log_warnx("charge_failed", "worker=%d error=%s", w->id, WI_LOG_Q(err.msg));
         return;
     }
-    report_event(w, e, s);
+    report_event(w, e, s, 0);
 }
 
 /* Fast path: one statement claims and dispatches the whole batch, sent with BEGIN and COMMIT
@@ -196,12 +203,13 @@ static void charge_alone(const struct wi_worker *w, struct wi_pg *pg, struct wi_
 static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b)
 {
     struct wi_err err;
+    double t0 = now_s();
     int n;
 
     /* BEGIN, claim+dispatch, COMMIT: one round trip (pipelined). */
     if ((n = wi_dispatch_batch_tx(pg, s->batch_size, &s->policy, b, &err)) >= 0) {
         if (n > 0)
-            report(w, b, s);
+            report(w, b, s, t0);
         return n;
     }
     if (!wi_pg_ok(pg)) {
@@ -284,6 +292,7 @@ static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struc
                               struct wi_batch *b, struct wi_event *lost)
 {
     struct wi_err err;
+    double t0 = now_s();
     int i, n = 0, running = -1, committing = 0;
 
     if (wi_pg_cmd(pg, "wi_begin", 0, NULL, &err) < 0)
@@ -304,7 +313,7 @@ static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struc
     committing = 1;
     if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
         goto abort;
-    report(w, b, s);
+    report(w, b, s, t0);
     return n;
 
 abort:

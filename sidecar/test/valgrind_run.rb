@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
-# valgrind_run.rb BINARY [--sanitizer] - runs migrate, stats, requeue, prune and a short
+# valgrind_run.rb BINARY [--sanitizer] - runs migrate, stats, requeue, prune, a `run
+# --metrics-listen --retain` scraped over HTTP (200, 404, 400) after a scheduled prune, then
+# stopped with SIGTERM, and a short
 # `run --once` (done, quarantined, retry, unrouted (waiting), and a dispatch statement cancelled
 # by statement_timeout, which takes the one-statement-per-event fallback; two worker threads),
 # and `run --once` and `stats` refusing an empty database (no schema)
@@ -8,6 +10,8 @@
 # definitely/indirectly lost memory. With --sanitizer the binary is an ASan/UBSan build and
 # runs without valgrind (the sanitizers and LeakSanitizer report instead).
 require "json"
+require "net/http"
+require "socket"
 require_relative "../../spec/support/throwaway_postgres"
 
 bin = File.expand_path(ARGV.fetch(0))
@@ -61,6 +65,39 @@ begin
   states = pg.psql("SELECT string_agg(event_id || '=' || status, ',' ORDER BY event_id) FROM webhook_inbox").strip
   # e4 has no route: it waits (pending, not charged) under the default --unrouted=wait.
   abort "unexpected states after run --once: #{states}" unless states == "e1=done,e2=quarantined,e3=quarantined,e4=pending,e5=quarantined"
+  # The metrics listener and the stats thread: scraped (also a 404 and a malformed head), then
+  # a graceful stop with a scraper still connected.
+  log = File.join(pg.dir, "metrics-run.log")
+  pid = Process.spawn(*(SANITIZER ? [] : VALGRIND), bin, "run", "--database-url", url, "--concurrency", "1",
+                      "--metrics-listen", "127.0.0.1:0", "--retain", "3d", "--retain-interval", "1s",
+                      out: File::NULL, err: log)
+  deadline = Time.now + 60
+  addr = nil
+  addr = File.read(log)[/msg=metrics_listening address=(\S+)/, 1] until addr || Time.now > deadline || !sleep(0.1)
+  abort "run --metrics-listen did not listen:\n#{File.read(log)}" unless addr
+  host, port = addr.split(":")
+  body = nil
+  until (body = Net::HTTP.get_response(host, "/metrics", port.to_i).body).include?("webhook_inbox_events_pending") ||
+        Time.now > deadline
+    sleep 0.2
+  end
+  abort "no inbox gauges in /metrics:\n#{body}" unless body.include?("webhook_inbox_events_pending")
+  sleep 0.2 until File.read(log).include?("msg=retention ") || Time.now > deadline
+  abort "no scheduled retention run:\n#{File.read(log)}" unless File.read(log).include?("msg=retention ")
+  abort "/nope: expected 404" unless Net::HTTP.get_response(host, "/nope", port.to_i).code == "404"
+  s = TCPSocket.new(host, port.to_i)
+  s.write("BAD\r\n\r\n")
+  abort "malformed head: expected 400" unless s.read.start_with?("HTTP/1.1 400 ")
+  s.close
+  idle = TCPSocket.new(host, port.to_i)
+  idle.write("GET /met")
+  Process.kill("TERM", pid)
+  _, st = Process.wait2(pid)
+  idle.close
+  out = File.read(log)
+  abort "#{SANITIZER ? 'sanitizer' : 'valgrind'} run failed for run --metrics-listen:\n#{out}" unless
+    st.success? && !out.match?(/definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]|runtime error|Sanitizer/)
+  puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: run --metrics-listen --retain, scraped, pruned, stopped by SIGTERM"
   vg(bin, "stats", "--json", "--database-url", url)
   vg(bin, "requeue", "--all", "--database-url", url)
   vg(bin, "prune", "--older-than", "3d", "--database-url", url)

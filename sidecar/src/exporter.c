@@ -1,0 +1,519 @@
+/* exporter.c - the metrics endpoint: a poll() loop over one listening socket and at most
+ * WI_EXPORTER_MAX_CONNS connections (thread 1), and the cached inbox gauges refreshed from
+ * webhook_inbox_stats() on a connection of their own (thread 2). One request per
+ * connection (Connection: close); every socket is non-blocking; deadlines are absolute. */
+#define _POSIX_C_SOURCE 200809L
+#include "exporter.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "pgw.h"
+#include "schema.h"
+
+enum { C_FREE = 0, C_READ, C_WRITE, C_DRAIN };
+
+/* Invariant: fd >= 0 exactly when state != C_FREE; resp is owned and set in C_WRITE/C_DRAIN. */
+struct conn {
+    int state;
+    int fd;
+    double deadline;   /* monotonic seconds: the connection is dropped at this time */
+    size_t got;        /* bytes of head[] received */
+    char *resp;        /* status line, headers and body */
+    size_t resp_len, sent;
+    char head[WI_EXPORTER_MAX_HEAD];
+};
+
+struct wi_exporter {
+    int listen_fd;
+    int stop_pipe[2];          /* written once by wi_exporter_stop: both threads end */
+    int wake_pipe[2];          /* a scrape that found stale gauges pokes the stats thread */
+    const char *conninfo;      /* borrowed */
+    pthread_t http_thread, stats_thread;
+    int http_started, stats_started;
+    pthread_mutex_t mu;        /* guards gauges, read_at */
+    struct wi_metrics_gauges gauges;
+    double read_at;            /* monotonic time of the last successful read */
+    _Atomic long long last_scrape_ms; /* monotonic ms of the last GET /metrics; 0 = none yet */
+    struct conn conns[WI_EXPORTER_MAX_CONNS];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int set_flags(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return -1;
+    return 0;
+}
+
+static int make_pipe(int fds[2])
+{
+    if (pipe(fds) < 0)
+        return -1;
+    if (set_flags(fds[0]) < 0 || set_flags(fds[1]) < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    return 0;
+}
+
+int wi_exporter_split_address(const char *listen, char *host, size_t hostsz, char *port, size_t portsz)
+{
+    const char *colon, *h = listen;
+    size_t hlen;
+
+    if (!listen || !*listen)
+        return -1;
+    if (*listen == '[') {
+        const char *close_b = strchr(listen, ']');
+        if (!close_b || close_b[1] != ':')
+            return -1;
+        h = listen + 1;
+        hlen = (size_t)(close_b - h);
+        colon = close_b + 1;
+    } else {
+        colon = strrchr(listen, ':');
+        if (!colon || memchr(listen, ':', (size_t)(colon - listen))) /* a bare IPv6 address needs brackets */
+            return -1;
+        hlen = (size_t)(colon - listen);
+    }
+    if (hlen >= hostsz || strlen(colon + 1) >= portsz || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1))
+        return -1;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    strcpy(port, colon + 1);
+    return atol(port) > 65535 ? -1 : 0;
+}
+
+/* Binds and listens on listen; returns the socket or -1 with *err. */
+static int bind_listener(const char *listen_addr, struct wi_err *err)
+{
+    char host[256], port[16], shown[300];
+    struct addrinfo hints, *res = NULL, *ai;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = -1, rc, one = 1;
+
+    if (wi_exporter_split_address(listen_addr, host, sizeof host, port, sizeof port) < 0)
+        return wi_err_set(err, WI_ERR_ARG, "metrics-listen must be HOST:PORT, [IPv6]:PORT or :PORT");
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    if ((rc = getaddrinfo(*host ? host : NULL, port, &hints, &res)) != 0)
+        return wi_err_set(err, WI_ERR_ARG, "metrics-listen %.200s: %s", listen_addr, gai_strerror(rc));
+    for (ai = res; ai; ai = ai->ai_next) {
+        if ((fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol)) < 0)
+            continue;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (set_flags(fd) == 0 && bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0)
+            break;
+        rc = errno;
+        close(fd);
+        fd = -1;
+        errno = rc;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return wi_err_set(err, WI_ERR_IO, "metrics-listen %.200s: %s", listen_addr, strerror(errno));
+    shown[0] = '\0';
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        char nh[128], np[16];
+        if (getnameinfo((struct sockaddr *)&ss, sl, nh, sizeof nh, np, sizeof np, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+            snprintf(shown, sizeof shown, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", nh, np);
+    }
+    log_info("metrics_listening", "address=%s path=/metrics", shown[0] ? shown : "?");
+    return fd;
+}
+
+/* ---- the inbox gauges (stats thread) ---- */
+
+static const struct wi_pg_stmt stats_stmts[] = {
+    {"wi_metrics_timeout", "SELECT set_config('statement_timeout', '5s', false)"},
+    /* webhook_inbox_unrouted() groups the pending rows only. */
+    {"wi_metrics_stats", "SELECT s.pending, s.oldest_pending_age_s, s.quarantined, s.retrying,"
+                         " (SELECT coalesce(sum(u.pending), 0) FROM webhook_inbox_unrouted() u)"
+                         " FROM webhook_inbox_stats() s"},
+};
+
+/* One read of the gauges; *pg is (re)connected as needed and freed on a connection error. */
+static void refresh(struct wi_exporter *ex, struct wi_pg **pg)
+{
+    struct wi_metrics_gauges g;
+    struct wi_err err;
+    PGresult *res = NULL;
+
+    memset(&g, 0, sizeof g);
+    if (!*pg) {
+        if (!(*pg = wi_pg_connect(ex->conninfo, wi_schema_stmts, wi_schema_stmts_count, &err)))
+            goto failed;
+        if (wi_schema_require(*pg, &err) < 0 ||
+            wi_pg_prepare(*pg, stats_stmts, (int)(sizeof stats_stmts / sizeof stats_stmts[0]), &err) < 0 ||
+            wi_pg_cmd(*pg, "wi_metrics_timeout", 0, NULL, &err) < 0) {
+            wi_pg_free(*pg);
+            *pg = NULL;
+            goto failed;
+        }
+    }
+    if (!(res = wi_pg_exec(*pg, "wi_metrics_stats", 0, NULL, PGRES_TUPLES_OK, &err)) || PQntuples(res) != 1) {
+        if (res)
+            wi_err_set(&err, WI_ERR_PG, "webhook_inbox_stats() returned %d rows", PQntuples(res));
+        if (!res || !wi_pg_ok(*pg) || wi_schema_require(*pg, &err) < 0) { /* a dropped schema: connect again later */
+            wi_pg_free(*pg);
+            *pg = NULL;
+        }
+        goto failed;
+    }
+    g.valid = 1;
+    g.pending = atol(PQgetvalue(res, 0, 0));
+    g.oldest_pending_age_s = PQgetisnull(res, 0, 1) ? 0 : atof(PQgetvalue(res, 0, 1));
+    g.quarantined = atol(PQgetvalue(res, 0, 2));
+    g.retrying = atol(PQgetvalue(res, 0, 3));
+    g.waiting_for_route = atol(PQgetvalue(res, 0, 4));
+    PQclear(res);
+    pthread_mutex_lock(&ex->mu);
+    ex->gauges = g;
+    ex->read_at = now_s();
+    pthread_mutex_unlock(&ex->mu);
+    return;
+failed:
+    PQclear(res);
+    if (wi_log_every("metrics_stats_failed", 60))
+        log_warnx("metrics_stats_failed", "error=%s note=\"serving the process counters with webhook_inbox_stats_up 0\"",
+                  WI_LOG_Q(err.msg));
+    pthread_mutex_lock(&ex->mu);
+    ex->gauges.valid = 0;
+    pthread_mutex_unlock(&ex->mu);
+}
+
+static void *stats_main(void *arg)
+{
+    struct wi_exporter *ex = arg;
+    struct wi_pg *pg = NULL;
+    double last_try = -INFINITY;
+
+    for (;;) {
+        struct pollfd p[2] = {{ex->stop_pipe[0], POLLIN, 0}, {ex->wake_pipe[0], POLLIN, 0}};
+        long long scraped = atomic_load(&ex->last_scrape_ms);
+        double now = now_s(), wait_s;
+        /* Read at start (the first scrape then has values), then only while scraped. */
+        int wanted = last_try == -INFINITY || (scraped && now * 1000 - (double)scraped < WI_EXPORTER_IDLE_S * 1000);
+        char buf[64];
+
+        if (wanted && now - last_try >= WI_EXPORTER_REFRESH_S) {
+            refresh(ex, &pg);
+            last_try = now_s();
+            now = last_try;
+        }
+        wait_s = wanted ? WI_EXPORTER_REFRESH_S - (now - last_try) : -1;
+        if (poll(p, 2, wait_s < 0 ? -1 : (int)(wait_s * 1000) + 1) < 0 && errno != EINTR)
+            break;
+        if (p[0].revents)
+            break;
+        while (read(ex->wake_pipe[0], buf, sizeof buf) > 0)
+            ;
+    }
+    wi_pg_free(pg);
+    return NULL;
+}
+
+/* ---- the listener (http thread) ---- */
+
+static void conn_close(struct conn *c)
+{
+    if (c->state == C_FREE)
+        return;
+    close(c->fd);
+    free(c->resp);
+    c->resp = NULL;
+    c->fd = -1;
+    c->state = C_FREE;
+}
+
+/* Builds the response; body may be NULL (then "" ). Takes ownership of body. */
+static void respond(struct conn *c, int status, const char *reason, const char *ctype, const char *extra,
+                    char *body, size_t body_len, int head_only)
+{
+    char hdr[512];
+    int n = snprintf(hdr, sizeof hdr,
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
+                     "%sConnection: close\r\n\r\n",
+                     status, reason, ctype, body_len, extra ? extra : "");
+    size_t total = (size_t)n + (head_only ? 0 : body_len);
+
+    c->resp = malloc(total ? total : 1);
+    if (!c->resp) {
+        free(body);
+        conn_close(c);
+        return;
+    }
+    memcpy(c->resp, hdr, (size_t)n);
+    if (!head_only && body_len)
+        memcpy(c->resp + n, body, body_len);
+    free(body);
+    c->resp_len = total;
+    c->sent = 0;
+    c->state = C_WRITE;
+    c->deadline = now_s() + WI_EXPORTER_WRITE_TIMEOUT_S;
+}
+
+static void respond_text(struct conn *c, int status, const char *reason, const char *extra, const char *text)
+{
+    char *body = strdup(text);
+    respond(c, status, reason, "text/plain; charset=utf-8", extra, body, body ? strlen(body) : 0, 0);
+}
+
+static void serve_metrics(struct wi_exporter *ex, struct conn *c, int head_only)
+{
+    struct wi_metrics_gauges g;
+    char *body = NULL;
+    size_t len = 0;
+    double now = now_s();
+    FILE *f;
+
+    atomic_store(&ex->last_scrape_ms, (long long)(now * 1000));
+    pthread_mutex_lock(&ex->mu);
+    g = ex->gauges;
+    g.age_s = now - ex->read_at;
+    pthread_mutex_unlock(&ex->mu);
+    if (!g.valid || g.age_s > 2 * WI_EXPORTER_REFRESH_S)
+        (void)!write(ex->wake_pipe[1], "w", 1); /* the stats thread may be idle: a fresh read for the next scrape */
+    if (!(f = open_memstream(&body, &len))) {
+        respond_text(c, 500, "Internal Server Error", NULL, "out of memory\n");
+        return;
+    }
+    wi_metrics_render(f, &g);
+    if (fclose(f) != 0) {
+        free(body);
+        respond_text(c, 500, "Internal Server Error", NULL, "out of memory\n");
+        return;
+    }
+    respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, body, len, head_only);
+}
+
+/* Reads what arrived; answers once the head is complete, malformed or too large. */
+static void on_readable(struct wi_exporter *ex, struct conn *c)
+{
+    struct wi_http_req req;
+    ssize_t n;
+    long r;
+
+    n = read(c->fd, c->head + c->got, sizeof c->head - c->got);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        conn_close(c);
+        return;
+    }
+    if (n < 0)
+        return;
+    c->got += (size_t)n;
+    r = wi_http_parse(c->head, c->got, &req);
+    if (r < 0)
+        respond_text(c, 400, "Bad Request", NULL, "bad request\n");
+    else if (r == 0 && c->got == sizeof c->head)
+        respond_text(c, 431, "Request Header Fields Too Large", NULL, "request head too large\n");
+    else if (r == 0)
+        return;
+    else if (!wi_http_path_is(&req, "/metrics"))
+        respond_text(c, 404, "Not Found", NULL, "not found: the metrics are at /metrics\n");
+    else if (!wi_http_method_is(&req, "GET") && !wi_http_method_is(&req, "HEAD"))
+        respond_text(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n", "method not allowed\n");
+    else
+        serve_metrics(ex, c, wi_http_method_is(&req, "HEAD"));
+}
+
+static void on_writable(struct conn *c)
+{
+    ssize_t n = send(c->fd, c->resp + c->sent, c->resp_len - c->sent, MSG_NOSIGNAL);
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EINTR)
+            conn_close(c);
+        return;
+    }
+    c->sent += (size_t)n;
+    if (c->sent < c->resp_len)
+        return;
+    /* Sent: half-close, then read until the client closes (closing with unread bytes would
+     * reset the connection and could cut the response short), for at most one second. */
+    (void)shutdown(c->fd, SHUT_WR);
+    c->state = C_DRAIN;
+    c->deadline = now_s() + 1.0;
+}
+
+static void on_drain(struct conn *c)
+{
+    char buf[512];
+    ssize_t n = read(c->fd, buf, sizeof buf);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+        conn_close(c);
+}
+
+static void accept_all(struct wi_exporter *ex, double now)
+{
+    for (;;) {
+        struct conn *slot = NULL, *oldest = NULL;
+        int fd = accept(ex->listen_fd, NULL, NULL), i;
+
+        if (fd < 0)
+            return; /* EAGAIN, or an error of one connection (ECONNABORTED, EMFILE): poll again */
+        if (set_flags(fd) < 0) {
+            close(fd);
+            continue;
+        }
+        for (i = 0; i < WI_EXPORTER_MAX_CONNS && !slot; i++) {
+            struct conn *c = &ex->conns[i];
+            if (c->state == C_FREE)
+                slot = c;
+            else if (c->state == C_READ && (!oldest || c->deadline < oldest->deadline))
+                oldest = c;
+        }
+        if (!slot && oldest) { /* full: the slowest head gives way (a slowloris cannot hold every slot) */
+            conn_close(oldest);
+            slot = oldest;
+        }
+        if (!slot) {
+            close(fd);
+            continue;
+        }
+        slot->fd = fd;
+        slot->state = C_READ;
+        slot->got = 0;
+        slot->deadline = now + WI_EXPORTER_READ_TIMEOUT_S;
+    }
+}
+
+static void *http_main(void *arg)
+{
+    struct wi_exporter *ex = arg;
+    struct pollfd p[WI_EXPORTER_MAX_CONNS + 2];
+    int idx[WI_EXPORTER_MAX_CONNS + 2];
+
+    for (;;) {
+        double now = now_s(), next = INFINITY;
+        int n = 2, i, timeout;
+
+        p[0] = (struct pollfd){ex->stop_pipe[0], POLLIN, 0};
+        p[1] = (struct pollfd){ex->listen_fd, POLLIN, 0};
+        for (i = 0; i < WI_EXPORTER_MAX_CONNS; i++) {
+            struct conn *c = &ex->conns[i];
+            if (c->state == C_FREE)
+                continue;
+            if (c->deadline <= now) {
+                conn_close(c);
+                continue;
+            }
+            if (c->deadline < next)
+                next = c->deadline;
+            idx[n] = i;
+            p[n++] = (struct pollfd){c->fd, (short)(c->state == C_WRITE ? POLLOUT : POLLIN), 0};
+        }
+        timeout = next == INFINITY ? -1 : (int)((next - now) * 1000) + 1;
+        if (poll(p, (nfds_t)n, timeout) < 0) {
+            if (errno == EINTR)
+                continue;
+            log_warn("metrics_poll_failed", NULL);
+            break;
+        }
+        if (p[0].revents)
+            break;
+        for (i = 2; i < n; i++) {
+            struct conn *c = &ex->conns[idx[i]];
+            if (!p[i].revents)
+                continue;
+            if (c->state == C_READ)
+                on_readable(ex, c);
+            else if (c->state == C_WRITE)
+                on_writable(c);
+            else if (c->state == C_DRAIN)
+                on_drain(c);
+        }
+        if (p[1].revents)
+            accept_all(ex, now_s());
+    }
+    return NULL;
+}
+
+struct wi_exporter *wi_exporter_start(const char *listen_addr, const char *conninfo, struct wi_err *err)
+{
+    struct wi_exporter *ex = calloc(1, sizeof *ex);
+    int i;
+
+    if (!ex) {
+        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    ex->stop_pipe[0] = ex->stop_pipe[1] = ex->wake_pipe[0] = ex->wake_pipe[1] = -1;
+    for (i = 0; i < WI_EXPORTER_MAX_CONNS; i++)
+        ex->conns[i].fd = -1;
+    ex->conninfo = conninfo;
+    ex->read_at = now_s();
+    pthread_mutex_init(&ex->mu, NULL);
+    if ((ex->listen_fd = bind_listener(listen_addr, err)) < 0)
+        goto fail;
+    if (make_pipe(ex->stop_pipe) < 0 || make_pipe(ex->wake_pipe) < 0) {
+        wi_err_set(err, WI_ERR_IO, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    if (pthread_create(&ex->stats_thread, NULL, stats_main, ex) != 0) {
+        wi_err_set(err, WI_ERR_IO, "cannot start the metrics threads");
+        goto fail;
+    }
+    ex->stats_started = 1;
+    if (pthread_create(&ex->http_thread, NULL, http_main, ex) != 0) {
+        wi_err_set(err, WI_ERR_IO, "cannot start the metrics threads");
+        goto fail;
+    }
+    ex->http_started = 1;
+    return ex;
+fail:
+    wi_exporter_stop(ex);
+    return NULL;
+}
+
+void wi_exporter_stop(struct wi_exporter *ex)
+{
+    int i;
+
+    if (!ex)
+        return;
+    if (ex->stop_pipe[1] >= 0)
+        (void)!write(ex->stop_pipe[1], "s", 1);
+    if (ex->http_started)
+        pthread_join(ex->http_thread, NULL);
+    if (ex->stats_started)
+        pthread_join(ex->stats_thread, NULL);
+    for (i = 0; i < WI_EXPORTER_MAX_CONNS; i++)
+        conn_close(&ex->conns[i]);
+    for (i = 0; i < 2; i++) {
+        if (ex->stop_pipe[i] >= 0)
+            close(ex->stop_pipe[i]);
+        if (ex->wake_pipe[i] >= 0)
+            close(ex->wake_pipe[i]);
+    }
+    if (ex->listen_fd >= 0)
+        close(ex->listen_fd);
+    pthread_mutex_destroy(&ex->mu);
+    free(ex);
+}

@@ -1,0 +1,81 @@
+/* test_metrics.c - the Prometheus rendering of the process counters: label values escaped,
+ * at most WI_METRICS_MAX_TYPES event types then "other", histograms cumulative with
+ * le="+Inf" equal to _count, and the inbox gauges only when they were read. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "minitest.h"
+
+static char *render(const struct wi_metrics_gauges *g)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    wi_metrics_render(f, g);
+    fclose(f);
+    return buf;
+}
+
+int main(void)
+{
+    struct wi_metrics_gauges g = {1, 0.5, 7, 2, 1, 3, 12.5};
+    char type[32], *out;
+    int i;
+
+    wi_metrics_event("a\"b\\c\nd", "done", 0.2);
+    wi_metrics_event("a\"b\\c\nd", "done", 0.2); /* control character: counted as "other" */
+    wi_metrics_event("invoice.paid", "done", 2);
+    wi_metrics_event("invoice.paid", "retry", -1);
+    wi_metrics_event("invoice.paid", "waiting", -1); /* not an outcome of handled_total */
+    wi_metrics_event("other", "quarantined", -1);      /* a real type named "other" shares the overflow row */
+    wi_metrics_event("q\"uote\\d", "done", 1);
+    wi_metrics_event("\xff\xfe", "done", 1);            /* not UTF-8 */
+    for (i = 0; i < 250; i++) {
+        snprintf(type, sizeof type, "t%d", i);
+        wi_metrics_event(type, "done", 100);
+    }
+    wi_metrics_batch(4, 0.02);
+    out = render(&g);
+    CHECK(strstr(out, "webhook_inbox_handled_total{event_type=\"invoice.paid\",outcome=\"done\"} 1\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_handled_total{event_type=\"invoice.paid\",outcome=\"retry\"} 1\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_handled_total{event_type=\"q\\\"uote\\\\d\",outcome=\"done\"} 1\n") != NULL);
+    CHECK(strstr(out, "outcome=\"waiting\"") == NULL);
+    CHECK(strstr(out, "\xff") == NULL && strstr(out, "a\"b") == NULL);
+    /* invoice.paid, q"uote\d and t0..t197 fill the 200 rows; t198, t199.., the bad ones go to other */
+    CHECK(strstr(out, "event_type=\"t197\",outcome=\"done\"} 1\n") != NULL);
+    CHECK(strstr(out, "event_type=\"t198\"") == NULL);
+    CHECK(strstr(out, "webhook_inbox_handled_total{event_type=\"other\",outcome=\"done\"} 55\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_handled_total{event_type=\"other\",outcome=\"quarantined\"} 1\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_handled_total{event_type=\"other\",outcome=\"retry\"}") == NULL);
+    /* receipt_to_done: 0.2, 0.2, 2, 1, 1, 250 x 100 */
+    CHECK(strstr(out, "webhook_inbox_receipt_to_done_seconds_bucket{le=\"0.25\"} 2\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_receipt_to_done_seconds_bucket{le=\"1\"} 4\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_receipt_to_done_seconds_bucket{le=\"300\"} 255\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_receipt_to_done_seconds_bucket{le=\"+Inf\"} 255\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_receipt_to_done_seconds_count 255\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_handler_duration_seconds_bucket{le=\"0.005\"} 4\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_handler_duration_seconds_count 4\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_batch_duration_seconds_count 1\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_events_pending 7\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_oldest_pending_age_seconds 12.5\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_stats_up 1\n") != NULL);
+    free(out);
+
+    g.valid = 0;
+    out = render(&g);
+    CHECK(strstr(out, "webhook_inbox_stats_up 0\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_events_pending") == NULL);
+    CHECK(strstr(out, "# TYPE webhook_inbox_reconnects_total counter\nwebhook_inbox_reconnects_total 0\n") != NULL);
+    free(out);
+
+    wi_metrics_reset();
+    out = render(NULL);
+    CHECK(strstr(out, "webhook_inbox_stats_up") == NULL);
+    CHECK(strstr(out, "event_type=") == NULL);
+    CHECK(strstr(out, "webhook_inbox_receipt_to_done_seconds_count 0\n") != NULL);
+    free(out);
+    DONE("test_metrics");
+}

@@ -1,0 +1,171 @@
+# frozen_string_literal: true
+
+require "net/http"
+require "socket"
+require_relative "sidecar_helper"
+require_relative "../support/prometheus_text"
+
+# `run --metrics-listen`: GET /metrics answers valid Prometheus text (checked by a strict
+# parser) with the inbox gauges and the process counters; the listener refuses what it does
+# not serve, bounds request heads, drops slow ones without holding up scrapes, and keeps
+# serving the counters when the database cannot be read.
+RSpec.describe "webhook-inbox-sidecar /metrics", :sidecar do
+  include SidecarHelper::Payloads
+
+  before(:all) { @db = SidecarHelper::DB.new(TestDatabase.cluster) }
+  let(:db) { @db }
+
+  before { db.reset! }
+
+  def start(*extra, url: db.url)
+    pid, log = spawn_sidecar("run", "--database-url", url, "--metrics-listen", "127.0.0.1:0", "--poll-interval", "200ms",
+                             *extra)
+    addr = wait_for(20, 0.05, "metrics_listening") { File.read(log)[/msg=metrics_listening address=(\S+)/, 1] }
+    host, port = addr.split(":")
+    [pid, log, host, port.to_i]
+  end
+
+  def get(host, port, path = "/metrics")
+    Net::HTTP.start(host, port, open_timeout: 5, read_timeout: 10) { |h| h.get(path) }
+  end
+
+  def scrape(host, port)
+    res = get(host, port)
+    expect(res.code).to eq("200")
+    expect(res["Content-Type"]).to eq("text/plain; version=0.0.4; charset=utf-8")
+    PrometheusText.parse(res.body)
+  end
+
+  def raw(host, port, bytes, read: true)
+    s = TCPSocket.new(host, port)
+    s.write(bytes)
+    return s unless read
+
+    out = s.read
+    s.close
+    out
+  end
+
+  it "serves valid Prometheus text with the inbox gauges, outcomes by event type and histograms" do
+    db.add_order("t1", "o1", 2000, "jpy")
+    db.psql(<<~SQL)
+      CREATE FUNCTION t_flaky(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'flaky'; END $$;
+      INSERT INTO webhook_inbox_routes VALUES ('test.flaky', 't_flaky');
+    SQL
+    db.insert_event("m1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
+    db.insert_event("m2", "payment_intent.succeeded", succeeded("pi_2", "t1", "o1", 1, "jpy")) # amount mismatch: quarantined
+    db.insert_event("m3", "test.flaky", { "x" => 1 })
+    db.insert_event("m4", "no.route.here", {})
+    db.insert_event("m5", "with \"quote\" and \\ backslash", {}) # no route either; its label is escaped if counted
+    db.psql("INSERT INTO webhook_inbox_routes VALUES ('with \"quote\" and \\ backslash', 'webhook_inbox_ignore')")
+    _pid, _log, host, port = start("--backoff-base", "1h", "--backoff-cap", "1h")
+
+    wait_for(20, 0.1, "events handled") do
+      db.event("m1")[:status] == "done" && db.event("m2")[:status] == "quarantined" && db.event("m3")[:attempts] == 1 &&
+        db.event("m5")[:status] == "done"
+    end
+    fams = wait_for(20, 0.3, "gauges read after the events were handled") do
+      f = scrape(host, port)
+      f if PrometheusText.value(f, "webhook_inbox_events_quarantined") == 1.0 &&
+           PrometheusText.value(f, "webhook_inbox_events_pending") == 2.0
+    end
+
+    { "webhook_inbox_stats_up" => "gauge", "webhook_inbox_events_pending" => "gauge",
+      "webhook_inbox_oldest_pending_age_seconds" => "gauge", "webhook_inbox_events_quarantined" => "gauge",
+      "webhook_inbox_events_waiting_for_route" => "gauge", "webhook_inbox_handled_total" => "counter",
+      "webhook_inbox_reconnects_total" => "counter", "webhook_inbox_handler_duration_seconds" => "histogram",
+      "webhook_inbox_receipt_to_done_seconds" => "histogram" }.each do |name, type|
+      expect(fams[name]&.type).to eq(type), "#{name} missing or not a #{type}"
+      expect(fams[name].help).not_to be_empty
+    end
+    v = ->(name, labels = {}) { PrometheusText.value(fams, name, labels) }
+    expect(v.call("webhook_inbox_stats_up")).to eq(1)
+    expect(v.call("webhook_inbox_events_waiting_for_route")).to eq(1) # m4
+    expect(v.call("webhook_inbox_oldest_pending_age_seconds")).to be_between(0, 120)
+    handled = ->(type, outcome) { v.call("webhook_inbox_handled_total", { "event_type" => type, "outcome" => outcome }) }
+    expect(handled.call("payment_intent.succeeded", "done")).to eq(1)
+    expect(handled.call("payment_intent.succeeded", "quarantined")).to eq(1)
+    expect(handled.call("test.flaky", "retry")).to eq(1)
+    expect(handled.call("with \"quote\" and \\ backslash", "done")).to eq(1)
+    expect(fams["webhook_inbox_handled_total"].samples.map { |s| s.labels["event_type"] }).not_to include("no.route.here")
+    expect(v.call("webhook_inbox_receipt_to_done_seconds_count")).to eq(2) # m1, m5
+    expect(v.call("webhook_inbox_receipt_to_done_seconds_sum")).to be_between(0, 120)
+    expect(v.call("webhook_inbox_handler_duration_seconds_count")).to be >= 4
+    expect(v.call("webhook_inbox_reconnects_total")).to eq(0)
+    body = get(host, port).body
+    expect(body).not_to include("stripe:acct_1") # no scope, payload or event id in labels
+    expect(body).not_to include("pi_1")
+  end
+
+  it "reads the inbox gauges at most once per refresh interval, whatever the scrape rate" do
+    _pid, _log, host, port = start
+    ages = Array.new(25) do
+      sleep 0.04
+      PrometheusText.value(scrape(host, port), "webhook_inbox_stats_age_seconds")
+    end
+    expect(ages.compact.size).to eq(25)
+    refreshes = ages.each_cons(2).count { |a, b| b < a }
+    expect(refreshes).to be <= 1 # 25 scrapes in about 1.5 s: at most one read (every 5 s)
+  end
+
+  it "answers 404 elsewhere, 405 for other methods, 400 for garbage, 431 for a huge head, HEAD without a body" do
+    _pid, _log, host, port = start
+    expect(get(host, port, "/").code).to eq("404")
+    expect(get(host, port, "/metrics/x").code).to eq("404")
+    expect(get(host, port, "/metrics?name[]=x").code).to eq("200")
+    post = Net::HTTP.start(host, port) { |h| h.post("/metrics", "x") }
+    expect(post.code).to eq("405")
+    expect(post["Allow"]).to eq("GET, HEAD")
+    head = Net::HTTP.start(host, port) { |h| h.head("/metrics") }
+    expect(head.code).to eq("200")
+    expect(head.body).to be_nil
+    expect(raw(host, port, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n")).to start_with("HTTP/1.1 400 ")
+    expect(raw(host, port, "GET /metrics HTTP/1.1\r\nX: #{'a' * 9000}\r\n\r\n")).to start_with("HTTP/1.1 431 ")
+  end
+
+  it "drops a slow request head after its deadline and keeps serving scrapes meanwhile, also with every slot taken" do
+    _pid, _log, host, port = start
+    slow = Array.new(70) { raw(host, port, "GET /metrics HTTP/1.1\r\nHost: x\r\n", read: false) }
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    10.times { scrape(host, port) }
+    expect(Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0).to be < 3
+    # The one still open after the scrapes evicted others is closed by its 5 s deadline.
+    last = slow.last
+    expect(last.wait_readable(8)).to be_truthy
+    expect(last.read).to eq("")
+  ensure
+    slow&.each(&:close)
+  end
+
+  it "keeps serving the process counters with webhook_inbox_stats_up 0 when the inbox cannot be read" do
+    empty = "metrics_empty_#{SecureRandom.hex(3)}"
+    TestDatabase.cluster.psql("CREATE DATABASE #{empty}", db: "postgres")
+    _pid, log, host, port = start(url: TestDatabase.cluster.url(empty))
+    fams = scrape(host, port)
+    expect(PrometheusText.value(fams, "webhook_inbox_stats_up")).to eq(0)
+    expect(fams).not_to have_key("webhook_inbox_events_pending")
+    expect(fams["webhook_inbox_reconnects_total"]).not_to be_nil
+    wait_for(10, 0.1, "the warning") { File.read(log).include?("msg=metrics_stats_failed") }
+  end
+
+  it "refuses a bad --metrics-listen address, and takes it from the config file" do
+    status, _, err = sidecar("run", "--once", "--database-url", db.url, "--metrics-listen", "nonsense")
+    expect(status.exitstatus).to eq(2)
+    expect(err).to include("metrics-listen must be HOST:PORT")
+    conf = File.join(Dir.tmpdir, "wi-metrics-#{SecureRandom.hex(3)}.conf")
+    File.write(conf, "metrics-listen = 127.0.0.1:0\n")
+    status, out, = sidecar("run", "--print-config", "--config", conf)
+    expect(status.exitstatus).to eq(0)
+    expect(out).to include("metrics-listen = 127.0.0.1:0  # restart to change")
+  end
+
+  it "stops promptly on SIGTERM with scrapers connected" do
+    pid, _log, host, port = start
+    scrape(host, port)
+    idle = raw(host, port, "GET /metr", read: false)
+    Process.kill("TERM", pid)
+    expect(wait_exit(pid, 15)&.exitstatus).to eq(0)
+    idle.close
+  end
+end

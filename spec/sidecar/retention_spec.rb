@@ -1,0 +1,72 @@
+# frozen_string_literal: true
+
+require "net/http"
+require_relative "sidecar_helper"
+require_relative "../support/prometheus_text"
+
+# `run --retain AGE`: the sidecar prunes done events older than AGE by itself, in batches,
+# one sidecar of many at a time, never pending or quarantined rows, never below 3 days.
+RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
+  before(:all) { @db = SidecarHelper::DB.new(TestDatabase.cluster) }
+  let(:db) { @db }
+
+  before do
+    db.reset!
+    db.psql(<<~SQL)
+      INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, outcome, received_at, processed_at)
+      SELECT 's', 'old-done-' || i, 'x', '{}', 'done', 'ok', now() - interval '40 days', now() - interval '40 days'
+        FROM generate_series(1, 2500) i;
+      INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, outcome, received_at, processed_at) VALUES
+        ('s', 'recent-done', 'x', '{}', 'done', 'ok', now() - interval '10 days', now() - interval '10 days');
+      INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, last_error, received_at, next_attempt_at) VALUES
+        ('s', 'old-quarantined', 'x', '{}', 'quarantined', 'bad', now() - interval '40 days', now()),
+        ('s', 'old-pending', 'no.route', '{}', 'pending', NULL, now() - interval '40 days', now() + interval '1 day');
+    SQL
+  end
+
+  def retention_lines(log)
+    File.read(log).lines.grep(/msg=retention /)
+  end
+
+  it "deletes old done events in batches, logs one line with the count, keeps everything else" do
+    _pid, log = spawn_sidecar("run", "--database-url", db.url, "--retain", "30d", "--retain-interval", "1s",
+                              "--metrics-listen", "127.0.0.1:0")
+    line = wait_for(20, 0.1, "a retention run") { retention_lines(log).first }
+    expect(line).to match(/deleted=2500 older_than_s=2592000 batches=3 /) # 1000 + 1000 + 500
+    expect(File.read(log)).to include("msg=retention_scheduled older_than_s=2592000 interval_s=1 first_in_s=1")
+    rows = db.value("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox")
+    expect(rows).to eq("old-pending,old-quarantined,recent-done")
+    wait_for(10, 0.1, "the next run") { retention_lines(log).size >= 2 }
+    expect(retention_lines(log)[1]).to include("deleted=0 ")
+    host, port = File.read(log)[/msg=metrics_listening address=(\S+)/, 1].split(":")
+    fams = PrometheusText.parse(Net::HTTP.get(host, "/metrics", port.to_i))
+    expect(PrometheusText.value(fams, "webhook_inbox_retention_deleted_total")).to eq(2500)
+  end
+
+  it "runs on one sidecar of many: the one holding the retention lock" do
+    logs = Array.new(3) do
+      spawn_sidecar("run", "--database-url", db.url, "--retain", "30d", "--retain-interval", "1s", "--concurrency", "1")[1]
+    end
+    wait_for(20, 0.1, "three retention runs") { logs.sum { |l| retention_lines(l).size } >= 3 }
+    sleep 1.5
+    counts = logs.map { |l| retention_lines(l).size }
+    expect(counts.count(&:positive?)).to eq(1), "retention lines per sidecar: #{counts}"
+    expect(logs.map { |l| retention_lines(l).sum { |x| x[/deleted=(\d+)/, 1].to_i } }.sum).to eq(2500)
+    expect(db.int("SELECT count(*) FROM webhook_inbox")).to eq(3)
+  end
+
+  it "refuses a retention below 3 days, is ignored by --once, and reads both options from the config file" do
+    status, _, err = sidecar("run", "--database-url", db.url, "--retain", "2d")
+    expect(status.exitstatus).to eq(2)
+    expect(err).to include("retain must be at least 3d")
+    status, _, err = sidecar("run", "--once", "--database-url", db.url, "--retain", "30d")
+    expect(status.exitstatus).to eq(0)
+    expect(err).to include("msg=retention_off")
+    expect(db.int("SELECT count(*) FROM webhook_inbox")).to eq(2503)
+    conf = File.join(Dir.tmpdir, "wi-retain-#{SecureRandom.hex(3)}.conf")
+    File.write(conf, "retain = 90d\nretain-interval = 6h\n")
+    status, out, = sidecar("run", "--print-config", "--config", conf)
+    expect(status.exitstatus).to eq(0)
+    expect(out).to include("retain = 7776000s  # restart to change", "retain-interval = 21600s  # restart to change")
+  end
+end
