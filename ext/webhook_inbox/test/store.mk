@@ -6,7 +6,7 @@ SAN_CC ?= $(shell command -v clang-14 >/dev/null 2>&1 && echo clang-14 || echo g
 PG_INC := $(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql)
 WARN = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -I$(PG_INC)
 CORE = ../store.c ../redact.c
-HDRS = $(wildcard ../*.h)
+HDRS = $(wildcard ../*.h) check.h
 LIBS = -lpq
 OUT ?= build
 

@@ -6,18 +6,7 @@
 #include "../redact.h"
 #include "../store.h"
 
-static int failures, checks;
-
-#define CHECK(cond, ...)                                               \
-    do {                                                               \
-        checks++;                                                      \
-        if (!(cond)) {                                                 \
-            failures++;                                                \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                              \
-            fputc('\n', stderr);                                       \
-        }                                                              \
-    } while (0)
+#include "check.h"
 
 /* Nothing listens on port 1 of the loopback: a connect attempt fails at once. */
 #define NOWHERE "host=127.0.0.1 port=1 dbname=x user=x"

@@ -16,18 +16,7 @@
 #include "../sig.h"
 #include "../sig_header.h"
 
-static int failures, checks;
-
-#define CHECK(cond, ...)                                               \
-    do {                                                               \
-        checks++;                                                      \
-        if (!(cond)) {                                                 \
-            failures++;                                                \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                              \
-            fputc('\n', stderr);                                       \
-        }                                                              \
-    } while (0)
+#include "check.h"
 
 /* An exactly-sized heap copy of s[0..n): reading s[n] is a heap overflow under ASan. */
 static char *exact(const char *s, size_t n)
