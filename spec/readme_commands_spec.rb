@@ -28,7 +28,7 @@ RSpec.describe "README commands" do
     "webhook-inbox-sidecar requeue --id 'stripe:acct_123:live/evt_1'",
     "webhook-inbox-sidecar requeue --type payment_intent.succeeded", "webhook-inbox-sidecar prune --older-than 30d",
     "webhook-inbox-sidecar run --print-config", "bin/chaos --orders 2000 --db-restarts 3",
-    "bench/verify", "bench/receive", "bench/sidecar"
+    "bench/verify", "bench/receive", "bench/sidecar", "bench/stats"
   ]
 
   it "shows only commands that a test exercises" do
@@ -103,7 +103,9 @@ RSpec.describe "README commands" do
     {
       ["bench/verify", "0.02"] => /x/,
       ["bench/sidecar", "--events", "200", "--batched-events", "400", "--rounds", "1"] => /\(d\)/,
-      ["bench/receive", "--duration", "1", "--warmup", "0"] => /\(c\)/
+      ["bench/receive", "--duration", "1", "--warmup", "0"] => /\(c\)/,
+      ["bench/stats", "--small", "2000", "--large", "20000", "--pending", "50", "--quarantined", "5", "--recent", "100",
+       "--runs", "3"] => /ratio 20000\/2000 rows: \(s\) stats/
     }.each do |cmd, pattern|
       out, status = Open3.capture2e(File.join(root, cmd.first), *cmd.drop(1), chdir: root)
       expect(status).to be_success, "#{cmd.join(' ')}: #{out}"
