@@ -322,6 +322,8 @@ CREATE OR REPLACE FUNCTION webhook_inbox_hourly(p_hours integer,
         OUT hour timestamptz, OUT done bigint, OUT quarantined bigint, OUT latency_p95_ms double precision)
 RETURNS SETOF record
 LANGUAGE sql STABLE AS $$
+    -- The window's start is written out in each WHERE (not taken from hours): the planner
+    -- then estimates it from its value and walks the partial indexes instead of the table.
     WITH hours AS (
         SELECT generate_series(date_trunc('hour', now()) - (greatest(p_hours, 1) - 1) * interval '1 hour',
                                date_trunc('hour', now()), interval '1 hour') AS h
@@ -330,12 +332,14 @@ LANGUAGE sql STABLE AS $$
                percentile_cont(0.95) WITHIN GROUP (
                    ORDER BY extract(epoch FROM processed_at - coalesce(requeued_at, received_at)) * 1000) AS p95
           FROM webhook_inbox
-         WHERE status = 'done' AND processed_at >= (SELECT min(h) FROM hours)
+         WHERE status = 'done'
+           AND processed_at >= date_trunc('hour', now()) - (greatest(p_hours, 1) - 1) * interval '1 hour'
          GROUP BY 1
     ), q AS (
         SELECT date_trunc('hour', processed_at) AS h, count(*) AS n
           FROM webhook_inbox
-         WHERE status = 'quarantined' AND processed_at >= (SELECT min(h) FROM hours)
+         WHERE status = 'quarantined'
+           AND processed_at >= date_trunc('hour', now()) - (greatest(p_hours, 1) - 1) * interval '1 hour'
          GROUP BY 1
     )
     SELECT hours.h, coalesce(d.n, 0), coalesce(q.n, 0), d.p95
@@ -477,15 +481,16 @@ COMMENT ON TABLE webhook_inbox_rejections IS
     'Rejected deliveries (401 signature/timestamp failures, 400, 413, 415) per endpoint scope, reason and minute, flushed from each process''s in-memory counters; never bodies. Rows older than 7 days are deleted by the flush.';
 COMMENT ON COLUMN webhook_inbox_rejections.minute IS 'Start of the minute the rejections happened in (the flush''s clock).';
 
-CREATE OR REPLACE FUNCTION webhook_inbox_record_rejections(p_scopes text[], p_reasons text[], p_minutes timestamptz[],
-                                                           p_counts bigint[]) RETURNS void
+-- One flush: p_counts = [[scope, reason, minute (ISO 8601), count], ...] (jsonb, so a client
+-- sends it as one parameter).
+CREATE OR REPLACE FUNCTION webhook_inbox_record_rejections(p_counts jsonb) RETURNS void
 LANGUAGE sql AS $$
     INSERT INTO webhook_inbox_rejections AS r (source_scope, reason, minute, count)
-    SELECT s, left(x, 100), date_trunc('minute', m), sum(c)
-      FROM unnest(p_scopes, p_reasons, p_minutes, p_counts) AS u(s, x, m, c)
+    SELECT e->>0, left(e->>1, 100), date_trunc('minute', (e->>2)::timestamptz), sum((e->>3)::bigint)
+      FROM jsonb_array_elements(p_counts) e
      GROUP BY 1, 2, 3
     ON CONFLICT (source_scope, reason, minute) DO UPDATE SET count = r.count + EXCLUDED.count;
     DELETE FROM webhook_inbox_rejections WHERE minute < now() - interval '7 days';
 $$;
-COMMENT ON FUNCTION webhook_inbox_record_rejections(text[], text[], timestamptz[], bigint[]) IS
-    'Adds one flush of in-process rejection counts (parallel arrays: scope, reason, minute, count) and forgets rows older than 7 days.';
+COMMENT ON FUNCTION webhook_inbox_record_rejections(jsonb) IS
+    'Adds one flush of in-process rejection counts ([[scope, reason, minute, count], ...]) and forgets rows older than 7 days.';
