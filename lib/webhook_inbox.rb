@@ -20,6 +20,7 @@ require_relative "webhook_inbox/verifier"
 require_relative "webhook_inbox/event"
 require_relative "webhook_inbox/inbox"
 require_relative "webhook_inbox/receiver"
+require_relative "webhook_inbox/rejections"
 require_relative "webhook_inbox/endpoint"
 require_relative "webhook_inbox/configuration"
 require_relative "webhook_inbox/schema"
@@ -28,6 +29,7 @@ require_relative "webhook_inbox/metrics"
 require_relative "webhook_inbox/rails/active_record_store"
 require_relative "webhook_inbox/rails/controller"
 require_relative "webhook_inbox/rails/railtie" if defined?(Rails::Railtie)
+require_relative "webhook_inbox/engine" if defined?(Rails::Engine)
 
 # WebhookInbox - verify webhooks in C, store them exactly once in PostgreSQL.
 module WebhookInbox

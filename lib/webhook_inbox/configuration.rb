@@ -20,6 +20,22 @@ module WebhookInbox
   # size the cache to the tenants that are active at once, not to all of them.
   class Configuration
     DEFAULT_RECEIVER_CACHE_SIZE = 1000
+    # Payload keys the dashboard shows as [REDACTED], at any depth: a String matches a key
+    # exactly (case-insensitive), a Regexp anywhere in it.
+    DEFAULT_DASHBOARD_REDACT_KEYS = [
+      /secret/i, /token/i, /passw/i, /api_?key/i, /authorization/i, /card_?number/i, /\Aiban\z/i,
+      "cvc", "cvv", "cvc2", "cvv2", "pan", "pin", "ssn", "account_number", "routing_number", "private_key"
+    ].freeze
+
+    # The dashboard (WebhookInbox::Engine):
+    # - dashboard_base_controller: the class name its controllers inherit from, so the app's
+    #   own authentication applies (e.g. "AdminController"); "ActionController::Base" by default;
+    # - dashboard_actor: ->(controller) { who is acting }, recorded with every requeue and
+    #   replay (nil, or a proc returning nil: "unknown");
+    # - dashboard_redact_keys: see DEFAULT_DASHBOARD_REDACT_KEYS;
+    # - dashboard_page_size: events per page (50); dashboard_chart_hours: hours charted (12).
+    attr_accessor :dashboard_base_controller, :dashboard_actor, :dashboard_redact_keys, :dashboard_page_size,
+                  :dashboard_chart_hours
 
     attr_accessor :database_url, :pool_size, :connect_timeout, :statement_timeout, :logger,
                   :max_body_bytes, :retry_after, :dump_functions, :default_database_url
@@ -37,6 +53,11 @@ module WebhookInbox
       @max_body_bytes = Receiver::DEFAULT_MAX_BODY_BYTES
       @retry_after = 5
       @receiver_cache_size = DEFAULT_RECEIVER_CACHE_SIZE
+      @dashboard_base_controller = "ActionController::Base"
+      @dashboard_actor = nil
+      @dashboard_redact_keys = DEFAULT_DASHBOARD_REDACT_KEYS
+      @dashboard_page_size = 50
+      @dashboard_chart_hours = 12
       @endpoints = {}
       @receivers = {}
       @mutex = Mutex.new

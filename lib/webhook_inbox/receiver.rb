@@ -21,7 +21,8 @@ module WebhookInbox
   # (application/x-www-form-urlencoded, e.g. Slack slash commands) are stored raw, pending.
   #
   # Logs and notifications carry provider, scope, event id and outcome only: never the
-  # payload, headers or secrets.
+  # payload, headers or secrets. Rejections are also counted per scope and reason in memory
+  # (WebhookInbox::Rejections; flushed in the background, never written per request).
   class Receiver
     DEFAULT_MAX_BODY_BYTES = 1024 * 1024
     JSON_TYPE = "application/json"
@@ -165,6 +166,7 @@ module WebhookInbox
     def finish
       t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @logger
       result = yield
+      WebhookInbox.rejections.add(@source_scope, result.reason) if result.status == :rejected
       log(result, t0) if @logger
       instrument(result) if notifying?
       result

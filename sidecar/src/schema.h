@@ -6,8 +6,8 @@
 #include "pgw.h"
 
 /* The schema version this binary speaks: db/NNN files up to this number, embedded for
- * `migrate`. Equal to what db/004_schema_version.sql's webhook_inbox_schema_version() returns. */
-#define WI_SCHEMA_VERSION 4
+ * `migrate`. Equal to what the newest db/NNN file's webhook_inbox_schema_version() returns. */
+#define WI_SCHEMA_VERSION 5
 
 /* Outcomes of wi_schema_check(). */
 enum {

@@ -10,9 +10,13 @@ require_relative "sidecar_helper"
 RSpec.describe "webhook-inbox-sidecar schema version", :sidecar do
   include SidecarHelper::Payloads
 
+  let(:v) { WebhookInbox::Schema::VERSION } # what this sidecar speaks: the newest db/NNN file
+  let(:newer) { v + 1 }
+  let(:applied) { "inbox schema v#{v}: applied 001_inbox.sql .. #{File.basename(WebhookInbox::Schema::FILES.last)}\n" }
+
   let(:cluster) { TestDatabase.cluster }
   let(:stale_fix) do
-    "inbox schema missing or older than v4: run `bin/rails db:migrate` (after `bin/rails g webhook_inbox:install`) " \
+    "inbox schema missing or older than v#{v}: run `bin/rails db:migrate` (after `bin/rails g webhook_inbox:install`) " \
       "or `webhook-inbox-sidecar migrate`"
   end
   let(:upgrade_fix) { "this sidecar is older than the schema requires: upgrade it" }
@@ -58,28 +62,28 @@ RSpec.describe "webhook-inbox-sidecar schema version", :sidecar do
     expect(db.event("evt_1")).to include(status: "pending", attempts: 0, last_error: "") # never touched
   end
 
-  it "a schema that needs a newer sidecar (min_worker > 4): refused with 'upgrade it'" do
+  it "a schema that needs a newer sidecar (min_worker > this sidecar's version): refused with 'upgrade it'" do
     db = SidecarHelper::DB.new(cluster)
-    set_version(db, 5, 5)
+    set_version(db, newer, newer)
     expect_refused(db.url, upgrade_fix)
     _, _, log = sidecar("run", "--once", "--database-url", db.url)
-    expect(log).to include("schema=5 schema_min_sidecar=5 sidecar_schema=4")
+    expect(log).to include("schema=#{newer} schema_min_sidecar=#{newer} sidecar_schema=#{v}")
   end
 
-  it "a newer schema that still accepts this sidecar (version 5, min_worker 4) works, and migrate leaves it" do
+  it "a newer schema that still accepts this sidecar (min_worker = its version) works, and migrate leaves it" do
     db = SidecarHelper::DB.new(cluster)
     db.add_order("t1", "o1", 100, "usd")
     db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 100, "usd"))
-    set_version(db, 5, 4)
+    set_version(db, newer, v)
     status, _, log = sidecar("run", "--once", "--database-url", db.url)
     expect(status.exitstatus).to eq(0), log
-    expect(log).to include("msg=connected worker=1 schema=5 schema_min_sidecar=4")
+    expect(log).to include("msg=connected worker=1 schema=#{newer} schema_min_sidecar=#{v}")
     expect(db.event("evt_1")).to include(status: "done", outcome: "paid")
 
     status, out, = sidecar("migrate", "--database-url", db.url)
     expect(status.exitstatus).to eq(0)
-    expect(out).to eq("inbox schema is v5, newer than this sidecar's v4: left as it is\n")
-    expect(db.value("SELECT webhook_inbox_schema_version()")).to eq("5")
+    expect(out).to eq("inbox schema is v#{newer}, newer than this sidecar's v#{v}: left as it is\n")
+    expect(db.value("SELECT webhook_inbox_schema_version()")).to eq(newer.to_s)
   end
 
   it "waits, without processing, until a deploy's migration creates the schema; one error line, no restart" do
@@ -125,7 +129,7 @@ RSpec.describe "webhook-inbox-sidecar schema version", :sidecar do
 
     status, out, = sidecar("migrate", "--database-url", db.url)
     expect(status.exitstatus).to eq(0)
-    expect(out).to eq("inbox schema v4: applied 001_inbox.sql .. 004_schema_version.sql\n")
+    expect(out).to eq(applied)
     wait_for(15, 0.05, "the event done after migrating") { db.event("evt_2")[:status] == "done" }
     Process.kill("TERM", pid)
     expect(wait_exit(pid)&.exitstatus).to eq(0)
@@ -155,7 +159,7 @@ RSpec.describe "webhook-inbox-sidecar schema version", :sidecar do
       _, url = empty_database
       status, out, err = sidecar("migrate", "--database-url", url)
       expect(status.exitstatus).to eq(0), err
-      expect(out).to eq("inbox schema v4: applied 001_inbox.sql .. 004_schema_version.sql\n")
+      expect(out).to eq(applied)
       expect(out + err).not_to match(/CREATE|FUNCTION|SELECT/)
     end
 

@@ -26,6 +26,13 @@ module WebhookInbox
         config.store = :active_record if ::Rails.env.test?
       end
 
+      # Rejected deliveries are counted in memory and flushed to webhook_inbox_rejections
+      # every few seconds, for the dashboard (never per request: see Rejections). Not in the
+      # test environment: a background thread would write beside the test's transaction.
+      initializer "webhook_inbox.rejections" do
+        WebhookInbox.rejections.flusher ||= Rejections.active_record_flusher unless ::Rails.env.test?
+      end
+
       initializer "webhook_inbox.filter_parameters" do |app|
         # Signature headers and bodies never appear in Rails' own parameter logs either.
         app.config.filter_parameters |= %i[secret signature]

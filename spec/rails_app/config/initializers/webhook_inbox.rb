@@ -4,6 +4,10 @@ WebhookInbox.configure do |c|
   c.database_url = ENV.fetch("WI_DATABASE_URL")
   c.pool_size = Integer(ENV.fetch("WI_POOL", "8"))
   c.logger = Rails.logger
+  # The dashboard: behind the app's own basic auth; actions are recorded with the admin's name.
+  c.dashboard_base_controller = "AdminController"
+  c.dashboard_actor = ->(controller) { controller.current_admin }
+  c.dashboard_page_size = Integer(ENV.fetch("WI_DASHBOARD_PAGE_SIZE", "50"))
   c.endpoint(:stripe, secrets: [ENV.fetch("STRIPE_WEBHOOK_SECRET")], scope: ENV.fetch("STRIPE_SCOPE"), tolerance: 300)
   if ENV["DIDIT_WEBHOOK_SECRET"]
     c.endpoint(:didit, secrets: [ENV["DIDIT_WEBHOOK_SECRET"]], scope: ENV.fetch("DIDIT_SCOPE", "didit:app:live"))
@@ -17,3 +21,6 @@ if ENV["WI_LOG_NOTIFICATIONS"]
     $stdout.flush
   end
 end
+
+# Rejection counts reach webhook_inbox_rejections at most this often (default 5 s).
+WebhookInbox.rejections.flush_interval = Float(ENV["WI_REJECTIONS_FLUSH"]) if ENV["WI_REJECTIONS_FLUSH"]

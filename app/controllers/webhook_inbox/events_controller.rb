@@ -1,0 +1,33 @@
+# frozen_string_literal: true
+
+module WebhookInbox
+  # The event list (filters, keyset pages) and one event: its payload (redacted), every run
+  # from attempt_log, its outcome; requeue or replay go through BulkController's confirmation
+  # with the event's key as the filter.
+  class EventsController < ApplicationController
+    def index
+      @list = EventList.new(params)
+      limit = WebhookInbox.configuration.dashboard_page_size.to_i.clamp(1, 500)
+      @events, @next_cursor = dashboard_connection { |c| @list.page(c, cursor: params[:cursor], limit: limit) }
+    end
+
+    def show
+      @event = dashboard_connection do |c|
+        c.select_one(<<~SQL.squish, "WebhookInbox event", [params[:scope].to_s, params[:id].to_s])
+          SELECT source_scope, event_id, event_type, status, attempts, last_error, outcome, payload::text AS payload,
+                 octet_length(raw_body) AS raw_bytes, attempt_log::text AS attempt_log,
+                 to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS received_at,
+                 to_char(processed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS processed_at,
+                 to_char(requeued_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS requeued_at,
+                 to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS next_attempt_at
+            FROM webhook_inbox WHERE source_scope = $1 AND event_id = $2
+        SQL
+      end
+      return head(:not_found) unless @event
+
+      @notice = take_notice
+      @payload = @event["payload"] && JSON.pretty_generate(Redactor.new.redact(JSON.parse(@event["payload"])))
+      @attempts = JSON.parse(@event["attempt_log"].to_s.empty? ? "[]" : @event["attempt_log"])
+    end
+  end
+end

@@ -1,0 +1,146 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "cgi"
+require "json"
+require "webhook_inbox/test_helpers"
+require_relative "../support/receiver_helpers"
+require_relative "../support/dashboard_client"
+
+# Issue 10 items 1 and 5: the engine mounted in spec/rails_app (API-only) under a real Puma,
+# behind the app's own basic auth (AdminController): auth, CSRF, filters, keyset pages,
+# redaction, confirmed requeue/replay with an audit row, rejected deliveries on the overview.
+RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
+  include ReceiverHelpers
+
+  SCOPE = "stripe:acct_dash:live"
+  SECRET = "whsec_dashboard_spec"
+
+  before(:all) do
+    @pg = TestDatabase.cluster
+    ReceiverHelpers.apply_schema(@pg)
+    app = File.join(ReceiverHelpers::ROOT, "spec/rails_app")
+    @puma = PumaProcess.new(rackup: File.join(app, "config.ru"), dir: app, threads: "4:4",
+                            env: { "DATABASE_URL" => @pg.url, "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "d" * 64,
+                                   "STRIPE_WEBHOOK_SECRET" => SECRET, "STRIPE_SCOPE" => SCOPE,
+                                   "ADMIN_USER" => "ops", "ADMIN_PASSWORD" => "correct horse",
+                                   "WI_DASHBOARD_PAGE_SIZE" => "3", "WI_REJECTIONS_FLUSH" => "0.5" }).start
+  end
+  after(:all) { @puma&.stop }
+
+  before do
+    @pg.psql("DELETE FROM webhook_inbox WHERE source_scope LIKE 'dash:%'; TRUNCATE webhook_inbox_actions")
+  end
+
+  let(:admin) { DashboardClient.new(@puma.port, user: "ops", password: "correct horse") }
+
+  def insert(id, status: "pending", type: "invoice.paid", scope: "dash:a", error: nil, received: "now()", payload: {})
+    @pg.psql(<<~SQL)
+      INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, last_error, received_at, processed_at)
+      VALUES ('#{scope}', '#{id}', '#{type}', '#{JSON.generate(payload)}', '#{status}', #{error ? "'#{error}'" : 'NULL'},
+              #{received}, CASE WHEN '#{status}' <> 'pending' THEN now() END)
+    SQL
+  end
+
+  def event_ids(body)
+    body.scan(%r{<a href="/webhook_inbox/event\?id=([^&"]+)&amp;scope=}).flatten.map { |s| CGI.unescape(s) }
+  end
+
+  it "is behind the app's own authentication" do
+    expect(DashboardClient.new(@puma.port).get("/webhook_inbox").first).to eq(401)
+    expect(DashboardClient.new(@puma.port, user: "ops", password: "wrong").get("/webhook_inbox/events").first).to eq(401)
+    status, _, body = admin.get("/webhook_inbox")
+    expect(status).to eq(200)
+    expect(body).to include("Overview", "<svg", "pending", "latency p50 / p95 / p99")
+    expect(body).not_to match(/<script|<link[^>]+stylesheet|https?:\/\/(?!www\.w3\.org)/) # no JS, assets or CDN
+  end
+
+  it "refuses a POST without the CSRF token, and records a confirmed requeue with who and when" do
+    insert("evt_q", status: "quarantined", error: "WIR02: amount is null")
+    admin.get("/webhook_inbox/bulk?kind=requeue&scope=dash:a&event_id=evt_q")
+    status, = admin.post("/webhook_inbox/bulk", { "kind" => "requeue", "scope" => "dash:a", "event_id" => "evt_q" }, token: false)
+    expect(status).to eq(422)
+    expect(@pg.psql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_q'").strip).to eq("quarantined")
+
+    status, _, body = admin.get("/webhook_inbox/bulk?kind=requeue&scope=dash:a&event_id=evt_q")
+    expect(status).to eq(200)
+    expect(body).to match(%r{<strong>1</strong> quarantined event\s+matches now})
+    status, headers, = admin.post("/webhook_inbox/bulk", { "kind" => "requeue", "scope" => "dash:a", "event_id" => "evt_q",
+                                                           "expected" => "1" })
+    expect(status).to eq(302)
+    expect(headers["location"]).to end_with("/webhook_inbox/event?id=evt_q&scope=dash%3Aa")
+    expect(@pg.psql("SELECT status, requeued_at IS NOT NULL FROM webhook_inbox WHERE event_id = 'evt_q'").strip).to eq("pending|t")
+    expect(@pg.psql("SELECT actor, action, count FROM webhook_inbox_actions").strip).to eq("ops|requeue|1")
+    _, _, body = admin.get(headers["location"].sub(%r{\Ahttp://[^/]+}, ""))
+    expect(body).to include("Requeued 1 event (action #")
+    expect(admin.get("/webhook_inbox/actions").last).to include("ops", "requeue", "{&quot;scope&quot;: &quot;dash:a&quot;")
+  end
+
+  it "refuses a bulk action without a filter (every quarantined event) and an unknown kind" do
+    expect(admin.get("/webhook_inbox/bulk?kind=requeue").first).to eq(422)
+    expect(admin.get("/webhook_inbox/bulk?kind=delete&scope=dash:a").first).to eq(422)
+  end
+
+  it "filters by status, scope, type prefix, time range and error text; bulk replay counts the filter" do
+    insert("evt_1", status: "done", type: "invoice.paid", received: "now() - interval '3 hours'")
+    insert("evt_2", status: "quarantined", type: "invoice.failed", error: "WIR01: upstream TIMEOUT")
+    insert("evt_3", status: "quarantined", type: "charge.failed", error: "WIR02: bad amount")
+    insert("evt_4", status: "pending", type: "invoice.paid", scope: "dash:b")
+    get = ->(query) { event_ids(admin.get("/webhook_inbox/events?#{query}").last).sort }
+    expect(get.("scope=dash:a&status=quarantined")).to eq(%w[evt_2 evt_3])
+    expect(get.("scope=dash:a&type=invoice.*")).to eq(%w[evt_1 evt_2])
+    expect(get.("scope=dash:a&error=timeout")).to eq(%w[evt_2])
+    expect(get.("scope=dash:b")).to eq(%w[evt_4])
+    from = (Time.now.utc - 3600).strftime("%Y-%m-%dT%H:%M")
+    expect(get.("scope=dash:a&from=#{from}")).to eq(%w[evt_2 evt_3])
+    expect(get.("scope=dash:a&to=#{from}")).to eq(%w[evt_1])
+    body = admin.get("/webhook_inbox/events?scope=dash:a&status=done").last
+    expect(body).to include("Replay every done event matching this filter")
+    expect(admin.get("/webhook_inbox/bulk?kind=replay&scope=dash:a").last).to match(%r{<strong>1</strong> done event})
+  end
+
+  it "pages with a cursor, newest first, without gaps or repeats (page size 3)" do
+    7.times { |i| insert("evt_p#{i}", scope: "dash:p", received: "now() - interval '#{i} minutes'") }
+    insert("evt_tie_a", scope: "dash:p", received: "'2020-01-01T00:00:00Z'")
+    insert("evt_tie_b", scope: "dash:p", received: "'2020-01-01T00:00:00Z'")
+    seen = []
+    path = "/webhook_inbox/events?scope=dash:p"
+    pages = 0
+    while path
+      body = admin.get(path).last
+      seen.concat(event_ids(body))
+      pages += 1
+      path = body[%r{<a id="next-page" rel="next" href="([^"]+)"}, 1]&.then { |p| CGI.unescapeHTML(p) }
+    end
+    expect(pages).to eq(3)
+    expect(seen).to eq(%w[evt_p0 evt_p1 evt_p2 evt_p3 evt_p4 evt_p5 evt_p6 evt_tie_b evt_tie_a])
+    expect(admin.get("/webhook_inbox/events?cursor=garbage").first).to eq(200) # a bad cursor is the first page
+  end
+
+  it "shows one event's payload with secret-like keys redacted, and its runs" do
+    payload = { "id" => "evt_r", "client_secret" => "pi_123_secret_abc", "data" => { "object" => {
+      "card_number" => "4242424242424242", "cvc" => "123", "api_key" => "sk_live_x", "Authorization" => "Bearer y",
+      "email" => "someone@example.com", "items" => [{ "password" => "hunter2" }] } } }
+    insert("evt_r", status: "quarantined", error: "boom", payload: payload)
+    @pg.psql(%(UPDATE webhook_inbox SET attempt_log = '[{"at": "2026-01-01T00:00:00.000Z", "result": "quarantined", "detail": "boom", "duration_ms": 12.5}]' WHERE event_id = 'evt_r'))
+    status, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_r")
+    expect(status).to eq(200)
+    expect(body).not_to include("pi_123_secret_abc", "4242424242424242", "sk_live_x", "Bearer y", "hunter2", "&quot;123&quot;")
+    expect(body).to include("someone@example.com", "[REDACTED]", "12.5", "boom", "Requeue…")
+    expect(admin.get("/webhook_inbox/event?scope=dash:a&id=nope").first).to eq(404)
+  end
+
+  it "shows signature failures by scope and reason on the overview within seconds, never the body" do
+    body = %({"id":"evt_forged","type":"invoice.paid","data":{"object":{"secret_marker":"do-not-store"}}})
+    3.times do
+      expect(@puma.post("/webhooks/stripe", body, WebhookInbox::TestHelpers.stripe_headers(body, secret: "whsec_wrong")).first)
+        .to eq(401)
+    end
+    deadline = Time.now + 15
+    sleep 0.2 until @pg.psql("SELECT coalesce(sum(count), 0) FROM webhook_inbox_rejections WHERE reason = 'signature_mismatch'").to_i >= 3 || Time.now > deadline
+    page = admin.get("/webhook_inbox").last
+    expect(page).to match(%r{<td>#{SCOPE}</td><td>signature_mismatch</td><td class="num">3</td>})
+    expect(page).to include("Signature or timestamp failures")
+    expect(@pg.psql("SELECT count(*) FROM webhook_inbox_rejections WHERE source_scope || reason LIKE '%do-not-store%'").to_i).to eq(0)
+  end
+end

@@ -1,0 +1,60 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+# Issue 10 item 5: rejected deliveries counted in memory, flushed at most every few seconds,
+# so a flood of forged requests never becomes a flood of writes.
+RSpec.describe WebhookInbox::Rejections do
+  let(:t) { Time.utc(2026, 1, 2, 3, 4, 35) }
+
+  it "adds up per scope, reason and minute, and hands one batch to the flusher" do
+    batches = []
+    r = described_class.new(flush_interval: 3600)
+    1000.times { r.add("stripe:a:live", :signature_mismatch, now: t) }
+    r.add("stripe:a:live", :timestamp_out_of_tolerance, now: t + 60)
+    r.add("stripe:a:live", :method_not_allowed, now: t) # crawlers: not counted
+    r.flusher = ->(rows) { batches << rows }
+    expect(r.flush).to eq(2)
+    expect(batches).to eq([[["stripe:a:live", "signature_mismatch", Time.utc(2026, 1, 2, 3, 4), 1000],
+                            ["stripe:a:live", "timestamp_out_of_tolerance", Time.utc(2026, 1, 2, 3, 5), 1]]])
+    expect(r.flush).to eq(0) # nothing new
+    expect(r.totals).to eq(%w[stripe:a:live].product(%i[signature_mismatch timestamp_out_of_tolerance]).zip([1000, 1]).to_h)
+  end
+
+  it "keeps the counts of a failed flush for the next one" do
+    r = described_class.new
+    r.add("s", :signature_mismatch, now: t)
+    r.flusher = ->(_rows) { raise "database down" }
+    expect(r.flush).to eq(0)
+    got = nil
+    r.flusher = ->(rows) { got = rows }
+    r.flush
+    expect(got).to eq([["s", "signature_mismatch", Time.utc(2026, 1, 2, 3, 4), 1]])
+  end
+
+  it "bounds what waits between flushes (MAX_KEYS), counting the rest as dropped" do
+    r = described_class.new
+    (described_class::MAX_KEYS + 5).times { |i| r.add("tenant:#{i}", :signature_mismatch, now: t) }
+    expect(r.dropped).to eq(5)
+  end
+
+  it "flushes from a background thread, not the request" do
+    got = Queue.new
+    r = described_class.new(flusher: ->(rows) { got << [rows, Thread.current.name] }, flush_interval: 0.05)
+    r.add("s", :signature_mismatch, now: t)
+    deadline = Time.now + 5
+    sleep 0.01 while got.empty? && Time.now < deadline
+    rows, thread = got.pop
+    expect([rows.size, thread]).to eq([1, "webhook_inbox-rejections"])
+  end
+
+  it "the receiver counts a signature failure, with no body or headers" do
+    inbox = Object.new
+    rec = WebhookInbox::Receiver.new(provider: :stripe, secrets: ["whsec_x"], source_scope: "stripe:spec:#{rand(1e9)}", inbox: inbox)
+    env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/json", "HTTP_STRIPE_SIGNATURE" => "t=1,v1=00" }
+    expect(rec.receive(%({"id":"evt_1"}), env).http_status).to eq(401)
+    counted = WebhookInbox.rejections.totals.select { |(s, _), _| s == rec.source_scope }
+    expect(counted.size).to eq(1)
+    expect(WebhookInbox::Receiver::UNAUTHORIZED).to include(counted.keys.first.last)
+  end
+end
