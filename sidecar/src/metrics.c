@@ -291,8 +291,7 @@ static const struct wi_pg_stmt stmts[] = {
     {"wi_stats", "SELECT pending, round(oldest_pending_age_s::numeric, 1), pending_attempts, retrying,"
                  " quarantined, done, round(latency_p50_ms::numeric, 1), round(latency_p95_ms::numeric, 1),"
                  " round(latency_p99_ms::numeric, 1) FROM webhook_inbox_stats()"},
-    {"wi_stats_hist", "SELECT attempts, count(*) FROM webhook_inbox WHERE status <> 'done'"
-                      " GROUP BY attempts ORDER BY attempts"},
+    {"wi_stats_hist", "SELECT attempts, events FROM webhook_inbox_attempts_histogram()"},
     /* Event types are provider text: JSON-escaped by the server for --json. */
     {"wi_stats_unrouted", "SELECT coalesce(sum(pending), 0), coalesce(jsonb_object_agg(event_type, pending), '{}')::text"
                           " FROM webhook_inbox_unrouted()"},
