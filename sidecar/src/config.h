@@ -20,6 +20,7 @@ struct wi_config {
     double backoff_base;  /* seconds: first retry delay */
     double backoff_cap;   /* seconds: largest retry delay */
     double poll_interval; /* seconds: fallback poll when no NOTIFY arrives */
+    double batch_linger;  /* seconds: pause after a partial batch (0: claim again at once) */
     double lock_timeout;  /* seconds: session lock_timeout; a handler waiting longer is retried */
     int unrouted;         /* WI_UNROUTED_* */
     double unrouted_delay; /* seconds: an unrouted event (wait) is looked at again after this */

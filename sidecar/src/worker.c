@@ -55,7 +55,7 @@ static const struct wi_pg_stmt tx_stmts[] = {
 /* The per-batch view of the reloadable settings. */
 struct snap {
     int batch_size, log_events;
-    double poll_interval;
+    double poll_interval, batch_linger;
     struct wi_policy policy; /* what the dispatch statements do with failed and unrouted events */
 };
 
@@ -70,6 +70,7 @@ static void take_snap(struct wi_runtime *rt, struct snap *s)
     s->batch_size = rt->cfg.batch_size;
     s->log_events = rt->cfg.log_events;
     s->poll_interval = rt->cfg.poll_interval;
+    s->batch_linger = rt->cfg.batch_linger;
     s->policy.unrouted = wi_config_unrouted_name(rt->cfg.unrouted);
     s->policy.max_attempts = rt->cfg.max_attempts;
     s->policy.backoff_base_ms = ms(rt->cfg.backoff_base);
@@ -535,6 +536,9 @@ void *wi_worker_main(void *arg)
                 careful = 0;
                 log_info("careful_mode_end", "worker=%d", w->id);
             }
+            /* A partial batch: what arrives during the linger shares the next commit. */
+            if (n < s.batch_size && s.batch_linger > 0 && !rt->cfg.once)
+                nap(rt, s.batch_linger);
             continue;
         }
         if (n < 0) {
