@@ -81,33 +81,48 @@ static VALUE conn_initialize(VALUE self, VALUE conninfo, VALUE connect_ms, VALUE
     return self;
 }
 
+/* One call of the core without the GVL: connect, one row, or a batch of n rows. */
 struct insert_call {
     struct wi_store *store;
-    struct wi_store_row row;
-    struct wi_store_result out;
+    struct wi_store_row *rows;    /* n rows; the pre-check may rewrite them (idempotently) */
+    struct wi_store_result *outs; /* n results */
+    size_t n;
     struct wi_err err;
     int rc;
     int connect_only;
+    int batch;                    /* wi_store_insert_batch (else wi_store_insert, n == 1) */
 };
+
+/* Skips the jsonb round trip that would fail: the core would also catch the server's
+ * refusal (SQLSTATE class 22), this only saves a request for a bad body - and, in a batch,
+ * the row-by-row redo of the whole batch. Idempotent: a row already raw is left as is. */
+static void precheck(struct wi_store_row *row)
+{
+    if (row->raw || wi_json_jsonb_safe(row->payload, row->payload_len))
+        return;
+    row->raw = 1;
+    if (!row->quarantined) {
+        row->quarantined = 1;
+        if (!row->last_error) {
+            row->last_error = WI_STORE_INVALID_JSON_REASON;
+            row->last_error_len = sizeof WI_STORE_INVALID_JSON_REASON - 1;
+        }
+    }
+}
 
 static void *insert_nogvl(void *p)
 {
     struct insert_call *a = p;
+    size_t i;
 
-    /* Skip the jsonb round trip that would fail: the core would also catch the server's
-     * refusal (SQLSTATE class 22), this only saves a request for a bad body. */
-    if (!a->connect_only && !a->row.raw && !wi_json_jsonb_safe(a->row.payload, a->row.payload_len)) {
-        a->row.raw = 1;
-        if (!a->row.quarantined) {
-            a->row.quarantined = 1;
-            if (!a->row.last_error) {
-                a->row.last_error = WI_STORE_INVALID_JSON_REASON;
-                a->row.last_error_len = sizeof WI_STORE_INVALID_JSON_REASON - 1;
-            }
-        }
+    if (a->connect_only) {
+        a->rc = wi_store_connect(a->store, &a->err);
+        return NULL;
     }
-    a->rc = a->connect_only ? wi_store_connect(a->store, &a->err)
-                            : wi_store_insert(a->store, &a->row, &a->out, &a->err);
+    for (i = 0; i < a->n; i++)
+        precheck(&a->rows[i]);
+    a->rc = a->batch ? wi_store_insert_batch(a->store, a->rows, a->n, a->outs, &a->err)
+                     : wi_store_insert(a->store, a->rows, a->outs, &a->err);
     return NULL;
 }
 
@@ -132,12 +147,10 @@ static VALUE check_ints(VALUE unused)
  * for the same statement, under the same deadline. */
 static void run_nogvl(struct conn *c, struct insert_call *a)
 {
-    struct wi_store_row row = a->row; /* the pre-check may rewrite a->row */
     int state = 0;
 
     a->store = c->store;
     for (;;) {
-        a->row = row;
         a->rc = -1; /* stays so when rb_nogvl returns without calling us (INTR_FAIL) */
         a->err.code = WI_STORE_EINTR;
         snprintf(a->err.msg, sizeof a->err.msg, "interrupted");
@@ -168,41 +181,107 @@ static VALUE pinned(VALUE v)
     return rb_str_new_frozen(v);
 }
 
-#define SET_FIELD(field, str) \
-    (a.row.field = RSTRING_PTR(str), a.row.field##_len = (size_t)RSTRING_LEN(str))
+#define SET_FIELD(row, field, str) \
+    ((row)->field = RSTRING_PTR(str), (row)->field##_len = (size_t)RSTRING_LEN(str))
+
+/* Fills *row from the Ruby values, pinning each string into pins (kept alive by the caller
+ * until the call returns). Text fields must already be UTF-8 without NUL (Inbox checks). */
+static void fill_row(struct wi_store_row *row, VALUE pins, VALUE scope, VALUE id, VALUE type,
+                     VALUE payload, VALUE raw, VALUE quarantined, VALUE last_error)
+{
+    memset(row, 0, sizeof *row);
+    scope = pinned(scope);
+    id = pinned(id);
+    type = pinned(type);
+    payload = pinned(payload);
+    rb_ary_push(pins, scope);
+    rb_ary_push(pins, id);
+    rb_ary_push(pins, type);
+    rb_ary_push(pins, payload);
+    SET_FIELD(row, source_scope, scope);
+    SET_FIELD(row, event_id, id);
+    SET_FIELD(row, event_type, type);
+    SET_FIELD(row, payload, payload);
+    if (!NIL_P(last_error)) {
+        last_error = pinned(last_error);
+        rb_ary_push(pins, last_error);
+        SET_FIELD(row, last_error, last_error);
+    }
+    row->raw = RTEST(raw);
+    row->quarantined = RTEST(quarantined);
+}
+
+/* bit 0: a row was inserted (else duplicate); bit 1: payload stored raw; bit 2: quarantined. */
+static VALUE result_code(const struct wi_store_result *out)
+{
+    return INT2FIX(out->inserted | out->stored_raw << 1 | out->quarantined << 2);
+}
 
 /* #insert(scope, event_id, event_type, payload, raw, quarantined, last_error) -> Integer
- * bit 0: a row was inserted (else duplicate); bit 1: payload stored raw; bit 2: quarantined.
- * Text fields must already be UTF-8 without NUL (Inbox#insert checks). */
+ * (see result_code). Text fields must already be UTF-8 without NUL (Inbox#insert checks). */
 static VALUE conn_insert(VALUE self, VALUE scope, VALUE id, VALUE type, VALUE payload,
                          VALUE raw, VALUE quarantined, VALUE last_error)
 {
     struct conn *c = get_conn(self);
     struct insert_call a;
+    struct wi_store_row row;
+    struct wi_store_result out;
+    VALUE pins = rb_ary_new_capa(5);
 
     memset(&a, 0, sizeof a);
-    scope = pinned(scope);
-    id = pinned(id);
-    type = pinned(type);
-    payload = pinned(payload);
-    SET_FIELD(source_scope, scope);
-    SET_FIELD(event_id, id);
-    SET_FIELD(event_type, type);
-    SET_FIELD(payload, payload);
-    if (!NIL_P(last_error)) {
-        last_error = pinned(last_error);
-        SET_FIELD(last_error, last_error);
-    }
-    a.row.raw = RTEST(raw);
-    a.row.quarantined = RTEST(quarantined);
-
+    memset(&out, 0, sizeof out);
+    fill_row(&row, pins, scope, id, type, payload, raw, quarantined, last_error);
+    a.rows = &row;
+    a.outs = &out;
+    a.n = 1;
     run_nogvl(c, &a);
-    RB_GC_GUARD(scope);
-    RB_GC_GUARD(id);
-    RB_GC_GUARD(type);
-    RB_GC_GUARD(payload);
-    RB_GC_GUARD(last_error);
-    return INT2FIX(a.out.inserted | a.out.stored_raw << 1 | a.out.quarantined << 2);
+    RB_GC_GUARD(pins);
+    return result_code(&out);
+}
+
+/* #insert_batch([[scope, event_id, event_type, payload, raw, quarantined, last_error], ...])
+ * -> [Integer, ...]: the rows in one statement and one commit (see wi_store_insert_batch),
+ * one result code per row, in order. At most WI_STORE_BATCH_MAX rows. */
+static VALUE conn_insert_batch(VALUE self, VALUE list)
+{
+    struct conn *c = get_conn(self);
+    struct insert_call a;
+    struct wi_store_row *rows;
+    struct wi_store_result *outs;
+    VALUE pins, result, rows_buf, outs_buf;
+    long n, i;
+
+    Check_Type(list, T_ARRAY);
+    n = RARRAY_LEN(list);
+    if (n < 1 || n > WI_STORE_BATCH_MAX)
+        rb_raise(rb_eArgError, "a batch holds 1 to %d rows", WI_STORE_BATCH_MAX);
+    list = rb_ary_dup(list); /* the caller may change its array while the GVL is released */
+    pins = rb_ary_new_capa(n * 5);
+    rows = ALLOCV_N(struct wi_store_row, rows_buf, n);
+    outs = ALLOCV_N(struct wi_store_result, outs_buf, n);
+    for (i = 0; i < n; i++) {
+        VALUE r = rb_ary_entry(list, i);
+        Check_Type(r, T_ARRAY);
+        if (RARRAY_LEN(r) != 7)
+            rb_raise(rb_eArgError, "a batch row has 7 fields");
+        fill_row(&rows[i], pins, RARRAY_AREF(r, 0), RARRAY_AREF(r, 1), RARRAY_AREF(r, 2),
+                 RARRAY_AREF(r, 3), RARRAY_AREF(r, 4), RARRAY_AREF(r, 5), RARRAY_AREF(r, 6));
+    }
+    memset(&a, 0, sizeof a);
+    memset(outs, 0, (size_t)n * sizeof *outs);
+    a.rows = rows;
+    a.outs = outs;
+    a.n = (size_t)n;
+    a.batch = 1;
+    run_nogvl(c, &a);
+    result = rb_ary_new_capa(n);
+    for (i = 0; i < n; i++)
+        rb_ary_push(result, result_code(&outs[i]));
+    ALLOCV_END(rows_buf);
+    ALLOCV_END(outs_buf);
+    RB_GC_GUARD(pins);
+    RB_GC_GUARD(list);
+    return result;
 }
 
 /* #connect: opens the connection now (the pool's health check); returns self. */
@@ -272,6 +351,7 @@ void wi_inbox_binding_init(VALUE mod)
     rb_define_alloc_func(cConn, conn_alloc);
     rb_define_method(cConn, "initialize", conn_initialize, 3);
     rb_define_method(cConn, "insert", conn_insert, 7);
+    rb_define_method(cConn, "insert_batch", conn_insert_batch, 1);
     rb_define_method(cConn, "connect", conn_connect, 0);
     rb_define_method(cConn, "close", conn_close, 0);
     rb_define_method(cConn, "closed?", conn_closed_p, 0);

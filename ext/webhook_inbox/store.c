@@ -1,13 +1,16 @@
-/* store.c - the inbox insert over libpq: connect, prepare, send the ON CONFLICT insert,
- * wait on the socket with a deadline, reconnect once on a lost connection. No ruby.h. */
+/* store.c - the inbox insert over libpq: connect, prepare, send the ON CONFLICT insert (one
+ * row, or many as arrays in one statement), wait on the socket with a deadline, reconnect
+ * once on a lost connection. No ruby.h. */
 #include "store.h"
 #include "redact.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,7 @@
 #include <libpq-fe.h>
 
 #define STMT_NAME "wi_inbox_insert"
+#define BATCH_STMT_NAME "wi_inbox_insert_batch"
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
 
@@ -30,6 +34,21 @@ static const char INSERT_SQL[] =
 /* Oids of the statement's parameters: text, text, text, jsonb, bytea, text, text. */
 static const Oid PARAM_TYPES[7] = {25, 25, 25, 3802, 17, 25, 25};
 
+/* Many rows in one statement and one commit: one array per column, unnested in order.
+ * ON CONFLICT DO NOTHING also skips the second of two rows with the same key in the batch
+ * (only DO UPDATE refuses that), so RETURNING names each key inserted exactly once. */
+static const char BATCH_SQL[] =
+    "INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, raw_body,"
+    " status, last_error, processed_at)"
+    " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END"
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
+    " $7::text[]) AS u(s, e, t, p, r, st, le)"
+    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING source_scope, event_id";
+
+/* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
+static const Oid BATCH_ELEM_TYPES[7] = {25, 25, 25, 3802, 17, 25, 25};
+static const Oid BATCH_PARAM_TYPES[7] = {1009, 1009, 1009, 3807, 1001, 1009, 1009};
+
 /* The insert being made. Invariant: active only while conn is open (drop_conn clears it). */
 struct attempt {
     int active;         /* sent, result not read yet: an interrupted wait resumes it */
@@ -39,6 +58,15 @@ struct attempt {
     int own_reason;     /* last_error is WI_STORE_INVALID_JSON_REASON, not the row's */
     int reconnected;    /* the one reconnect (lost connection, read-only server) is used */
     int reprepared;     /* the one re-setup after the server lost STMT_NAME is used */
+};
+
+/* The wi_store_insert_batch in progress. Invariant: rows [0, next) are committed (their
+ * results filled) when per_row; a batch statement in flight is resumed only while conn is
+ * open. wi_store_close and wi_store_insert clear it. */
+struct batch {
+    int active;  /* interrupted: the next call with the same rows resumes */
+    int per_row; /* the batch statement was refused (a payload jsonb rejects): row by row */
+    size_t next; /* per_row: the row to insert (or in flight) now */
 };
 
 /* Invariant: conn != NULL only in process pid, and then it is CONNECTION_OK with
@@ -52,6 +80,7 @@ struct wi_store {
     pid_t pid;                      /* process that opened conn */
     volatile sig_atomic_t interrupted; /* set by wi_store_interrupt, consumed by a call */
     struct attempt attempt;         /* the insert in flight, if attempt.active */
+    struct batch batch;             /* the batch in progress, if batch.active */
     unsigned long reconnects;       /* connections reopened after a loss */
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int ever_connected;
@@ -126,6 +155,7 @@ static void drop_conn(struct wi_store *s)
         PQfinish(s->conn); /* non-blocking connection: the Terminate is never waited on */
     s->conn = NULL;
     s->attempt.active = 0;
+    s->batch.active = 0;
 }
 
 /* Returns 1 and fills *err (WI_STORE_EINTR) when wi_store_interrupt was called since the
@@ -291,6 +321,12 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
         setup_cmd(s, "SET client_connection_check_interval = " CHECK_CLOSED_MS, 0, deadline, err) < 0)
         return -1;
     if (!PQsendPrepare(s->conn, STMT_NAME, INSERT_SQL, 7, PARAM_TYPES)) {
+        set_err(s, err, WI_STORE_ECONNECT, "could not send PREPARE: %s", PQerrorMessage(s->conn));
+        return -1;
+    }
+    if (setup_step(s, PGRES_COMMAND_OK, deadline, err) < 0)
+        return -1;
+    if (!PQsendPrepare(s->conn, BATCH_STMT_NAME, BATCH_SQL, 7, BATCH_PARAM_TYPES)) {
         set_err(s, err, WI_STORE_ECONNECT, "could not send PREPARE: %s", PQerrorMessage(s->conn));
         return -1;
     }
@@ -471,27 +507,187 @@ static enum trip insert_wait(struct wi_store *s, struct attempt *a, struct wi_st
     return TRIP_OK;
 }
 
-int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
-                    struct wi_store_result *out, struct wi_err *err)
+/* Appends a big-endian int32. */
+static char *put32(char *p, uint32_t v)
+{
+    v = htonl(v);
+    memcpy(p, &v, 4);
+    return p + 4;
+}
+
+/* Column col of row r for BATCH_SQL, as the bytes of its array element (NULL: SQL NULL).
+ * jsonb elements are sent as their text; batch_send adds the version byte. */
+static const char *batch_field(const struct wi_store_row *r, int col, size_t *len)
+{
+    switch (col) {
+    case 0: *len = r->source_scope_len; return r->source_scope;
+    case 1: *len = r->event_id_len; return r->event_id;
+    case 2: *len = r->event_type_len; return r->event_type;
+    case 3: *len = r->payload_len; return r->raw ? NULL : r->payload;
+    case 4: *len = r->payload_len; return r->raw ? r->payload : NULL;
+    case 5:
+        *len = r->quarantined ? sizeof "quarantined" - 1 : sizeof "pending" - 1;
+        return r->quarantined ? "quarantined" : "pending";
+    default: *len = r->last_error_len; return r->last_error;
+    }
+}
+
+/* Sends BATCH_SQL for rows[0..n) on the open connection: each column as a one-dimensional
+ * array in binary format (ndim, has-null flag, element oid, length, lower bound, then each
+ * element as int32 length or -1 for NULL, and its bytes). Starts a's deadline. */
+static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
+                            struct attempt *a, struct wi_err *err)
+{
+    const char *values[7];
+    int lengths[7];
+    static const int formats[7] = {1, 1, 1, 1, 1, 1, 1};
+    size_t sizes[7], total = 0, i, len;
+    char *buf, *p;
+    int col, sent;
+
+    for (col = 0; col < 7; col++) {
+        sizes[col] = 20;
+        for (i = 0; i < n; i++) {
+            const char *v = batch_field(&rows[i], col, &len);
+            sizes[col] += 4 + (v ? len + (col == 3) : 0);
+        }
+        if (sizes[col] > 0x3fffffff) {
+            set_err(s, err, WI_ERR_ARG, "batch too large");
+            return TRIP_FAIL;
+        }
+        total += sizes[col];
+    }
+    if (!(buf = malloc(total))) {
+        set_err(s, err, WI_ERR_NOMEM, "out of memory");
+        return TRIP_FAIL;
+    }
+    p = buf;
+    for (col = 0; col < 7; col++) {
+        char *start = p, *flags;
+        int has_null = 0;
+
+        p = put32(p, 1);
+        flags = p;
+        p = put32(p, 0);
+        p = put32(p, BATCH_ELEM_TYPES[col]);
+        p = put32(p, (uint32_t)n);
+        p = put32(p, 1);
+        for (i = 0; i < n; i++) {
+            const char *v = batch_field(&rows[i], col, &len);
+            if (!v) {
+                p = put32(p, 0xffffffffu);
+                has_null = 1;
+                continue;
+            }
+            p = put32(p, (uint32_t)(len + (col == 3)));
+            if (col == 3)
+                *p++ = 1; /* jsonb binary format: version 1, then the JSON text */
+            memcpy(p, v, len);
+            p += len;
+        }
+        put32(flags, (uint32_t)has_null);
+        values[col] = start;
+        lengths[col] = (int)(p - start);
+    }
+
+    a->deadline = now_ms() + s->statement_timeout_ms + s->connect_timeout_ms;
+    sent = PQsendQueryPrepared(s->conn, BATCH_STMT_NAME, 7, values, lengths, formats, 0);
+    free(buf);
+    if (!sent) {
+        set_err(s, err, WI_STORE_ELOST, "could not send the insert: %s", PQerrorMessage(s->conn));
+        return PQstatus(s->conn) == CONNECTION_BAD ? TRIP_LOST : TRIP_FAIL;
+    }
+    a->active = 1;
+    return TRIP_OK;
+}
+
+/* 1 when row r has the key of result row k (source_scope, event_id as text). */
+static int same_key(const PGresult *res, int k, const struct wi_store_row *r)
+{
+    return (size_t)PQgetlength(res, k, 0) == r->source_scope_len &&
+           (size_t)PQgetlength(res, k, 1) == r->event_id_len &&
+           !memcmp(PQgetvalue(res, k, 0), r->source_scope, r->source_scope_len) &&
+           !memcmp(PQgetvalue(res, k, 1), r->event_id, r->event_id_len);
+}
+
+/* Marks as inserted the rows whose keys RETURNING names: each key marks the first row
+ * that carries it (a later row with the same key was skipped by ON CONFLICT). RETURNING
+ * follows the input order in practice, so one walk does; otherwise a search. Returns 0,
+ * or -1 when a returned key is not in the batch (never expected). */
+static int batch_match(const PGresult *res, const struct wi_store_row *rows, size_t n,
+                       struct wi_store_result *outs)
+{
+    int k = 0, nret = PQntuples(res);
+    size_t i;
+
+    for (i = 0; i < n && k < nret; i++)
+        if (same_key(res, k, &rows[i])) {
+            outs[i].inserted = 1;
+            k++;
+        }
+    if (k == nret)
+        return 0;
+    for (i = 0; i < n; i++)
+        outs[i].inserted = 0;
+    for (k = 0; k < nret; k++) {
+        for (i = 0; i < n && !same_key(res, k, &rows[i]); i++)
+            ;
+        if (i == n)
+            return -1;
+        outs[i].inserted = 1;
+    }
+    return 0;
+}
+
+/* Waits for the result of the batch in flight; fills outs[0..n) on TRIP_OK. Result classes
+ * as insert_wait. */
+static enum trip batch_wait(struct wi_store *s, struct attempt *a, const struct wi_store_row *rows,
+                            size_t n, struct wi_store_result *outs, struct wi_err *err)
+{
+    PGresult *r = NULL;
+    enum trip t = finish_trip(s, a->deadline, &r, err);
+    size_t i;
+
+    if (t != TRIP_OK)
+        return t;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        result_err(s, r, err);
+        PQclear(r);
+        return TRIP_FAIL;
+    }
+    for (i = 0; i < n; i++) {
+        outs[i].inserted = 0;
+        outs[i].stored_raw = rows[i].raw;
+        outs[i].quarantined = rows[i].quarantined;
+    }
+    if (batch_match(r, rows, n, outs) < 0) {
+        PQclear(r);
+        set_err(s, err, WI_STORE_EQUERY, "PostgreSQL returned a key that is not in the batch");
+        return TRIP_FAIL;
+    }
+    PQclear(r);
+    return TRIP_OK;
+}
+
+/* Returned by run for a batch whose statement the server refused because of a payload
+ * (SQLSTATE class 22): nothing was committed, the caller inserts the rows one by one. */
+#define RUN_PER_ROW 1
+
+/* Runs one statement - the single-row insert (batch == 0, n == 1) or BATCH_SQL - with the
+ * retry policy: reconnect once on a lost connection or a read-only server, set the session
+ * up again once when the server lost our prepared statements, quarantine a single row that
+ * jsonb refuses. Resumes the statement in flight after WI_STORE_EINTR. Returns 0 (outs
+ * filled), RUN_PER_ROW, or -1 and fills *err. */
+static int run(struct wi_store *s, const struct wi_store_row *rows, size_t n, int batch,
+               struct wi_store_result *outs, struct wi_err *err)
 {
     struct attempt *a = &s->attempt;
-    int send;
+    int send = !(a->active && s->conn && s->pid == getpid());
 
-    s->sqlstate[0] = '\0';
-    memset(out, 0, sizeof *out);
-    if (row->source_scope_len > 0x3fffffff || row->event_id_len > 0x3fffffff ||
-        row->event_type_len > 0x3fffffff || row->payload_len > 0x3ffffffe ||
-        row->last_error_len > 0x3fffffff) {
-        set_err(s, err, WI_ERR_ARG, "field too large");
-        return -1;
-    }
-    if (consume_interrupt(s, err))
-        return -1; /* nothing sent (an attempt in flight stays so) */
-    send = !(a->active && s->conn && s->pid == getpid());
     if (send) {
         memset(a, 0, sizeof *a);
-        a->raw = row->raw;
-        a->quarantined = row->quarantined;
+        a->raw = rows[0].raw;
+        a->quarantined = rows[0].quarantined;
     }
     for (;;) {
         enum trip t = TRIP_OK;
@@ -499,17 +695,17 @@ int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
         if (send) {
             if (wi_store_connect(s, err) < 0)
                 return -1;
-            t = insert_send(s, row, a, err);
+            t = batch ? batch_send(s, rows, n, a, err) : insert_send(s, rows, a, err);
         }
         if (t == TRIP_OK)
-            t = insert_wait(s, a, out, err);
+            t = batch ? batch_wait(s, a, rows, n, outs, err) : insert_wait(s, a, outs, err);
         send = 1;
         if (t == TRIP_OK) {
             a->active = 0;
             return 0;
         }
         if (t == TRIP_FAIL && err->code == WI_STORE_EINTR && a->active)
-            return -1; /* still in flight: the next call with this row resumes the wait */
+            return -1; /* still in flight: the next call with these rows resumes the wait */
         a->active = 0;
         if (t == TRIP_LOST) {
             drop_conn(s);
@@ -529,12 +725,17 @@ int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
             return -1;
         }
         /* A payload jsonb refuses (bad JSON, \u0000, bad UTF-8, numeric range: class 22):
-         * keep it raw and quarantined instead of losing a verified event. */
-        if (err->code == WI_STORE_EQUERY && !a->raw && !strncmp(s->sqlstate, "22", 2)) {
-            a->raw = 1;
-            a->quarantined = 1;
-            a->own_reason = !row->last_error;
-            continue;
+         * keep it raw and quarantined instead of losing a verified event. In a batch we do
+         * not know which row it was: the caller goes row by row. */
+        if (err->code == WI_STORE_EQUERY && !strncmp(s->sqlstate, "22", 2)) {
+            if (batch)
+                return RUN_PER_ROW;
+            if (!a->raw) {
+                a->raw = 1;
+                a->quarantined = 1;
+                a->own_reason = !rows[0].last_error;
+                continue;
+            }
         }
         /* The server dropped our prepared statement (DISCARD ALL, a pooler handing us
          * another session): set the session up again on this connection and retry once;
@@ -558,6 +759,84 @@ int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
     }
 }
 
+/* Checks the sizes the protocol can carry (int32 lengths, a version byte for jsonb). */
+static int row_fits(struct wi_store *s, const struct wi_store_row *row, struct wi_err *err)
+{
+    if (row->source_scope_len > 0x3fffffff || row->event_id_len > 0x3fffffff ||
+        row->event_type_len > 0x3fffffff || row->payload_len > 0x3ffffffe ||
+        row->last_error_len > 0x3fffffff) {
+        set_err(s, err, WI_ERR_ARG, "field too large");
+        return 0;
+    }
+    return 1;
+}
+
+int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
+                    struct wi_store_result *out, struct wi_err *err)
+{
+    s->sqlstate[0] = '\0';
+    s->batch.active = 0; /* a single insert ends any batch left unfinished */
+    memset(out, 0, sizeof *out);
+    if (!row_fits(s, row, err))
+        return -1;
+    if (consume_interrupt(s, err))
+        return -1; /* nothing sent (an attempt in flight stays so) */
+    return run(s, row, 1, 0, out, err);
+}
+
+int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, size_t n,
+                          struct wi_store_result *outs, struct wi_err *err)
+{
+    struct batch *b = &s->batch;
+    size_t i;
+    int rc;
+
+    s->sqlstate[0] = '\0';
+    if (n == 0)
+        return 0;
+    if (n > WI_STORE_BATCH_MAX) {
+        set_err(s, err, WI_ERR_ARG, "more than %d rows in one batch", WI_STORE_BATCH_MAX);
+        return -1;
+    }
+    for (i = 0; i < n; i++)
+        if (!row_fits(s, &rows[i], err))
+            return -1;
+    if (consume_interrupt(s, err))
+        return -1; /* nothing sent (a batch in progress stays so) */
+    /* Resume: row by row, rows before next are committed whatever became of the
+     * connection; the batch statement only while its connection is open. */
+    if (!(b->active && s->pid == getpid() && (b->per_row || s->conn))) {
+        if (s->attempt.active)
+            drop_conn(s); /* never resume another call's statement as this batch's */
+        memset(b, 0, sizeof *b);
+        memset(outs, 0, n * sizeof *outs);
+        b->per_row = n == 1; /* one row: the single statement, cheaper to plan */
+    }
+    b->active = 0;
+    if (!b->per_row) {
+        rc = run(s, rows, n, 1, outs, err);
+        if (rc == 0)
+            return 0;
+        if (rc < 0) {
+            b->active = err->code == WI_STORE_EINTR && s->attempt.active;
+            return -1;
+        }
+        b->per_row = 1; /* RUN_PER_ROW: refused as a whole, nothing committed */
+        b->next = 0;
+    }
+    for (; b->next < n; b->next++) {
+        s->sqlstate[0] = '\0';
+        memset(&outs[b->next], 0, sizeof outs[b->next]);
+        if (consume_interrupt(s, err) || run(s, &rows[b->next], 1, 0, &outs[b->next], err) < 0) {
+            /* Interrupted: rows before next are committed, next may be in flight; resume.
+             * Any other error ends the batch (rows before next stay committed). */
+            b->active = err->code == WI_STORE_EINTR;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void wi_store_interrupt(struct wi_store *s)
 {
     if (s)
@@ -566,8 +845,10 @@ void wi_store_interrupt(struct wi_store *s)
 
 void wi_store_close(struct wi_store *s)
 {
-    if (s)
+    if (s) {
         drop_conn(s);
+        s->batch.active = 0;
+    }
 }
 
 const char *wi_store_sqlstate(const struct wi_store *s)

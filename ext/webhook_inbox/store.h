@@ -1,5 +1,6 @@
-/* store.h - the inbox insert over libpq: one connection, one prepared
- * INSERT ... ON CONFLICT DO NOTHING, non-blocking waits bounded by a deadline.
+/* store.h - the inbox insert over libpq: one connection, a prepared
+ * INSERT ... ON CONFLICT DO NOTHING for one row and one for a batch of rows, non-blocking
+ * waits bounded by a deadline.
  * Pure C (no ruby.h): the Ruby binding releases the GVL around wi_store_insert. */
 #ifndef WI_STORE_H
 #define WI_STORE_H
@@ -72,6 +73,25 @@ int wi_store_connect(struct wi_store *s, struct wi_err *err);
  * deadline, nothing sent twice); wi_store_close abandons it. Called without the GVL. */
 int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
                     struct wi_store_result *out, struct wi_err *err);
+
+#define WI_STORE_BATCH_MAX 1000 /* rows in one wi_store_insert_batch */
+
+/* Inserts rows[0..n) (n <= WI_STORE_BATCH_MAX) in one statement and one commit: the rows
+ * as arrays, unnested, ON CONFLICT DO NOTHING RETURNING the keys inserted. outs[i] is row
+ * i's result, as wi_store_insert would give it; of two rows with the same key the first
+ * is inserted (if the key is new) and the second is a duplicate. Rows are sent as given:
+ * the caller sets raw/quarantined/last_error for payloads it knows jsonb refuses. When the
+ * server refuses the batch because of a payload (SQLSTATE class 22) - nothing committed -
+ * the rows are inserted one by one with wi_store_insert's rules (that row raw and
+ * quarantined, the others as they are). n == 1 runs the single-row statement. Same
+ * reconnect, 26000, 25006 and deadline rules as wi_store_insert (each statement one round
+ * trip). Returns 0 and fills outs, or -1 and fills *err: then no row is known committed,
+ * except, row by row, those before the failing one (their outs are filled, and a resend
+ * answers duplicate). On WI_STORE_EINTR the work in progress stays so: calling again with
+ * the same rows and outs resumes it (nothing sent twice); wi_store_close abandons it.
+ * Called without the GVL. */
+int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, size_t n,
+                          struct wi_store_result *outs, struct wi_err *err);
 
 /* Makes the wi_store_insert/wi_store_connect in progress on another thread - or, if none
  * is, the next one - return WI_STORE_EINTR within ~50 ms; that return consumes it.

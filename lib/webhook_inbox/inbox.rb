@@ -41,6 +41,24 @@ module WebhookInbox
   # Failures raise StoreError (nothing was committed, or the retry will be a duplicate);
   # messages never hold the password or the payload.
   #
+  # Group commit (group_commit: true, the default): while one insert is in flight, inserts
+  # from other threads queue; when it is answered, the first queued thread takes the whole
+  # queue (up to GROUP_MAX_ROWS rows / GROUP_MAX_BYTES of payload) and inserts it as one
+  # statement and one commit on one pooled connection - the leader/follower pattern. A lone
+  # caller never waits for company: it leads a batch of one, the plain insert. Each caller
+  # still gets its own Receipt, only once the batch committed; of two rows with the same key
+  # in one batch the first is :accepted, the second :duplicate. A row PostgreSQL refuses as
+  # jsonb makes the core redo that batch row by row (today's quarantine rule). At most
+  # group_leaders batches run at once (each on its own connection). A queued caller waits for
+  # its batch to start at most checkout_timeout (StoreError, nothing sent), then for its
+  # answer as long as the leader's insert may take; Thread#raise and Timeout end either
+  # wait at once. A caller that gives up while its row is in flight gets StoreError (or the
+  # interrupt) and the row may still commit: the sender's retry is then a duplicate, as for
+  # an abandoned plain insert. A leader interrupted mid-batch abandons the statement (the
+  # connection is closed); the other rows go back to the queue and are sent again by a new
+  # leader (ON CONFLICT: a row the abandoned statement did commit answers :duplicate). A
+  # failed batch (server down, timeout) raises StoreError in every caller of that batch.
+  #
   # Deadlines: each wait for an answer ends after statement_timeout + connect_timeout, even
   # when the server accepts TCP but never answers (a frozen host, a stopped postmaster);
   # Thread#raise, Thread#kill and Timeout end it within ~50 ms. Giving up closes the
@@ -51,22 +69,36 @@ module WebhookInbox
   class Inbox
     INVALID_JSON_REASON = "payload is not valid JSON"
     STATUSES = %i[pending quarantined].freeze
+    GROUP_MAX_ROWS = 256 # rows in one group-commit batch
+    GROUP_MAX_BYTES = 8 << 20 # payload bytes in one batch (a larger row still goes, alone)
 
-    attr_reader :pool_size, :connect_timeout, :statement_timeout
+    # A caller's row in the group-commit queue. state: :queued (waiting for a batch), :lead
+    # (handed the next batch), :sent (in a batch in flight), :done (code or error set),
+    # :abandoned (its caller gave up while the row was in flight). cond: signalled on every
+    # state change the caller waits for. Guarded by the inbox's @group_mutex.
+    Pending = Struct.new(:row, :bytes, :state, :code, :error, :cond, :deadline)
+
+    attr_reader :pool_size, :connect_timeout, :statement_timeout, :group_leaders
 
     # database_url: a libpq URL or key=value string. Timeouts in seconds (Float ok):
     # connect_timeout bounds connecting, statement_timeout is set on the session and
     # (plus connect_timeout) bounds each wait for an answer. checkout_timeout: how long
-    # #insert waits for a free connection when all pool_size are busy.
-    def initialize(database_url:, pool_size: 5, connect_timeout: 5, statement_timeout: 5, checkout_timeout: nil)
+    # #insert waits for a free connection when all pool_size are busy (and, with group commit,
+    # for its batch to start). group_commit: coalesce concurrent inserts (above); group_leaders:
+    # batches in flight at once (at most pool_size).
+    def initialize(database_url:, pool_size: 5, connect_timeout: 5, statement_timeout: 5, checkout_timeout: nil,
+                   group_commit: true, group_leaders: 2)
       raise ConfigurationError, "database_url is required" if database_url.nil? || database_url.to_s.empty?
       raise ConfigurationError, "pool_size must be >= 1" unless pool_size.is_a?(Integer) && pool_size >= 1
+      raise ConfigurationError, "group_leaders must be >= 1" unless group_leaders.is_a?(Integer) && group_leaders >= 1
 
       @database_url = database_url.to_s.dup.freeze
       @pool_size = pool_size
       @connect_timeout = positive(connect_timeout, :connect_timeout)
       @statement_timeout = positive(statement_timeout, :statement_timeout)
       @checkout_timeout = checkout_timeout ? positive(checkout_timeout, :checkout_timeout) : @connect_timeout
+      @group_commit = group_commit ? true : false
+      @group_leaders = [group_leaders, pool_size].min
       reset_pool
       @created = 1
       checkin(new_connection) # parses database_url now: a bad one fails here, not on the first webhook
@@ -81,10 +113,9 @@ module WebhookInbox
       id = text(event_id, :event_id)
       raise ArgumentError, "source_scope and event_id must not be empty" if scope.empty? || id.empty?
 
-      code = with_connection do |conn|
-        conn.insert(scope, id, text(event_type, :event_type), String(payload), raw,
-                    status.to_sym == :quarantined, last_error && text(last_error, :last_error))
-      end
+      row = [scope, id, text(event_type, :event_type), String(payload), raw ? true : false,
+             status.to_sym == :quarantined, last_error && text(last_error, :last_error)]
+      code = @group_commit ? group_insert(row) : with_connection { |conn| conn.insert(*row) }
       Receipt.new(status: code.anybits?(1) ? :accepted : :duplicate, source_scope: scope, event_id: id,
                   stored_raw: code.anybits?(2), quarantined: code.anybits?(4))
     end
@@ -126,9 +157,18 @@ module WebhookInbox
       @closed
     end
 
+    def group_commit?
+      @group_commit
+    end
+
     # Server process ids of the idle connections (tests and diagnostics).
     def backend_pids
       @mutex.synchronize { @idle.map(&:backend_pid).compact }
+    end
+
+    # Inserts waiting in the group-commit queue for a batch to start (tests and diagnostics).
+    def queued_inserts
+      @group_mutex.synchronize { @queue.size }
     end
 
     def inspect
@@ -188,7 +228,8 @@ module WebhookInbox
     end
 
     # After fork the child gets a fresh pool: the parent's connections are dropped by the
-    # native core without a Terminate message (the parent keeps its sessions).
+    # native core without a Terminate message (the parent keeps its sessions). And an empty
+    # group-commit queue: the parent's leaders and followers do not exist here.
     def reset_pool
       @pid = Process.pid
       @mutex = Thread::Mutex.new
@@ -196,6 +237,9 @@ module WebhookInbox
       @idle = []
       @created = 0
       @closed = false
+      @group_mutex = Thread::Mutex.new
+      @queue = [] # Pending rows not yet in a batch, oldest first
+      @leaders = 0 # batches in flight (or handed to a queued caller to start)
     end
 
     def after_fork
@@ -208,8 +252,174 @@ module WebhookInbox
     # not both reset the pool (swapping @mutex under each other).
     FORK_LOCK = Thread::Mutex.new
 
-    def checkout
+    def check_fork
       FORK_LOCK.synchronize { after_fork if @pid != Process.pid } if @pid != Process.pid
+    end
+
+    DEFER = { Object => :never }.freeze
+    TAKE = { Object => :immediate }.freeze
+
+    # Inserts row (Connection#insert's arguments) through the group-commit queue; returns
+    # its result code. Bookkeeping runs with interrupts deferred, so a Timeout or
+    # Thread#raise never leaves the queue or the leader count half-updated; only the waits
+    # and the leader's native call take them. A caller that finds a leader slot free leads
+    # alone at once (the queue is empty whenever a slot is free: hand_off).
+    def group_insert(row)
+      check_fork
+      Thread.handle_interrupt(DEFER) do
+        entry = nil
+        batch = @group_mutex.synchronize do
+          if @leaders < @group_leaders
+            @leaders += 1
+            nil
+          else
+            entry = Pending.new(row, row[3].bytesize, :queued)
+            join_group(entry)
+          end
+        end
+        next lead_alone(row) unless entry
+
+        lead(batch) if batch
+        raise entry.error if entry.error
+
+        entry.code
+      end
+    end
+
+    # The lone caller's insert: today's path, then the slot passes to whoever queued meanwhile.
+    def lead_alone(row)
+      Thread.handle_interrupt(TAKE) { with_connection { |conn| conn.insert(*row) } }
+    ensure
+      @group_mutex.synchronize { hand_off }
+    end
+
+    # Called holding @group_mutex with every leader slot taken: queues entry. Returns the
+    # batch to lead once handed one, or nil once entry is done (raising its caller's
+    # give-up or interrupt; ensure, not rescue: Thread#kill too).
+    def join_group(entry)
+      entry.cond = Thread::ConditionVariable.new
+      entry.deadline = monotonic + @checkout_timeout
+      @queue << entry
+      batch = nil
+      finished = false
+      begin
+        until entry.state == :done
+          if entry.state == :lead
+            batch = take_batch(entry)
+            break
+          end
+          left = entry.deadline - monotonic
+          if left <= 0
+            raise StoreError, "no inbox batch started within #{@checkout_timeout}s" if entry.state == :queued
+
+            raise StoreError, "gave up waiting for the batch that carries this insert; it may still commit"
+          end
+          Thread.handle_interrupt(TAKE) { entry.cond.wait(@group_mutex, left) }
+        end
+        finished = true
+      ensure
+        give_up(entry) unless finished
+      end
+      batch
+    end
+
+    # Called holding @group_mutex: entry's caller stops waiting (deadline, interrupt).
+    def give_up(entry)
+      case entry.state
+      when :queued then @queue.delete(entry)
+      when :sent then entry.state = :abandoned # its leader ignores the answer
+      when :lead # handed a batch it will not lead: pass it on
+        @queue.delete(entry)
+        hand_off
+      end
+    end
+
+    # Called holding @group_mutex: entry, then the oldest queued rows up to the limits,
+    # marked :sent. Each follower may now wait as long as the leader's call can take:
+    # connecting, and two round trips (the one reconnect).
+    def take_batch(entry)
+      @queue.delete(entry)
+      batch = [entry]
+      bytes = entry.bytes
+      while (nxt = @queue.first) && batch.size < GROUP_MAX_ROWS && bytes + nxt.bytes <= GROUP_MAX_BYTES
+        batch << @queue.shift
+        bytes += nxt.bytes
+      end
+      deadline = monotonic + (@connect_timeout * 3) + (@statement_timeout * 2)
+      batch.each do |e|
+        e.state = :sent
+        e.deadline = deadline
+      end
+      batch
+    end
+
+    # Called holding @group_mutex when a batch ends: the oldest queued caller leads the
+    # next one (the slot passes to it), or the slot is freed.
+    def hand_off
+      if (nxt = @queue.first)
+        nxt.state = :lead
+        nxt.cond.signal
+      else
+        @leaders -= 1
+      end
+    end
+
+    # Inserts the batch (interrupts deferred on entry) and answers every follower. Anything
+    # else than the store's own error - an interrupt of the leader (raise, Timeout, kill) -
+    # abandons the statement; the other rows are queued again.
+    def lead(batch)
+      codes = error = nil
+      answered = false
+      begin
+        codes = Thread.handle_interrupt(TAKE) do
+          with_connection do |conn|
+            batch.size == 1 ? [conn.insert(*batch[0].row)] : conn.insert_batch(batch.map(&:row))
+          end
+        end
+      rescue StoreError, ConfigurationError => e # the store's answer for the whole batch
+        error = e
+      ensure
+        @group_mutex.synchronize do
+          if codes || error
+            answer(batch, codes, error)
+          else
+            requeue(batch.drop(1))
+          end
+          answered = true
+          hand_off
+        end
+      end
+      answered
+    end
+
+    # Called holding @group_mutex: every caller of the batch still waiting gets its code, or
+    # the error (the leader the original, the others a copy).
+    def answer(batch, codes, error)
+      batch.each_with_index do |e, i|
+        next if e.state == :abandoned
+
+        e.code = codes && codes[i]
+        e.error = error && (i.zero? ? error : error.class.new(error.message))
+        e.state = :done
+        e.cond&.signal
+      end
+    end
+
+    # Called holding @group_mutex: rows of an abandoned batch go back to the head of the
+    # queue (their callers still wait), with a new deadline to start.
+    def requeue(entries)
+      live = entries.reject { |e| e.state == :abandoned }
+      deadline = monotonic + @checkout_timeout
+      live.each do |e|
+        e.state = :queued
+        e.deadline = deadline
+        e.cond ||= Thread::ConditionVariable.new
+      end
+      @queue.unshift(*live)
+    end
+
+    def checkout
+      check_fork
       deadline = nil
       @mutex.synchronize do
         loop do

@@ -34,6 +34,32 @@ static void test_interrupt_before_insert_is_kept(void)
     wi_store_free(s);
 }
 
+/* The batch entry point: argument checks and interrupt bookkeeping, no server needed. */
+static void test_batch_without_server(void)
+{
+    struct wi_err err;
+    struct wi_store_row rows[2] = {{"s", 1, "e1", 2, "", 0, "{}", 2, 0, 0, NULL, 0},
+                                   {"s", 1, "e2", 2, "", 0, "{}", 2, 0, 0, NULL, 0}};
+    struct wi_store_result outs[2];
+    struct wi_store *s = wi_store_new(NOWHERE, 1000, 1000, &err);
+
+    CHECK(s != NULL, "wi_store_new: %s", err.msg);
+    if (!s)
+        return;
+    CHECK(wi_store_insert_batch(s, rows, 0, outs, &err) == 0, "empty batch: %s", err.msg);
+    CHECK(wi_store_insert_batch(s, rows, WI_STORE_BATCH_MAX + 1, outs, &err) == -1 && err.code == WI_ERR_ARG,
+          "oversized batch: code %d", err.code);
+    wi_store_interrupt(s);
+    CHECK(wi_store_insert_batch(s, rows, 2, outs, &err) == -1 && err.code == WI_STORE_EINTR,
+          "interrupted batch: code %d (%s)", err.code, err.msg);
+    CHECK(wi_store_insert_batch(s, rows, 2, outs, &err) == -1 && err.code == WI_STORE_ECONNECT,
+          "batch after interrupt: code %d (%s)", err.code, err.msg);
+    CHECK(wi_store_insert_batch(s, rows, 1, outs, &err) == -1 && err.code == WI_STORE_ECONNECT,
+          "one-row batch: code %d (%s)", err.code, err.msg);
+    wi_store_close(s);
+    wi_store_free(s);
+}
+
 struct span_case {
     const char *url;
     const char *password; /* NULL: none found */
@@ -100,6 +126,7 @@ static void test_store_refuses_split_url(void)
 int main(void)
 {
     test_interrupt_before_insert_is_kept();
+    test_batch_without_server();
     test_password_span();
     test_scrub();
     test_store_refuses_split_url();
