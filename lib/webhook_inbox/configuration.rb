@@ -38,7 +38,7 @@ module WebhookInbox
                   :dashboard_chart_hours
 
     attr_accessor :database_url, :pool_size, :connect_timeout, :statement_timeout, :logger,
-                  :max_body_bytes, :retry_after, :dump_functions, :default_database_url
+                  :max_body_bytes, :retry_after, :dump_functions, :default_database_url, :group_commit
     # :native (the gem's own libpq pool: durable before 200, fast) or :active_record (the
     # app's ActiveRecord connection: the Railtie's default in the test environment, so a
     # receipt joins the test's transaction and rolls back with it).
@@ -47,6 +47,7 @@ module WebhookInbox
     def initialize
       @store = :native
       @dump_functions = true # db/schema.rb also keeps the app's SQL functions (false: fx does it)
+      @group_commit = true   # concurrent receipts of one process share a statement and a commit (Inbox)
       @pool_size = 5
       @connect_timeout = 5
       @statement_timeout = 5
@@ -178,7 +179,7 @@ module WebhookInbox
         raise ConfigurationError, "no database: set DATABASE_URL, configure ActiveRecord, or WebhookInbox.configure { |c| c.database_url = ... }"
 
       Inbox.new(database_url: url, pool_size: pool_size, connect_timeout: connect_timeout,
-                statement_timeout: statement_timeout)
+                statement_timeout: statement_timeout, group_commit: group_commit)
     end
   end
 
