@@ -30,7 +30,10 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
   end
 
   after(:all) do
-    @sidecar && (Process.kill("TERM", @sidecar) rescue nil) && (Process.wait(@sidecar) rescue nil)
+    if @sidecar
+      (Process.kill("TERM", -@sidecar) rescue nil) # its process group: the binstub execs the sidecar
+      (Process.wait(@sidecar) rescue nil)
+    end
     @puma&.stop
     @pg&.destroy
     FileUtils.rm_rf(@work) if @work
@@ -183,13 +186,15 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     # Puma and the sidecar, started with the README's Procfile line (the app's binstub: same configuration).
     procfile = File.read(File.join(root, "README.md"))[/^sidecar: (.*)$/, 1]
     expect(procfile).to start_with("bin/webhook-inbox-sidecar run")
+    metrics_port = ReceiverHelpers.free_port # the README's port may be taken by another run here
+    procfile = procfile.sub(/--metrics-listen \S+/, "--metrics-listen 127.0.0.1:#{metrics_port}")
     @puma = PumaProcess.new(rackup: File.join(@app, "config.ru"), dir: @app, threads: "2:4",
                             env: @env.merge("RAILS_ENV" => "development")).tap do |p|
       Bundler.with_unbundled_env { p.start }
     end
     log = File.join(@work, "sidecar.log")
     @sidecar = Bundler.with_unbundled_env do
-      Process.spawn(@env, *procfile.split, "--poll-interval", "200ms", chdir: @app, out: log, err: log)
+      Process.spawn(@env, *procfile.split, "--poll-interval", "200ms", chdir: @app, out: log, err: log, pgroup: true)
     end
     body, headers = signed_payment("evt_pay_1", 1, 1000)
     statuses = 3.times.map { @puma.post("/webhooks/stripe", body, headers) }
@@ -200,6 +205,10 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     sleep 0.2 until psql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_pay_1'") == "done" || Time.now > deadline
     expect(psql("SELECT status || ' ' || outcome FROM webhook_inbox WHERE event_id = 'evt_pay_1'")).to eq("done paid"), File.read(log)
     expect(psql("SELECT status || ' ' || paid_count FROM orders WHERE id = 1")).to eq("paid 1")
+    if procfile.include?("--metrics-listen")
+      metrics = Net::HTTP.get(URI("http://127.0.0.1:#{metrics_port}/metrics"))
+      expect(metrics).to match(/^webhook_inbox_handled_total\{event_type="payment_intent.succeeded",outcome="done"\} 1$/)
+    end
 
     # The app's own test suite, twice: receipts roll back with each test, the handler runs.
     write("test/integration/stripe_webhook_test.rb", <<~RUBY)
