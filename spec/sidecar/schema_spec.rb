@@ -12,7 +12,7 @@ RSpec.describe "webhook-inbox-sidecar schema version", :sidecar do
 
   let(:cluster) { TestDatabase.cluster }
   let(:stale_fix) do
-    "inbox schema missing or older than v4: run `bin/rails db:migrate` (after `bin/rails g webhook_inbox:install`) " \
+    "inbox schema missing or older than v7: run `bin/rails db:migrate` (after `bin/rails g webhook_inbox:install`) " \
       "or `webhook-inbox-sidecar migrate`"
   end
   let(:upgrade_fix) { "this sidecar is older than the schema requires: upgrade it" }
@@ -58,28 +58,28 @@ RSpec.describe "webhook-inbox-sidecar schema version", :sidecar do
     expect(db.event("evt_1")).to include(status: "pending", attempts: 0, last_error: "") # never touched
   end
 
-  it "a schema that needs a newer sidecar (min_worker > 4): refused with 'upgrade it'" do
+  it "a schema that needs a newer sidecar (min_worker > 7): refused with 'upgrade it'" do
     db = SidecarHelper::DB.new(cluster)
-    set_version(db, 5, 5)
+    set_version(db, 8, 8)
     expect_refused(db.url, upgrade_fix)
     _, _, log = sidecar("run", "--once", "--database-url", db.url)
-    expect(log).to include("schema=5 schema_min_sidecar=5 sidecar_schema=4")
+    expect(log).to include("schema=8 schema_min_sidecar=8 sidecar_schema=7")
   end
 
-  it "a newer schema that still accepts this sidecar (version 5, min_worker 4) works, and migrate leaves it" do
+  it "a newer schema that still accepts this sidecar (version 8, min_worker 4) works, and migrate leaves it" do
     db = SidecarHelper::DB.new(cluster)
     db.add_order("t1", "o1", 100, "usd")
     db.insert_event("evt_1", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 100, "usd"))
-    set_version(db, 5, 4)
+    set_version(db, 8, 4)
     status, _, log = sidecar("run", "--once", "--database-url", db.url)
     expect(status.exitstatus).to eq(0), log
-    expect(log).to include("msg=connected worker=1 schema=5 schema_min_sidecar=4")
+    expect(log).to include("msg=connected worker=1 schema=8 schema_min_sidecar=4")
     expect(db.event("evt_1")).to include(status: "done", outcome: "paid")
 
     status, out, = sidecar("migrate", "--database-url", db.url)
     expect(status.exitstatus).to eq(0)
-    expect(out).to eq("inbox schema is v5, newer than this sidecar's v4: left as it is\n")
-    expect(db.value("SELECT webhook_inbox_schema_version()")).to eq("5")
+    expect(out).to eq("inbox schema is v8, newer than this sidecar's v7: left as it is\n")
+    expect(db.value("SELECT webhook_inbox_schema_version()")).to eq("8")
   end
 
   it "waits, without processing, until a deploy's migration creates the schema; one error line, no restart" do
@@ -125,7 +125,7 @@ RSpec.describe "webhook-inbox-sidecar schema version", :sidecar do
 
     status, out, = sidecar("migrate", "--database-url", db.url)
     expect(status.exitstatus).to eq(0)
-    expect(out).to eq("inbox schema v4: applied 001_inbox.sql .. 004_schema_version.sql\n")
+    expect(out).to eq("inbox schema v7: applied 001_inbox.sql .. 007_outbox.sql\n")
     wait_for(15, 0.05, "the event done after migrating") { db.event("evt_2")[:status] == "done" }
     Process.kill("TERM", pid)
     expect(wait_exit(pid)&.exitstatus).to eq(0)
@@ -155,7 +155,7 @@ RSpec.describe "webhook-inbox-sidecar schema version", :sidecar do
       _, url = empty_database
       status, out, err = sidecar("migrate", "--database-url", url)
       expect(status.exitstatus).to eq(0), err
-      expect(out).to eq("inbox schema v4: applied 001_inbox.sql .. 004_schema_version.sql\n")
+      expect(out).to eq("inbox schema v7: applied 001_inbox.sql .. 007_outbox.sql\n")
       expect(out + err).not_to match(/CREATE|FUNCTION|SELECT/)
     end
 
