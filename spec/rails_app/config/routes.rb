@@ -7,4 +7,5 @@ Rails.application.routes.draw do
   post "/webhooks/stripe_inline", to: "webhooks#stripe_inline"      # scope/secrets in the action
   post "/plain/stripe", to: "plain_webhooks#create"                 # hand-written, bench baseline
   post "/rack/stripe", to: WebhookInbox.endpoint(:stripe)           # the Rack endpoint in Rails' router
+  post "/effects/send_receipt", to: "effects#send_receipt"          # an outbox destination (receive_effect)
 end
