@@ -103,7 +103,8 @@ RSpec.describe "README commands" do
     {
       ["bench/verify", "0.02"] => /x/,
       ["bench/sidecar", "--events", "200", "--batched-events", "400", "--rounds", "1"] => /\(d\)/,
-      ["bench/receive", "--duration", "1", "--warmup", "0"] => /\(c\)/
+      ["bench/receive", "--duration", "1", "--warmup", "0"] => /\(c\)/,
+      ["bench/effects", "--effects", "200"] => %r{\(b\)/\(a\)}
     }.each do |cmd, pattern|
       out, status = Open3.capture2e(File.join(root, cmd.first), *cmd.drop(1), chdir: root)
       expect(status).to be_success, "#{cmd.join(' ')}: #{out}"

@@ -64,7 +64,7 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     expect(tables).to eq("webhook_inbox,webhook_inbox_effects_received,webhook_inbox_outbox,webhook_inbox_routes")
     # The v3 signature (kept for v3 sidecars during a rolling deploy) and the v4 one.
     expect(TestDatabase.cluster.psql("SELECT count(*) FROM pg_proc WHERE proname = 'webhook_inbox_dispatch'", db: fresh).strip).to eq("2")
-    expect(TestDatabase.cluster.psql("SELECT webhook_inbox_schema_version()", db: fresh).strip).to eq("4")
+    expect(TestDatabase.cluster.psql("SELECT webhook_inbox_schema_version()", db: fresh).strip).to eq("7")
   end
 
   it "reports stats: pending, oldest age, attempts, quarantined, done, latency percentiles (text and JSON)" do
