@@ -28,7 +28,7 @@ RSpec.describe "README commands" do
     "webhook-inbox-sidecar requeue --id 'stripe:acct_123:live/evt_1'",
     "webhook-inbox-sidecar requeue --type payment_intent.succeeded", "webhook-inbox-sidecar prune --older-than 30d",
     "webhook-inbox-sidecar run --print-config", "bin/chaos --orders 2000 --db-restarts 3",
-    "bench/verify", "bench/receive", "bench/sidecar"
+    "bench/verify", "bench/receive", "bench/sidecar", "bench/effects"
   ]
 
   it "shows only commands that a test exercises" do
