@@ -27,6 +27,7 @@ require_relative "webhook_inbox/schema"
 require_relative "webhook_inbox/sidecar"
 require_relative "webhook_inbox/metrics"
 require_relative "webhook_inbox/rails/active_record_store"
+require_relative "webhook_inbox/rails/effect_receiver"
 require_relative "webhook_inbox/rails/controller"
 require_relative "webhook_inbox/rails/railtie" if defined?(Rails::Railtie)
 require_relative "webhook_inbox/engine" if defined?(Rails::Engine)

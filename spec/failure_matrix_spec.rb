@@ -2,6 +2,7 @@
 
 require_relative "spec_helper"
 require_relative "support/story"
+require "pg"
 require_relative "support/fake_receipt_api"
 
 # The documents' failure matrix (../shared/context/seeds-digest.md), one example per row,
@@ -60,22 +61,39 @@ RSpec.describe "the failure matrix" do
   it "the external API succeeded, then we died before saving: retry with the same business key reconciles it" do
     api = FakeReceiptApi.new
     row = expect_row(:normal_payment)
-    delivery = ->(col) { @stack.sql("SELECT #{col} FROM receipt_deliveries WHERE order_id = #{@stack.quote(row.order)}").strip }
-    key = delivery.call("operation_id")
+    effect = ->(col) { @stack.sql("SELECT #{col} FROM webhook_inbox_outbox WHERE payload ->> 'order_id' = #{@stack.quote(row.order)}").strip }
+    key = effect.call("operation_id")
     expect(key).to start_with("receipt:pi_")
+    expect(effect.call("source_event_id")).not_to be_empty # emitted by the payment's handler
 
-    sender = [RbConfig.ruby, File.join(__dir__, "support/receipt_sender.rb"), @stack.pg.url, api.url, "--lease", "0.5",
-              "--operation", key]
-    system(*sender, "--die-after-call")
-    expect($?.termsig).to eq(9) # killed after the API answered, before saving
+    # The sidecar that delivers (the others have no destination). While the API answers, the
+    # effect's row is locked, so the sidecar's save waits: it is killed right there.
+    locker = PG.connect(@stack.pg.url)
+    api.before_answer = lambda do |req|
+      next unless req["Idempotency-Key"] == key && !@locked
+
+      @locked = true
+      locker.exec("BEGIN")
+      locker.exec_params("SELECT 1 FROM webhook_inbox_outbox WHERE operation_id = $1 FOR UPDATE", [key])
+    end
+    deliver = ["--destination", "receipts=#{api.url}/receipts", "--destination-timeout", "1s", "--destination-lease", "2s"]
+    @stack.start_sidecar(9, *deliver)
+    saver = @stack.wait_until(timeout: 20) do
+      pid = @stack.sql("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%outbox_save%'").strip
+      pid unless pid.empty?
+    end
+    @stack.kill_sidecar(9) # kill -9 after the API answered, before the save
+    @stack.sql("SELECT pg_terminate_backend(#{saver})")
+    locker.exec("ROLLBACK")
     expect(api.effects[key]).to eq(1)
-    expect(delivery.call("status")).to eq("pending")
+    expect(effect.call("status")).to eq("pending")
 
-    sleep 0.6 # the dead sender's lease expires
-    expect(system(*sender)).to be(true)
-    expect(delivery.call("status")).to eq("sent")
-    expect(delivery.call("external_id")).to eq("rcpt_1")
-    expect(api.effects).to eq(key => 1) # the retry reused the key: still one receipt
+    @stack.start_sidecar(9, *deliver) # after the lease, the same key again
+    @stack.wait_until(timeout: 20) { effect.call("status") == "delivered" }
+    expect(api.keys.count(key)).to eq(2)
+    expect(api.effects[key]).to eq(1) # the retry reused the key: still one receipt
+    expect(api.effects.values).to all(eq(1)) # (so did every other payment's receipt this sidecar sent)
+    expect(effect.call("provider_id")).to match(/\Arcpt_\d+\z/)
 
     # A second event for the same payment (another event id) adds no second operation.
     payload = JSON.parse(@stack.sql("SELECT payload FROM webhook_inbox WHERE outcome = 'paid' AND payload #>> '{data,object,metadata,order_id}' = #{@stack.quote(row.order)}"))
@@ -83,8 +101,10 @@ RSpec.describe "the failure matrix" do
     expect(@story.deliver_stripe(JSON.generate(payload))).to eq(200)
     @story.wait_settled(payload["id"])
     expect(@story.outcome(payload["id"])).to eq("duplicate")
-    expect(@stack.sql("SELECT count(*) FROM receipt_deliveries WHERE order_id = #{@stack.quote(row.order)}").to_i).to eq(1)
+    expect(@stack.sql("SELECT count(*) FROM webhook_inbox_outbox WHERE payload ->> 'order_id' = #{@stack.quote(row.order)}").to_i).to eq(1)
   ensure
+    @stack.kill_sidecar(9)
+    locker&.close
     api&.stop
   end
 end

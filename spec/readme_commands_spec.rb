@@ -29,7 +29,7 @@ RSpec.describe "README commands" do
     "webhook-inbox-sidecar requeue --id 'stripe:acct_123:live/evt_1'",
     "webhook-inbox-sidecar requeue --type payment_intent.succeeded", "webhook-inbox-sidecar prune --older-than 30d",
     "webhook-inbox-sidecar run --print-config", "bin/chaos --orders 2000 --db-restarts 3",
-    "bench/verify", "bench/receive", "bench/sidecar", "bench/pipeline", "bench/stats"
+    "bench/verify", "bench/receive", "bench/sidecar", "bench/pipeline", "bench/stats", "bench/effects"
   ]
 
   it "shows only commands that a test exercises" do
@@ -108,7 +108,8 @@ RSpec.describe "README commands" do
       ["bench/pipeline", "--duration", "1", "--rates", "100"] => /sustained \(p99 < 100 ms\)/,
       ["bench/receive", "--duration", "1", "--warmup", "0"] => /\(c\)/,
       ["bench/stats", "--small", "2000", "--large", "20000", "--pending", "50", "--quarantined", "5", "--recent", "100",
-       "--runs", "3"] => /ratio 20000\/2000 rows: \(s\) stats/
+       "--runs", "3"] => /ratio 20000\/2000 rows: \(s\) stats/,
+      ["bench/effects", "--effects", "200"] => %r{\(b\)/\(a\)}
     }.each do |cmd, pattern|
       out, status = Open3.capture2e(File.join(root, cmd.first), *cmd.drop(1), chdir: root)
       # bench/receive exits 1 when a throughput target is missed: at smoke size on a shared

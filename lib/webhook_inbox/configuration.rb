@@ -39,6 +39,9 @@ module WebhookInbox
 
     attr_accessor :database_url, :pool_size, :connect_timeout, :statement_timeout, :logger,
                   :max_body_bytes, :retry_after, :dump_functions, :default_database_url, :group_commit
+    # Standard Webhooks secrets ("whsec_...") of effects the sidecar delivers to this app
+    # (receive_effect); default: ENV["WEBHOOK_INBOX_EFFECT_SECRET"].
+    attr_writer :effect_secrets
     # :native (the gem's own libpq pool: durable before 200, fast) or :active_record (the
     # app's ActiveRecord connection: the Railtie's default in the test environment, so a
     # receipt joins the test's transaction and rolls back with it).
@@ -75,6 +78,22 @@ module WebhookInbox
 
     def endpoint_names
       @endpoints.keys
+    end
+
+    def effect_secrets
+      @effect_secrets || [ENV["WEBHOOK_INBOX_EFFECT_SECRET"]].compact
+    end
+
+    # The Standard Webhooks verifier for receive_effect (cached per secrets and tolerance).
+    def effect_verifier(secrets = nil, tolerance = Verifier::DEFAULT_TOLERANCE)
+      secrets = Array(secrets || effect_secrets)
+      raise ConfigurationError, "receive_effect: no secret (set WEBHOOK_INBOX_EFFECT_SECRET or c.effect_secrets)" if secrets.empty?
+
+      key = [secrets, tolerance]
+      @mutex.synchronize do
+        (@effect_verifiers ||= {})[frozen_copy(key)] ||=
+          Verifier.new(:standard_webhooks, secrets: secrets, tolerance: tolerance)
+      end
     end
 
     def store=(kind)

@@ -16,7 +16,8 @@ module WebhookInbox
     # The version a database built before versioning (001-003, no version function) reports.
     UNVERSIONED = 3
     # Objects the gem owns: recreated from this SQL, so Rails' dumps leave them out.
-    TABLES = %w[webhook_inbox webhook_inbox_routes webhook_inbox_actions webhook_inbox_rejections].freeze
+    TABLES = %w[webhook_inbox webhook_inbox_routes webhook_inbox_actions webhook_inbox_rejections
+                webhook_inbox_outbox webhook_inbox_effects_received].freeze
     FUNCTION_PREFIX = "webhook_inbox_"
 
     # 2: versioned, 1: the inbox predates versioning, 0: no inbox. (A CASE cannot call a

@@ -15,7 +15,7 @@
 #include "prune.h"
 #include "redact.h"
 
-enum cf_type { CF_STR, CF_INT, CF_DURATION, CF_ENUM, CF_BOOL };
+enum cf_type { CF_STR, CF_INT, CF_DURATION, CF_ENUM, CF_BOOL, CF_DEST }; /* CF_DEST: repeatable, destination.h */
 
 enum { CF_RELOAD = 1, CF_CLI = 2 }; /* reloadable on SIGHUP; flag only (no env/file/print) */
 
@@ -72,6 +72,17 @@ static const struct cf_entry table[] = {
      "debug, info, warn, error"},
     {"log-events", CF_BOOL, F(log_events), "true", CF_RELOAD, 0, 0, NULL,
      "one info line per processed event"},
+    {"destination", CF_DEST, F(destinations), NULL, 0, 0, 0, NULL,
+     "outbox: NAME=URL [concurrency=N timeout=D connect_timeout=D sign=standard_webhooks allow_http=true]; "
+     "repeatable; credentials from WEBHOOK_INBOX_DEST_<NAME>_TOKEN/_SECRET or token=/secret= in the config file"},
+    {"destination-concurrency", CF_INT, F(destination_concurrency), "4", 0, 1, 1024, NULL,
+     "outbox: deliveries in flight per destination"},
+    {"destination-timeout", CF_DURATION, F(destination_timeout), "30s", 0, 0, 3600, NULL,
+     "outbox: whole-request timeout (then retried)"},
+    {"destination-connect-timeout", CF_DURATION, F(destination_connect_timeout), "5s", 0, 0, 3600, NULL,
+     "outbox: connect timeout"},
+    {"destination-lease", CF_DURATION, F(destination_lease), "60s", 0, 0, 86400, NULL,
+     "outbox: how long a claimed effect is owned (at least its timeout + 1s); a sidecar that died holds it this long"},
     {"once", CF_BOOL, F(once), "false", CF_CLI, 0, 0, NULL, "run: process everything due, then exit"},
     {"json", CF_BOOL, F(json), "false", CF_CLI, 0, 0, NULL, "stats: print JSON"},
     {"id", CF_STR, F(id), NULL, CF_CLI, 0, 0, NULL, "requeue: SCOPE/EVENT_ID (split at the first '/')"},
@@ -79,6 +90,8 @@ static const struct cf_entry table[] = {
     {"type", CF_STR, F(type), NULL, CF_CLI, 0, 0, NULL, "requeue: event type"},
     {"scope", CF_STR, F(scope), NULL, CF_CLI, 0, 0, NULL, "requeue: source scope"},
     {"all", CF_BOOL, F(all), "false", CF_CLI, 0, 0, NULL, "requeue: every quarantined event"},
+    {"effects", CF_BOOL, F(effects), "false", CF_CLI, 0, 0, NULL, "requeue: outbox effects (--operation-id or --all)"},
+    {"operation-id", CF_STR, F(operation_id), NULL, CF_CLI, 0, 0, NULL, "requeue --effects: one effect"},
     {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 36500L * 86400, NULL, "prune: delete done events received longer ago than this (at least 3d)"},
     {"print-config", CF_BOOL, F(print_config), "false", CF_CLI, 0, 0, NULL, "print the effective configuration"},
     {"help", CF_BOOL, F(help), "false", CF_CLI, 0, 0, NULL, "this text"},
@@ -180,6 +193,17 @@ static int set(struct wi_config *cfg, const struct cf_entry *e, const char *val,
             n += r > 0 ? (size_t)r : 0;
         }
         return wi_err_set(err, WI_ERR_ARG, "%s: %s must be one of %s", src, e->name, names);
+    }
+    case CF_DEST: {
+        struct wi_dest d;
+        /* Credentials only from the file (or the environment, wi_dest_list_resolve): a flag
+         * would show them in ps. */
+        if (wi_dest_parse(val, strlen(val), strncmp(src, "config file", 11) == 0, &d, err) < 0) {
+            char msg[WI_ERR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            return wi_err_set(err, err->code, "%s: %s", src, msg);
+        }
+        return wi_dest_list_put((struct wi_dest_list *)p, &d, err);
     }
     case CF_BOOL:
         if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "on"))
@@ -336,6 +360,8 @@ int wi_config_load(struct wi_config *cfg, int argc, char **argv, struct wi_err *
         wi_err_set(err, WI_ERR_ARG, "retain must be at least 3d (keep done events longer than providers retry)");
         goto fail;
     }
+    if (wi_dest_list_resolve(&cfg->destinations, err) < 0)
+        goto fail;
     if (wi_redact_url_split(cfg->database_url)) {
         wi_err_set(err, WI_ERR_ARG, "%s", WI_REDACT_SPLIT_MSG); /* never echo the URL */
         goto fail;
@@ -357,7 +383,9 @@ void wi_config_apply_reload(struct wi_config *dst, const struct wi_config *src)
             continue;
         if (!(e->flags & CF_RELOAD)) {
             int changed;
-            if (e->type == CF_STR) {
+            if (e->type == CF_DEST) {
+                changed = !wi_dest_list_equal((const struct wi_dest_list *)d, (const struct wi_dest_list *)s);
+            } else if (e->type == CF_STR) {
                 const char *a = *(char *const *)d, *b = *(char *const *)s;
                 changed = (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
             } else if (e->type == CF_DURATION) {
@@ -389,6 +417,8 @@ void wi_config_free(struct wi_config *cfg)
     for (i = 0; i < NENTRIES; i++)
         if (table[i].type == CF_STR)
             free(*(char **)((char *)cfg + table[i].offset));
+        else if (table[i].type == CF_DEST)
+            wi_dest_list_free((struct wi_dest_list *)((char *)cfg + table[i].offset));
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -432,6 +462,10 @@ void wi_config_print(const struct wi_config *cfg, FILE *out)
         const char *p = (const char *)cfg + e->offset;
         if (e->flags & CF_CLI)
             continue;
+        if (e->type == CF_DEST) { /* one line each, credentials masked */
+            wi_dest_list_print((const struct wi_dest_list *)p, out);
+            continue;
+        }
         fprintf(out, "%s = ", e->name);
         switch (e->type) {
         case CF_STR:
@@ -451,6 +485,8 @@ void wi_config_print(const struct wi_config *cfg, FILE *out)
             break;
         case CF_BOOL:
             fputs(*(const int *)p ? "true" : "false", out);
+            break;
+        case CF_DEST:
             break;
         }
         fprintf(out, "%s\n", e->flags & CF_RELOAD ? "" : "  # restart to change");

@@ -4,6 +4,7 @@
 #define WI_CONFIG_H
 
 #include <stdio.h>
+#include "destination.h"
 #include "wi_err.h"
 
 /* What happens to an event whose type has no route (the SQL's p_unrouted, by name). */
@@ -29,10 +30,18 @@ struct wi_config {
     double retain_interval; /* run --retain: seconds between prunes */
     int log_level;        /* WI_LOG_* */
     int log_events;       /* 1: one info line per event */
+    /* the outbox (db/006_outbox.sql): not reloadable */
+    struct wi_dest_list destinations;   /* --destination NAME=URL ..., repeatable */
+    int destination_concurrency;        /* deliveries in flight per destination */
+    double destination_timeout;         /* seconds, whole request */
+    double destination_connect_timeout; /* seconds */
+    double destination_lease;           /* seconds a claimed effect is owned (at least timeout + 1s) */
     /* command options (flags only, not reloaded, not printed) */
     int once;             /* run: drain what is due, then exit */
     int json;             /* stats: JSON output */
     int all;              /* requeue: every quarantined event */
+    int effects;          /* requeue: outbox effects instead of inbox events */
+    char *operation_id;   /* requeue --effects: one effect */
     char *id;             /* requeue: SCOPE/EVENT_ID */
     char *event_id;       /* requeue: event id in any scope */
     char *type;           /* requeue: event type */

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "migrate.h"
+#include "outbox.h"
 #include "prune.h"
 #include "requeue.h"
 #include "retention.h"
@@ -57,7 +58,8 @@ static void usage(FILE *out)
           "  migrate   apply the embedded schema (idempotent, advisory-locked)\n"
           "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99,\n"
           "            events waiting for a route (--json)\n"
-          "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all)\n"
+          "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all;\n"
+          "            outbox effects: --effects with --operation-id ID or --all)\n"
           "  prune     retention: delete done events older than --older-than (>= 3d; optional --scope);\n"
           "            run --retain 30d does it on a schedule\n"
           "\n"
@@ -105,6 +107,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     struct wi_exporter *exporter = NULL;
     struct wi_retention *retention = NULL;
     struct wi_err err;
+    struct wi_outbox *outbox = NULL;
     int stop_pipe[2], i, started = 0, rc;
     long ticks = 0, last_seen = 0;
     sigset_t all, old;
@@ -131,6 +134,10 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     if (!workers)
         fatal("out_of_memory", NULL);
     log_info("starting", "concurrency=%d batch_size=%d once=%d", rt.cfg.concurrency, rt.cfg.batch_size, rt.cfg.once);
+
+    /* The outbox's deliverer (only with --destination): its own thread and connection. */
+    if (rt.cfg.destinations.n > 0 && !(outbox = wi_outbox_start(&rt)))
+        fatal("outbox_failed", "note=\"destinations are configured but the deliverer could not start\"");
 
     /* Workers never see signals: only this thread runs the handlers. */
     sigfillset(&all);
@@ -187,6 +194,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     }
     for (i = 0; i < started; i++)
         pthread_join(workers[i].thread, NULL);
+    wi_outbox_join(outbox);
     wi_retention_stop(retention); /* a delete batch in flight finishes first */
     wi_exporter_stop(exporter);   /* serves the final counts until the workers are done */
     wi_metrics_log_summary();
@@ -251,6 +259,14 @@ int main(int argc, char **argv)
             else
                 fprintf(stderr, "webhook-inbox-sidecar stats: %s\n", err.msg);
             rc = 1;
+        }
+    } else if (!strcmp(cmd, "requeue") && cfg.effects) {
+        long n = wi_outbox_requeue(cfg.database_url, cfg.operation_id, cfg.all, &err);
+        if (n < 0) {
+            fprintf(stderr, "webhook-inbox-sidecar requeue: %s\n", err.msg);
+            rc = err.code == WI_ERR_ARG ? 2 : 1;
+        } else {
+            printf("requeued %ld effects\n", n);
         }
     } else if (!strcmp(cmd, "requeue")) {
         const char *scope = cfg.scope, *event_id = cfg.event_id;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "outbox.h"
 #include "schema.h"
 
 static atomic_long counters[WI_M_COUNT];
@@ -338,8 +339,11 @@ int wi_metrics_stats(const char *conninfo, int json, FILE *out, struct wi_err *e
             fprintf(out, "  attempts=%-5s %s\n", PQgetvalue(hist, i, 0), PQgetvalue(hist, i, 1));
     }
     if (json) {
-        fprintf(out, "},\"waiting_for_route\":%s,\"waiting_for_route_types\":%s}\n", PQgetvalue(unrouted, 0, 0),
+        fprintf(out, "},\"waiting_for_route\":%s,\"waiting_for_route_types\":%s", PQgetvalue(unrouted, 0, 0),
                 PQgetvalue(unrouted, 0, 1));
+        if (wi_outbox_stats(pg, json, out, err) < 0) /* ,"outbox":{...} */
+            goto done;
+        fputs("}\n", out);
     } else {
         long total = 0;
         for (i = 0; i < PQntuples(unrouted); i++)
@@ -350,6 +354,8 @@ int wi_metrics_stats(const char *conninfo, int json, FILE *out, struct wi_err *e
             fprintf(out, "  type=%-17s %s\n", wi_log_quote(type, sizeof type, PQgetvalue(unrouted, i, 0), 120),
                     PQgetvalue(unrouted, i, 1));
         }
+        if (wi_outbox_stats(pg, json, out, err) < 0)
+            goto done;
     }
     rc = 0;
 done:

@@ -6,8 +6,11 @@
 #include "pgw.h"
 
 /* The schema version this binary speaks: db/NNN files up to this number, embedded for
- * `migrate`. Equal to what the newest db/NNN file's webhook_inbox_schema_version() returns. */
-#define WI_SCHEMA_VERSION 5
+ * `migrate`; equal to what the last embedded file (db/006_outbox.sql) makes
+ * webhook_inbox_schema_version() return. Required even with no --destination configured:
+ * one version for `migrate` and for the check (the deploy runs the migration first, as for
+ * every upgrade), and a database at v6 still accepts v4 sidecars (min_worker stays 4). */
+#define WI_SCHEMA_VERSION 6
 
 /* Outcomes of wi_schema_check(). */
 enum {

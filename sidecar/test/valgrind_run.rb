@@ -6,12 +6,15 @@
 # `run --once` (done, quarantined, retry, unrouted (waiting), and a dispatch statement cancelled
 # by statement_timeout, which takes the one-statement-per-event fallback; two worker threads),
 # and `run --once` and `stats` refusing an empty database (no schema)
-# against a throwaway PostgreSQL, under valgrind --leak-check=full; fails on any error or on
+# against a throwaway PostgreSQL, plus outbox deliveries to a local HTTP server (2xx, 4xx,
+# 5xx, a Standard Webhooks-signed destination, stats and requeue --effects), under
+# valgrind --leak-check=full; fails on any error or on
 # definitely/indirectly lost memory. With --sanitizer the binary is an ASan/UBSan build and
 # runs without valgrind (the sanitizers and LeakSanitizer report instead).
 require "json"
 require "net/http"
 require "socket"
+require "webrick"
 require_relative "../../spec/support/throwaway_postgres"
 
 bin = File.expand_path(ARGV.fetch(0))
@@ -98,7 +101,28 @@ begin
   abort "#{SANITIZER ? 'sanitizer' : 'valgrind'} run failed for run --metrics-listen:\n#{out}" unless
     st.success? && !out.match?(/definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]|runtime error|Sanitizer/)
   puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: run --metrics-listen --retain, scraped, pruned, stopped by SIGTERM"
+  # The outbox: one delivered, one refused (422), one failing (503) until max attempts, one signed.
+  http = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: 0, Logger: WEBrick::Log.new(File::NULL), AccessLog: [])
+  http.mount_proc("/") { |req, res| res.status = Integer(req.path[1..]) rescue 200; res.body = '{"id":"x_1"}' }
+  server = Thread.new { http.start }
+  api = "http://127.0.0.1:#{http.config[:Port]}"
+  pg.psql(<<~SQL)
+    SELECT webhook_inbox_emit('op_ok', 'ok', '{"a":1}'), webhook_inbox_emit('op_bad', 'bad', '{"a":2}'),
+           webhook_inbox_emit('op_down', 'down', '{"a":3}'), webhook_inbox_emit('op_app', 'app', '{"a":4}');
+  SQL
+  2.times do
+    vg(bin, "run", "--once", "--database-url", url, "--max-attempts", "2", "--backoff-base", "1ms", "--backoff-cap", "1ms",
+       "--destination", "ok=#{api}/200", "--destination", "bad=#{api}/422", "--destination", "down=#{api}/503",
+       "--destination", "app=#{api}/204 sign=standard_webhooks concurrency=1",
+       env: { "WEBHOOK_INBOX_DEST_APP_SECRET" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "WEBHOOK_INBOX_DEST_OK_TOKEN" => "t" })
+  end
+  effects = pg.psql("SELECT string_agg(operation_id || '=' || status, ',' ORDER BY operation_id) FROM webhook_inbox_outbox").strip
+  abort "unexpected effects after run --once: #{effects}" unless
+    effects == "op_app=delivered,op_bad=quarantined,op_down=quarantined,op_ok=delivered"
+  http.shutdown
+  server.join
   vg(bin, "stats", "--json", "--database-url", url)
+  vg(bin, "requeue", "--effects", "--all", "--database-url", url)
   vg(bin, "requeue", "--all", "--database-url", url)
   vg(bin, "prune", "--older-than", "3d", "--database-url", url)
   vg(bin, "--print-config", "--database-url", "#{url} password=x")

@@ -144,6 +144,6 @@ RSpec.describe "schema v5: history, requeue/replay, stats", :sidecar do
       "webhook_inbox_charge_failure(text,text,integer,text,integer,bigint,bigint)",
       "webhook_inbox_run_event(webhook_inbox,regproc,text,integer,bigint,bigint,bigint)", "webhook_inbox_stats()"
     )
-    expect(db.value("SELECT webhook_inbox_schema_version(), webhook_inbox_schema_min_worker()")).to eq("5|4")
+    expect(db.value("SELECT webhook_inbox_schema_version() >= 5, webhook_inbox_schema_min_worker()")).to eq("t|4")
   end
 end

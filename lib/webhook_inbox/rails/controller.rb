@@ -30,6 +30,8 @@ module WebhookInbox
   # Including it also stops Rails from parsing the request body into params (and so from
   # logging the payload in "Parameters:"): include it in controllers that receive webhooks.
   module Controller
+    include EffectReceiver # receive_effect(:name) { |effect| ... }: outbox effects run in Ruby
+
     JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 
     private

@@ -8,4 +8,5 @@ Rails.application.routes.draw do
   post "/plain/stripe", to: "plain_webhooks#create"                 # hand-written, bench baseline
   post "/rack/stripe", to: WebhookInbox.endpoint(:stripe)           # the Rack endpoint in Rails' router
   mount WebhookInbox::Engine => "/webhook_inbox"                    # the dashboard, behind AdminController
+  post "/effects/send_receipt", to: "effects#send_receipt"          # an outbox destination (receive_effect)
 end

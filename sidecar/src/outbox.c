@@ -1,0 +1,692 @@
+/* outbox.c - the deliverer: lease due effects per destination, POST them concurrently (libcurl
+ * multi, per-destination limit), save each answer under the lease; stats and requeue. */
+#define _POSIX_C_SOURCE 200809L
+#include "outbox.h"
+
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "destination.h"
+#include "hmac.h"
+#include "http_client.h"
+#include "log.h"
+#include "retry.h"
+#include "schema.h"
+#include "worker.h"
+
+#define RECONNECT_MIN_S 0.2
+#define RECONNECT_MAX_S 5.0
+#define SCHEMA_RETRY_S 3.0
+
+static const struct wi_pg_stmt stmts[] = {
+    {"wi_outbox_listen", "LISTEN webhook_inbox_outbox"},
+    {"wi_outbox_claim", "SELECT operation_id, payload, attempts FROM webhook_inbox_outbox_claim($1, $2, $3, $4, $5)"},
+    {"wi_outbox_save", "SELECT new_status, new_attempts, retry_in_ms"
+                       " FROM webhook_inbox_outbox_save($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
+    {"wi_outbox_next_due", "SELECT webhook_inbox_outbox_next_due($1::text[])"},
+};
+
+/* Per destination, derived once from the configuration at start. */
+struct dstate {
+    const struct wi_dest *d;
+    int limit;                 /* deliveries in flight at most */
+    int in_flight;
+    int maybe_due;             /* a claim may find something: a NOTIFY, a freed slot, a timer */
+    long timeout_ms, connect_ms, lease_ms;
+    char *auth;                /* "Authorization: Bearer ..." or NULL; wiped on free */
+    struct wi_hmac_key *key;   /* Standard Webhooks signing key, or NULL */
+};
+
+/* One delivery in flight: the transfer's user pointer. */
+struct delivery {
+    int dest;
+    int attempts;              /* including this one */
+    char *operation_id;
+    double started;            /* monotonic seconds */
+};
+
+struct wi_outbox {
+    struct wi_runtime *rt;
+    pthread_t thread;
+    struct dstate *ds;
+    int nds;
+    char owner[40];            /* lease owner: random, per process */
+    char due_array[4096];      /* '{name,...}' for next_due */
+    struct wi_http *http;
+    struct wi_pg *pg;
+};
+
+static atomic_long n_delivered, n_retry, n_quarantined, n_lease_lost;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void nap(struct wi_runtime *rt, double seconds)
+{
+    struct pollfd p = {rt->stop_fd, POLLIN, 0};
+    if (!atomic_load(&rt->stopping))
+        (void)poll(&p, 1, (int)(seconds * 1000));
+}
+
+void wi_outbox_text_sanitize(char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len, k;
+        uint32_t cp;
+        if (c == 0) {
+            s[i++] = '?';
+            continue;
+        }
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            cp = c & 0x07;
+        } else {
+            s[i++] = '?';
+            continue;
+        }
+        for (k = 1; k < len && i + k < n && ((unsigned char)s[i + k] & 0xC0) == 0x80; k++)
+            cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3F);
+        if (k != len || (len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF)) {
+            s[i++] = '?'; /* the bytes after it are judged on their own */
+            continue;
+        }
+        i += len;
+    }
+}
+
+/* "v1,<base64 HMAC-SHA256(key, id.ts.body)>" into out (at least 64 bytes). */
+static int sign(const struct dstate *ds, const char *id, const char *ts, const char *body, size_t len, char *out,
+                struct wi_err *err)
+{
+    unsigned char mac[WI_HMAC_MAX];
+    struct wi_slice parts[5] = {{id, strlen(id)}, {".", 1}, {ts, strlen(ts)}, {".", 1}, {body, len}};
+    int n = wi_hmac_compute(ds->key, parts, 5, mac, err);
+
+    if (n < 0)
+        return -1;
+    memcpy(out, "v1,", 3);
+    EVP_EncodeBlock((unsigned char *)out + 3, mac, n);
+    return 0;
+}
+
+/* Starts one claimed effect's POST; takes ownership of dl. Returns 0, or -1 (dl freed). */
+static int start(struct wi_outbox *o, struct delivery *dl, const char *payload, size_t len)
+{
+    struct dstate *ds = &o->ds[dl->dest];
+    char idem[240], wid[240], wts[48], wsig[128] = "webhook-signature: ";
+    const char *headers[5];
+    int nh = 0;
+    struct wi_http_req req;
+    struct wi_err err;
+
+    snprintf(idem, sizeof idem, "Idempotency-Key: %s", dl->operation_id);
+    headers[nh++] = idem;
+    if (ds->auth)
+        headers[nh++] = ds->auth;
+    if (ds->key) {
+        char ts[24];
+        snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+        snprintf(wid, sizeof wid, "webhook-id: %s", dl->operation_id);
+        snprintf(wts, sizeof wts, "webhook-timestamp: %s", ts);
+        if (sign(ds, dl->operation_id, ts, payload, len, wsig + strlen(wsig), &err) < 0)
+            goto fail;
+        headers[nh++] = wid;
+        headers[nh++] = wts;
+        headers[nh++] = wsig;
+    }
+    memset(&req, 0, sizeof req);
+    req.url = ds->d->url;
+    req.body = payload;
+    req.body_len = len;
+    req.headers = headers;
+    req.nheaders = nh;
+    req.connect_timeout_ms = ds->connect_ms;
+    req.timeout_ms = ds->timeout_ms;
+    req.user = dl;
+    if (wi_http_start(o->http, &req, &err) < 0)
+        goto fail;
+    dl->started = now_s();
+    ds->in_flight++;
+    return 0;
+fail: {
+    char id[160];
+    log_warnx("effect_start_failed", "operation_id=%s destination=%s error=%s",
+              wi_log_quote(id, sizeof id, dl->operation_id, 120), ds->d->name, WI_LOG_Q(err.msg));
+    free(dl->operation_id);
+    free(dl);
+    return -1; /* the lease expires and the effect is claimed again */
+}
+}
+
+/* Claims up to the free slots of destination i and starts them. Returns how many were
+ * claimed, or -1 when the statement failed (*err). */
+static int claim(struct wi_outbox *o, int i, int max_attempts, struct wi_err *err)
+{
+    struct dstate *ds = &o->ds[i];
+    char limit[16], lease[24], maxa[16];
+    const char *params[5] = {ds->d->name, limit, o->owner, lease, maxa};
+    PGresult *res;
+    int want = ds->limit - ds->in_flight, n, r;
+
+    if (want <= 0)
+        return 0;
+    snprintf(limit, sizeof limit, "%d", want);
+    snprintf(lease, sizeof lease, "%ld", ds->lease_ms);
+    snprintf(maxa, sizeof maxa, "%d", max_attempts);
+    if (!(res = wi_pg_exec(o->pg, "wi_outbox_claim", 5, params, PGRES_TUPLES_OK, err)))
+        return -1;
+    n = PQntuples(res);
+    for (r = 0; r < n; r++) {
+        struct delivery *dl = calloc(1, sizeof *dl);
+        if (!dl || !(dl->operation_id = strdup(PQgetvalue(res, r, 0)))) {
+            free(dl);
+            log_warnx("out_of_memory", "note=\"the effect's lease will expire\"");
+            continue;
+        }
+        dl->dest = i;
+        dl->attempts = atoi(PQgetvalue(res, r, 2));
+        (void)start(o, dl, PQgetvalue(res, r, 1), (size_t)PQgetlength(res, r, 1));
+    }
+    PQclear(res);
+    ds->maybe_due = n >= want; /* a full claim may have left more behind */
+    return n;
+}
+
+/* One finished delivery's answer to the save's arguments and the log. */
+struct verdict {
+    const char *result;  /* delivered | retry | quarantine */
+    char error[200];
+};
+
+static void judge(const struct wi_http_res *res, const struct dstate *ds, struct verdict *v)
+{
+    long st = res->status;
+    v->error[0] = '\0';
+    if (st == 0) {
+        v->result = "retry";
+        if (res->timed_out)
+            snprintf(v->error, sizeof v->error, "timeout after %.3gs (%s)", (double)ds->timeout_ms / 1000, res->error);
+        else
+            snprintf(v->error, sizeof v->error, "no answer: %s", res->error);
+    } else if (st >= 200 && st <= 299) {
+        v->result = "delivered";
+    } else if (st == 408 || st == 429 || st >= 500) {
+        v->result = "retry";
+        snprintf(v->error, sizeof v->error, "HTTP %ld (retried)", st);
+    } else {
+        v->result = "quarantine";
+        snprintf(v->error, sizeof v->error, "HTTP %ld (not retried: the destination refused the effect)", st);
+    }
+}
+
+/* Saves one finished delivery. Returns 0 (saved, or the lease was lost: logged), or -1 when
+ * the statement failed (*err; the caller keeps the result and retries after reconnecting). */
+static int save(struct wi_outbox *o, struct wi_http_res *res, int max_attempts, long long base_ms, long long cap_ms,
+                int log_events, struct wi_err *err)
+{
+    struct delivery *dl = res->user;
+    struct dstate *ds = &o->ds[dl->dest];
+    struct verdict v;
+    char status[16], retry_after[24], maxa[16], base[24], cap[24], id[160];
+    const char *params[10];
+    PGresult *r;
+
+    judge(res, ds, &v);
+    snprintf(status, sizeof status, "%ld", res->status);
+    snprintf(retry_after, sizeof retry_after, "%lld", res->retry_after_ms);
+    snprintf(maxa, sizeof maxa, "%d", max_attempts);
+    snprintf(base, sizeof base, "%lld", base_ms);
+    snprintf(cap, sizeof cap, "%lld", cap_ms);
+    if (res->body)
+        wi_outbox_text_sanitize(res->body, res->body_len);
+    params[0] = dl->operation_id;
+    params[1] = o->owner;
+    params[2] = v.result;
+    params[3] = v.error[0] ? v.error : NULL;
+    params[4] = res->status ? status : NULL;
+    params[5] = res->body;
+    params[6] = res->retry_after_ms >= 0 ? retry_after : NULL;
+    params[7] = maxa;
+    params[8] = base;
+    params[9] = cap;
+    if (!(r = wi_pg_exec(o->pg, "wi_outbox_save", 10, params, PGRES_TUPLES_OK, err)))
+        return -1;
+    wi_log_quote(id, sizeof id, dl->operation_id, 120);
+    if (PQntuples(r) != 1 || PQgetisnull(r, 0, 0)) {
+        atomic_fetch_add(&n_lease_lost, 1);
+        log_warnx("effect_lease_lost", "operation_id=%s destination=%s note=\"another sidecar owns it now; this "
+                  "answer is not saved\"", id, ds->d->name);
+    } else {
+        const char *st = PQgetvalue(r, 0, 0);
+        if (!strcmp(st, "delivered"))
+            atomic_fetch_add(&n_delivered, 1);
+        else if (!strcmp(st, "quarantined"))
+            atomic_fetch_add(&n_quarantined, 1);
+        else
+            atomic_fetch_add(&n_retry, 1);
+        if (log_events || strcmp(st, "delivered"))
+            log_info("effect", "operation_id=%s destination=%s outcome=%s status=%ld attempts=%s latency_ms=%.1f%s%s "
+                     "error=%s", id, ds->d->name, st, res->status, PQgetvalue(r, 0, 1), (now_s() - dl->started) * 1000,
+                     PQgetisnull(r, 0, 2) ? "" : " retry_in_ms=", PQgetisnull(r, 0, 2) ? "" : PQgetvalue(r, 0, 2),
+                     WI_LOG_Q(v.error[0] ? v.error : "-"));
+    }
+    PQclear(r);
+    return 0;
+}
+
+static struct wi_pg *connect_deliverer(struct wi_outbox *o, int *refused, struct wi_err *err)
+{
+    struct wi_schema found;
+    struct wi_pg *pg;
+    int rc;
+
+    *refused = 0;
+    if (!(pg = wi_pg_connect(o->rt->cfg.database_url, wi_schema_stmts, wi_schema_stmts_count, err)))
+        return NULL;
+    if ((rc = wi_schema_check(pg, &found, err)) != WI_SCHEMA_OK) {
+        if (rc > 0) {
+            *refused = 1;
+            wi_err_set(err, WI_ERR_ARG, "%s", wi_schema_problem(rc));
+        }
+        wi_pg_free(pg);
+        return NULL;
+    }
+    if (wi_pg_prepare(pg, stmts, (int)(sizeof stmts / sizeof stmts[0]), err) < 0 ||
+        wi_pg_cmd(pg, "wi_outbox_listen", 0, NULL, err) < 0) {
+        wi_pg_free(pg);
+        return NULL;
+    }
+    return pg;
+}
+
+/* Seconds until the next effect may be due (poll_interval when none is pending). */
+static double next_due(struct wi_outbox *o, double poll_interval)
+{
+    const char *params[1] = {o->due_array};
+    struct wi_err err;
+    PGresult *r = wi_pg_exec(o->pg, "wi_outbox_next_due", 1, params, PGRES_TUPLES_OK, &err);
+    double due = poll_interval;
+
+    if (r && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        due = atof(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    if (due > poll_interval)
+        due = poll_interval;
+    return due < 0 ? 0 : due;
+}
+
+static void *deliverer_main(void *arg)
+{
+    struct wi_outbox *o = arg;
+    struct wi_runtime *rt = o->rt;
+    struct wi_http_res unsaved[64];  /* finished, not yet saved (the connection was down) */
+    int nunsaved = 0, i, in_flight = 0, refused_logged = 0;
+    double reconnect_delay = RECONNECT_MIN_S, due_at = 0;
+    uint64_t rng = (uint64_t)time(NULL) ^ (uint64_t)getpid() ^ 0x5DEECE66Dull;
+
+    log_info("outbox_starting", "destinations=%d owner=%s", o->nds, o->owner);
+    for (;;) {
+        int max_attempts, log_events, claimed = 0;
+        long long base_ms, cap_ms;
+        double poll_interval, timeout;
+        struct pollfd extra[2];
+        struct wi_err err;
+        int stopping = atomic_load(&rt->stopping);
+
+        pthread_mutex_lock(&rt->lock);
+        max_attempts = rt->cfg.max_attempts;
+        base_ms = llround(rt->cfg.backoff_base * 1000);
+        cap_ms = llround(rt->cfg.backoff_cap * 1000);
+        poll_interval = rt->cfg.poll_interval;
+        log_events = rt->cfg.log_events;
+        pthread_mutex_unlock(&rt->lock);
+
+        in_flight = wi_http_in_flight(o->http);
+        if (stopping && in_flight == 0 && (nunsaved == 0 || !o->pg))
+            break;
+
+        if (!o->pg) {
+            int refused;
+            if ((o->pg = connect_deliverer(o, &refused, &err)) == NULL) {
+                if (refused && !refused_logged) /* the workers log the fix; once here */
+                    log_warnx("outbox_waiting_for_schema", "note=\"no deliveries until the schema is v%d\"",
+                              WI_SCHEMA_VERSION);
+                refused_logged |= refused;
+                if (!refused)
+                    log_warnx("outbox_connect_failed", "retry_in_s=%.1f error=%s", reconnect_delay, WI_LOG_Q(err.msg));
+                if (rt->cfg.once && !refused) {
+                    atomic_store(&rt->failed, 1);
+                    break;
+                }
+                if (rt->cfg.once)
+                    break;
+                if (in_flight == 0)
+                    nap(rt, refused ? SCHEMA_RETRY_S : reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
+                else
+                    (void)wi_http_wait(o->http, NULL, 0, 200, &err);
+                reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
+                goto collect;
+            }
+            refused_logged = 0;
+            for (i = 0; i < o->nds; i++)
+                o->ds[i].maybe_due = 1;
+            log_info("outbox_connected", "owner=%s", o->owner);
+        }
+
+        /* Answers that could not be saved while the connection was down. */
+        while (nunsaved > 0) {
+            if (save(o, &unsaved[nunsaved - 1], max_attempts, base_ms, cap_ms, log_events, &err) < 0)
+                break;
+            wi_http_res_free(&unsaved[nunsaved - 1]);
+            free(((struct delivery *)unsaved[nunsaved - 1].user)->operation_id);
+            free(unsaved[nunsaved - 1].user);
+            nunsaved--;
+        }
+        if (nunsaved > 0 && !wi_pg_ok(o->pg))
+            goto lost;
+
+        if (!stopping && nunsaved == 0) {
+            if (now_s() >= due_at)
+                for (i = 0; i < o->nds; i++)
+                    o->ds[i].maybe_due = 1;
+            for (i = 0; i < o->nds; i++) {
+                int n;
+                if (!o->ds[i].maybe_due || o->ds[i].in_flight >= o->ds[i].limit)
+                    continue;
+                if ((n = claim(o, i, max_attempts, &err)) < 0) {
+                    log_warnx("outbox_claim_failed", "destination=%s error=%s", o->ds[i].d->name, WI_LOG_Q(err.msg));
+                    if (!wi_pg_ok(o->pg))
+                        goto lost;
+                    o->ds[i].maybe_due = 0;
+                    continue;
+                }
+                claimed += n;
+            }
+            reconnect_delay = RECONNECT_MIN_S;
+        }
+        in_flight = wi_http_in_flight(o->http);
+        if (rt->cfg.once && claimed == 0 && in_flight == 0 && nunsaved == 0 && atomic_load(&rt->alive) <= 1)
+            break;
+
+        /* Wait for answers, a NOTIFY, the next due effect or a stop. */
+        timeout = 0;
+        for (i = 0; i < o->nds; i++)
+            if (o->ds[i].maybe_due && o->ds[i].in_flight < o->ds[i].limit)
+                break;
+        if (i == o->nds) {
+            double due = next_due(o, rt->cfg.once ? 0.05 : poll_interval);
+            due_at = now_s() + due;
+            timeout = due;
+        }
+        extra[0].fd = wi_pg_socket(o->pg);
+        extra[1].fd = rt->stop_fd;
+        extra[0].events = extra[1].events = POLLIN;
+        extra[0].revents = extra[1].revents = 0;
+        if (wi_http_wait(o->http, extra, stopping ? 0 : 2, (int)(timeout * 1000), &err) < 0) {
+            log_warnx("outbox_wait_failed", "error=%s", WI_LOG_Q(err.msg));
+            nap(rt, 0.1);
+        }
+        if (extra[0].revents) {
+            int got = wi_pg_drain_notifies(o->pg);
+            if (got < 0)
+                goto lost;
+            if (got > 0)
+                for (i = 0; i < o->nds; i++)
+                    o->ds[i].maybe_due = 1;
+        }
+        goto collect;
+    lost:
+        log_warnx("outbox_connection_lost", "in_flight=%d unsaved=%d", wi_http_in_flight(o->http), nunsaved);
+        wi_pg_free(o->pg);
+        o->pg = NULL;
+    collect:
+        for (;;) {
+            struct wi_http_res res;
+            struct delivery *dl;
+            if (!wi_http_next(o->http, &res))
+                break;
+            dl = res.user;
+            o->ds[dl->dest].in_flight--;
+            o->ds[dl->dest].maybe_due = 1; /* a slot is free */
+            if (o->pg && nunsaved == 0 && save(o, &res, max_attempts, base_ms, cap_ms, log_events, &err) == 0) {
+                wi_http_res_free(&res);
+                free(dl->operation_id);
+                free(dl);
+                continue;
+            }
+            if (o->pg && !wi_pg_ok(o->pg)) {
+                log_warnx("outbox_connection_lost", "in=save");
+                wi_pg_free(o->pg);
+                o->pg = NULL;
+            } else if (o->pg && nunsaved == 0) {
+                char id[160];
+                log_warnx("effect_save_failed", "operation_id=%s error=%s note=\"kept; saved again shortly\"",
+                          wi_log_quote(id, sizeof id, dl->operation_id, 120), WI_LOG_Q(err.msg));
+            }
+            if (nunsaved < (int)(sizeof unsaved / sizeof unsaved[0])) {
+                unsaved[nunsaved++] = res;
+            } else { /* bounded: its lease expires and the delivery is repeated with the same key */
+                char id[160];
+                log_warnx("effect_unsaved", "operation_id=%s note=\"dropped while the database is away; redelivered "
+                          "with the same Idempotency-Key after its lease\"", wi_log_quote(id, sizeof id, dl->operation_id, 120));
+                wi_http_res_free(&res);
+                free(dl->operation_id);
+                free(dl);
+            }
+        }
+    }
+    for (i = 0; i < nunsaved; i++) {
+        wi_http_res_free(&unsaved[i]);
+        free(((struct delivery *)unsaved[i].user)->operation_id);
+        free(unsaved[i].user);
+    }
+    if (nunsaved)
+        log_warnx("outbox_unsaved_at_exit", "effects=%d note=\"redelivered with the same Idempotency-Key after their "
+                  "lease\"", nunsaved);
+    log_info("outbox_exit", "delivered=%ld retry=%ld quarantined=%ld lease_lost=%ld", atomic_load(&n_delivered),
+             atomic_load(&n_retry), atomic_load(&n_quarantined), atomic_load(&n_lease_lost));
+    atomic_fetch_sub(&rt->alive, 1);
+    (void)!write(rt->wake_fd, "o", 1);
+    return NULL;
+}
+
+static void outbox_free(struct wi_outbox *o)
+{
+    int i;
+    if (!o)
+        return;
+    for (i = 0; o->ds && i < o->nds; i++) {
+        if (o->ds[i].auth) {
+            volatile char *p = o->ds[i].auth;
+            while (*p)
+                *p++ = '\0';
+            free(o->ds[i].auth);
+        }
+        wi_hmac_key_free(o->ds[i].key);
+    }
+    free(o->ds);
+    wi_http_free(o->http);
+    wi_pg_free(o->pg);
+    free(o);
+}
+
+/* Per-destination state from the configuration: limits, timeouts, lease, credentials. */
+static int setup(struct wi_outbox *o, struct wi_err *err)
+{
+    const struct wi_config *cfg = &o->rt->cfg;
+    unsigned char rnd[16];
+    size_t used = 1;
+    int i;
+
+    if (RAND_bytes(rnd, sizeof rnd) != 1)
+        return wi_err_set(err, WI_ERR_CRYPTO, "no random bytes for the lease owner");
+    wi_hex_encode(rnd, sizeof rnd, o->owner);
+    if (!(o->ds = calloc((size_t)cfg->destinations.n, sizeof *o->ds)))
+        return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    o->nds = cfg->destinations.n;
+    o->due_array[0] = '{';
+    for (i = 0; i < o->nds; i++) {
+        struct dstate *ds = &o->ds[i];
+        const struct wi_dest *d = &cfg->destinations.v[i];
+        double timeout = d->timeout > 0 ? d->timeout : cfg->destination_timeout;
+        double lease = cfg->destination_lease > timeout + 1 ? cfg->destination_lease : timeout + 1;
+        ds->d = d;
+        ds->limit = d->concurrency > 0 ? d->concurrency : cfg->destination_concurrency;
+        ds->timeout_ms = (long)llround(timeout * 1000);
+        ds->connect_ms = (long)llround((d->connect_timeout > 0 ? d->connect_timeout : cfg->destination_connect_timeout) * 1000);
+        ds->lease_ms = (long)llround(lease * 1000);
+        ds->maybe_due = 1;
+        if (d->token) {
+            size_t n = strlen(d->token) + sizeof "Authorization: Bearer ";
+            if (!(ds->auth = malloc(n)))
+                return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+            snprintf(ds->auth, n, "Authorization: Bearer %s", d->token);
+        }
+        if (d->sign == WI_DEST_SIGN_STANDARD_WEBHOOKS) {
+            unsigned char key[256];
+            long kl = wi_b64_decode(d->secret + 6, strlen(d->secret) - 6, key, sizeof key);
+            ds->key = kl > 0 ? wi_hmac_key_new(WI_HMAC_SHA256, key, (size_t)kl, err) : NULL;
+            memset(key, 0, sizeof key);
+            if (!ds->key)
+                return kl > 0 ? -1 : wi_err_set(err, WI_ERR_ARG, "destination %s: bad signing secret", d->name);
+        }
+        used += (size_t)snprintf(o->due_array + used, sizeof o->due_array - used, "%s%s", i ? "," : "", d->name);
+        if (used >= sizeof o->due_array - 2)
+            return wi_err_set(err, WI_ERR_ARG, "too many destinations");
+    }
+    o->due_array[used] = '}';
+    o->due_array[used + 1] = '\0';
+    if (!(o->http = wi_http_new(err)))
+        return -1;
+    return 0;
+}
+
+struct wi_outbox *wi_outbox_start(struct wi_runtime *rt)
+{
+    struct wi_outbox *o;
+    struct wi_err err;
+    sigset_t all, old;
+    int rc;
+
+    if (rt->cfg.destinations.n == 0)
+        return NULL;
+    if (!(o = calloc(1, sizeof *o))) {
+        log_errorx("outbox_not_started", "error=\"out of memory\"");
+        return NULL;
+    }
+    o->rt = rt;
+    if (wi_http_global_init() < 0 || setup(o, &err) < 0) {
+        if (wi_http_global_init() < 0)
+            wi_err_set(&err, WI_ERR_IO, "curl_global_init failed");
+        log_errorx("outbox_not_started", "error=%s", WI_LOG_Q(err.msg));
+        outbox_free(o);
+        atomic_store(&rt->failed, 1);
+        return NULL;
+    }
+    atomic_fetch_add(&rt->alive, 1);
+    sigfillset(&all); /* only the main thread handles signals */
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    rc = pthread_create(&o->thread, NULL, deliverer_main, o);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        atomic_fetch_sub(&rt->alive, 1);
+        log_errorx("outbox_not_started", "error=\"thread\"");
+        outbox_free(o);
+        atomic_store(&rt->failed, 1);
+        return NULL;
+    }
+    return o;
+}
+
+void wi_outbox_join(struct wi_outbox *o)
+{
+    if (!o)
+        return;
+    pthread_join(o->thread, NULL);
+    outbox_free(o);
+}
+
+static const struct wi_pg_stmt stats_stmt = {
+    "wi_outbox_stats", "SELECT destination, pending, retrying, leased, round(oldest_pending_age_s::numeric, 1),"
+                       " quarantined, delivered, to_json(destination)::text FROM webhook_inbox_outbox_stats()"};
+
+int wi_outbox_stats(struct wi_pg *pg, int json, FILE *out, struct wi_err *err)
+{
+    static const char *const cols[] = {"pending", "retrying", "leased", "oldest_pending_age_s", "quarantined",
+                                       "delivered"};
+    PGresult *r;
+    int i, c;
+
+    if (wi_pg_prepare(pg, &stats_stmt, 1, err) < 0 || !(r = wi_pg_exec(pg, stats_stmt.name, 0, NULL, PGRES_TUPLES_OK, err)))
+        return -1;
+    fputs(json ? ",\"outbox\":{" : "outbox                 (effects per destination)\n", out);
+    for (i = 0; i < PQntuples(r); i++) {
+        if (json) {
+            fprintf(out, "%s%s:{", i ? "," : "", PQgetvalue(r, i, 7));
+            for (c = 0; c < 6; c++)
+                fprintf(out, "%s\"%s\":%s", c ? "," : "", cols[c], PQgetisnull(r, i, c + 1) ? "null" : PQgetvalue(r, i, c + 1));
+            fputc('}', out);
+        } else {
+            char name[160];
+            fprintf(out, "  destination=%s", wi_log_quote(name, sizeof name, PQgetvalue(r, i, 0), 120));
+            for (c = 0; c < 6; c++)
+                fprintf(out, " %s=%s", cols[c], PQgetisnull(r, i, c + 1) ? "-" : PQgetvalue(r, i, c + 1));
+            fputc('\n', out);
+        }
+    }
+    if (json)
+        fputc('}', out);
+    PQclear(r);
+    return 0;
+}
+
+long wi_outbox_requeue(const char *conninfo, const char *operation_id, int all, struct wi_err *err)
+{
+    static const struct wi_pg_stmt stmt = {"wi_outbox_requeue", "SELECT webhook_inbox_outbox_requeue($1, NULL)"};
+    const char *params[1] = {operation_id};
+    struct wi_pg *pg;
+    PGresult *r;
+    long n;
+
+    if (!all && !operation_id)
+        return wi_err_set(err, WI_ERR_ARG, "requeue --effects needs --operation-id or --all");
+    if (!(pg = wi_pg_connect(conninfo, &stmt, 1, err)))
+        return -1;
+    if (!(r = wi_pg_exec(pg, stmt.name, 1, params, PGRES_TUPLES_OK, err))) {
+        wi_pg_free(pg);
+        return -1;
+    }
+    n = atol(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    wi_pg_free(pg);
+    return n;
+}
