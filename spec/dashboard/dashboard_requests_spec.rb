@@ -14,7 +14,7 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
   include ReceiverHelpers
 
   SCOPE = "stripe:acct_dash:live"
-  SECRET = "whsec_dashboard_spec"
+  DASHBOARD_SECRET = "whsec_dashboard_spec"
 
   before(:all) do
     @pg = TestDatabase.cluster
@@ -22,7 +22,7 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     app = File.join(ReceiverHelpers::ROOT, "spec/rails_app")
     @puma = PumaProcess.new(rackup: File.join(app, "config.ru"), dir: app, threads: "4:4",
                             env: { "DATABASE_URL" => @pg.url, "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "d" * 64,
-                                   "STRIPE_WEBHOOK_SECRET" => SECRET, "STRIPE_SCOPE" => SCOPE,
+                                   "STRIPE_WEBHOOK_SECRET" => DASHBOARD_SECRET, "STRIPE_SCOPE" => SCOPE,
                                    "ADMIN_USER" => "ops", "ADMIN_PASSWORD" => "correct horse",
                                    "WI_DASHBOARD_PAGE_SIZE" => "3", "WI_REJECTIONS_FLUSH" => "0.5" }).start
   end

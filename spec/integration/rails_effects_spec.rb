@@ -13,14 +13,14 @@ require_relative "../support/receiver_helpers"
 RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
   include ReceiverHelpers
 
-  SECRET = "whsec_#{[SecureRandom.bytes(24)].pack('m0')}"
-  SIDECAR = File.join(ReceiverHelpers::ROOT, "lib/webhook_inbox/webhook-inbox-sidecar")
+  EFFECTS_SECRET = "whsec_#{[SecureRandom.bytes(24)].pack('m0')}"
+  EFFECTS_SIDECAR = File.join(ReceiverHelpers::ROOT, "lib/webhook_inbox/webhook-inbox-sidecar")
 
   before(:all) do
     @pg = TestDatabase.cluster
     @db = "effects_#{SecureRandom.hex(4)}"
     @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    out = IO.popen([SIDECAR, "migrate", "--database-url", @pg.url(@db)], err: %i[child out], &:read)
+    out = IO.popen([EFFECTS_SIDECAR, "migrate", "--database-url", @pg.url(@db)], err: %i[child out], &:read)
     raise "migrate: #{out}" unless $?.success?
 
     @pg.psql(File.read(File.join(ReceiverHelpers::ROOT, "spec/rails_app/db/app_schema.sql")), db: @db)
@@ -28,9 +28,9 @@ RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
     @puma = PumaProcess.new(rackup: File.join(app, "config.ru"), dir: app, threads: "4:4",
                             env: { "DATABASE_URL" => @pg.url(@db), "RAILS_ENV" => "production",
                                    "SECRET_KEY_BASE" => "s" * 64, "STRIPE_WEBHOOK_SECRET" => "whsec_unused",
-                                   "STRIPE_SCOPE" => "stripe:unused", "WEBHOOK_INBOX_EFFECT_SECRET" => SECRET }).start
+                                   "STRIPE_SCOPE" => "stripe:unused", "WEBHOOK_INBOX_EFFECT_SECRET" => EFFECTS_SECRET }).start
     @log = File.join(Dir.tmpdir, "wi-effects-sidecar-#{SecureRandom.hex(4)}.log")
-    @sidecar = Process.spawn({ "WEBHOOK_INBOX_DEST_APP_SECRET" => SECRET }, SIDECAR, "run",
+    @sidecar = Process.spawn({ "WEBHOOK_INBOX_DEST_APP_SECRET" => EFFECTS_SECRET }, EFFECTS_SIDECAR, "run",
                              "--database-url", @pg.url(@db), "--concurrency", "1", "--poll-interval", "200ms",
                              "--backoff-base", "100ms", "--backoff-cap", "200ms", "--max-attempts", "3",
                              "--destination", "app=http://127.0.0.1:#{@puma.port}/effects/send_receipt sign=standard_webhooks",
@@ -83,7 +83,7 @@ RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
   it "concurrent redeliveries of one operation: one run, the others wait and answer duplicate" do
     op = "receipt:pi_#{SecureRandom.hex(4)}"
     body = JSON.generate("payment_id" => "pi_2", "sleep" => 0.3)
-    headers = WebhookInbox::Testing::Signing.standard_webhooks_headers(body, secret: SECRET, id: op)
+    headers = WebhookInbox::Testing::Signing.standard_webhooks_headers(body, secret: EFFECTS_SECRET, id: op)
                                             .merge("Content-Type" => "application/json")
     answers = 3.times.map { Thread.new { @puma.post("/effects/send_receipt", body, headers) } }.map(&:value)
     expect(answers.map(&:first)).to all(eq(200))

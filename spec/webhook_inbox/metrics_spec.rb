@@ -14,13 +14,13 @@ require_relative "../support/prometheus_text"
 RSpec.describe WebhookInbox::Metrics do
   include ReceiverHelpers
 
-  SECRET = "whsec_metrics_spec_secret"
+  METRICS_SPEC_SECRET = "whsec_metrics_spec_secret"
 
   let(:pg) { TestDatabase.cluster }
   let(:scope) { unique_scope("metrics") }
   let(:inbox) { WebhookInbox::Inbox.new(database_url: pg.url, pool_size: 2) }
   let(:endpoint) do
-    WebhookInbox::Endpoint.new(provider: :stripe, secrets: [SECRET], source_scope: scope, inbox: inbox, tolerance: 300)
+    WebhookInbox::Endpoint.new(provider: :stripe, secrets: [METRICS_SPEC_SECRET], source_scope: scope, inbox: inbox, tolerance: 300)
   end
 
   before(:all) { ReceiverHelpers.apply_schema(TestDatabase.cluster) }
@@ -34,7 +34,7 @@ RSpec.describe WebhookInbox::Metrics do
     %({"id":"#{id}","object":"event","type":"charge.succeeded","data":{"object":{"note":"secret-customer-data"}}})
   end
 
-  def post(raw, headers = WebhookInbox::TestHelpers.stripe_headers(raw, secret: SECRET))
+  def post(raw, headers = WebhookInbox::TestHelpers.stripe_headers(raw, secret: METRICS_SPEC_SECRET))
     env = Rack::MockRequest.env_for("/webhooks/stripe", method: "POST", input: raw,
                                                         "CONTENT_TYPE" => "application/json")
     headers.each { |k, v| env["HTTP_#{k.upcase.tr('-', '_')}"] = v }
@@ -55,7 +55,7 @@ RSpec.describe WebhookInbox::Metrics do
     post(body("evt_m2"))
     post(body("evt_m3"), { "Stripe-Signature" => "t=#{Time.now.to_i},v1=#{'0' * 64}" })
     post(body("evt_m4"), {})
-    post(body("evt_m5"), WebhookInbox::TestHelpers.stripe_headers(body("evt_m5"), secret: SECRET,
+    post(body("evt_m5"), WebhookInbox::TestHelpers.stripe_headers(body("evt_m5"), secret: METRICS_SPEC_SECRET,
                                                                                    timestamp: Time.now.to_i - 3600))
     text = described_class.to_prometheus
     fams = PrometheusText.parse(text)
