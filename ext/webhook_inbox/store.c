@@ -436,6 +436,20 @@ fail:
     return -1;
 }
 
+/* Sends prepared statement stmt (7 binary parameters) and starts the attempt's deadline:
+ * TRIP_OK (a->active), TRIP_LOST (the connection broke) or TRIP_FAIL (err says why). */
+static enum trip send_prepared(struct wi_store *s, struct attempt *a, const char *stmt, const char *const *values,
+                               const int *lengths, const int *formats, struct wi_err *err)
+{
+    a->deadline = now_ms() + s->statement_timeout_ms + s->connect_timeout_ms;
+    if (!PQsendQueryPrepared(s->conn, stmt, 7, values, lengths, formats, 0)) {
+        set_err(s, err, WI_STORE_ELOST, "could not send the insert: %s", PQerrorMessage(s->conn));
+        return PQstatus(s->conn) == CONNECTION_BAD ? TRIP_LOST : TRIP_FAIL;
+    }
+    a->active = 1;
+    return TRIP_OK;
+}
+
 /* Sends the insert for attempt a on the open connection (nothing waits here: libpq copies
  * the parameters into its output buffer, finish_trip flushes it). Starts a's deadline. */
 static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
@@ -446,7 +460,7 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
     static const int formats[7] = {1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
     char *jsonb = NULL;
     const char *status = a->quarantined ? "quarantined" : "pending";
-    int sent;
+    enum trip t;
 
     values[0] = row->source_scope; lengths[0] = (int)row->source_scope_len;
     values[1] = row->event_id;     lengths[1] = (int)row->event_id_len;
@@ -473,15 +487,9 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
         values[6] = row->last_error; lengths[6] = (int)row->last_error_len;
     }
 
-    a->deadline = now_ms() + s->statement_timeout_ms + s->connect_timeout_ms;
-    sent = PQsendQueryPrepared(s->conn, STMT_NAME, 7, values, lengths, formats, 0);
+    t = send_prepared(s, a, STMT_NAME, values, lengths, formats, err);
     free(jsonb);
-    if (!sent) {
-        set_err(s, err, WI_STORE_ELOST, "could not send the insert: %s", PQerrorMessage(s->conn));
-        return PQstatus(s->conn) == CONNECTION_BAD ? TRIP_LOST : TRIP_FAIL;
-    }
-    a->active = 1;
-    return TRIP_OK;
+    return t;
 }
 
 /* Waits for the result of the insert in flight. Result classes: TRIP_OK (out filled),
@@ -543,7 +551,8 @@ static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows,
     static const int formats[7] = {1, 1, 1, 1, 1, 1, 1};
     size_t sizes[7], total = 0, i, len;
     char *buf, *p;
-    int col, sent;
+    int col;
+    enum trip t;
 
     for (col = 0; col < 7; col++) {
         sizes[col] = 20;
@@ -590,15 +599,9 @@ static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows,
         lengths[col] = (int)(p - start);
     }
 
-    a->deadline = now_ms() + s->statement_timeout_ms + s->connect_timeout_ms;
-    sent = PQsendQueryPrepared(s->conn, BATCH_STMT_NAME, 7, values, lengths, formats, 0);
+    t = send_prepared(s, a, BATCH_STMT_NAME, values, lengths, formats, err);
     free(buf);
-    if (!sent) {
-        set_err(s, err, WI_STORE_ELOST, "could not send the insert: %s", PQerrorMessage(s->conn));
-        return PQstatus(s->conn) == CONNECTION_BAD ? TRIP_LOST : TRIP_FAIL;
-    }
-    a->active = 1;
-    return TRIP_OK;
+    return t;
 }
 
 /* 1 when row r has the key of result row k (source_scope, event_id as text). */
