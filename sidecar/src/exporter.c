@@ -3,6 +3,7 @@
  * webhook_inbox_stats() on a connection of their own (thread 2). One request per
  * connection (Connection: close); every socket is non-blocking; deadlines are absolute. */
 #define _POSIX_C_SOURCE 200809L
+#include "clock.h"
 #include "exporter.h"
 
 #include <errno.h>
@@ -52,13 +53,6 @@ struct wi_exporter {
     _Atomic long long last_scrape_ms; /* monotonic ms of the last GET /metrics; 0 = none yet */
     struct conn conns[WI_EXPORTER_MAX_CONNS];
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int set_flags(int fd)
 {
@@ -196,7 +190,7 @@ static void refresh(struct wi_exporter *ex, struct wi_pg **pg)
     PQclear(res);
     pthread_mutex_lock(&ex->mu);
     ex->gauges = g;
-    ex->read_at = now_s();
+    ex->read_at = wi_clock_s();
     pthread_mutex_unlock(&ex->mu);
     return;
 failed:
@@ -218,14 +212,14 @@ static void *stats_main(void *arg)
     for (;;) {
         struct pollfd p[2] = {{ex->stop_pipe[0], POLLIN, 0}, {ex->wake_pipe[0], POLLIN, 0}};
         long long scraped = atomic_load(&ex->last_scrape_ms);
-        double now = now_s(), wait_s;
+        double now = wi_clock_s(), wait_s;
         /* Read at start (the first scrape then has values), then only while scraped. */
         int wanted = last_try == -INFINITY || (scraped && now * 1000 - (double)scraped < WI_EXPORTER_IDLE_S * 1000);
         char buf[64];
 
         if (wanted && now - last_try >= WI_EXPORTER_REFRESH_S) {
             refresh(ex, &pg);
-            last_try = now_s();
+            last_try = wi_clock_s();
             now = last_try;
         }
         wait_s = wanted ? WI_EXPORTER_REFRESH_S - (now - last_try) : -1;
@@ -277,7 +271,7 @@ static void respond(struct conn *c, int status, const char *reason, const char *
     c->resp_len = total;
     c->sent = 0;
     c->state = C_WRITE;
-    c->deadline = now_s() + WI_EXPORTER_WRITE_TIMEOUT_S;
+    c->deadline = wi_clock_s() + WI_EXPORTER_WRITE_TIMEOUT_S;
 }
 
 static void respond_text(struct conn *c, int status, const char *reason, const char *extra, const char *text)
@@ -291,7 +285,7 @@ static void serve_metrics(struct wi_exporter *ex, struct conn *c, int head_only)
     struct wi_metrics_gauges g;
     char *body = NULL;
     size_t len = 0;
-    double now = now_s();
+    double now = wi_clock_s();
     FILE *f;
 
     atomic_store(&ex->last_scrape_ms, (long long)(now * 1000));
@@ -359,7 +353,7 @@ static void on_writable(struct conn *c)
      * reset the connection and could cut the response short), for at most one second. */
     (void)shutdown(c->fd, SHUT_WR);
     c->state = C_DRAIN;
-    c->deadline = now_s() + 1.0;
+    c->deadline = wi_clock_s() + 1.0;
 }
 
 static void on_drain(struct conn *c)
@@ -411,7 +405,7 @@ static void *http_main(void *arg)
     int idx[WI_EXPORTER_MAX_CONNS + 2];
 
     for (;;) {
-        double now = now_s(), next = INFINITY;
+        double now = wi_clock_s(), next = INFINITY;
         int n = 2, i, timeout;
 
         p[0] = (struct pollfd){ex->stop_pipe[0], POLLIN, 0};
@@ -450,7 +444,7 @@ static void *http_main(void *arg)
                 on_drain(c);
         }
         if (p[1].revents)
-            accept_all(ex, now_s());
+            accept_all(ex, wi_clock_s());
     }
     return NULL;
 }
@@ -468,7 +462,7 @@ struct wi_exporter *wi_exporter_start(const char *listen_addr, const char *conni
     for (i = 0; i < WI_EXPORTER_MAX_CONNS; i++)
         ex->conns[i].fd = -1;
     ex->conninfo = conninfo;
-    ex->read_at = now_s();
+    ex->read_at = wi_clock_s();
     pthread_mutex_init(&ex->mu, NULL);
     if ((ex->listen_fd = bind_listener(listen_addr, err)) < 0)
         goto fail;

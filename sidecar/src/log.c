@@ -1,5 +1,6 @@
 /* log.c - key=value log lines on stderr, one write(2) per line, values quoted for parsers. */
 #define _POSIX_C_SOURCE 200809L
+#include "clock.h"
 #include "log.h"
 
 #include <errno.h>
@@ -82,7 +83,6 @@ static pthread_mutex_t every_lock = PTHREAD_MUTEX_INITIALIZER;
 int wi_log_every(const char *key, double seconds)
 {
     uint64_t h = 14695981039346656037ull;
-    struct timespec ts;
     double now;
     int i, oldest = 0, allow = 1;
     const char *p;
@@ -90,8 +90,7 @@ int wi_log_every(const char *key, double seconds)
     for (p = key ? key : ""; *p; p++)
         h = (h ^ (unsigned char)*p) * 1099511628211ull;
     h |= 1; /* 0 marks an empty slot */
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    now = wi_clock_s();
     pthread_mutex_lock(&every_lock);
     for (i = 0; i < EVERY_SLOTS; i++) {
         if (every[i].hash == h)

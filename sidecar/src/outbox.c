@@ -1,6 +1,7 @@
 /* outbox.c - the deliverer: lease due effects per destination, POST them concurrently (libcurl
  * multi, per-destination limit), save each answer under the lease; stats and requeue. */
 #define _POSIX_C_SOURCE 200809L
+#include "clock.h"
 #include "outbox.h"
 
 #include <errno.h>
@@ -69,20 +70,6 @@ struct wi_outbox {
 };
 
 static atomic_long n_delivered, n_retry, n_quarantined, n_lease_lost;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void nap(struct wi_runtime *rt, double seconds)
-{
-    struct pollfd p = {rt->stop_fd, POLLIN, 0};
-    if (!atomic_load(&rt->stopping))
-        (void)poll(&p, 1, (int)(seconds * 1000));
-}
 
 void wi_outbox_text_sanitize(char *s, size_t n)
 {
@@ -174,7 +161,7 @@ static int start(struct wi_outbox *o, struct delivery *dl, const char *payload, 
     req.user = dl;
     if (wi_http_start(o->http, &req, &err) < 0)
         goto fail;
-    dl->started = now_s();
+    dl->started = wi_clock_s();
     ds->in_flight++;
     return 0;
 fail: {
@@ -295,7 +282,7 @@ static int save(struct wi_outbox *o, struct wi_http_res *res, int max_attempts, 
             atomic_fetch_add(&n_retry, 1);
         if (log_events || strcmp(st, "delivered"))
             log_info("effect", "operation_id=%s destination=%s outcome=%s status=%ld attempts=%s latency_ms=%.1f%s%s "
-                     "error=%s", id, ds->d->name, st, res->status, PQgetvalue(r, 0, 1), (now_s() - dl->started) * 1000,
+                     "error=%s", id, ds->d->name, st, res->status, PQgetvalue(r, 0, 1), (wi_clock_s() - dl->started) * 1000,
                      PQgetisnull(r, 0, 2) ? "" : " retry_in_ms=", PQgetisnull(r, 0, 2) ? "" : PQgetvalue(r, 0, 2),
                      WI_LOG_Q(v.error[0] ? v.error : "-"));
     }
@@ -390,7 +377,7 @@ static void *deliverer_main(void *arg)
                 if (rt->cfg.once)
                     break;
                 if (in_flight == 0)
-                    nap(rt, refused ? SCHEMA_RETRY_S : reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
+                    wi_runtime_nap(rt, refused ? SCHEMA_RETRY_S : reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
                 else
                     (void)wi_http_wait(o->http, NULL, 0, 200, &err);
                 reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
@@ -415,7 +402,7 @@ static void *deliverer_main(void *arg)
             goto lost;
 
         if (!stopping && nunsaved == 0) {
-            if (now_s() >= due_at)
+            if (wi_clock_s() >= due_at)
                 for (i = 0; i < o->nds; i++)
                     o->ds[i].maybe_due = 1;
             for (i = 0; i < o->nds; i++) {
@@ -444,7 +431,7 @@ static void *deliverer_main(void *arg)
                 break;
         if (i == o->nds) {
             double due = next_due(o, rt->cfg.once ? 0.05 : poll_interval);
-            due_at = now_s() + due;
+            due_at = wi_clock_s() + due;
             timeout = due;
         }
         extra[0].fd = wi_pg_socket(o->pg);
@@ -453,7 +440,7 @@ static void *deliverer_main(void *arg)
         extra[0].revents = extra[1].revents = 0;
         if (wi_http_wait(o->http, extra, stopping ? 0 : 2, (int)(timeout * 1000), &err) < 0) {
             log_warnx("outbox_wait_failed", "error=%s", WI_LOG_Q(err.msg));
-            nap(rt, 0.1);
+            wi_runtime_nap(rt, 0.1);
         }
         if (extra[0].revents) {
             int got = wi_pg_drain_notifies(o->pg);

@@ -1,6 +1,7 @@
 /* retention.c - scheduled pruning for `run --retain`: sleep, take (or keep) the retention
  * lock, delete old done events in batches of WI_RETENTION_BATCH, log one line. */
 #define _POSIX_C_SOURCE 200809L
+#include "clock.h"
 #include "retention.h"
 
 #include <errno.h>
@@ -31,13 +32,6 @@ struct wi_retention {
 };
 
 static const struct wi_pg_stmt lock_stmt = {"wi_retention_lock", "SELECT pg_try_advisory_lock($1::bigint)"};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void drop(struct wi_retention *r)
 {
@@ -101,11 +95,11 @@ static int run_once(struct wi_retention *r, long *deleted, int *batches, struct 
 static void *retention_main(void *arg)
 {
     struct wi_retention *r = arg;
-    double next = now_s() + (r->interval < WI_RETENTION_FIRST_S ? r->interval : WI_RETENTION_FIRST_S);
+    double next = wi_clock_s() + (r->interval < WI_RETENTION_FIRST_S ? r->interval : WI_RETENTION_FIRST_S);
 
     for (;;) {
         struct pollfd p = {r->stop_pipe[0], POLLIN, 0};
-        double wait = next - now_s(), t0;
+        double wait = next - wi_clock_s(), t0;
         struct wi_err err;
         long deleted = 0;
         int batches = 0, was_leader, rc;
@@ -114,12 +108,12 @@ static void *retention_main(void *arg)
             break;
         if (atomic_load(&r->stopping))
             break;
-        if (now_s() < next)
+        if (wi_clock_s() < next)
             continue;
         next += r->interval;
-        if (next < now_s())
-            next = now_s() + r->interval;
-        t0 = now_s();
+        if (next < wi_clock_s())
+            next = wi_clock_s() + r->interval;
+        t0 = wi_clock_s();
         was_leader = r->leader;
         rc = run_once(r, &deleted, &batches, &err);
         if (rc < 0 && was_leader && batches == 0) {
@@ -130,7 +124,7 @@ static void *retention_main(void *arg)
             log_debug("retention_skipped", "note=\"another sidecar holds the retention lock\"");
         else if (rc > 0)
             log_info("retention", "deleted=%ld older_than_s=%.0f batches=%d ms=%.0f", deleted, r->retain, batches,
-                     (now_s() - t0) * 1000);
+                     (wi_clock_s() - t0) * 1000);
         else {
             log_warnx("retention_failed", "deleted=%ld error=%s note=\"trying again at the next interval\"", deleted,
                       WI_LOG_Q(err.msg));

@@ -3,6 +3,7 @@
  * backoff (a lost connection never ends the loop), and careful mode: one event per
  * transaction after a connection died under a batch. */
 #define _POSIX_C_SOURCE 200809L
+#include "clock.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -79,21 +80,6 @@ static void take_snap(struct wi_runtime *rt, struct snap *s)
     pthread_mutex_unlock(&rt->lock);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Sleeps up to seconds, or less when stopping. */
-static void nap(struct wi_runtime *rt, double seconds)
-{
-    struct pollfd p = {rt->stop_fd, POLLIN, 0};
-    if (!atomic_load(&rt->stopping))
-        (void)poll(&p, 1, (int)(seconds * 1000));
-}
-
 /* 1 if detail is "SQLSTATE: server message" (a transient error). Such messages can quote
  * payload values ("invalid input syntax for type integer: ..."), so only the code is logged;
  * the whole text stays in webhook_inbox.last_error. Handler outcomes and quarantine reasons
@@ -168,10 +154,10 @@ static void report_event(const struct wi_worker *w, const struct wi_event *e, co
 }
 
 /* After COMMIT: business work and every event's new state are durable together. t0 is when
- * the transaction began (now_s()). */
+ * the transaction began (wi_clock_s()). */
 static void report(struct wi_worker *w, const struct wi_batch *b, const struct snap *s, double t0)
 {
-    double took = now_s() - t0;
+    double took = wi_clock_s() - t0;
     int i;
 
     wi_metrics_add(WI_M_BATCHES, 1);
@@ -204,7 +190,7 @@ static void charge_alone(const struct wi_worker *w, struct wi_pg *pg, struct wi_
 static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b)
 {
     struct wi_err err;
-    double t0 = now_s();
+    double t0 = wi_clock_s();
     int n;
 
     /* BEGIN, claim+dispatch, COMMIT: one round trip (pipelined). */
@@ -293,7 +279,7 @@ static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struc
                               struct wi_batch *b, struct wi_event *lost)
 {
     struct wi_err err;
-    double t0 = now_s();
+    double t0 = wi_clock_s();
     int i, n = 0, running = -1, committing = 0;
 
     if (wi_pg_cmd(pg, "wi_begin", 0, NULL, &err) < 0)
@@ -504,7 +490,7 @@ void *wi_worker_main(void *arg)
                     atomic_store(&rt->failed, 1);
                     break;
                 }
-                nap(rt, SCHEMA_RETRY_S);
+                wi_runtime_nap(rt, SCHEMA_RETRY_S);
                 continue;
             }
             if (!pg) {
@@ -513,7 +499,7 @@ void *wi_worker_main(void *arg)
                     atomic_store(&rt->failed, 1);
                     break;
                 }
-                nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
+                wi_runtime_nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
                 reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
                 continue;
             }
@@ -538,7 +524,7 @@ void *wi_worker_main(void *arg)
             }
             /* A partial batch: what arrives during the linger shares the next commit. */
             if (n < s.batch_size && s.batch_linger > 0 && !rt->cfg.once)
-                nap(rt, s.batch_linger);
+                wi_runtime_nap(rt, s.batch_linger);
             continue;
         }
         if (n < 0) {
@@ -552,13 +538,13 @@ void *wi_worker_main(void *arg)
                  * the fewer other workers claim it meanwhile and lose their backend too. A
                  * failed connect (crash recovery, restart) then naps with the usual backoff. */
                 if (!lost.scope || charge_failed)
-                    nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
+                    wi_runtime_nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
                 reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
             } else if (n == -4) {
                 wi_pg_free(pg); /* the reconnect checks the schema again, and waits while it is refused */
                 pg = NULL;
             } else {
-                nap(rt, 0.2);
+                wi_runtime_nap(rt, 0.2);
             }
             continue;
         }
@@ -567,7 +553,7 @@ void *wi_worker_main(void *arg)
 
         /* Nothing due: wait for NOTIFY, the next due retry, the poll interval or a stop. */
         {
-            double due = wi_claim_next_due(pg), timeout = s.poll_interval, t0 = now_s();
+            double due = wi_claim_next_due(pg), timeout = s.poll_interval, t0 = wi_clock_s();
             struct pollfd p[2];
             int got;
             /* A row already due that the batch did not claim is locked by another transaction
@@ -588,7 +574,7 @@ void *wi_worker_main(void *arg)
             p[0].revents = p[1].revents = 0;
             p[1].fd = rt->stop_fd;
             p[1].events = POLLIN;
-            while (poll(p, 2, (int)(timeout * 1000) + 1) < 0 && errno == EINTR && now_s() - t0 < timeout)
+            while (poll(p, 2, (int)(timeout * 1000) + 1) < 0 && errno == EINTR && wi_clock_s() - t0 < timeout)
                 ;
             if (p[0].revents && wi_pg_drain_notifies(pg) < 0) {
                 log_warnx("connection_lost", "worker=%d in=idle", w->id);

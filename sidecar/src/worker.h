@@ -3,6 +3,7 @@
 #ifndef WI_WORKER_H
 #define WI_WORKER_H
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include "config.h"
@@ -19,6 +20,14 @@ struct wi_runtime {
     int stop_fd;           /* readable once stopping (nobody reads it) */
     int wake_fd;           /* a worker writes here when it exits, to wake main */
 };
+
+/* Sleeps up to seconds, or less when stopping (rt->stop_fd becomes readable). */
+static inline void wi_runtime_nap(struct wi_runtime *rt, double seconds)
+{
+    struct pollfd p = {rt->stop_fd, POLLIN, 0};
+    if (!atomic_load(&rt->stopping))
+        (void)poll(&p, 1, (int)(seconds * 1000));
+}
 
 struct wi_worker {
     int id;

@@ -2,6 +2,7 @@
 
 require "rails/generators"
 require "rails/generators/active_record"
+require_relative "../migration_version"
 
 module WebhookInbox
   module Generators
@@ -11,6 +12,7 @@ module WebhookInbox
     # it through the sidecar's dispatch (spec/ when the app has one, else test/).
     class HandlerGenerator < ::Rails::Generators::Base
       include ::ActiveRecord::Generators::Migration
+      include MigrationVersion
 
       source_root File.expand_path("templates", __dir__)
       desc "Creates a SQL handler migration (function + route) and a test for an event type."
@@ -52,10 +54,6 @@ module WebhookInbox
 
       def class_name_for(prefix)
         "#{prefix}#{slug.camelize}"
-      end
-
-      def migration_version
-        "[#{::ActiveRecord::VERSION::MAJOR}.#{::ActiveRecord::VERSION::MINOR}]"
       end
     end
   end

@@ -2,6 +2,7 @@
 
 require "rails/generators"
 require "rails/generators/active_record"
+require_relative "../migration_version"
 
 module WebhookInbox
   module Generators
@@ -12,6 +13,7 @@ module WebhookInbox
     # schema version, and nothing when they are current.
     class InstallGenerator < ::Rails::Generators::Base
       include ::ActiveRecord::Generators::Migration
+      include MigrationVersion
 
       source_root File.expand_path("templates", __dir__)
       desc "Creates (or upgrades) the webhook_inbox migration, an initializer and bin/webhook-inbox-sidecar."
@@ -57,10 +59,6 @@ module WebhookInbox
           else 0
           end
         end.max || 0
-      end
-
-      def migration_version
-        "[#{::ActiveRecord::VERSION::MAJOR}.#{::ActiveRecord::VERSION::MINOR}]"
       end
     end
   end
