@@ -18,10 +18,13 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
 
   before(:all) do
     @pg = TestDatabase.cluster
-    ReceiverHelpers.apply_schema(@pg)
+    # A database of its own: other specs use the cluster's default one (same event ids).
+    @db = "dash_#{SecureRandom.hex(4)}"
+    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
+    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
     app = File.join(ReceiverHelpers::ROOT, "spec/rails_app")
     @puma = PumaProcess.new(rackup: File.join(app, "config.ru"), dir: app, threads: "4:4",
-                            env: { "DATABASE_URL" => @pg.url, "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "d" * 64,
+                            env: { "DATABASE_URL" => @pg.url(@db), "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "d" * 64,
                                    "STRIPE_WEBHOOK_SECRET" => DASHBOARD_SECRET, "STRIPE_SCOPE" => SCOPE,
                                    "ADMIN_USER" => "ops", "ADMIN_PASSWORD" => "correct horse",
                                    "WI_DASHBOARD_PAGE_SIZE" => "3", "WI_REJECTIONS_FLUSH" => "0.5" }).start
@@ -29,13 +32,15 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
   after(:all) { @puma&.stop }
 
   before do
-    @pg.psql("DELETE FROM webhook_inbox WHERE source_scope LIKE 'dash:%'; TRUNCATE webhook_inbox_actions")
+    db_psql("DELETE FROM webhook_inbox WHERE source_scope LIKE 'dash:%'; TRUNCATE webhook_inbox_actions")
   end
+
+  def db_psql(sql) = @pg.psql(sql, db: @db)
 
   let(:admin) { DashboardClient.new(@puma.port, user: "ops", password: "correct horse") }
 
   def insert(id, status: "pending", type: "invoice.paid", scope: "dash:a", error: nil, received: "now()", payload: {})
-    @pg.psql(<<~SQL)
+    db_psql(<<~SQL)
       INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, last_error, received_at, processed_at)
       VALUES ('#{scope}', '#{id}', '#{type}', '#{JSON.generate(payload)}', '#{status}', #{error ? "'#{error}'" : 'NULL'},
               #{received}, CASE WHEN '#{status}' <> 'pending' THEN now() END)
@@ -60,7 +65,7 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     admin.get("/webhook_inbox/bulk?kind=requeue&scope=dash:a&event_id=evt_q")
     status, = admin.post("/webhook_inbox/bulk", { "kind" => "requeue", "scope" => "dash:a", "event_id" => "evt_q" }, token: false)
     expect(status).to eq(422)
-    expect(@pg.psql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_q'").strip).to eq("quarantined")
+    expect(db_psql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_q'").strip).to eq("quarantined")
 
     status, _, body = admin.get("/webhook_inbox/bulk?kind=requeue&scope=dash:a&event_id=evt_q")
     expect(status).to eq(200)
@@ -69,8 +74,8 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
                                                            "expected" => "1" })
     expect(status).to eq(302)
     expect(headers["location"]).to end_with("/webhook_inbox/event?id=evt_q&scope=dash%3Aa")
-    expect(@pg.psql("SELECT status, requeued_at IS NOT NULL FROM webhook_inbox WHERE event_id = 'evt_q'").strip).to eq("pending|t")
-    expect(@pg.psql("SELECT actor, action, count FROM webhook_inbox_actions").strip).to eq("ops|requeue|1")
+    expect(db_psql("SELECT status, requeued_at IS NOT NULL FROM webhook_inbox WHERE event_id = 'evt_q'").strip).to eq("pending|t")
+    expect(db_psql("SELECT actor, action, count FROM webhook_inbox_actions").strip).to eq("ops|requeue|1")
     _, _, body = admin.get(headers["location"].sub(%r{\Ahttp://[^/]+}, ""))
     expect(body).to include("Requeued 1 event (action #")
     expect(admin.get("/webhook_inbox/actions").last).to include("ops", "requeue", "{&quot;scope&quot;: &quot;dash:a&quot;")
@@ -122,7 +127,7 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
       "card_number" => "4242424242424242", "cvc" => "123", "api_key" => "sk_live_x", "Authorization" => "Bearer y",
       "email" => "someone@example.com", "items" => [{ "password" => "hunter2" }] } } }
     insert("evt_r", status: "quarantined", error: "boom", payload: payload)
-    @pg.psql(%(UPDATE webhook_inbox SET attempt_log = '[{"at": "2026-01-01T00:00:00.000Z", "result": "quarantined", "detail": "boom", "duration_ms": 12.5}]' WHERE event_id = 'evt_r'))
+    db_psql(%(UPDATE webhook_inbox SET attempt_log = '[{"at": "2026-01-01T00:00:00.000Z", "result": "quarantined", "detail": "boom", "duration_ms": 12.5}]' WHERE event_id = 'evt_r'))
     status, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_r")
     expect(status).to eq(200)
     expect(body).not_to include("pi_123_secret_abc", "4242424242424242", "sk_live_x", "Bearer y", "hunter2", "&quot;123&quot;")
@@ -137,10 +142,10 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
         .to eq(401)
     end
     deadline = Time.now + 15
-    sleep 0.2 until @pg.psql("SELECT coalesce(sum(count), 0) FROM webhook_inbox_rejections WHERE reason = 'signature_mismatch'").to_i >= 3 || Time.now > deadline
+    sleep 0.2 until db_psql("SELECT coalesce(sum(count), 0) FROM webhook_inbox_rejections WHERE reason = 'signature_mismatch'").to_i >= 3 || Time.now > deadline
     page = admin.get("/webhook_inbox").last
     expect(page).to match(%r{<td>#{SCOPE}</td><td>signature_mismatch</td><td class="num">3</td>})
     expect(page).to include("Signature or timestamp failures")
-    expect(@pg.psql("SELECT count(*) FROM webhook_inbox_rejections WHERE source_scope || reason LIKE '%do-not-store%'").to_i).to eq(0)
+    expect(db_psql("SELECT count(*) FROM webhook_inbox_rejections WHERE source_scope || reason LIKE '%do-not-store%'").to_i).to eq(0)
   end
 end
