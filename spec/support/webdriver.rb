@@ -12,6 +12,7 @@ class WebDriver
   ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
   CHROMIUM = ENV.fetch("CHROMIUM", "/usr/bin/chromium")
   CHROMEDRIVER = ENV.fetch("CHROMEDRIVER", "/usr/bin/chromedriver")
+  IMPLICIT_WAIT_MS = 15_000
 
   def self.available?
     File.executable?(CHROMIUM) && File.executable?(CHROMEDRIVER)
@@ -30,23 +31,39 @@ class WebDriver
                                            "--user-data-dir=#{@profile}", "--window-size=1280,900"] }
     } } }
     @session = call(:post, "/session", caps).fetch("sessionId")
+    # A click that submits a form can return before the next page has loaded: finding an
+    # element waits up to this long for it to appear instead of failing at once.
+    call(:post, "/session/#{@session}/timeouts", { "implicit" => IMPLICIT_WAIT_MS })
   end
 
   def visit(url)
     call(:post, "/session/#{@session}/url", { "url" => url })
   end
 
-  # The first element matching a CSS selector (raises when none).
+  # The first element matching a CSS selector, waiting for it up to IMPLICIT_WAIT_MS;
+  # raises naming the page it was looking at.
   def find(css)
     call(:post, "/session/#{@session}/element", { "using" => "css selector", "value" => css }).fetch(ELEMENT)
+  rescue RuntimeError => e
+    raise unless e.message.include?("no such element")
+
+    raise "#{e.message.lines.first.strip} (page: #{current_url}, title: #{call(:get, "/session/#{@session}/title").inspect})"
   end
 
   def click(css)
     call(:post, "/session/#{@session}/element/#{find(css)}/click", {})
   end
 
+  # The element's text; found again when the page was replaced between find and read.
   def text(css)
-    call(:get, "/session/#{@session}/element/#{find(css)}/text")
+    tries = 0
+    begin
+      call(:get, "/session/#{@session}/element/#{find(css)}/text")
+    rescue RuntimeError => e
+      raise unless e.message.include?("stale element reference") && (tries += 1) < 5
+
+      retry
+    end
   end
 
   def source
