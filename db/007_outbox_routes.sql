@@ -1,0 +1,147 @@
+-- 007_outbox_routes.sql - schema version 7: event types routed straight to an outbox
+-- destination (no SQL handler: the Rails app's receive_effect block runs once per event, with
+-- the sidecar's retries and backoff), the deliverer's batched save, and outbox stats that read
+-- only pending, quarantined and last-hour rows.
+-- Idempotent: safe to re-run. Applied after 001..006 by `webhook-inbox-sidecar migrate` and
+-- the Rails generator.
+--
+-- Additive: webhook_inbox_schema_min_worker() stays 4. A v6 sidecar keeps working (it saves
+-- one effect per statement); the new column is nullable and every route written before
+-- keeps its meaning.
+
+CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
+LANGUAGE sql STABLE AS $$ SELECT 7 $$;
+COMMENT ON FUNCTION webhook_inbox_schema_version() IS
+    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+
+CREATE OR REPLACE FUNCTION webhook_inbox_schema_min_worker() RETURNS integer
+LANGUAGE sql STABLE AS $$ SELECT 4 $$;
+COMMENT ON FUNCTION webhook_inbox_schema_min_worker() IS
+    'Oldest sidecar schema version (WI_SCHEMA_VERSION) that works against this database; an older sidecar refuses to run.';
+
+-- A route's destination: set (with handler webhook_inbox_deliver) for event types whose work
+-- is done by a destination (the Rails app's receive_effect, an internal service) instead of a
+-- SQL function. Adding a nullable column without a default rewrites nothing.
+ALTER TABLE webhook_inbox_routes
+    ADD COLUMN IF NOT EXISTS destination text
+        CONSTRAINT webhook_inbox_routes_destination_check CHECK (destination ~ '^[a-z][a-z0-9_]{0,62}$');
+COMMENT ON COLUMN webhook_inbox_routes.destination IS
+    'Outbox destination (a sidecar --destination NAME) that receives the event, for routes whose handler is webhook_inbox_deliver; NULL for SQL handlers.';
+
+-- The destination of the route an event type takes: the same match as webhook_inbox_route()
+-- (exact, else the longest 'prefix*', '*' last), NULL when that route names none.
+CREATE OR REPLACE FUNCTION webhook_inbox_route_destination(p_event_type text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT r.destination
+      FROM webhook_inbox_routes r
+     WHERE r.event_type = p_event_type
+        OR (right(r.event_type, 1) = '*'
+            AND starts_with(p_event_type, left(r.event_type, -1)))
+     ORDER BY (r.event_type = p_event_type) DESC, length(r.event_type) DESC
+     LIMIT 1
+$$;
+COMMENT ON FUNCTION webhook_inbox_route_destination(text) IS
+    'The destination named by the route an event type takes (same match as webhook_inbox_route), or NULL.';
+
+-- The handler of destination routes: records one effect per event in the handler's
+-- transaction, so "event done" and "effect to deliver" commit together. Its operation id is
+-- derived from (source_scope, event_id): a replay of the event finds the same effect and
+-- sends nothing again (requeue the effect instead: `requeue --effects`). The payload is the
+-- event: {"source_scope", "event_id", "event_type", "received_at", "payload"} (plus
+-- "raw_body_base64" for a body kept as bytes). A route without a destination fails closed:
+-- the event is retried (and quarantined at the maximum), never marked done.
+--   INSERT INTO webhook_inbox_routes (event_type, handler, destination)
+--   VALUES ('status.updated', 'webhook_inbox_deliver', 'app_kyc');
+CREATE OR REPLACE FUNCTION webhook_inbox_deliver(ev webhook_inbox) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    dest text := webhook_inbox_route_destination(ev.event_type);
+    op text := 'event_' || encode(sha256(convert_to(ev.source_scope || E'\n' || ev.event_id, 'UTF8')), 'hex');
+BEGIN
+    IF dest IS NULL THEN
+        RAISE EXCEPTION 'webhook_inbox_deliver: the route for event type % names no destination', ev.event_type
+              USING ERRCODE = 'WIR02';
+    END IF;
+    PERFORM webhook_inbox_emit(op, dest,
+        jsonb_build_object('source_scope', ev.source_scope, 'event_id', ev.event_id, 'event_type', ev.event_type,
+                           'received_at', ev.received_at, 'payload', ev.payload)
+        || CASE WHEN ev.payload IS NULL AND ev.raw_body IS NOT NULL
+                THEN jsonb_build_object('raw_body_base64', translate(encode(ev.raw_body, 'base64'), E'\n', ''))
+                ELSE '{}'::jsonb END);
+    RETURN 'to ' || dest || ' as ' || op;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_deliver(webhook_inbox) IS
+    'Handler for routes with a destination: records the event as one outbox effect (operation id event_<sha256(scope, event id)>) delivered by the sidecar; fails (retried) when the route names no destination.';
+
+-- The deliverer's save for every answer it has collected: one statement and one commit for
+-- the lot. Each element is exactly webhook_inbox_outbox_save(); rows are taken in operation
+-- id order (two savers never wait on each other in a cycle). One row out per element, NULL
+-- statuses where the lease was lost.
+CREATE OR REPLACE FUNCTION webhook_inbox_outbox_save_batch(
+        p_owner text, p_operation_ids text[], p_results text[], p_errors text[], p_statuses integer[],
+        p_bodies text[], p_retry_after_ms bigint[], p_max_attempts integer, p_backoff_base_ms bigint,
+        p_backoff_cap_ms bigint)
+RETURNS TABLE (operation_id text, new_status text, new_attempts integer, retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(cardinality(p_operation_ids), 0);
+    i bigint;
+BEGIN
+    IF coalesce(cardinality(p_results), 0) <> n OR coalesce(cardinality(p_errors), 0) <> n
+       OR coalesce(cardinality(p_statuses), 0) <> n OR coalesce(cardinality(p_bodies), 0) <> n
+       OR coalesce(cardinality(p_retry_after_ms), 0) <> n THEN
+        RAISE EXCEPTION 'webhook_inbox_outbox_save_batch: the arrays must have one element per operation id'
+              USING ERRCODE = '22023';
+    END IF;
+    FOR i IN SELECT u.ord FROM unnest(p_operation_ids) WITH ORDINALITY u(id, ord) ORDER BY u.id LOOP
+        operation_id := p_operation_ids[i];
+        SELECT s.new_status, s.new_attempts, s.retry_in_ms INTO new_status, new_attempts, retry_in_ms
+          FROM webhook_inbox_outbox_save(p_operation_ids[i], p_owner, p_results[i], p_errors[i], p_statuses[i],
+                                         p_bodies[i], p_retry_after_ms[i], p_max_attempts, p_backoff_base_ms,
+                                         p_backoff_cap_ms) s;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_outbox_save_batch(text, text[], text[], text[], integer[], text[], bigint[], integer, bigint, bigint) IS
+    'Sidecar v7: webhook_inbox_outbox_save() for many deliveries in one statement (same arguments, per-delivery ones as arrays); one row per delivery, NULL statuses where the lease was lost.';
+
+-- Stats read through partial indexes, like webhook_inbox_stats(): pending rows (claim index),
+-- quarantined rows, and the rows delivered in the last hour; delivered effects older than that
+-- are never read (they are the bulk of the table until pruned).
+CREATE INDEX IF NOT EXISTS webhook_inbox_outbox_quarantined_idx
+    ON webhook_inbox_outbox (destination) WHERE status = 'quarantined';
+COMMENT ON INDEX webhook_inbox_outbox_quarantined_idx IS
+    'Partial index for stats, metrics and requeue: only quarantined effects.';
+CREATE INDEX IF NOT EXISTS webhook_inbox_outbox_delivered_idx
+    ON webhook_inbox_outbox (processed_at) WHERE status = 'delivered';
+COMMENT ON INDEX webhook_inbox_outbox_delivered_idx IS
+    'Partial index for stats (delivered in the last hour) and retention (delivered before a time).';
+
+-- Same columns as v6; delivered now counts the last hour's deliveries only.
+CREATE OR REPLACE FUNCTION webhook_inbox_outbox_stats(
+        OUT destination text, OUT pending bigint, OUT retrying bigint, OUT leased bigint,
+        OUT oldest_pending_age_s double precision, OUT quarantined bigint, OUT delivered bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(p.destination, q.destination, d.destination),
+           coalesce(p.pending, 0), coalesce(p.retrying, 0), coalesce(p.leased, 0), p.oldest,
+           coalesce(q.n, 0), coalesce(d.n, 0)
+      FROM (SELECT o.destination, count(*) AS pending,
+                   count(*) FILTER (WHERE o.attempts > 0 AND o.lease_until IS NULL) AS retrying,
+                   count(*) FILTER (WHERE o.lease_until > clock_timestamp()) AS leased,
+                   extract(epoch FROM clock_timestamp() - min(o.created_at))::float8 AS oldest
+              FROM webhook_inbox_outbox o WHERE o.status = 'pending' GROUP BY o.destination) p
+      FULL JOIN (SELECT o.destination, count(*) AS n
+                   FROM webhook_inbox_outbox o WHERE o.status = 'quarantined' GROUP BY o.destination) q
+             ON q.destination = p.destination
+      FULL JOIN (SELECT o.destination, count(*) AS n
+                   FROM webhook_inbox_outbox o
+                  WHERE o.status = 'delivered' AND o.processed_at >= now() - interval '1 hour'
+                  GROUP BY o.destination) d
+             ON d.destination = coalesce(p.destination, q.destination)
+     ORDER BY 1
+$$;
+COMMENT ON FUNCTION webhook_inbox_outbox_stats() IS
+    'Outbox per destination: pending, retrying, leased (being delivered), oldest pending age in s, quarantined, delivered IN THE LAST HOUR (what `webhook-inbox-sidecar stats` and /metrics show). Reads only pending, quarantined and last-hour rows.';
