@@ -15,6 +15,7 @@ RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
 
   EFFECTS_SECRET = "whsec_#{[SecureRandom.bytes(24)].pack('m0')}"
   EFFECTS_SIDECAR = File.join(ReceiverHelpers::ROOT, "lib/webhook_inbox/webhook-inbox-sidecar")
+  EFFECTS_STRIPE_SECRET = "whsec_effects_#{SecureRandom.hex(8)}"
 
   before(:all) do
     @pg = TestDatabase.cluster
@@ -24,16 +25,20 @@ RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
     raise "migrate: #{out}" unless $?.success?
 
     @pg.psql(File.read(File.join(ReceiverHelpers::ROOT, "spec/rails_app/db/app_schema.sql")), db: @db)
+    @pg.psql("INSERT INTO webhook_inbox_routes (event_type, handler, destination) " \
+             "VALUES ('identity.*', 'webhook_inbox_deliver', 'identity')", db: @db)
     app = File.join(ReceiverHelpers::ROOT, "spec/rails_app")
     @puma = PumaProcess.new(rackup: File.join(app, "config.ru"), dir: app, threads: "4:4",
                             env: { "DATABASE_URL" => @pg.url(@db), "RAILS_ENV" => "production",
-                                   "SECRET_KEY_BASE" => "s" * 64, "STRIPE_WEBHOOK_SECRET" => "whsec_unused",
-                                   "STRIPE_SCOPE" => "stripe:unused", "WEBHOOK_INBOX_EFFECT_SECRET" => EFFECTS_SECRET }).start
+                                   "SECRET_KEY_BASE" => "s" * 64, "STRIPE_WEBHOOK_SECRET" => EFFECTS_STRIPE_SECRET,
+                                   "STRIPE_SCOPE" => "stripe:acct_fx:live", "WEBHOOK_INBOX_EFFECT_SECRET" => EFFECTS_SECRET }).start
     @log = File.join(Dir.tmpdir, "wi-effects-sidecar-#{SecureRandom.hex(4)}.log")
-    @sidecar = Process.spawn({ "WEBHOOK_INBOX_DEST_APP_SECRET" => EFFECTS_SECRET }, EFFECTS_SIDECAR, "run",
+    @sidecar = Process.spawn({ "WEBHOOK_INBOX_DEST_APP_SECRET" => EFFECTS_SECRET,
+                               "WEBHOOK_INBOX_DEST_IDENTITY_SECRET" => EFFECTS_SECRET }, EFFECTS_SIDECAR, "run",
                              "--database-url", @pg.url(@db), "--concurrency", "1", "--poll-interval", "200ms",
                              "--backoff-base", "100ms", "--backoff-cap", "200ms", "--max-attempts", "3",
                              "--destination", "app=http://127.0.0.1:#{@puma.port}/effects/send_receipt sign=standard_webhooks",
+                             "--destination", "identity=http://127.0.0.1:#{@puma.port}/effects/identity_event sign=standard_webhooks",
                              "--destination-timeout", "5s", "--destination-lease", "6s",
                              out: File::NULL, err: @log)
   end
@@ -107,5 +112,35 @@ RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
     headers = WebhookInbox::Testing::Signing.standard_webhooks_headers(body, secret: "whsec_#{['x' * 24].pack('m0')}", id: "op_forged")
     expect(@puma.post("/effects/send_receipt", body, headers.merge("Content-Type" => "application/json")).first).to eq(401)
     expect(runs("op_forged")).to eq(0)
+  end
+
+  it "an event type routed to a destination: the Ruby block runs once per event, not again on a duplicate, replay or redelivery" do
+    event_id = "evt_idv_#{SecureRandom.hex(4)}"
+    body = JSON.generate(id: event_id, type: "identity.verification_session.verified", data: { object: { id: "vs_1" } })
+    headers = WebhookInbox::Testing::Signing.stripe_headers(body, secret: EFFECTS_STRIPE_SECRET)
+    answers = 2.times.map { @puma.post("/webhooks/stripe", body, headers) }
+    expect(answers.map { |a| JSON.parse(a[2])["status"] }).to eq(%w[accepted duplicate])
+
+    event = "source_scope = 'stripe:acct_fx:live' AND event_id = #{q(event_id)}"
+    effect = "source_event_id = #{q(event_id)}"
+    wait_until { sql("SELECT status FROM webhook_inbox_outbox WHERE #{effect}") == "delivered" }
+    op = sql("SELECT operation_id FROM webhook_inbox_outbox WHERE #{effect}")
+    expect(op).to match(/\Aevent_\h{64}\z/)
+    expect(sql("SELECT status || ' ' || outcome FROM webhook_inbox WHERE #{event}")).to eq("done to identity as #{op}")
+    expect(sql("SELECT payment_id FROM effect_runs WHERE operation_id = #{q(op)}")).to eq(event_id) # the payload is the event
+    before = calls
+
+    # A replay of the done event (after fixing something else) finds the same effect: nothing is sent again.
+    expect(sql("SELECT moved FROM webhook_inbox_requeue('replay', jsonb_build_object('scope', 'stripe:acct_fx:live', " \
+               "'event_id', #{q(event_id)}), 'spec')")).to eq("1")
+    wait_until { sql("SELECT status FROM webhook_inbox WHERE #{event} AND processed_at > requeued_at") == "done" }
+    expect(sql("SELECT count(*) || ' ' || min(attempts) FROM webhook_inbox_outbox WHERE #{effect}")).to eq("1 1")
+
+    # The sidecar died between the app's 200 and its save: redelivered, answered duplicate.
+    sql("UPDATE webhook_inbox_outbox SET status = 'pending', next_attempt_at = now(), processed_at = NULL " \
+        "WHERE operation_id = #{q(op)}; NOTIFY webhook_inbox_outbox")
+    wait_until { sql("SELECT status || ' ' || attempts FROM webhook_inbox_outbox WHERE operation_id = #{q(op)}") == "delivered 2" }
+    expect(runs(op)).to eq(1)
+    expect(calls).to eq(before)
   end
 end

@@ -146,6 +146,7 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
           SQL
           add_webhook_inbox_route "payment_intent.succeeded", "shop_on_payment"
           execute "INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('payment_intent.legacy', 'shop_on_payment')"
+          add_webhook_inbox_route "identity.*", destination: :app_identity # no SQL handler: the app's receive_effect
         end
       end
     RUBY
@@ -159,7 +160,8 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     expect(schema).to include("load_webhook_inbox_schema version: #{WebhookInbox::Schema::VERSION}",
                               "FUNCTION public.shop_on_payment", "FUNCTION public.shop_order_id",
                               %(add_webhook_inbox_route "payment_intent.succeeded", "shop_on_payment"),
-                              %(add_webhook_inbox_route "payment_intent.legacy", "shop_on_payment"))
+                              %(add_webhook_inbox_route "payment_intent.legacy", "shop_on_payment"),
+                              %(add_webhook_inbox_route "identity.*", destination: "app_identity"))
     expect(schema).not_to include(%(create_table "webhook_inbox"))
 
     # What every new developer, CI and db:prepare do: the database from db/schema.rb alone.
@@ -171,6 +173,8 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     # The test database, as maintain_test_schema and CI build it.
     sh("bin/rails", "db:prepare", env: { "RAILS_ENV" => "test" })
     expect(psql("SELECT webhook_inbox_route('payment_intent.legacy')::text", db: "shop_test")).to eq("shop_on_payment")
+    expect(psql("SELECT webhook_inbox_route('identity.verified')::text || ' ' || webhook_inbox_route_destination('identity.verified')",
+                db: "shop_test")).to eq("webhook_inbox_deliver app_identity")
     expect(psql("SELECT count(*) FROM pg_trigger WHERE tgname = 'webhook_inbox_notify_insert'", db: "shop_test")).to eq("1")
     expect(psql("SELECT count(*) FROM pg_proc WHERE proname IN ('shop_on_payment', 'shop_order_id')", db: "shop_test")).to eq("2")
 
@@ -246,6 +250,7 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     expect(File.read(File.join(@app, "db/structure.sql"))).to include("INSERT INTO webhook_inbox_routes")
     sh("bin/rails", "db:drop", "db:create", "db:schema:load", env: { "RAILS_ENV" => "test" })
     expect(psql("SELECT webhook_inbox_route('payment_intent.succeeded')::text", db: "shop_test")).to eq("shop_on_payment")
+    expect(psql("SELECT webhook_inbox_route_destination('identity.verified')", db: "shop_test")).to eq("app_identity")
 
     # After a gem upgrade the install generator writes an upgrade migration (here from a
     # pre-versioning migration that inlined the SQL), and nothing when current.

@@ -10,6 +10,7 @@ module WebhookInbox
     #   load_webhook_inbox_schema version: 4          # the gem's objects, from the gem
     #   webhook_inbox_functions <<-'WEBHOOK_INBOX_SQL'  # the app's SQL functions (handlers)
     #   add_webhook_inbox_route "payment_intent.succeeded", "orders_on_payment_succeeded"
+    #   add_webhook_inbox_route "status.*", destination: "app_identity"
     #
     # so db:schema:load, db:prepare and the test databases get a working inbox back.
     # WebhookInbox.configuration.dump_functions = false leaves functions to another tool (fx).
@@ -35,8 +36,8 @@ module WebhookInbox
         stream.puts "  # webhook_inbox: the gem's schema, the app's SQL functions and the event routes"
         stream.puts "  load_webhook_inbox_schema version: #{version}"
         functions(stream) if WebhookInbox.configuration.dump_functions
-        @connection.webhook_inbox_route_rows.each do |type, handler|
-          stream.puts "  add_webhook_inbox_route #{type.inspect}, #{handler.inspect}"
+        @connection.webhook_inbox_route_rows.each do |type, handler, destination|
+          stream.puts "  add_webhook_inbox_route #{type.inspect}, #{destination ? "destination: #{destination.inspect}" : handler.inspect}"
         end
       end
 

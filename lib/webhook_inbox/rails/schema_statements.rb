@@ -8,6 +8,7 @@ module WebhookInbox
     #
     #   load_webhook_inbox_schema version: 4           # the gem's db/001..004, never echoed
     #   add_webhook_inbox_route "payment_intent.succeeded", "orders_on_payment_succeeded"
+    #   add_webhook_inbox_route "status.*", destination: :app_identity  # v7: to an outbox destination
     #   remove_webhook_inbox_route "payment_intent.succeeded"
     #   webhook_inbox_functions sql                    # CREATE FUNCTION ... (schema.rb's dump)
     #
@@ -18,6 +19,13 @@ module WebhookInbox
         INSERT INTO webhook_inbox_routes (event_type, handler) VALUES (%s, %s::regproc)
         ON CONFLICT (event_type) DO UPDATE SET handler = EXCLUDED.handler
       SQL
+      # From schema v7 on (the destination column), a route is written whole.
+      DESTINATION_ROUTE_UPSERT = <<~SQL.tr("\n", " ").freeze
+        INSERT INTO webhook_inbox_routes (event_type, handler, destination) VALUES (%s, %s::regproc, %s)
+        ON CONFLICT (event_type) DO UPDATE SET handler = EXCLUDED.handler, destination = EXCLUDED.destination
+      SQL
+      DELIVER_HANDLER = "webhook_inbox_deliver"
+      DESTINATION_NAME = /\A[a-z][a-z0-9_]{0,62}\z/
 
       # The app's own functions: every function and procedure in the search path that no
       # extension owns and whose name does not start with webhook_inbox_ (the gem's, recreated
@@ -49,9 +57,23 @@ module WebhookInbox
         WebhookInbox::Schema.installed_version(->(sql) { select_value(sql, "webhook_inbox schema version") })
       end
 
-      # Routes event_type (exact, 'prefix*' or '*') to the SQL function handler (a name).
-      def add_webhook_inbox_route(event_type, handler)
-        execute(format(ROUTE_UPSERT, quote(event_type.to_s), quote(handler.to_s)), "webhook_inbox route")
+      # Routes event_type (exact, 'prefix*' or '*') to the SQL function handler (a name), or
+      # (schema v7) to an outbox destination: the sidecar then POSTs each event, once, to the
+      # destination of that name (the app's receive_effect, say) with retries and backoff.
+      def add_webhook_inbox_route(event_type, handler = nil, destination: nil)
+        if handler.nil? == destination.nil?
+          raise ArgumentError, "add_webhook_inbox_route #{event_type.to_s.inspect}: give a handler function or destination:, not both"
+        end
+
+        if destination
+          webhook_inbox_route_destination!(destination)
+          execute(format(DESTINATION_ROUTE_UPSERT, quote(event_type.to_s), quote(DELIVER_HANDLER), quote(destination.to_s)),
+                  "webhook_inbox route")
+        elsif webhook_inbox_route_destinations?
+          execute(format(DESTINATION_ROUTE_UPSERT, quote(event_type.to_s), quote(handler.to_s), "NULL"), "webhook_inbox route")
+        else
+          execute(format(ROUTE_UPSERT, quote(event_type.to_s), quote(handler.to_s)), "webhook_inbox route")
+        end
       end
 
       def remove_webhook_inbox_route(event_type)
@@ -67,11 +89,32 @@ module WebhookInbox
         execute("RESET check_function_bodies")
       end
 
-      # [[event_type, handler], ...] in event_type order.
+      # [[event_type, handler, destination or nil], ...] in event_type order.
       def webhook_inbox_route_rows
         return [] unless select_value("SELECT to_regclass('webhook_inbox_routes') IS NOT NULL")
 
-        select_rows("SELECT event_type, handler::text FROM webhook_inbox_routes ORDER BY event_type", "webhook_inbox routes")
+        destination = webhook_inbox_route_destinations? ? "destination" : "NULL"
+        select_rows("SELECT event_type, handler::text, #{destination} FROM webhook_inbox_routes ORDER BY event_type",
+                    "webhook_inbox routes")
+      end
+
+      # Whether the routes table has v7's destination column.
+      def webhook_inbox_route_destinations?
+        select_value(<<~SQL, "webhook_inbox routes") == 1
+          SELECT 1 FROM pg_attribute
+           WHERE attrelid = to_regclass('webhook_inbox_routes') AND attname = 'destination' AND NOT attisdropped
+        SQL
+      end
+
+      def webhook_inbox_route_destination!(destination)
+        unless destination.to_s.match?(DESTINATION_NAME)
+          raise ArgumentError, "destination #{destination.to_s.inspect}: a sidecar --destination name ([a-z][a-z0-9_]*, at most 63)"
+        end
+        return if webhook_inbox_route_destinations?
+
+        raise ActiveRecord::ActiveRecordError, "routes to a destination need the inbox schema v7 (this database has " \
+                                               "v#{webhook_inbox_schema_version}): run `bin/rails generate webhook_inbox:install` " \
+                                               "for the upgrade migration, before this one"
       end
 
       # The app's function definitions (CREATE OR REPLACE ...), see APP_FUNCTIONS.

@@ -16,15 +16,27 @@ module WebhookInbox
         File.open(filename, "a") do |f|
           f.puts "-- webhook_inbox routes (appended by webhook_inbox_pg; pg_dump emptied the search path)"
           f.puts "SET search_path TO #{search_path};"
-          rows.each do |type, handler|
-            f.puts "INSERT INTO webhook_inbox_routes (event_type, handler) VALUES (#{quote(type)}, #{quote(handler)}::regproc) " \
-                   "ON CONFLICT (event_type) DO UPDATE SET handler = EXCLUDED.handler;"
+          rows.each do |type, handler, destination|
+            f.puts route_upsert(type, handler, destination)
           end
           f.puts
         end
       end
 
       private
+
+      # A destination route is written with its column (v7); a handler route without it, so
+      # the file also loads into a schema older than v7.
+      def route_upsert(type, handler, destination)
+        if destination
+          "INSERT INTO webhook_inbox_routes (event_type, handler, destination) " \
+            "VALUES (#{quote(type)}, #{quote(handler)}::regproc, #{quote(destination)}) " \
+            "ON CONFLICT (event_type) DO UPDATE SET handler = EXCLUDED.handler, destination = EXCLUDED.destination;"
+        else
+          "INSERT INTO webhook_inbox_routes (event_type, handler) VALUES (#{quote(type)}, #{quote(handler)}::regproc) " \
+            "ON CONFLICT (event_type) DO UPDATE SET handler = EXCLUDED.handler;"
+        end
+      end
 
       def quote(text)
         "'#{text.gsub("'", "''")}'"

@@ -9,4 +9,5 @@ Rails.application.routes.draw do
   post "/rack/stripe", to: WebhookInbox.endpoint(:stripe)           # the Rack endpoint in Rails' router
   mount WebhookInbox::Engine => "/webhook_inbox"                    # the dashboard, behind AdminController
   post "/effects/send_receipt", to: "effects#send_receipt"          # an outbox destination (receive_effect)
+  post "/effects/identity_event", to: "effects#identity_event"      # events routed to a destination
 end

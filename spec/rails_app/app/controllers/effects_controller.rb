@@ -15,4 +15,13 @@ class EffectsController < ActionController::API
       raise "transient failure" if effect.payload["fail"] # rolls the row above back: retried
     end
   end
+
+  # An event type routed straight here (webhook_inbox_deliver, no SQL handler): the effect's
+  # payload is the event, its operation id derived from (source_scope, event_id).
+  def identity_event
+    receive_effect(:identity_event) do |effect|
+      EffectRun.connection.select_value("SELECT nextval('effect_block_calls')")
+      EffectRun.create!(operation_id: effect.operation_id, payment_id: effect.payload.fetch("event_id"))
+    end
+  end
 end
