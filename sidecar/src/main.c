@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "outbox.h"
+#include "outbox_admin.h"
 #include "prune.h"
 #include "requeue.h"
 #include "retention.h"

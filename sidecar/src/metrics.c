@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "outbox.h"
+#include "outbox_admin.h"
 #include "schema.h"
 
 static atomic_long counters[WI_M_COUNT];
