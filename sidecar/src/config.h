@@ -42,6 +42,7 @@ struct wi_config {
     int all;              /* requeue: every quarantined event */
     int effects;          /* requeue: outbox effects instead of inbox events */
     char *operation_id;   /* requeue --effects: one effect */
+    char *effects_destination; /* requeue --effects --destination NAME (a flag without =URL): one destination */
     char *id;             /* requeue: SCOPE/EVENT_ID */
     char *event_id;       /* requeue: event id in any scope */
     char *type;           /* requeue: event type */

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include "destination.h"
 #include "log.h"
 
 static const struct wi_pg_stmt stats_stmt = {
@@ -41,19 +42,25 @@ int wi_outbox_stats(struct wi_pg *pg, int json, FILE *out, struct wi_err *err)
     return 0;
 }
 
-long wi_outbox_requeue(const char *conninfo, const char *operation_id, int all, struct wi_err *err)
+long wi_outbox_requeue(const char *conninfo, const char *operation_id, const char *destination, int all,
+                       struct wi_err *err)
 {
-    static const struct wi_pg_stmt stmt = {"wi_outbox_requeue", "SELECT webhook_inbox_outbox_requeue($1, NULL)"};
-    const char *params[1] = {operation_id};
+    static const struct wi_pg_stmt stmt = {"wi_outbox_requeue", "SELECT webhook_inbox_outbox_requeue($1, $2)"};
+    const char *params[2] = {operation_id, destination};
     struct wi_pg *pg;
     PGresult *r;
     long n;
 
-    if (!all && !operation_id)
-        return wi_err_set(err, WI_ERR_ARG, "requeue --effects needs --operation-id or --all");
+    if (!all && !operation_id && !destination)
+        return wi_err_set(err, WI_ERR_ARG, "requeue --effects needs --operation-id, --destination NAME or --all");
+    if (all && destination)
+        return wi_err_set(err, WI_ERR_ARG, "requeue --effects: --all means every destination; "
+                          "give --destination NAME without --all for one");
+    if (destination && !wi_dest_name_ok(destination))
+        return wi_err_set(err, WI_ERR_ARG, "requeue --effects: a destination name must match [a-z][a-z0-9_]{0,62}");
     if (!(pg = wi_pg_connect(conninfo, &stmt, 1, err)))
         return -1;
-    if (!(r = wi_pg_exec(pg, stmt.name, 1, params, PGRES_TUPLES_OK, err))) {
+    if (!(r = wi_pg_exec(pg, stmt.name, 2, params, PGRES_TUPLES_OK, err))) {
         wi_pg_free(pg);
         return -1;
     }

@@ -12,8 +12,12 @@
  * included). Returns 0, or -1 with *err. */
 int wi_outbox_stats(struct wi_pg *pg, int json, FILE *out, struct wi_err *err);
 
-/* quarantined effects -> pending, attempts reset, by operation id (NULL with all = every
- * one). Returns how many, or -1 with *err. */
-long wi_outbox_requeue(const char *conninfo, const char *operation_id, int all, struct wi_err *err);
+/* quarantined effects -> pending, attempts reset (webhook_inbox_outbox_requeue()), by
+ * operation id and/or destination (NULL = any); at least one of them, or all = 1 (every
+ * quarantined effect, of every destination: then destination must be NULL). Returns how
+ * many, or -1 with *err (WI_ERR_ARG for missing or contradictory filters and a destination
+ * name that is not [a-z][a-z0-9_]{0,62}). */
+long wi_outbox_requeue(const char *conninfo, const char *operation_id, const char *destination, int all,
+                       struct wi_err *err);
 
 #endif
