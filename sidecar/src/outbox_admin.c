@@ -14,8 +14,9 @@ static const struct wi_pg_stmt stats_stmt = {
 
 int wi_outbox_stats(struct wi_pg *pg, int json, FILE *out, struct wi_err *err)
 {
+    /* v7's delivered counts the last hour only (it reads no older delivered row): named so. */
     static const char *const cols[] = {"pending", "retrying", "leased", "oldest_pending_age_s", "quarantined",
-                                       "delivered"};
+                                       "delivered_last_hour"};
     PGresult *r;
     int i, c;
 

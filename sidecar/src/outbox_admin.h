@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include "pgw.h"
 
-/* Prints the outbox per destination (webhook_inbox_outbox_stats()) on out: text lines, or,
+/* Prints the outbox per destination (webhook_inbox_outbox_stats(): pending, retrying,
+ * leased, oldest_pending_age_s, quarantined, delivered_last_hour) on out: text lines, or,
  * with json, `"outbox":{...}` to be placed inside the stats object (a leading comma
  * included). Returns 0, or -1 with *err. */
 int wi_outbox_stats(struct wi_pg *pg, int json, FILE *out, struct wi_err *err);

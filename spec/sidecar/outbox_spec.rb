@@ -212,9 +212,11 @@ RSpec.describe "webhook-inbox-sidecar outbox", :sidecar do
     db.psql("UPDATE webhook_inbox_outbox SET status = 'quarantined' WHERE operation_id = 'op_s2'")
     status, out, = sidecar("stats", "--json", "--database-url", db.url)
     expect(status.exitstatus).to eq(0)
-    expect(JSON.parse(out)["outbox"]).to include("alpha" => include("pending" => 1, "quarantined" => 1, "delivered" => 0))
+    expect(JSON.parse(out)["outbox"]).to include("alpha" => include("pending" => 1, "quarantined" => 1, "delivered_last_hour" => 0))
+    expect(JSON.parse(out)["outbox"]["alpha"]).not_to have_key("delivered") # v7 counts the last hour only
     _, text, = sidecar("stats", "--database-url", db.url)
     expect(text).to include("destination=alpha pending=1 retrying=0 leased=0")
+    expect(text).to match(/destination=alpha .* quarantined=1 delivered_last_hour=0$/)
 
     status, out, = sidecar("--print-config", "--destination", "alpha=https://api.example/x concurrency=2",
                            env: { "WEBHOOK_INBOX_DEST_ALPHA_TOKEN" => "tok_hidden" })
