@@ -61,8 +61,8 @@ static void usage(FILE *out)
           "            events waiting for a route (--json)\n"
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all;\n"
           "            outbox effects: --effects with --operation-id ID, --destination NAME (or both), or --all)\n"
-          "  prune     retention: delete done events older than --older-than (>= 3d; optional --scope);\n"
-          "            run --retain 30d does it on a schedule\n"
+          "  prune     retention: delete done events and delivered effects older than --older-than\n"
+          "            (>= 3d; optional --scope); run --retain 30d does it on a schedule\n"
           "\n"
           "options (flag > environment > --config file > default):\n",
           out);
@@ -303,12 +303,12 @@ int main(int argc, char **argv)
             printf("requeued %ld\n", n);
         }
     } else if (!strcmp(cmd, "prune")) {
-        long n = wi_prune(cfg.database_url, cfg.older_than, cfg.scope, &err);
+        long effects, n = wi_prune(cfg.database_url, cfg.older_than, cfg.scope, &effects, &err);
         if (n < 0) {
             fprintf(stderr, "webhook-inbox-sidecar prune: %s\n", err.msg);
             rc = err.code == WI_ERR_ARG ? 2 : 1;
         } else {
-            printf("pruned %ld\n", n);
+            printf("pruned %ld (and %ld delivered effects)\n", n, effects);
         }
     }
 out:

@@ -130,7 +130,10 @@ begin
   vg(bin, "requeue", "--effects", "--destination", "down", "--database-url", url)
   vg(bin, "requeue", "--effects", "--all", "--database-url", url)
   vg(bin, "requeue", "--all", "--database-url", url)
+  pg.psql("UPDATE webhook_inbox_outbox SET processed_at = now() - interval '4 days' WHERE operation_id = 'op_ok'")
   vg(bin, "prune", "--older-than", "3d", "--database-url", url)
+  abort "prune left the old delivered effect" unless
+    pg.psql("SELECT count(*) FROM webhook_inbox_outbox WHERE operation_id = 'op_ok'").strip == "0"
   vg(bin, "--print-config", "--database-url", "#{url} password=x")
 ensure
   pg.destroy
