@@ -145,3 +145,9 @@ LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_stats() IS
     'Outbox per destination: pending, retrying, leased (being delivered), oldest pending age in s, quarantined, delivered IN THE LAST HOUR (what `webhook-inbox-sidecar stats` and /metrics show). Reads only pending, quarantined and last-hour rows.';
+
+-- Retention (`prune --older-than`, `run --retain`) deletes delivered effects processed before
+-- its window, through webhook_inbox_outbox_delivered_idx (the statement is the sidecar's, like
+-- the events'). Idempotency per operation id therefore lasts as long as the effect is kept.
+COMMENT ON FUNCTION webhook_inbox_emit(text, text, jsonb) IS
+    'Record an external side effect (operation id, destination name, JSON payload) in the caller''s transaction; idempotent per operation id while the effect is kept (true = recorded now, false = already there). Retention deletes delivered effects after its window (`prune`, `run --retain`): the same operation id emitted after that is a new effect.';

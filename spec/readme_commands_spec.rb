@@ -77,7 +77,7 @@ RSpec.describe "README commands" do
       expect(sql("SELECT status || ':' || attempts FROM webhook_inbox WHERE event_id = 'evt_1'").strip).to eq("pending:0")
       expect(sidecar("requeue", "--type", "payment_intent.succeeded")).to eq("requeued 1\n")
 
-      expect(sidecar("prune", "--older-than", "30d")).to eq("pruned 1\n")
+      expect(sidecar("prune", "--older-than", "30d")).to eq("pruned 1 (and 0 delivered effects)\n")
       expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox").strip)
         .to eq("evt_1,evt_2,evt_new,evt_old_q") # pending and quarantined rows are never pruned
 

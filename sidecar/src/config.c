@@ -64,8 +64,8 @@ static const struct cf_entry table[] = {
     {"metrics-listen", CF_STR, F(metrics_listen), NULL, 0, 0, 0, NULL,
      "run: serve GET /metrics (Prometheus text) on HOST:PORT, [IPv6]:PORT or :PORT (e.g. 127.0.0.1:9394)"},
     {"retain", CF_DURATION, F(retain), NULL, 0, 0, 36500L * 86400, NULL,
-     "run: delete done events received longer ago than this, every --retain-interval, on one sidecar of many "
-     "(at least 3d; off when unset)"},
+     "run: delete done events received and delivered effects processed longer ago than this, every "
+     "--retain-interval, on one sidecar of many (at least 3d; off when unset)"},
     {"retain-interval", CF_DURATION, F(retain_interval), "1h", 0, 1, 7 * 86400, NULL,
      "run --retain: how often (the first run comes 30s after start, or after the interval if shorter)"},
     {"log-level", CF_ENUM, F(log_level), "info", CF_RELOAD, 0, 0, level_names,
@@ -74,7 +74,8 @@ static const struct cf_entry table[] = {
      "one info line per processed event"},
     {"destination", CF_DEST, F(destinations), NULL, 0, 0, 0, NULL,
      "outbox: NAME=URL [concurrency=N timeout=D connect_timeout=D sign=standard_webhooks allow_http=true]; "
-     "repeatable; credentials from WEBHOOK_INBOX_DEST_<NAME>_TOKEN/_SECRET or token=/secret= in the config file"},
+     "repeatable; credentials from WEBHOOK_INBOX_DEST_<NAME>_TOKEN/_SECRET or token=/secret= in the config file. "
+     "requeue --effects --destination NAME (a flag without =URL): that destination's effects only"},
     {"destination-concurrency", CF_INT, F(destination_concurrency), "4", 0, 1, 1024, NULL,
      "outbox: deliveries in flight per destination"},
     {"destination-timeout", CF_DURATION, F(destination_timeout), "30s", 0, 0, 3600, NULL,
@@ -90,9 +91,10 @@ static const struct cf_entry table[] = {
     {"type", CF_STR, F(type), NULL, CF_CLI, 0, 0, NULL, "requeue: event type"},
     {"scope", CF_STR, F(scope), NULL, CF_CLI, 0, 0, NULL, "requeue: source scope"},
     {"all", CF_BOOL, F(all), "false", CF_CLI, 0, 0, NULL, "requeue: every quarantined event"},
-    {"effects", CF_BOOL, F(effects), "false", CF_CLI, 0, 0, NULL, "requeue: outbox effects (--operation-id or --all)"},
+    {"effects", CF_BOOL, F(effects), "false", CF_CLI, 0, 0, NULL,
+     "requeue: outbox effects (--operation-id, --destination NAME, both, or --all)"},
     {"operation-id", CF_STR, F(operation_id), NULL, CF_CLI, 0, 0, NULL, "requeue --effects: one effect"},
-    {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 36500L * 86400, NULL, "prune: delete done events received longer ago than this (at least 3d)"},
+    {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 36500L * 86400, NULL, "prune: delete done events received and delivered effects processed longer ago than this (at least 3d)"},
     {"print-config", CF_BOOL, F(print_config), "false", CF_CLI, 0, 0, NULL, "print the effective configuration"},
     {"help", CF_BOOL, F(help), "false", CF_CLI, 0, 0, NULL, "this text"},
 };
@@ -347,6 +349,24 @@ int wi_config_load(struct wi_config *cfg, int argc, char **argv, struct wi_err *
             }
             val = argv[++a];
         }
+        if (e->type == CF_DEST && !strchr(val, '=')) {
+            /* A bare NAME: the filter of requeue --effects (main.c refuses it elsewhere). The
+             * value is not echoed: it may be a mistyped URL holding credentials. */
+            if (!wi_dest_name_ok(val)) {
+                wi_err_set(err, WI_ERR_ARG, "--destination: a destination name must match [a-z][a-z0-9_]{0,62} "
+                           "(requeue --effects --destination NAME; run takes NAME=URL)");
+                goto fail;
+            }
+            if (cfg->effects_destination) {
+                wi_err_set(err, WI_ERR_ARG, "--destination NAME: one destination per requeue");
+                goto fail;
+            }
+            if (!(cfg->effects_destination = strdup(val))) {
+                wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            continue;
+        }
         snprintf(src, sizeof src, "--%s", e->name);
         if (set(cfg, e, val, src, err) < 0)
             goto fail;
@@ -419,6 +439,7 @@ void wi_config_free(struct wi_config *cfg)
             free(*(char **)((char *)cfg + table[i].offset));
         else if (table[i].type == CF_DEST)
             wi_dest_list_free((struct wi_dest_list *)((char *)cfg + table[i].offset));
+    free(cfg->effects_destination); /* not in the table: the bare-NAME form of --destination */
     memset(cfg, 0, sizeof *cfg);
 }
 

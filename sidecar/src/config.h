@@ -26,7 +26,7 @@ struct wi_config {
     int unrouted;         /* WI_UNROUTED_* */
     double unrouted_delay; /* seconds: an unrouted event (wait) is looked at again after this */
     char *metrics_listen; /* run: HOST:PORT of the /metrics listener; NULL/"" = none */
-    double retain;        /* run: seconds; done events older than this are pruned on a schedule; 0 = off */
+    double retain;        /* run: seconds; done events and delivered effects older than this are pruned on a schedule; 0 = off */
     double retain_interval; /* run --retain: seconds between prunes */
     int log_level;        /* WI_LOG_* */
     int log_events;       /* 1: one info line per event */
@@ -42,11 +42,12 @@ struct wi_config {
     int all;              /* requeue: every quarantined event */
     int effects;          /* requeue: outbox effects instead of inbox events */
     char *operation_id;   /* requeue --effects: one effect */
+    char *effects_destination; /* requeue --effects --destination NAME (a flag without =URL): one destination */
     char *id;             /* requeue: SCOPE/EVENT_ID */
     char *event_id;       /* requeue: event id in any scope */
     char *type;           /* requeue: event type */
     char *scope;          /* requeue, prune: source scope */
-    double older_than;    /* prune: seconds; done rows received before now - older_than go */
+    double older_than;    /* prune: seconds; done rows received (delivered effects processed) before now - older_than go */
     int print_config;     /* print the effective configuration and exit */
     int help;             /* print usage and exit */
 };

@@ -47,6 +47,11 @@ static int valid_name(const char *s, size_t n)
     return 1;
 }
 
+int wi_dest_name_ok(const char *name)
+{
+    return name && valid_name(name, strlen(name));
+}
+
 /* Length of the authority (userinfo@host:port) at a[0..n): up to '/', '?' or '#'. */
 static size_t authority_len(const char *a, size_t n)
 {

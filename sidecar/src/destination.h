@@ -39,6 +39,9 @@ struct wi_dest_list {
  * frees with wi_dest_clear(). Borrows spec. */
 int wi_dest_parse(const char *spec, size_t len, int secrets_allowed, struct wi_dest *out, struct wi_err *err);
 
+/* 1 when name is a destination name ([a-z][a-z0-9_]{0,62}, the outbox's CHECK), else 0. */
+int wi_dest_name_ok(const char *name);
+
 /* Wipes and frees d's strings; leaves *d zeroed. Accepts NULL. */
 void wi_dest_clear(struct wi_dest *d);
 

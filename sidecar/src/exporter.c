@@ -1,6 +1,6 @@
 /* exporter.c - the metrics endpoint: a poll() loop over one listening socket and at most
- * WI_EXPORTER_MAX_CONNS connections (thread 1), and the cached inbox gauges refreshed from
- * webhook_inbox_stats() on a connection of their own (thread 2). One request per
+ * WI_EXPORTER_MAX_CONNS connections (thread 1), and the cached inbox and outbox gauges refreshed
+ * from webhook_inbox_stats() and webhook_inbox_outbox_stats() on a connection of their own (thread 2). One request per
  * connection (Connection: close); every socket is non-blocking; deadlines are absolute. */
 #define _POSIX_C_SOURCE 200809L
 #include "clock.h"
@@ -143,7 +143,7 @@ static int bind_listener(const char *listen_addr, struct wi_err *err)
     return fd;
 }
 
-/* ---- the inbox gauges (stats thread) ---- */
+/* ---- the inbox and outbox gauges (stats thread) ---- */
 
 static const struct wi_pg_stmt stats_stmts[] = {
     {"wi_metrics_timeout", "SELECT set_config('statement_timeout', '5s', false)"},
@@ -152,6 +152,35 @@ static const struct wi_pg_stmt stats_stmts[] = {
                          " (SELECT coalesce(sum(u.pending), 0) FROM webhook_inbox_unrouted() u)"
                          " FROM webhook_inbox_stats() s"},
 };
+
+/* Prepared on its own (and again after a failure): a database without it still gets the
+ * inbox gauges. Reads pending, quarantined and last-hour rows through partial indexes (v7). */
+static const struct wi_pg_stmt outbox_stmt = {
+    "wi_metrics_outbox", "SELECT destination, pending, oldest_pending_age_s, quarantined FROM webhook_inbox_outbox_stats()"};
+
+/* Reads the outbox gauges into *g (outbox_valid set on success). Returns 0, or -1 with *err;
+ * the connection is then left to the caller (wi_pg_ok says whether it is still usable). */
+static int read_outbox(struct wi_pg *pg, struct wi_metrics_gauges *g, struct wi_err *err)
+{
+    PGresult *res;
+    int i, n;
+
+    if (wi_pg_prepare(pg, &outbox_stmt, 1, err) < 0 || !(res = wi_pg_exec(pg, outbox_stmt.name, 0, NULL, PGRES_TUPLES_OK, err)))
+        return -1;
+    n = PQntuples(res);
+    if (n > WI_METRICS_MAX_DESTS && wi_log_every("metrics_destinations_truncated", 3600))
+        log_warnx("metrics_destinations_truncated", "destinations=%d shown=%d", n, WI_METRICS_MAX_DESTS);
+    for (i = 0; i < n && g->ndests < WI_METRICS_MAX_DESTS; i++) {
+        struct wi_metrics_dest *d = &g->dests[g->ndests++];
+        snprintf(d->name, sizeof d->name, "%s", PQgetvalue(res, i, 0));
+        d->pending = atol(PQgetvalue(res, i, 1));
+        d->oldest_pending_age_s = PQgetisnull(res, i, 2) ? 0 : atof(PQgetvalue(res, i, 2));
+        d->quarantined = atol(PQgetvalue(res, i, 3));
+    }
+    PQclear(res);
+    g->outbox_valid = 1;
+    return 0;
+}
 
 /* One read of the gauges; *pg is (re)connected as needed and freed on a connection error. */
 static void refresh(struct wi_exporter *ex, struct wi_pg **pg)
@@ -188,6 +217,15 @@ static void refresh(struct wi_exporter *ex, struct wi_pg **pg)
     g.retrying = atol(PQgetvalue(res, 0, 3));
     g.waiting_for_route = atol(PQgetvalue(res, 0, 4));
     PQclear(res);
+    if (read_outbox(*pg, &g, &err) < 0) {
+        if (wi_log_every("metrics_outbox_failed", 60))
+            log_warnx("metrics_outbox_failed", "error=%s note=\"serving the inbox gauges with webhook_inbox_effects_stats_up 0\"",
+                      WI_LOG_Q(err.msg));
+        if (!wi_pg_ok(*pg)) { /* lost meanwhile: connect again next time; this read's inbox gauges stand */
+            wi_pg_free(*pg);
+            *pg = NULL;
+        }
+    }
     pthread_mutex_lock(&ex->mu);
     ex->gauges = g;
     ex->read_at = wi_clock_s();
@@ -200,6 +238,7 @@ failed:
                   WI_LOG_Q(err.msg));
     pthread_mutex_lock(&ex->mu);
     ex->gauges.valid = 0;
+    ex->gauges.outbox_valid = 0;
     pthread_mutex_unlock(&ex->mu);
 }
 

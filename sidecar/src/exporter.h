@@ -1,7 +1,7 @@
 /* exporter.h - `run --metrics-listen HOST:PORT`: a small non-blocking HTTP listener (its own
- * thread) serving GET /metrics in Prometheus text format 0.0.4, and the inbox gauges read
- * from webhook_inbox_stats() on a dedicated connection (a second thread), cached between
- * scrapes. Workers never wait for either. */
+ * thread) serving GET /metrics in Prometheus text format 0.0.4, and the inbox and outbox
+ * gauges read from webhook_inbox_stats() and webhook_inbox_outbox_stats() on a dedicated
+ * connection (a second thread), cached between scrapes. Workers never wait for either. */
 #ifndef WI_EXPORTER_H
 #define WI_EXPORTER_H
 

@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "outbox.h"
+#include "outbox_admin.h"
 #include "prune.h"
 #include "requeue.h"
 #include "retention.h"
@@ -59,9 +60,9 @@ static void usage(FILE *out)
           "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99,\n"
           "            events waiting for a route (--json)\n"
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all;\n"
-          "            outbox effects: --effects with --operation-id ID or --all)\n"
-          "  prune     retention: delete done events older than --older-than (>= 3d; optional --scope);\n"
-          "            run --retain 30d does it on a schedule\n"
+          "            outbox effects: --effects with --operation-id ID, --destination NAME (or both), or --all)\n"
+          "  prune     retention: delete done events and delivered effects older than --older-than\n"
+          "            (>= 3d; optional --scope); run --retain 30d does it on a schedule\n"
           "\n"
           "options (flag > environment > --config file > default):\n",
           out);
@@ -244,6 +245,13 @@ int main(int argc, char **argv)
         goto out;
     }
 
+    if (cfg.effects_destination && !(!strcmp(cmd, "requeue") && cfg.effects)) {
+        fprintf(stderr, "webhook-inbox-sidecar: --destination NAME (without =URL) names the effects to requeue: "
+                        "requeue --effects --destination NAME; %s\n",
+                !strcmp(cmd, "requeue") ? "add --effects" : "a destination to deliver to is --destination NAME=URL");
+        rc = 2;
+        goto out;
+    }
     if (!strcmp(cmd, "run")) {
         rc = cmd_run(&cfg, argc - first, argv + first);
     } else if (!strcmp(cmd, "migrate")) {
@@ -261,7 +269,7 @@ int main(int argc, char **argv)
             rc = 1;
         }
     } else if (!strcmp(cmd, "requeue") && cfg.effects) {
-        long n = wi_outbox_requeue(cfg.database_url, cfg.operation_id, cfg.all, &err);
+        long n = wi_outbox_requeue(cfg.database_url, cfg.operation_id, cfg.effects_destination, cfg.all, &err);
         if (n < 0) {
             fprintf(stderr, "webhook-inbox-sidecar requeue: %s\n", err.msg);
             rc = err.code == WI_ERR_ARG ? 2 : 1;
@@ -295,12 +303,12 @@ int main(int argc, char **argv)
             printf("requeued %ld\n", n);
         }
     } else if (!strcmp(cmd, "prune")) {
-        long n = wi_prune(cfg.database_url, cfg.older_than, cfg.scope, &err);
+        long effects, n = wi_prune(cfg.database_url, cfg.older_than, cfg.scope, &effects, &err);
         if (n < 0) {
             fprintf(stderr, "webhook-inbox-sidecar prune: %s\n", err.msg);
             rc = err.code == WI_ERR_ARG ? 2 : 1;
         } else {
-            printf("pruned %ld\n", n);
+            printf("pruned %ld (and %ld delivered effects)\n", n, effects);
         }
     }
 out:

@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "outbox.h"
+#include "outbox_admin.h"
 #include "schema.h"
 
 static atomic_long counters[WI_M_COUNT];
@@ -217,6 +218,57 @@ static void histogram(FILE *out, const char *name, const char *help, const struc
     fprintf(out, "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %.17g\n%s_count %lu\n", name, cum, name, h->sum, name, cum);
 }
 
+/* One gauge per destination: name{destination="..."} v. */
+static void dest_gauge(FILE *out, const struct wi_metrics_gauges *g, const char *name, const char *help, int which)
+{
+    int i;
+
+    head(out, name, "gauge", help);
+    for (i = 0; i < g->ndests; i++) {
+        const struct wi_metrics_dest *d = &g->dests[i];
+        double v = which == 0 ? (double)d->pending : which == 1 ? d->oldest_pending_age_s : (double)d->quarantined;
+        fprintf(out, "%s{destination=\"", name);
+        wi_metrics_write_label(out, d->name);
+        fprintf(out, "\"} %.15g\n", v);
+    }
+}
+
+/* The outbox per destination (webhook_inbox_outbox_stats(), read with the inbox gauges). */
+static void outbox_gauges(FILE *out, const struct wi_metrics_gauges *g)
+{
+    gauge(out, "webhook_inbox_effects_stats_up", "1 if the last read of webhook_inbox_outbox_stats() succeeded, else 0 "
+          "(the effects gauges are then left out; the inbox gauges and the counters are still served)",
+          g->outbox_valid);
+    if (!g->outbox_valid)
+        return;
+    dest_gauge(out, g, "webhook_inbox_effects_pending",
+               "Pending outbox effects per destination (due, leased or waiting for a retry)", 0);
+    dest_gauge(out, g, "webhook_inbox_effects_oldest_pending_age_seconds",
+               "Seconds since the oldest pending effect of the destination was emitted (0 when none is pending)", 1);
+    dest_gauge(out, g, "webhook_inbox_effects_quarantined",
+               "Quarantined outbox effects per destination (wait for a fix and requeue --effects)", 2);
+}
+
+/* The deliverer's outcomes in this process. */
+static void effect_counters(FILE *out)
+{
+    struct wi_outbox_counts c;
+    const char *const names[] = {"delivered", "retry", "quarantined", "lease_lost"};
+    long v[4];
+    int i;
+
+    wi_outbox_counts(&c);
+    v[0] = c.delivered;
+    v[1] = c.retry;
+    v[2] = c.quarantined;
+    v[3] = c.lease_lost;
+    head(out, "webhook_inbox_effects_total", "counter",
+         "Outbox deliveries saved by this process, by outcome: delivered (2xx), retry (pending again), quarantined "
+         "(4xx or max attempts), lease_lost (the answer came after the lease passed to another sidecar: not saved)");
+    for (i = 0; i < 4; i++)
+        fprintf(out, "webhook_inbox_effects_total{outcome=\"%s\"} %ld\n", names[i], v[i]);
+}
+
 void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
 {
     int i, o;
@@ -241,6 +293,9 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
                   "Pending events whose event type has no route now", (double)g->waiting_for_route);
         }
     }
+
+    if (g)
+        outbox_gauges(out, g);
 
     pthread_mutex_lock(&mu);
     head(out, "webhook_inbox_handled_total", "counter",
@@ -278,6 +333,10 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
             wi_metrics_get(WI_M_RECONNECTS));
     counter(out, "webhook_inbox_retention_deleted_total",
             "Done events deleted by the scheduled retention (--retain) run by this process", wi_metrics_get(WI_M_PRUNED));
+    counter(out, "webhook_inbox_retention_effects_deleted_total",
+            "Delivered outbox effects deleted by the scheduled retention (--retain) run by this process",
+            wi_metrics_get(WI_M_PRUNED_EFFECTS));
+    effect_counters(out);
 }
 
 void wi_metrics_log_summary(void)

@@ -8,8 +8,10 @@
 #include "pgw.h"
 
 /* WI_M_WAITING: runs that found no route and left the event pending (--unrouted=wait). */
-/* WI_M_PRUNED: done events deleted by the scheduled retention (--retain). */
-enum { WI_M_DONE, WI_M_QUARANTINED, WI_M_RETRY, WI_M_WAITING, WI_M_BATCHES, WI_M_RECONNECTS, WI_M_PRUNED, WI_M_COUNT };
+/* WI_M_PRUNED: done events deleted by the scheduled retention (--retain); WI_M_PRUNED_EFFECTS:
+ * delivered outbox effects deleted by it. */
+enum { WI_M_DONE, WI_M_QUARANTINED, WI_M_RETRY, WI_M_WAITING, WI_M_BATCHES, WI_M_RECONNECTS, WI_M_PRUNED,
+       WI_M_PRUNED_EFFECTS, WI_M_COUNT };
 
 /* At most this many distinct event_type label values; later types count as "other", as do
  * types longer than WI_METRICS_TYPE_MAX bytes, not UTF-8, holding control characters, or
@@ -31,16 +33,33 @@ void wi_metrics_event(const char *event_type, const char *result, double receipt
  * event of seconds / events. Thread-safe. */
 void wi_metrics_batch(int events, double seconds);
 
-/* Inbox gauges read from the database by the exporter; valid = 0: the last read failed. */
+/* At most this many destinations get outbox gauges (the first by name; the exporter logs
+ * when there are more). */
+#define WI_METRICS_MAX_DESTS 100
+
+/* One destination's row of webhook_inbox_outbox_stats(). */
+struct wi_metrics_dest {
+    char name[64];                /* [a-z][a-z0-9_]{0,62} by the outbox's CHECK */
+    long pending, quarantined;
+    double oldest_pending_age_s;  /* 0 when none is pending */
+};
+
+/* Inbox gauges read from the database by the exporter; valid = 0: the last read failed.
+ * The outbox's are read after them, on the same connection: outbox_valid = 0 when that
+ * read failed (or the inbox's did), whatever valid says. */
 struct wi_metrics_gauges {
     int valid;
     double age_s;                 /* seconds since the values were read (valid only) */
     long pending, quarantined, retrying, waiting_for_route;
     double oldest_pending_age_s;
+    int outbox_valid;
+    int ndests;                   /* dests[0..ndests) */
+    struct wi_metrics_dest dests[WI_METRICS_MAX_DESTS];
 };
 
 /* Writes every metric in Prometheus text format 0.0.4 (HELP and TYPE lines, then samples)
- * to out, with the gauges g (NULL: no database gauges). Thread-safe. */
+ * to out, with the gauges g (NULL: no database gauges), and the deliverer's counters
+ * (wi_outbox_counts(): zero in a process that delivers nothing). Thread-safe. */
 void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g);
 
 /* Writes v as a Prometheus label value (without the quotes): \\, \" and \n escaped. */

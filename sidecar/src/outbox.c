@@ -1,5 +1,5 @@
 /* outbox.c - the deliverer: lease due effects per destination, POST them concurrently (libcurl
- * multi, per-destination limit), save each answer under the lease; stats and requeue. */
+ * multi, per-destination limit), save each answer under the lease (stats, requeue: outbox_admin.c). */
 #define _POSIX_C_SOURCE 200809L
 #include "clock.h"
 #include "outbox.h"
@@ -622,58 +622,10 @@ void wi_outbox_join(struct wi_outbox *o)
     outbox_free(o);
 }
 
-static const struct wi_pg_stmt stats_stmt = {
-    "wi_outbox_stats", "SELECT destination, pending, retrying, leased, round(oldest_pending_age_s::numeric, 1),"
-                       " quarantined, delivered, to_json(destination)::text FROM webhook_inbox_outbox_stats()"};
-
-int wi_outbox_stats(struct wi_pg *pg, int json, FILE *out, struct wi_err *err)
+void wi_outbox_counts(struct wi_outbox_counts *c)
 {
-    static const char *const cols[] = {"pending", "retrying", "leased", "oldest_pending_age_s", "quarantined",
-                                       "delivered"};
-    PGresult *r;
-    int i, c;
-
-    if (wi_pg_prepare(pg, &stats_stmt, 1, err) < 0 || !(r = wi_pg_exec(pg, stats_stmt.name, 0, NULL, PGRES_TUPLES_OK, err)))
-        return -1;
-    fputs(json ? ",\"outbox\":{" : "outbox                 (effects per destination)\n", out);
-    for (i = 0; i < PQntuples(r); i++) {
-        if (json) {
-            fprintf(out, "%s%s:{", i ? "," : "", PQgetvalue(r, i, 7));
-            for (c = 0; c < 6; c++)
-                fprintf(out, "%s\"%s\":%s", c ? "," : "", cols[c], PQgetisnull(r, i, c + 1) ? "null" : PQgetvalue(r, i, c + 1));
-            fputc('}', out);
-        } else {
-            char name[160];
-            fprintf(out, "  destination=%s", wi_log_quote(name, sizeof name, PQgetvalue(r, i, 0), 120));
-            for (c = 0; c < 6; c++)
-                fprintf(out, " %s=%s", cols[c], PQgetisnull(r, i, c + 1) ? "-" : PQgetvalue(r, i, c + 1));
-            fputc('\n', out);
-        }
-    }
-    if (json)
-        fputc('}', out);
-    PQclear(r);
-    return 0;
-}
-
-long wi_outbox_requeue(const char *conninfo, const char *operation_id, int all, struct wi_err *err)
-{
-    static const struct wi_pg_stmt stmt = {"wi_outbox_requeue", "SELECT webhook_inbox_outbox_requeue($1, NULL)"};
-    const char *params[1] = {operation_id};
-    struct wi_pg *pg;
-    PGresult *r;
-    long n;
-
-    if (!all && !operation_id)
-        return wi_err_set(err, WI_ERR_ARG, "requeue --effects needs --operation-id or --all");
-    if (!(pg = wi_pg_connect(conninfo, &stmt, 1, err)))
-        return -1;
-    if (!(r = wi_pg_exec(pg, stmt.name, 1, params, PGRES_TUPLES_OK, err))) {
-        wi_pg_free(pg);
-        return -1;
-    }
-    n = atol(PQgetvalue(r, 0, 0));
-    PQclear(r);
-    wi_pg_free(pg);
-    return n;
+    c->delivered = atomic_load(&n_delivered);
+    c->retry = atomic_load(&n_retry);
+    c->quarantined = atomic_load(&n_quarantined);
+    c->lease_lost = atomic_load(&n_lease_lost);
 }

@@ -1,7 +1,8 @@
 /* outbox.h - the deliverer: one thread with its own connection that leases due effects from
  * webhook_inbox_outbox (db/006_outbox.sql), POSTs them to their configured destination with
  * the operation id as Idempotency-Key (Standard Webhooks-signed for sign=standard_webhooks),
- * and saves each answer while it still owns the lease. Plus `stats` and `requeue --effects`. */
+ * and saves each answer while it still owns the lease. (`stats` and `requeue --effects`:
+ * outbox_admin.h.) */
 #ifndef WI_OUTBOX_H
 #define WI_OUTBOX_H
 
@@ -20,14 +21,16 @@ struct wi_outbox *wi_outbox_start(struct wi_runtime *rt);
 /* Waits for the deliverer to end and frees it; accepts NULL. */
 void wi_outbox_join(struct wi_outbox *o);
 
-/* Prints the outbox per destination (webhook_inbox_outbox_stats()) on out: text lines, or,
- * with json, `"outbox":{...}` to be placed inside the stats object (a leading comma
- * included). Returns 0, or -1 with *err. */
-int wi_outbox_stats(struct wi_pg *pg, int json, FILE *out, struct wi_err *err);
+/* What this process's deliverer has saved since start (the same numbers as its exit line). */
+struct wi_outbox_counts {
+    long delivered;   /* 2xx saved */
+    long retry;       /* a failure saved as pending again */
+    long quarantined; /* a 4xx, or max attempts */
+    long lease_lost;  /* an answer not saved: the lease had passed to another sidecar */
+};
 
-/* quarantined effects -> pending, attempts reset, by operation id (NULL with all = every
- * one). Returns how many, or -1 with *err. */
-long wi_outbox_requeue(const char *conninfo, const char *operation_id, int all, struct wi_err *err);
+/* Fills *c; thread-safe (each counter is read atomically, not the four at one instant). */
+void wi_outbox_counts(struct wi_outbox_counts *c);
 
 /* A copy of the JSON-unsafe or non-UTF-8 bytes of s[0..n) replaced by '?' is written in place
  * (NUL and invalid or overlong UTF-8 sequences): an answer body becomes valid text for a

@@ -1,9 +1,12 @@
-/* prune.c - retention: delete old done events in small batches. */
+/* prune.c - retention: delete old done events, and old delivered outbox effects, in small
+ * batches. */
 #define _POSIX_C_SOURCE 200809L
 #include "prune.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "schema.h"
 
 const struct wi_pg_stmt wi_prune_stmt = {
     "wi_prune",
@@ -16,7 +19,21 @@ const struct wi_pg_stmt wi_prune_stmt = {
     "  WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id RETURNING 1)"
     " SELECT count(*) FROM gone"};
 
-long wi_prune_step(struct wi_pg *pg, double older_than, const char *scope, int limit, struct wi_err *err)
+/* Through webhook_inbox_outbox_delivered_idx (processed_at, WHERE status = 'delivered': v7).
+ * delivered is final: no other statement changes such a row, so the lock only keeps two
+ * pruners apart. */
+const struct wi_pg_stmt wi_prune_effects_stmt = {
+    "wi_prune_effects",
+    "WITH doomed AS ("
+    " SELECT operation_id FROM webhook_inbox_outbox"
+    " WHERE status = 'delivered' AND processed_at < now() - $1::double precision * interval '1 second'"
+    "  AND ($2::text IS NULL OR source_scope = $2)"
+    " LIMIT $3::int FOR UPDATE SKIP LOCKED),"
+    " gone AS (DELETE FROM webhook_inbox_outbox o USING doomed d WHERE o.operation_id = d.operation_id RETURNING 1)"
+    " SELECT count(*) FROM gone"};
+
+static long step(struct wi_pg *pg, const char *stmt, double older_than, const char *scope, int limit,
+                 struct wi_err *err)
 {
     char age[32], lim[16];
     const char *params[3] = {age, scope, lim};
@@ -27,31 +44,56 @@ long wi_prune_step(struct wi_pg *pg, double older_than, const char *scope, int l
         return wi_err_set(err, WI_ERR_ARG, "retention below 3d refused");
     snprintf(age, sizeof age, "%.3f", older_than);
     snprintf(lim, sizeof lim, "%d", limit);
-    if (!(res = wi_pg_exec(pg, wi_prune_stmt.name, 3, params, PGRES_TUPLES_OK, err)))
+    if (!(res = wi_pg_exec(pg, stmt, 3, params, PGRES_TUPLES_OK, err)))
         return -1;
     n = atol(PQgetvalue(res, 0, 0));
     PQclear(res);
     return n;
 }
 
-long wi_prune(const char *conninfo, double older_than, const char *scope, struct wi_err *err)
+long wi_prune_step(struct wi_pg *pg, double older_than, const char *scope, int limit, struct wi_err *err)
+{
+    return step(pg, wi_prune_stmt.name, older_than, scope, limit, err);
+}
+
+long wi_prune_effects_step(struct wi_pg *pg, double older_than, const char *scope, int limit, struct wi_err *err)
+{
+    return step(pg, wi_prune_effects_stmt.name, older_than, scope, limit, err);
+}
+
+long wi_prune(const char *conninfo, double older_than, const char *scope, long *effects, struct wi_err *err)
 {
     struct wi_pg *pg;
+    struct wi_schema found;
     long total = 0, n;
+    int rc;
 
+    *effects = 0;
     if (older_than <= 0)
         return wi_err_set(err, WI_ERR_ARG, "prune needs --older-than (e.g. 30d)");
     if (older_than < WI_PRUNE_MIN_AGE)
         return wi_err_set(err, WI_ERR_ARG, "--older-than must be at least 3d (keep done events longer than providers retry)");
-    if (!(pg = wi_pg_connect(conninfo, &wi_prune_stmt, 1, err)))
+    if (!(pg = wi_pg_connect(conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
         return -1;
+    /* Any schema with an inbox prunes events (as before v7); effects from v7 on (their index). */
+    if ((rc = wi_schema_check(pg, &found, err)) < 0 || wi_pg_prepare(pg, &wi_prune_stmt, 1, err) < 0 ||
+        (found.version >= WI_PRUNE_EFFECTS_SCHEMA && wi_pg_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0))
+        goto fail;
     do {
-        if ((n = wi_prune_step(pg, older_than, scope, 5000, err)) < 0) {
-            wi_pg_free(pg);
-            return -1;
-        }
+        if ((n = wi_prune_step(pg, older_than, scope, 5000, err)) < 0)
+            goto fail;
         total += n;
     } while (n > 0);
+    if (found.version >= WI_PRUNE_EFFECTS_SCHEMA) {
+        do {
+            if ((n = wi_prune_effects_step(pg, older_than, scope, 5000, err)) < 0)
+                goto fail;
+            *effects += n;
+        } while (n > 0);
+    }
     wi_pg_free(pg);
     return total;
+fail:
+    wi_pg_free(pg);
+    return -1;
 }

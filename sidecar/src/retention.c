@@ -1,5 +1,6 @@
 /* retention.c - scheduled pruning for `run --retain`: sleep, take (or keep) the retention
- * lock, delete old done events in batches of WI_RETENTION_BATCH, log one line. */
+ * lock, delete old done events, then old delivered effects, in batches of
+ * WI_RETENTION_BATCH, log one line. */
 #define _POSIX_C_SOURCE 200809L
 #include "clock.h"
 #include "retention.h"
@@ -54,7 +55,7 @@ static int lead(struct wi_retention *r, struct wi_err *err)
         if (!(r->pg = wi_pg_connect(r->conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
             return -1;
         if (wi_schema_require(r->pg, err) < 0 || wi_pg_prepare(r->pg, &lock_stmt, 1, err) < 0 ||
-            wi_pg_prepare(r->pg, &wi_prune_stmt, 1, err) < 0) {
+            wi_pg_prepare(r->pg, &wi_prune_stmt, 1, err) < 0 || wi_pg_prepare(r->pg, &wi_prune_effects_stmt, 1, err) < 0) {
             drop(r);
             return -1;
         }
@@ -74,8 +75,9 @@ static int lead(struct wi_retention *r, struct wi_err *err)
 }
 
 /* One scheduled run: returns 1 when this sidecar pruned, 0 when another one holds the lock,
- * -1 with *err; *deleted and *batches count what was done (also before a failure). */
-static int run_once(struct wi_retention *r, long *deleted, int *batches, struct wi_err *err)
+ * -1 with *err; *deleted (events), *effects and *batches (both kinds) count what was done
+ * (also before a failure). lead() required the schema (v7): the outbox and its index exist. */
+static int run_once(struct wi_retention *r, long *deleted, long *effects, int *batches, struct wi_err *err)
 {
     long n;
     int rc = lead(r, err);
@@ -89,6 +91,15 @@ static int run_once(struct wi_retention *r, long *deleted, int *batches, struct 
         (*batches)++;
         wi_metrics_add(WI_M_PRUNED, n);
     } while (n == WI_RETENTION_BATCH && !atomic_load(&r->stopping));
+    while (!atomic_load(&r->stopping)) {
+        if ((n = wi_prune_effects_step(r->pg, r->retain, NULL, WI_RETENTION_BATCH, err)) < 0)
+            return -1;
+        *effects += n;
+        (*batches)++;
+        wi_metrics_add(WI_M_PRUNED_EFFECTS, n);
+        if (n < WI_RETENTION_BATCH)
+            break;
+    }
     return 1;
 }
 
@@ -101,7 +112,7 @@ static void *retention_main(void *arg)
         struct pollfd p = {r->stop_pipe[0], POLLIN, 0};
         double wait = next - wi_clock_s(), t0;
         struct wi_err err;
-        long deleted = 0;
+        long deleted = 0, effects = 0;
         int batches = 0, was_leader, rc;
 
         if (wait > 0 && poll(&p, 1, (int)(wait * 1000) + 1) < 0 && errno != EINTR)
@@ -115,19 +126,19 @@ static void *retention_main(void *arg)
             next = wi_clock_s() + r->interval;
         t0 = wi_clock_s();
         was_leader = r->leader;
-        rc = run_once(r, &deleted, &batches, &err);
+        rc = run_once(r, &deleted, &effects, &batches, &err);
         if (rc < 0 && was_leader && batches == 0) {
             drop(r); /* the kept connection may have gone away meanwhile: once more, on a new one */
-            rc = run_once(r, &deleted, &batches, &err);
+            rc = run_once(r, &deleted, &effects, &batches, &err);
         }
         if (rc == 0)
             log_debug("retention_skipped", "note=\"another sidecar holds the retention lock\"");
         else if (rc > 0)
-            log_info("retention", "deleted=%ld older_than_s=%.0f batches=%d ms=%.0f", deleted, r->retain, batches,
-                     (wi_clock_s() - t0) * 1000);
+            log_info("retention", "deleted=%ld effects_deleted=%ld older_than_s=%.0f batches=%d ms=%.0f", deleted, effects,
+                     r->retain, batches, (wi_clock_s() - t0) * 1000);
         else {
-            log_warnx("retention_failed", "deleted=%ld error=%s note=\"trying again at the next interval\"", deleted,
-                      WI_LOG_Q(err.msg));
+            log_warnx("retention_failed", "deleted=%ld effects_deleted=%ld error=%s note=\"trying again at the next interval\"",
+                      deleted, effects, WI_LOG_Q(err.msg));
             drop(r);
         }
     }

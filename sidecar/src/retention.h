@@ -1,6 +1,6 @@
-/* retention.h - `run --retain AGE`: a thread that deletes done events older than AGE every
- * --retain-interval, in small batches, on one sidecar of many: the one holding a session
- * advisory lock, kept (with its connection) for as long as it lives. */
+/* retention.h - `run --retain AGE`: a thread that deletes done events and delivered outbox
+ * effects older than AGE every --retain-interval, in small batches, on one sidecar of many:
+ * the one holding a session advisory lock, kept (with its connection) for as long as it lives. */
 #ifndef WI_RETENTION_H
 #define WI_RETENTION_H
 

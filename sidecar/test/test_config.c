@@ -142,6 +142,25 @@ int main(void)
     unsetenv("WEBHOOK_INBOX_MAX_ATTEMPTS");
     unsetenv("DATABASE_URL");
 
+    /* --destination: NAME=URL configures a destination; a bare NAME (flags only) is the
+     * requeue --effects filter, checked like the outbox's CHECK, at most one. */
+    {
+        char *ok[] = {"--destination", "alpha_1", "--destination=beta=https://example.test/x"};
+        char *bad[] = {"--destination", "Alpha"};
+        char *two[] = {"--destination", "alpha", "--destination", "beta"};
+        char *url[] = {"--destination", "https://user:pw@example.test"};
+        CHECK(load(&c, &e, 3, ok) == 0 && c.effects_destination && strcmp(c.effects_destination, "alpha_1") == 0 &&
+              c.destinations.n == 1 && strcmp(c.destinations.v[0].name, "beta") == 0);
+        wi_config_free(&c);
+        CHECK(c.effects_destination == NULL);
+        CHECK(load(&c, &e, 2, bad) < 0 && strstr(e.msg, "[a-z][a-z0-9_]{0,62}"));
+        CHECK(load(&c, &e, 4, two) < 0 && strstr(e.msg, "one destination"));
+        CHECK(load(&c, &e, 2, url) < 0 && !strstr(e.msg, "pw"));
+        setenv("WEBHOOK_INBOX_DESTINATION", "alpha", 1); /* the bare form is a flag only */
+        CHECK(load(&c, &e, 0, NULL) < 0 && strstr(e.msg, "NAME=URL"));
+        unsetenv("WEBHOOK_INBOX_DESTINATION");
+    }
+
     /* Log values: bare when safe, quoted and escaped otherwise, bounded. */
     CHECK(strcmp(wi_log_quote(buf, sizeof buf, "evt_1", 100), "evt_1") == 0);
     CHECK(strcmp(wi_log_quote(buf, sizeof buf, "a b", 100), "\"a b\"") == 0);

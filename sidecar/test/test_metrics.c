@@ -1,6 +1,7 @@
 /* test_metrics.c - the Prometheus rendering of the process counters: label values escaped,
  * at most WI_METRICS_MAX_TYPES event types then "other", histograms cumulative with
- * le="+Inf" equal to _count, and the inbox gauges only when they were read. */
+ * le="+Inf" equal to _count, the inbox and outbox gauges only when they were read, and
+ * the deliverer's counters. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,9 +63,32 @@ int main(void)
     CHECK(strstr(out, "webhook_inbox_events_pending 7\n") != NULL);
     CHECK(strstr(out, "webhook_inbox_oldest_pending_age_seconds 12.5\n") != NULL);
     CHECK(strstr(out, "webhook_inbox_stats_up 1\n") != NULL);
+
+    /* The outbox: per destination gauges only when read, label values escaped; the
+     * deliverer's counters always (zero here: no deliverer ran). */
+    CHECK(strstr(out, "webhook_inbox_effects_stats_up 0\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_pending") == NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_total{outcome=\"delivered\"} 0\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_total{outcome=\"lease_lost\"} 0\n") != NULL);
+    free(out);
+    g.outbox_valid = 1;
+    g.ndests = 2;
+    snprintf(g.dests[0].name, sizeof g.dests[0].name, "app_kyc");
+    g.dests[0].pending = 4;
+    g.dests[0].oldest_pending_age_s = 61.5;
+    g.dests[0].quarantined = 2;
+    snprintf(g.dests[1].name, sizeof g.dests[1].name, "q\"x\\y\nz"); /* not a valid name: escaped anyway */
+    out = render(&g);
+    CHECK(strstr(out, "webhook_inbox_effects_stats_up 1\n") != NULL);
+    CHECK(strstr(out, "# TYPE webhook_inbox_effects_pending gauge\nwebhook_inbox_effects_pending{destination=\"app_kyc\"} 4\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_oldest_pending_age_seconds{destination=\"app_kyc\"} 61.5\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_quarantined{destination=\"app_kyc\"} 2\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_quarantined{destination=\"q\\\"x\\\\y\\nz\"} 0\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_events_pending 7\n") != NULL);
     free(out);
 
     g.valid = 0;
+    g.outbox_valid = 0;
     out = render(&g);
     CHECK(strstr(out, "webhook_inbox_stats_up 0\n") != NULL);
     CHECK(strstr(out, "webhook_inbox_events_pending") == NULL);
@@ -74,6 +98,8 @@ int main(void)
     wi_metrics_reset();
     out = render(NULL);
     CHECK(strstr(out, "webhook_inbox_stats_up") == NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_stats_up") == NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_total{outcome=\"retry\"} 0\n") != NULL);
     CHECK(strstr(out, "event_type=") == NULL);
     CHECK(strstr(out, "webhook_inbox_receipt_to_done_seconds_count 0\n") != NULL);
     free(out);

@@ -7,7 +7,8 @@
 # by statement_timeout, which takes the one-statement-per-event fallback; two worker threads),
 # and `run --once` and `stats` refusing an empty database (no schema)
 # against a throwaway PostgreSQL, plus outbox deliveries to a local HTTP server (2xx, 4xx,
-# 5xx, a Standard Webhooks-signed destination, stats and requeue --effects), under
+# 5xx, a Standard Webhooks-signed destination, their gauges in /metrics, stats and requeue
+# --effects, also by --destination), under
 # valgrind --leak-check=full; fails on any error or on
 # definitely/indirectly lost memory. With --sanitizer the binary is an ASan/UBSan build and
 # runs without valgrind (the sanitizers and LeakSanitizer report instead).
@@ -68,6 +69,11 @@ begin
   states = pg.psql("SELECT string_agg(event_id || '=' || status, ',' ORDER BY event_id) FROM webhook_inbox").strip
   # e4 has no route: it waits (pending, not charged) under the default --unrouted=wait.
   abort "unexpected states after run --once: #{states}" unless states == "e1=done,e2=quarantined,e3=quarantined,e4=pending,e5=quarantined"
+  # Effects to deliver further down; meanwhile pending, in the outbox gauges.
+  pg.psql(<<~SQL)
+    SELECT webhook_inbox_emit('op_ok', 'ok', '{"a":1}'), webhook_inbox_emit('op_bad', 'bad', '{"a":2}'),
+           webhook_inbox_emit('op_down', 'down', '{"a":3}'), webhook_inbox_emit('op_app', 'app', '{"a":4}');
+  SQL
   # The metrics listener and the stats thread: scraped (also a 404 and a malformed head), then
   # a graceful stop with a scraper still connected.
   log = File.join(pg.dir, "metrics-run.log")
@@ -85,6 +91,8 @@ begin
     sleep 0.2
   end
   abort "no inbox gauges in /metrics:\n#{body}" unless body.include?("webhook_inbox_events_pending")
+  abort "no outbox gauges in /metrics:\n#{body}" unless
+    body.include?('webhook_inbox_effects_pending{destination="down"} 1') && body.include?('webhook_inbox_effects_total{outcome="delivered"} 0')
   sleep 0.2 until File.read(log).include?("msg=retention ") || Time.now > deadline
   abort "no scheduled retention run:\n#{File.read(log)}" unless File.read(log).include?("msg=retention ")
   abort "/nope: expected 404" unless Net::HTTP.get_response(host, "/nope", port.to_i).code == "404"
@@ -106,10 +114,6 @@ begin
   http.mount_proc("/") { |req, res| res.status = Integer(req.path[1..]) rescue 200; res.body = '{"id":"x_1"}' }
   server = Thread.new { http.start }
   api = "http://127.0.0.1:#{http.config[:Port]}"
-  pg.psql(<<~SQL)
-    SELECT webhook_inbox_emit('op_ok', 'ok', '{"a":1}'), webhook_inbox_emit('op_bad', 'bad', '{"a":2}'),
-           webhook_inbox_emit('op_down', 'down', '{"a":3}'), webhook_inbox_emit('op_app', 'app', '{"a":4}');
-  SQL
   2.times do
     vg(bin, "run", "--once", "--database-url", url, "--max-attempts", "2", "--backoff-base", "1ms", "--backoff-cap", "1ms",
        "--destination", "ok=#{api}/200", "--destination", "bad=#{api}/422", "--destination", "down=#{api}/503",
@@ -122,9 +126,14 @@ begin
   http.shutdown
   server.join
   vg(bin, "stats", "--json", "--database-url", url)
+  vg(bin, "requeue", "--effects", "--destination", "bad", "--operation-id", "op_bad", "--database-url", url)
+  vg(bin, "requeue", "--effects", "--destination", "down", "--database-url", url)
   vg(bin, "requeue", "--effects", "--all", "--database-url", url)
   vg(bin, "requeue", "--all", "--database-url", url)
+  pg.psql("UPDATE webhook_inbox_outbox SET processed_at = now() - interval '4 days' WHERE operation_id = 'op_ok'")
   vg(bin, "prune", "--older-than", "3d", "--database-url", url)
+  abort "prune left the old delivered effect" unless
+    pg.psql("SELECT count(*) FROM webhook_inbox_outbox WHERE operation_id = 'op_ok'").strip == "0"
   vg(bin, "--print-config", "--database-url", "#{url} password=x")
 ensure
   pg.destroy

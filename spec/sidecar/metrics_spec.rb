@@ -4,6 +4,7 @@ require "net/http"
 require "socket"
 require_relative "sidecar_helper"
 require_relative "../support/prometheus_text"
+require_relative "../support/fake_receipt_api"
 
 # `run --metrics-listen`: GET /metrics answers valid Prometheus text (checked by a strict
 # parser) with the inbox gauges and the process counters; the listener refuses what it does
@@ -96,6 +97,66 @@ RSpec.describe "webhook-inbox-sidecar /metrics", :sidecar do
     body = get(host, port).body
     expect(body).not_to include("stripe:acct_1") # no scope, payload or event id in labels
     expect(body).not_to include("pi_1")
+  end
+
+  describe "the outbox" do
+    before(:all) { @api = FakeReceiptApi.new }
+    after(:all) { @api&.stop }
+    before { db.psql("TRUNCATE webhook_inbox_outbox") }
+    after { db.psql("TRUNCATE webhook_inbox_outbox") }
+
+    def emit(op, dest)
+      db.psql("SELECT webhook_inbox_emit(#{db.q(op)}, #{db.q(dest)}, '{}'::jsonb)")
+    end
+
+    it "serves per destination gauges from webhook_inbox_outbox_stats() and the deliverer's outcomes" do
+      emit("op_ok", "alpha")
+      emit("op_refused", "beta")       # 422: quarantined
+      %w[op_w1 op_w2].each { |op| emit(op, "gamma") } # no such destination here: stays pending
+      db.psql("UPDATE webhook_inbox_outbox SET created_at = now() - interval '90 seconds' WHERE operation_id = 'op_w1'")
+      _pid, _log, host, port = start("--destination", "alpha=#{@api.url}/receipts", "--destination",
+                                     "beta=#{@api.url}/status/422")
+      fams = wait_for(20, 0.3, "effects settled and read") do
+        f = scrape(host, port)
+        f if PrometheusText.value(f, "webhook_inbox_effects_quarantined", { "destination" => "beta" }) == 1.0 &&
+             PrometheusText.value(f, "webhook_inbox_effects_total", { "outcome" => "delivered" }) == 1.0
+      end
+      { "webhook_inbox_effects_stats_up" => "gauge", "webhook_inbox_effects_pending" => "gauge",
+        "webhook_inbox_effects_oldest_pending_age_seconds" => "gauge", "webhook_inbox_effects_quarantined" => "gauge",
+        "webhook_inbox_effects_total" => "counter" }.each do |name, type|
+        expect(fams[name]&.type).to eq(type), "#{name} missing or not a #{type}"
+      end
+      v = ->(name, labels = {}) { PrometheusText.value(fams, name, labels) }
+      expect(v.call("webhook_inbox_effects_stats_up")).to eq(1)
+      expect(v.call("webhook_inbox_effects_pending", { "destination" => "gamma" })).to eq(2)
+      expect(v.call("webhook_inbox_effects_oldest_pending_age_seconds", { "destination" => "gamma" })).to be_between(89, 200)
+      expect(v.call("webhook_inbox_effects_pending", { "destination" => "alpha" })).to eq(0) # delivered in the last hour
+      expect(v.call("webhook_inbox_effects_oldest_pending_age_seconds", { "destination" => "beta" })).to eq(0)
+      %w[retry quarantined lease_lost].each do |outcome|
+        expect(v.call("webhook_inbox_effects_total", { "outcome" => outcome })).to eq(outcome == "quarantined" ? 1 : 0)
+      end
+      expect(get(host, port).body).not_to include("op_") # no operation id in labels
+    end
+
+    it "serves the inbox gauges with webhook_inbox_effects_stats_up 0 when the outbox cannot be read" do
+      db.psql("DROP FUNCTION webhook_inbox_outbox_stats()")
+      db.insert_event("m_o1", "no.route.here", {})
+      _pid, log, host, port = start
+      fams = scrape(host, port)
+      expect(PrometheusText.value(fams, "webhook_inbox_stats_up")).to eq(1)
+      expect(PrometheusText.value(fams, "webhook_inbox_events_pending")).to eq(1)
+      expect(PrometheusText.value(fams, "webhook_inbox_effects_stats_up")).to eq(0)
+      expect(fams).not_to have_key("webhook_inbox_effects_pending")
+      expect(fams["webhook_inbox_effects_total"]).not_to be_nil
+      wait_for(10, 0.1, "the warning") { File.read(log).include?("msg=metrics_outbox_failed") }
+
+      expect(sidecar("migrate", "--database-url", db.url)[0]).to be_success # the function is back
+      wait_for(15, 0.3, "read again at the next refresh") do
+        PrometheusText.value(scrape(host, port), "webhook_inbox_effects_stats_up") == 1.0
+      end
+    ensure
+      sidecar("migrate", "--database-url", db.url)
+    end
   end
 
   it "reads the inbox gauges at most once per refresh interval, whatever the scrape rate" do

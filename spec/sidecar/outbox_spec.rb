@@ -131,6 +131,39 @@ RSpec.describe "webhook-inbox-sidecar outbox", :sidecar do
     expect(effect("op_4xx")).to include(status: "pending", attempts: 0)
   end
 
+  it "requeue --effects --destination NAME: that destination's quarantined effects only; with --operation-id both filters" do
+    %w[op_a1 op_a2 op_a3].each { |op| emit(op, "alpha") }
+    %w[op_b1 op_b2].each { |op| emit(op, "beta") }
+    db.psql("UPDATE webhook_inbox_outbox SET status = 'quarantined', attempts = 3 WHERE operation_id <> 'op_a3'")
+    quarantined = -> { db.value("SELECT string_agg(operation_id, ',' ORDER BY 1) FROM webhook_inbox_outbox WHERE status = 'quarantined'") }
+
+    status, out, = sidecar("requeue", "--effects", "--destination", "beta", "--operation-id", "op_a1", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "requeued 0 effects\n"]) # op_a1 is alpha's
+    status, out, = sidecar("requeue", "--effects", "--destination=beta", "--operation-id", "op_b2", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "requeued 1 effects\n"])
+    expect(quarantined.call).to eq("op_a1,op_a2,op_b1")
+    status, out, = sidecar("requeue", "--effects", "--destination", "alpha", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "requeued 2 effects\n"])
+    expect(quarantined.call).to eq("op_b1")
+    expect(effect("op_a1")).to include(status: "pending", attempts: 0)
+    expect(effect("op_a3")).to include(status: "pending") # was never quarantined
+
+    # A bad name, two names, --all with a name, --destination without --effects or in run: exit 2, nothing moved.
+    [[%w[--effects --destination Beta-1], "must match [a-z][a-z0-9_]{0,62}"],
+     [%w[--effects --destination beta --destination alpha], "one destination per requeue"],
+     [%w[--effects --destination beta --all], "--all means every destination"],
+     [%w[--destination beta --all], "add --effects"]].each do |args, message|
+      status, _, err = sidecar("requeue", *args, "--database-url", db.url)
+      expect([status.exitstatus, err]).to match([2, a_string_including(message)])
+    end
+    status, _, err = sidecar("run", "--once", "--destination", "beta", "--database-url", db.url)
+    expect([status.exitstatus, err]).to match([2, a_string_including("--destination NAME=URL")])
+    expect(quarantined.call).to eq("op_b1")
+
+    status, out, = sidecar("requeue", "--effects", "--all", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "requeued 1 effects\n"])
+  end
+
   it "5xx: retried with backoff under the same key until a 2xx; max attempts then quarantine" do
     emit("op_flaky", "flaky")
     emit("op_down", "down")
@@ -179,9 +212,11 @@ RSpec.describe "webhook-inbox-sidecar outbox", :sidecar do
     db.psql("UPDATE webhook_inbox_outbox SET status = 'quarantined' WHERE operation_id = 'op_s2'")
     status, out, = sidecar("stats", "--json", "--database-url", db.url)
     expect(status.exitstatus).to eq(0)
-    expect(JSON.parse(out)["outbox"]).to include("alpha" => include("pending" => 1, "quarantined" => 1, "delivered" => 0))
+    expect(JSON.parse(out)["outbox"]).to include("alpha" => include("pending" => 1, "quarantined" => 1, "delivered_last_hour" => 0))
+    expect(JSON.parse(out)["outbox"]["alpha"]).not_to have_key("delivered") # v7 counts the last hour only
     _, text, = sidecar("stats", "--database-url", db.url)
     expect(text).to include("destination=alpha pending=1 retrying=0 leased=0")
+    expect(text).to match(/destination=alpha .* quarantined=1 delivered_last_hour=0$/)
 
     status, out, = sidecar("--print-config", "--destination", "alpha=https://api.example/x concurrency=2",
                            env: { "WEBHOOK_INBOX_DEST_ALPHA_TOKEN" => "tok_hidden" })

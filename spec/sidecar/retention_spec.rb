@@ -4,8 +4,9 @@ require "net/http"
 require_relative "sidecar_helper"
 require_relative "../support/prometheus_text"
 
-# `run --retain AGE`: the sidecar prunes done events older than AGE by itself, in batches,
-# one sidecar of many at a time, never pending or quarantined rows, never below 3 days.
+# `run --retain AGE`: the sidecar prunes done events and delivered effects older than AGE by
+# itself, in batches, one sidecar of many at a time, never pending or quarantined rows, never
+# below 3 days. `prune --older-than` does the same once.
 RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
   before(:all) { @db = SidecarHelper::DB.new(TestDatabase.cluster) }
   let(:db) { @db }
@@ -21,26 +22,57 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
       INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, last_error, received_at, next_attempt_at) VALUES
         ('s', 'old-quarantined', 'x', '{}', 'quarantined', 'bad', now() - interval '40 days', now()),
         ('s', 'old-pending', 'no.route', '{}', 'pending', NULL, now() - interval '40 days', now() + interval '1 day');
+      TRUNCATE webhook_inbox_outbox;
+      INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, status, created_at, processed_at)
+      SELECT 'old-delivered-' || i, 'app', '{}', 'delivered', now() - interval '41 days', now() - interval '40 days'
+        FROM generate_series(1, 1200) i;
+      INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, status, created_at, processed_at, next_attempt_at) VALUES
+        ('recent-delivered', 'app', '{}', 'delivered', now() - interval '10 days', now() - interval '10 days', now()),
+        ('old-quarantined', 'app', '{}', 'quarantined', now() - interval '40 days', now() - interval '40 days', now()),
+        ('old-pending', 'app', '{}', 'pending', now() - interval '40 days', NULL, now() + interval '1 day');
     SQL
+  end
+
+  def effects
+    db.value("SELECT string_agg(operation_id, ',' ORDER BY operation_id) FROM webhook_inbox_outbox")
   end
 
   def retention_lines(log)
     File.read(log).lines.grep(/msg=retention /)
   end
 
-  it "deletes old done events in batches, logs one line with the count, keeps everything else" do
+  it "deletes old done events and old delivered effects in batches, logs one line with the counts, keeps everything else" do
     _pid, log = spawn_sidecar("run", "--database-url", db.url, "--retain", "30d", "--retain-interval", "1s",
                               "--metrics-listen", "127.0.0.1:0")
     line = wait_for(20, 0.1, "a retention run") { retention_lines(log).first }
-    expect(line).to match(/deleted=2500 older_than_s=2592000 batches=3 /) # 1000 + 1000 + 500
+    # events 1000 + 1000 + 500, then effects 1000 + 200
+    expect(line).to match(/deleted=2500 effects_deleted=1200 older_than_s=2592000 batches=5 /)
     expect(File.read(log)).to include("msg=retention_scheduled older_than_s=2592000 interval_s=1 first_in_s=1")
     rows = db.value("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox")
     expect(rows).to eq("old-pending,old-quarantined,recent-done")
+    expect(effects).to eq("old-pending,old-quarantined,recent-delivered") # never pending or quarantined
     wait_for(10, 0.1, "the next run") { retention_lines(log).size >= 2 }
-    expect(retention_lines(log)[1]).to include("deleted=0 ")
+    expect(retention_lines(log)[1]).to include("deleted=0 effects_deleted=0 ")
     host, port = File.read(log)[/msg=metrics_listening address=(\S+)/, 1].split(":")
     fams = PrometheusText.parse(Net::HTTP.get(host, "/metrics", port.to_i))
     expect(PrometheusText.value(fams, "webhook_inbox_retention_deleted_total")).to eq(2500)
+    expect(PrometheusText.value(fams, "webhook_inbox_retention_effects_deleted_total")).to eq(1200)
+  end
+
+  it "prune --older-than deletes old delivered effects too (through their partial index); an operation id emitted again is then a new effect" do
+    plan = db.value(<<~SQL)
+      SET enable_seqscan = off;
+      EXPLAIN SELECT operation_id FROM webhook_inbox_outbox
+       WHERE status = 'delivered' AND processed_at < now() - 2592000::double precision * interval '1 second' LIMIT 5000
+    SQL
+    expect(plan).to include("webhook_inbox_outbox_delivered_idx")
+    status, out, = sidecar("prune", "--older-than", "30d", "--scope", "elsewhere", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "pruned 0 (and 0 delivered effects)\n"]) # --scope: its events' effects only
+    status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "pruned 2500 (and 1200 delivered effects)\n"])
+    expect(effects).to eq("old-pending,old-quarantined,recent-delivered")
+    expect(db.value("SELECT webhook_inbox_emit('old-delivered-1', 'app', '{}')")).to eq("t")
+    expect(db.value("SELECT status FROM webhook_inbox_outbox WHERE operation_id = 'old-delivered-1'")).to eq("pending")
   end
 
   it "runs on one sidecar of many: the one holding the retention lock" do
