@@ -3,6 +3,7 @@
 require "json"
 require_relative "testing/signing"
 require_relative "testing/drain"
+require_relative "testing/effects"
 
 module WebhookInbox
   # Testing - helpers for an app's own tests (RSpec: require "webhook_inbox/testing/rspec";
@@ -12,6 +13,7 @@ module WebhookInbox
   #   post "/webhooks/stripe", params: body, headers: webhook_headers(:stripe, body, secret: "whsec_test")
   #   store_webhook_event(event_type: "payment_intent.succeeded", payload: { "id" => "evt_1", ... })
   #   drain_webhook_inbox   # => [#<Outcome event_id="evt_1" result="done" detail="paid">]
+  #   deliver_webhook_inbox_effects(:app_identity, to: "/effects/identity")  # integration tests
   module Testing
     # Signed headers for body as provider would send them (see Signing for each provider's options).
     def webhook_headers(provider, body, secret:, **options)
@@ -32,6 +34,20 @@ module WebhookInbox
     # in the current transaction, and returns their outcomes (see Drain).
     def drain_webhook_inbox(**options)
       Drain.run(::ActiveRecord::Base.connection, **options)
+    end
+
+    # In an integration test (or a request spec): POSTs every pending effect of destination
+    # to the path to: of this app, signed as the sidecar signs it, once each, and saves the
+    # answers as the sidecar would (see Effects). Returns the Deliveries (operation_id,
+    # status, body). secret: defaults to the one receive_effect checks.
+    def deliver_webhook_inbox_effects(destination, to:, secret: nil)
+      connection = ::ActiveRecord::Base.connection
+      key = Effects.secret(secret)
+      Effects.pending(connection, destination).map do |operation_id, payload|
+        post(to, params: payload, headers: Signing.standard_webhooks_headers(payload, secret: key, id: operation_id))
+        Effects.save(connection, operation_id, response.status, response.body)
+        Effects::Delivery.new(operation_id: operation_id, status: response.status, body: response.body)
+      end
     end
   end
 end

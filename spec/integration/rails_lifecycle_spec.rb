@@ -15,6 +15,7 @@ require "webhook_inbox/testing/signing"
 RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
   root = ReceiverHelpers::ROOT
   secret = LIFECYCLE_SECRET = "whsec_lifecycle"
+  effect_secret = "whsec_#{['lifecycle-effects-key'].pack('m0')}"
   scope = "stripe:acct_1:test"
 
   before(:all) do
@@ -98,6 +99,18 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     write("config/initializers/webhook_inbox.rb", <<~RUBY)
       WebhookInbox.configure do |c|
         c.endpoint(:stripe, secrets: [#{secret.inspect}], scope: #{scope.inspect}, tolerance: 300)
+        c.effect_secrets = [ENV.fetch("WEBHOOK_INBOX_EFFECT_SECRET", #{effect_secret.inspect})]
+      end
+    RUBY
+    # An event type routed to a destination (below): the app runs it in Ruby, once per event.
+    write("app/controllers/effects_controller.rb", <<~RUBY)
+      class EffectsController < ActionController::API
+        include WebhookInbox::Controller
+        def identity
+          receive_effect(:identity) do |effect|
+            ActiveRecord::Base.connection.exec_update("UPDATE orders SET status = 'refunded' WHERE id = \#{Integer(effect.payload.dig("payload", "order_id"))}")
+          end
+        end
       end
     RUBY
     write("app/controllers/webhooks_controller.rb", <<~RUBY)
@@ -109,6 +122,7 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     write("config/routes.rb", <<~RUBY)
       Rails.application.routes.draw do
         match "/webhooks/stripe", to: "webhooks#stripe", via: %i[get post]
+        post "/effects/identity", to: "effects#identity"
       end
     RUBY
     write("db/migrate/20260101000001_create_orders.rb", <<~RUBY)
@@ -230,18 +244,28 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
           assert_equal [["evt_test_pay", "done", "paid"]], outcomes.map { |o| [o.event_id, o.result, o.detail] }
           assert_equal "paid", ActiveRecord::Base.connection.select_value("SELECT status FROM orders WHERE id = \#{order}")
         end
+
+        test "an event routed to a destination runs the app's effect block once" do
+          order = ActiveRecord::Base.connection.select_value("INSERT INTO orders (amount, created_at, updated_at) VALUES (1000, now(), now()) RETURNING id")
+          store_webhook_event(event_type: "identity.verified", payload: { "id" => "evt_idv", "order_id" => order })
+          assert_equal [%w[evt_idv done]], drain_webhook_inbox.map { |o| [o.event_id, o.result] }
+          deliveries = deliver_webhook_inbox_effects(:app_identity, to: "/effects/identity")
+          assert_equal [[200, "done"]], deliveries.map { |d| [d.status, JSON.parse(d.body)["status"]] }
+          assert_equal "refunded", ActiveRecord::Base.connection.select_value("SELECT status FROM orders WHERE id = \#{order}")
+          assert_equal [], deliver_webhook_inbox_effects(:app_identity, to: "/effects/identity")
+        end
       end
     RUBY
     2.times do
       out = sh("bin/rails", "test")
-      expect(out).to match(/1 runs, \d+ assertions, 0 failures, 0 errors/)
+      expect(out).to match(/2 runs, \d+ assertions, 0 failures, 0 errors/)
     end
     expect(psql("SELECT count(*) FROM webhook_inbox", db: "shop_test")).to eq("0")
     # Parallel test databases (shop_test-0, -1) are built from db/schema.rb by each worker.
     helper = File.join(@app, "test/test_helper.rb")
     File.write(helper, File.read(helper).sub(/parallelize\(workers: :number_of_processors\)/, "parallelize(workers: 2, threshold: 0)"))
     out = sh("bin/rails", "test")
-    expect(out).to match(/Running 1 tests in parallel using 2 processes/).and match(/0 failures, 0 errors/)
+    expect(out).to match(/Running 2 tests in parallel using 2 processes/).and match(/0 failures, 0 errors/)
     expect(psql("SELECT webhook_inbox_route('payment_intent.succeeded')::text", db: "shop_test-1")).to eq("shop_on_payment")
 
     # structure.sql keeps the routes too.
