@@ -28,11 +28,12 @@ ALTER TABLE webhook_inbox_routes
 COMMENT ON COLUMN webhook_inbox_routes.destination IS
     'Outbox destination (a sidecar --destination NAME) that receives the event, for routes whose handler is webhook_inbox_deliver; NULL for SQL handlers.';
 
--- The destination of the route an event type takes: the same match as webhook_inbox_route()
--- (exact, else the longest 'prefix*', '*' last), NULL when that route names none.
-CREATE OR REPLACE FUNCTION webhook_inbox_route_destination(p_event_type text) RETURNS text
+-- The route an event type takes, whole: exact match first, else the longest 'prefix*'
+-- pattern, '*' last. The one definition of matching: webhook_inbox_route() (003's, with the
+-- same result) and webhook_inbox_route_destination() read its columns.
+CREATE OR REPLACE FUNCTION webhook_inbox_route_match(p_event_type text) RETURNS webhook_inbox_routes
 LANGUAGE sql STABLE AS $$
-    SELECT r.destination
+    SELECT r
       FROM webhook_inbox_routes r
      WHERE r.event_type = p_event_type
         OR (right(r.event_type, 1) = '*'
@@ -40,8 +41,18 @@ LANGUAGE sql STABLE AS $$
      ORDER BY (r.event_type = p_event_type) DESC, length(r.event_type) DESC
      LIMIT 1
 $$;
+COMMENT ON FUNCTION webhook_inbox_route_match(text) IS
+    'The routes row an event type takes: exact match, else the longest matching ''prefix*'' pattern (''*'' matches all); NULL when unrouted.';
+
+CREATE OR REPLACE FUNCTION webhook_inbox_route(p_event_type text) RETURNS regproc
+LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).handler $$;
+COMMENT ON FUNCTION webhook_inbox_route(text) IS
+    'The handler for an event type (webhook_inbox_route_match''s); NULL when unrouted.';
+
+CREATE OR REPLACE FUNCTION webhook_inbox_route_destination(p_event_type text) RETURNS text
+LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).destination $$;
 COMMENT ON FUNCTION webhook_inbox_route_destination(text) IS
-    'The destination named by the route an event type takes (same match as webhook_inbox_route), or NULL.';
+    'The destination named by the route an event type takes (webhook_inbox_route_match''s), or NULL.';
 
 -- The handler of destination routes: records one effect per event in the handler's
 -- transaction, so "event done" and "effect to deliver" commit together. Its operation id is
