@@ -1,5 +1,6 @@
 /* outbox.c - the deliverer: lease due effects per destination, POST them concurrently (libcurl
- * multi, per-destination limit), save each answer under the lease; stats and requeue. */
+ * multi, per-destination limit), save the answers under their leases (one statement for all
+ * those collected together); stats and requeue. */
 #define _POSIX_C_SOURCE 200809L
 #include "clock.h"
 #include "outbox.h"
@@ -23,6 +24,7 @@
 #include "hmac.h"
 #include "http_client.h"
 #include "log.h"
+#include "pgarray.h"
 #include "retry.h"
 #include "schema.h"
 #include "worker.h"
@@ -30,12 +32,18 @@
 #define RECONNECT_MIN_S 0.2
 #define RECONNECT_MAX_S 5.0
 #define SCHEMA_RETRY_S 3.0
+#define DONE_MAX 64                  /* answers held unsaved at most (the database away: more are dropped) */
+#define BATCH_MAX 64                 /* answers saved by one statement at most */
+#define BATCH_BODY_BYTES (256 * 1024) /* answer bytes per statement at most (the first one always goes) */
+#define SAVE_RETRY_S 1.0             /* a failing save (connection up) is tried again this often */
 
 static const struct wi_pg_stmt stmts[] = {
     {"wi_outbox_listen", "LISTEN webhook_inbox_outbox"},
     {"wi_outbox_claim", "SELECT operation_id, payload, attempts FROM webhook_inbox_outbox_claim($1, $2, $3, $4, $5)"},
-    {"wi_outbox_save", "SELECT new_status, new_attempts, retry_in_ms"
-                       " FROM webhook_inbox_outbox_save($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
+    {"wi_outbox_save_batch", "SELECT operation_id, new_status, new_attempts, retry_in_ms"
+                             " FROM webhook_inbox_outbox_save_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
+    /* The deliverer's commits (claims, saves) do not wait for the WAL flush; see connect_deliverer. */
+    {"wi_outbox_async_commit", "SET synchronous_commit = off"},
     {"wi_outbox_next_due", "SELECT webhook_inbox_outbox_next_due($1::text[])"},
 };
 
@@ -56,6 +64,7 @@ struct delivery {
     int attempts;              /* including this one */
     char *operation_id;
     double started;            /* monotonic seconds */
+    double finished;           /* monotonic seconds, when the answer was collected */
 };
 
 struct wi_outbox {
@@ -67,6 +76,13 @@ struct wi_outbox {
     char due_array[4096];      /* '{name,...}' for next_due */
     struct wi_http *http;
     struct wi_pg *pg;
+    struct wi_pgarray arr[6];  /* the batched save's per-delivery arguments, buffers reused */
+};
+
+/* The configuration a loop iteration works with (read under rt->lock). */
+struct knobs {
+    int max_attempts, log_events;
+    long long base_ms, cap_ms;
 };
 
 static atomic_long n_delivered, n_retry, n_quarantined, n_lease_lost;
@@ -235,58 +251,115 @@ static void judge(const struct wi_http_res *res, const struct dstate *ds, struct
     }
 }
 
-/* Saves one finished delivery. Returns 0 (saved, or the lease was lost: logged), or -1 when
- * the statement failed (*err; the caller keeps the result and retries after reconnecting). */
-static int save(struct wi_outbox *o, struct wi_http_res *res, int max_attempts, long long base_ms, long long cap_ms,
-                int log_events, struct wi_err *err)
+static void release(struct wi_http_res *res)
 {
     struct delivery *dl = res->user;
-    struct dstate *ds = &o->ds[dl->dest];
-    struct verdict v;
-    char status[16], retry_after[24], maxa[16], base[24], cap[24], id[160];
-    const char *params[10];
-    PGresult *r;
+    wi_http_res_free(res);
+    free(dl->operation_id);
+    free(dl);
+}
 
-    judge(res, ds, &v);
-    snprintf(status, sizeof status, "%ld", res->status);
-    snprintf(retry_after, sizeof retry_after, "%lld", res->retry_after_ms);
-    snprintf(maxa, sizeof maxa, "%d", max_attempts);
-    snprintf(base, sizeof base, "%lld", base_ms);
-    snprintf(cap, sizeof cap, "%lld", cap_ms);
-    if (res->body)
-        wi_outbox_text_sanitize(res->body, res->body_len);
-    params[0] = dl->operation_id;
-    params[1] = o->owner;
-    params[2] = v.result;
-    params[3] = v.error[0] ? v.error : NULL;
-    params[4] = res->status ? status : NULL;
-    params[5] = res->body;
-    params[6] = res->retry_after_ms >= 0 ? retry_after : NULL;
+/* Saves the first answers of done[0..n) - at most BATCH_MAX of them and BATCH_BODY_BYTES of
+ * bodies - with one statement (webhook_inbox_outbox_save_batch: one commit for the lot), then
+ * counts and logs each. Returns how many were saved (those whose lease was lost included:
+ * logged), or -1 when the statement failed (*err): nothing was saved, done is unchanged. */
+static int save_batch(struct wi_outbox *o, struct wi_http_res *done, int n, const struct knobs *k, struct wi_err *err)
+{
+    struct verdict v[BATCH_MAX];
+    int row_of[BATCH_MAX];
+    char maxa[16], base[24], cap[24];
+    const char *params[10];
+    size_t bytes = 0;
+    PGresult *r;
+    int m, i, j;
+
+    for (i = 0; i < 6; i++)
+        wi_pgarray_reset(&o->arr[i], 64 * 1024);
+    for (m = 0; m < n && m < BATCH_MAX; m++) {
+        struct wi_http_res *res = &done[m];
+        struct delivery *dl = res->user;
+        char status[16], retry_after[24];
+
+        if (m > 0 && bytes + res->body_len > BATCH_BODY_BYTES)
+            break;
+        bytes += res->body_len;
+        judge(res, &o->ds[dl->dest], &v[m]);
+        snprintf(status, sizeof status, "%ld", res->status);
+        snprintf(retry_after, sizeof retry_after, "%lld", res->retry_after_ms);
+        if (res->body)
+            wi_outbox_text_sanitize(res->body, res->body_len); /* idempotent: a retried save repeats it */
+        (void)wi_pgarray_add_str(&o->arr[0], dl->operation_id);
+        (void)wi_pgarray_add_str(&o->arr[1], v[m].result);
+        (void)wi_pgarray_add_str(&o->arr[2], v[m].error[0] ? v[m].error : NULL);
+        (void)wi_pgarray_add_str(&o->arr[3], res->status ? status : NULL);
+        (void)wi_pgarray_add(&o->arr[4], res->body, res->body_len);
+        (void)wi_pgarray_add_str(&o->arr[5], res->retry_after_ms >= 0 ? retry_after : NULL);
+    }
+    snprintf(maxa, sizeof maxa, "%d", k->max_attempts);
+    snprintf(base, sizeof base, "%lld", k->base_ms);
+    snprintf(cap, sizeof cap, "%lld", k->cap_ms);
+    params[0] = o->owner;
+    for (i = 0; i < 6; i++)
+        if (!(params[1 + i] = wi_pgarray_end(&o->arr[i])))
+            return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
     params[7] = maxa;
     params[8] = base;
     params[9] = cap;
-    if (!(r = wi_pg_exec(o->pg, "wi_outbox_save", 10, params, PGRES_TUPLES_OK, err)))
+    if (!(r = wi_pg_exec(o->pg, "wi_outbox_save_batch", 10, params, PGRES_TUPLES_OK, err)))
         return -1;
-    wi_log_quote(id, sizeof id, dl->operation_id, 120);
-    if (PQntuples(r) != 1 || PQgetisnull(r, 0, 0)) {
-        atomic_fetch_add(&n_lease_lost, 1);
-        log_warnx("effect_lease_lost", "operation_id=%s destination=%s note=\"another sidecar owns it now; this "
-                  "answer is not saved\"", id, ds->d->name);
-    } else {
-        const char *st = PQgetvalue(r, 0, 0);
+    /* Rows come in operation id order: match each to its delivery (the same id twice: in turn). */
+    for (i = 0; i < m; i++)
+        row_of[i] = -1;
+    for (j = 0; j < PQntuples(r); j++)
+        for (i = 0; i < m; i++)
+            if (row_of[i] < 0 && !strcmp(PQgetvalue(r, j, 0), ((struct delivery *)done[i].user)->operation_id)) {
+                row_of[i] = j;
+                break;
+            }
+    for (i = 0; i < m; i++) {
+        struct wi_http_res *res = &done[i];
+        struct delivery *dl = res->user;
+        const char *dname = o->ds[dl->dest].d->name, *st;
+        char id[160];
+
+        j = row_of[i];
+        wi_log_quote(id, sizeof id, dl->operation_id, 120);
+        if (j < 0 || PQgetisnull(r, j, 1)) {
+            atomic_fetch_add(&n_lease_lost, 1);
+            log_warnx("effect_lease_lost", "operation_id=%s destination=%s note=\"another sidecar owns it now; this "
+                      "answer is not saved\"", id, dname);
+            continue;
+        }
+        st = PQgetvalue(r, j, 1);
         if (!strcmp(st, "delivered"))
             atomic_fetch_add(&n_delivered, 1);
         else if (!strcmp(st, "quarantined"))
             atomic_fetch_add(&n_quarantined, 1);
         else
             atomic_fetch_add(&n_retry, 1);
-        if (log_events || strcmp(st, "delivered"))
+        if (k->log_events || strcmp(st, "delivered"))
             log_info("effect", "operation_id=%s destination=%s outcome=%s status=%ld attempts=%s latency_ms=%.1f%s%s "
-                     "error=%s", id, ds->d->name, st, res->status, PQgetvalue(r, 0, 1), (wi_clock_s() - dl->started) * 1000,
-                     PQgetisnull(r, 0, 2) ? "" : " retry_in_ms=", PQgetisnull(r, 0, 2) ? "" : PQgetvalue(r, 0, 2),
-                     WI_LOG_Q(v.error[0] ? v.error : "-"));
+                     "error=%s", id, dname, st, res->status, PQgetvalue(r, j, 2), (dl->finished - dl->started) * 1000,
+                     PQgetisnull(r, j, 3) ? "" : " retry_in_ms=", PQgetisnull(r, j, 3) ? "" : PQgetvalue(r, j, 3),
+                     WI_LOG_Q(v[i].error[0] ? v[i].error : "-"));
     }
     PQclear(r);
+    return m;
+}
+
+/* Saves done[0..*n) in batches, releasing and removing what was saved. Returns 0 when all
+ * is saved, or -1 when a statement failed (*err; the rest stays in done, in order). */
+static int flush(struct wi_outbox *o, struct wi_http_res *done, int *n, const struct knobs *k, struct wi_err *err)
+{
+    while (*n > 0) {
+        int m = save_batch(o, done, *n, k, err), i;
+        if (m < 0)
+            return -1;
+        for (i = 0; i < m; i++)
+            release(&done[i]);
+        memmove(done, done + m, (size_t)(*n - m) * sizeof *done);
+        *n -= m;
+    }
     return 0;
 }
 
@@ -307,7 +380,21 @@ static struct wi_pg *connect_deliverer(struct wi_outbox *o, int *refused, struct
         wi_pg_free(pg);
         return NULL;
     }
+    /* synchronous_commit = off for this session only: a claim's or a save's COMMIT returns
+     * before its WAL is flushed (the WAL writer flushes within wal_writer_delay, 200 ms by
+     * default), so the deliverer waits for no fsync per statement. Safe because every
+     * transaction it commits is one the design already expects to lose: in a PostgreSQL crash
+     * (not a sidecar's, not a client's: acknowledged commits are not lost then) the last
+     * claims and saves may vanish. A lost save leaves the effect pending under an expired
+     * lease: it is delivered again with the same Idempotency-Key, exactly as after a sidecar
+     * killed between the answer and its save (the designed recovery path; the destination's
+     * idempotency makes it one effect). A lost claim only means its attempt is not counted:
+     * the attempt count can be one lower than the deliveries made (so one more delivery than
+     * --max-attempts is possible), and a lost quarantine by the claim is redone by the next.
+     * Nothing else in the database depends on these rows being durable (the workers' own
+     * transactions keep synchronous_commit as configured). */
     if (wi_pg_prepare(pg, stmts, (int)(sizeof stmts / sizeof stmts[0]), err) < 0 ||
+        wi_pg_cmd(pg, "wi_outbox_async_commit", 0, NULL, err) < 0 ||
         wi_pg_cmd(pg, "wi_outbox_listen", 0, NULL, err) < 0) {
         wi_pg_free(pg);
         return NULL;
@@ -331,34 +418,67 @@ static double next_due(struct wi_outbox *o, double poll_interval)
     return due < 0 ? 0 : due;
 }
 
+/* The answers collected, then saved together. On a failure with the connection up they
+ * stay (logged once, tried again every SAVE_RETRY_S); with the connection down they wait for
+ * the reconnect. */
+static void save_done(struct wi_outbox *o, struct wi_http_res *done, int *ndone, int *failing,
+                      const struct knobs *k)
+{
+    struct wi_err err;
+    int i;
+
+    if (!o->pg || *ndone == 0)
+        return;
+    if (flush(o, done, ndone, k, &err) == 0) {
+        *failing = 0;
+        return;
+    }
+    if (!wi_pg_ok(o->pg)) {
+        log_warnx("outbox_connection_lost", "in=save unsaved=%d", *ndone);
+        wi_pg_free(o->pg);
+        o->pg = NULL;
+        return;
+    }
+    if (!*failing)
+        for (i = 0; i < *ndone; i++) {
+            char id[160];
+            log_warnx("effect_save_failed", "operation_id=%s error=%s note=\"kept; saved again shortly\"",
+                      wi_log_quote(id, sizeof id, ((struct delivery *)done[i].user)->operation_id, 120),
+                      WI_LOG_Q(err.msg));
+        }
+    *failing = 1;
+}
+
 static void *deliverer_main(void *arg)
 {
     struct wi_outbox *o = arg;
     struct wi_runtime *rt = o->rt;
-    struct wi_http_res unsaved[64];  /* finished, not yet saved (the connection was down) */
-    int nunsaved = 0, i, in_flight = 0, refused_logged = 0;
+    /* Finished, not yet saved: the answers collected in this iteration, and those waiting
+     * for the connection (it was down, or a save failed). */
+    struct wi_http_res done[DONE_MAX];
+    int ndone = 0, save_failing = 0, i, in_flight = 0, refused_logged = 0;
     double reconnect_delay = RECONNECT_MIN_S, due_at = 0;
     uint64_t rng = (uint64_t)time(NULL) ^ (uint64_t)getpid() ^ 0x5DEECE66Dull;
 
     log_info("outbox_starting", "destinations=%d owner=%s", o->nds, o->owner);
     for (;;) {
-        int max_attempts, log_events, claimed = 0;
-        long long base_ms, cap_ms;
+        int claimed = 0;
+        struct knobs k;
         double poll_interval, timeout;
         struct pollfd extra[2];
         struct wi_err err;
         int stopping = atomic_load(&rt->stopping);
 
         pthread_mutex_lock(&rt->lock);
-        max_attempts = rt->cfg.max_attempts;
-        base_ms = llround(rt->cfg.backoff_base * 1000);
-        cap_ms = llround(rt->cfg.backoff_cap * 1000);
+        k.max_attempts = rt->cfg.max_attempts;
+        k.base_ms = llround(rt->cfg.backoff_base * 1000);
+        k.cap_ms = llround(rt->cfg.backoff_cap * 1000);
+        k.log_events = rt->cfg.log_events;
         poll_interval = rt->cfg.poll_interval;
-        log_events = rt->cfg.log_events;
         pthread_mutex_unlock(&rt->lock);
 
         in_flight = wi_http_in_flight(o->http);
-        if (stopping && in_flight == 0 && (nunsaved == 0 || !o->pg))
+        if (stopping && in_flight == 0 && (ndone == 0 || !o->pg))
             break;
 
         if (!o->pg) {
@@ -384,24 +504,18 @@ static void *deliverer_main(void *arg)
                 goto collect;
             }
             refused_logged = 0;
+            save_failing = 0;
             for (i = 0; i < o->nds; i++)
                 o->ds[i].maybe_due = 1;
             log_info("outbox_connected", "owner=%s", o->owner);
         }
 
-        /* Answers that could not be saved while the connection was down. */
-        while (nunsaved > 0) {
-            if (save(o, &unsaved[nunsaved - 1], max_attempts, base_ms, cap_ms, log_events, &err) < 0)
-                break;
-            wi_http_res_free(&unsaved[nunsaved - 1]);
-            free(((struct delivery *)unsaved[nunsaved - 1].user)->operation_id);
-            free(unsaved[nunsaved - 1].user);
-            nunsaved--;
-        }
-        if (nunsaved > 0 && !wi_pg_ok(o->pg))
-            goto lost;
+        /* Answers kept while the connection was down, or after a failed save. */
+        save_done(o, done, &ndone, &save_failing, &k);
+        if (!o->pg)
+            goto collect;
 
-        if (!stopping && nunsaved == 0) {
+        if (!stopping && ndone == 0) {
             if (wi_clock_s() >= due_at)
                 for (i = 0; i < o->nds; i++)
                     o->ds[i].maybe_due = 1;
@@ -409,7 +523,7 @@ static void *deliverer_main(void *arg)
                 int n;
                 if (!o->ds[i].maybe_due || o->ds[i].in_flight >= o->ds[i].limit)
                     continue;
-                if ((n = claim(o, i, max_attempts, &err)) < 0) {
+                if ((n = claim(o, i, k.max_attempts, &err)) < 0) {
                     log_warnx("outbox_claim_failed", "destination=%s error=%s", o->ds[i].d->name, WI_LOG_Q(err.msg));
                     if (!wi_pg_ok(o->pg))
                         goto lost;
@@ -421,7 +535,7 @@ static void *deliverer_main(void *arg)
             reconnect_delay = RECONNECT_MIN_S;
         }
         in_flight = wi_http_in_flight(o->http);
-        if (rt->cfg.once && claimed == 0 && in_flight == 0 && nunsaved == 0 && atomic_load(&rt->alive) <= 1)
+        if (rt->cfg.once && claimed == 0 && in_flight == 0 && ndone == 0 && atomic_load(&rt->alive) <= 1)
             break;
 
         /* Wait for answers, a NOTIFY, the next due effect or a stop. */
@@ -429,7 +543,9 @@ static void *deliverer_main(void *arg)
         for (i = 0; i < o->nds; i++)
             if (o->ds[i].maybe_due && o->ds[i].in_flight < o->ds[i].limit)
                 break;
-        if (i == o->nds) {
+        if (ndone > 0) { /* saves failing: no claims; try again shortly */
+            timeout = SAVE_RETRY_S;
+        } else if (i == o->nds) {
             double due = next_due(o, rt->cfg.once ? 0.05 : poll_interval);
             due_at = wi_clock_s() + due;
             timeout = due;
@@ -452,7 +568,7 @@ static void *deliverer_main(void *arg)
         }
         goto collect;
     lost:
-        log_warnx("outbox_connection_lost", "in_flight=%d unsaved=%d", wi_http_in_flight(o->http), nunsaved);
+        log_warnx("outbox_connection_lost", "in_flight=%d unsaved=%d", wi_http_in_flight(o->http), ndone);
         wi_pg_free(o->pg);
         o->pg = NULL;
     collect:
@@ -462,43 +578,28 @@ static void *deliverer_main(void *arg)
             if (!wi_http_next(o->http, &res))
                 break;
             dl = res.user;
+            dl->finished = wi_clock_s();
             o->ds[dl->dest].in_flight--;
             o->ds[dl->dest].maybe_due = 1; /* a slot is free */
-            if (o->pg && nunsaved == 0 && save(o, &res, max_attempts, base_ms, cap_ms, log_events, &err) == 0) {
-                wi_http_res_free(&res);
-                free(dl->operation_id);
-                free(dl);
-                continue;
-            }
-            if (o->pg && !wi_pg_ok(o->pg)) {
-                log_warnx("outbox_connection_lost", "in=save");
-                wi_pg_free(o->pg);
-                o->pg = NULL;
-            } else if (o->pg && nunsaved == 0) {
-                char id[160];
-                log_warnx("effect_save_failed", "operation_id=%s error=%s note=\"kept; saved again shortly\"",
-                          wi_log_quote(id, sizeof id, dl->operation_id, 120), WI_LOG_Q(err.msg));
-            }
-            if (nunsaved < (int)(sizeof unsaved / sizeof unsaved[0])) {
-                unsaved[nunsaved++] = res;
+            if (ndone == DONE_MAX && !save_failing)
+                save_done(o, done, &ndone, &save_failing, &k);
+            if (ndone < DONE_MAX) {
+                done[ndone++] = res;
             } else { /* bounded: its lease expires and the delivery is repeated with the same key */
                 char id[160];
                 log_warnx("effect_unsaved", "operation_id=%s note=\"dropped while the database is away; redelivered "
                           "with the same Idempotency-Key after its lease\"", wi_log_quote(id, sizeof id, dl->operation_id, 120));
-                wi_http_res_free(&res);
-                free(dl->operation_id);
-                free(dl);
+                release(&res);
             }
         }
+        if (!save_failing)
+            save_done(o, done, &ndone, &save_failing, &k);
     }
-    for (i = 0; i < nunsaved; i++) {
-        wi_http_res_free(&unsaved[i]);
-        free(((struct delivery *)unsaved[i].user)->operation_id);
-        free(unsaved[i].user);
-    }
-    if (nunsaved)
+    for (i = 0; i < ndone; i++)
+        release(&done[i]);
+    if (ndone)
         log_warnx("outbox_unsaved_at_exit", "effects=%d note=\"redelivered with the same Idempotency-Key after their "
-                  "lease\"", nunsaved);
+                  "lease\"", ndone);
     log_info("outbox_exit", "delivered=%ld retry=%ld quarantined=%ld lease_lost=%ld", atomic_load(&n_delivered),
              atomic_load(&n_retry), atomic_load(&n_quarantined), atomic_load(&n_lease_lost));
     atomic_fetch_sub(&rt->alive, 1);
@@ -521,6 +622,8 @@ static void outbox_free(struct wi_outbox *o)
         wi_hmac_key_free(o->ds[i].key);
     }
     free(o->ds);
+    for (i = 0; i < 6; i++)
+        wi_pgarray_free(&o->arr[i]);
     wi_http_free(o->http);
     wi_pg_free(o->pg);
     free(o);
