@@ -1,7 +1,8 @@
 -- 007_outbox_routes.sql - schema version 7: event types routed straight to an outbox
 -- destination (no SQL handler: the Rails app's receive_effect block runs once per event, with
--- the sidecar's retries and backoff), the deliverer's batched save, and outbox stats that read
--- only pending, quarantined and last-hour rows.
+-- the sidecar's retries and backoff), a claim whose cost does not grow with the backlog, the
+-- deliverer's batched save, and outbox stats that read only pending, quarantined and last-hour
+-- rows.
 -- Idempotent: safe to re-run. Applied after 001..006 by `webhook-inbox-sidecar migrate` and
 -- the Rails generator.
 --
@@ -73,6 +74,54 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_deliver(webhook_inbox) IS
     'Handler for routes with a destination: records the event as one outbox effect (operation id event_<sha256(scope, event id)>) delivered by the sidecar; fails (retried) when the route names no destination.';
+
+-- The claim (same signature and rows as v6) without the sweep that made it cost as much as
+-- the pending backlog: v6 first quarantined every pending effect of the destination at
+-- --max-attempts with a free lease, and found none in a scan of all pending rows, at every
+-- claim (a backlog of 20000 took 2 ms per claim of 8). Now the due rows it picks (one
+-- ordered index range, LIMIT p_limit, SKIP LOCKED) are split: those at the maximum are
+-- quarantined (their last allowed delivery was started and never saved, or --max-attempts was
+-- lowered), the others leased. Such an effect is quarantined once due, not earlier, and takes
+-- one of the p_limit rows (the claim returns fewer: the sidecar claims again at once).
+CREATE OR REPLACE FUNCTION webhook_inbox_outbox_claim(
+        p_destination text, p_limit integer, p_owner text, p_lease_ms bigint, p_max_attempts integer)
+RETURNS TABLE (operation_id text, payload text, attempts integer)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_owner IS NULL OR p_lease_ms IS NULL OR p_lease_ms < 1
+       OR p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'webhook_inbox: limit, lease and max attempts must be >= 1, owner non-NULL' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH due AS (
+        SELECT c.operation_id, c.attempts >= p_max_attempts AS spent
+          FROM webhook_inbox_outbox c
+         WHERE c.destination = p_destination AND c.status = 'pending' AND c.next_attempt_at <= now()
+           AND (c.lease_until IS NULL OR c.lease_until < clock_timestamp())
+         ORDER BY c.next_attempt_at, c.created_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    ), quarantined AS (
+        UPDATE webhook_inbox_outbox o
+           SET status = 'quarantined', processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL,
+               last_error = left(CASE WHEN o.lease_until IS NULL THEN 'max attempts reached'
+                                      ELSE 'max attempts reached; the last delivery was never saved (sidecar stopped): outcome unknown'
+                                 END || coalesce(' (before: ' || o.last_error || ')', ''), 1000)
+          FROM due
+         WHERE o.operation_id = due.operation_id AND due.spent
+        RETURNING o.operation_id
+    )
+    UPDATE webhook_inbox_outbox o
+       SET attempts = o.attempts + 1, lease_owner = p_owner,
+           lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
+           last_attempt_at = clock_timestamp()
+      FROM due
+     WHERE o.operation_id = due.operation_id AND NOT due.spent
+    RETURNING o.operation_id, o.payload::text, o.attempts;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_outbox_claim(text, integer, text, bigint, integer) IS
+    'Sidecar v6: lease up to p_limit due pending effects of one destination to p_owner for p_lease_ms (attempts + 1 each); due effects already at p_max_attempts (last delivery never saved) are quarantined instead, and not returned. Args: destination, limit, owner, lease ms, max attempts.';
 
 -- The deliverer's save for every answer it has collected: one statement and one commit for
 -- the lot. Each element is exactly webhook_inbox_outbox_save(); rows are taken in operation
