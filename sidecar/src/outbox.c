@@ -36,6 +36,7 @@
 #define BATCH_MAX 64                 /* answers saved by one statement at most */
 #define BATCH_BODY_BYTES (256 * 1024) /* answer bytes per statement at most (the first one always goes) */
 #define SAVE_RETRY_S 1.0             /* a failing save (connection up) is tried again this often */
+#define LEASE_MARGIN_S 0.5           /* a queued effect starts only with its timeout + this left of its lease */
 
 static const struct wi_pg_stmt stmts[] = {
     {"wi_outbox_listen", "LISTEN webhook_inbox_outbox"},
@@ -47,12 +48,25 @@ static const struct wi_pg_stmt stmts[] = {
     {"wi_outbox_next_due", "SELECT webhook_inbox_outbox_next_due($1::text[])"},
 };
 
-/* Per destination, derived once from the configuration at start. */
+/* A claimed effect waiting for a free slot (claimed ahead). */
+struct queued {
+    struct delivery *dl;
+    char *payload;             /* owned */
+    size_t len;
+    double lease_end;          /* monotonic seconds; from before the claim was sent (early, never late) */
+};
+
+/* Per destination, derived once from the configuration at start. Invariants:
+ * in_flight <= limit; in_flight + nqueued <= limit + ahead() <= qcap = 2 * limit at a claim;
+ * q[(qhead + k) % qcap] for k < nqueued are the queued effects, oldest claim first. */
 struct dstate {
     const struct wi_dest *d;
     int limit;                 /* deliveries in flight at most */
     int in_flight;
     int maybe_due;             /* a claim may find something: a NOTIFY, a freed slot, a timer */
+    struct queued *q;          /* qcap entries: claimed, waiting for a slot */
+    int qcap, qhead, nqueued;
+    double latency;            /* recent answers' latency in s (max, decaying): gates claiming ahead */
     long timeout_ms, connect_ms, lease_ms;
     char *auth;                /* "Authorization: Bearer ..." or NULL; wiped on free */
     struct wi_hmac_key *key;   /* Standard Webhooks signing key, or NULL */
@@ -190,17 +204,63 @@ fail: {
 }
 }
 
-/* Claims up to the free slots of destination i and starts them. Returns how many were
- * claimed, or -1 when the statement failed (*err). */
+/* How many effects destination i may hold beyond its free slots (claimed, queued). The next
+ * claim is sent while the slots are busy, so a freed slot starts the next POST at once
+ * instead of after a save and a claim. Only while answers come well within the lease: a
+ * queued effect waits for a slot (up to one answer's latency) and must still have its timeout
+ * left of its lease when it starts, or it is dropped (its attempt spent). */
+static int ahead(const struct dstate *ds)
+{
+    double slack = (double)(ds->lease_ms - ds->timeout_ms) / 1000 - LEASE_MARGIN_S;
+    return slack >= 2 * ds->latency ? ds->limit : 0;
+}
+
+/* Starts queued effects of destination i while it has free slots. An effect whose lease
+ * ends before its timeout would is not started (another sidecar could claim it during the
+ * call): logged and dropped, it is claimed again after its lease. */
+static void start_queued(struct wi_outbox *o, int i)
+{
+    struct dstate *ds = &o->ds[i];
+    double now = wi_clock_s();
+
+    while (ds->nqueued > 0 && ds->in_flight < ds->limit) {
+        struct queued *qe = &ds->q[ds->qhead];
+        ds->qhead = (ds->qhead + 1) % ds->qcap;
+        ds->nqueued--;
+        if (qe->lease_end - now < (double)ds->timeout_ms / 1000 + LEASE_MARGIN_S) {
+            char id[160];
+            log_warnx("effect_lease_expiring", "operation_id=%s destination=%s lease_left_s=%.1f note=\"not started: "
+                      "its lease would end during the call; claimed again after it\"",
+                      wi_log_quote(id, sizeof id, qe->dl->operation_id, 120), ds->d->name, qe->lease_end - now);
+            free(qe->dl->operation_id);
+            free(qe->dl);
+        } else {
+            (void)start(o, qe->dl, qe->payload, qe->len);
+        }
+        free(qe->payload);
+        qe->dl = NULL;
+        qe->payload = NULL;
+    }
+}
+
+/* Room for more claimed effects at destination i: free slots plus ahead() minus the queue. */
+static int room(const struct dstate *ds)
+{
+    return ds->limit + ahead(ds) - ds->in_flight - ds->nqueued;
+}
+
+/* Claims up to room() effects of destination i, queues them and starts what the free slots
+ * take. Returns how many were claimed, or -1 when the statement failed (*err). */
 static int claim(struct wi_outbox *o, int i, int max_attempts, struct wi_err *err)
 {
     struct dstate *ds = &o->ds[i];
     char limit[16], lease[24], maxa[16];
     const char *params[5] = {ds->d->name, limit, o->owner, lease, maxa};
     PGresult *res;
-    int want = ds->limit - ds->in_flight, n, r;
+    int want = room(ds), n, r;
+    double lease_end = wi_clock_s() + (double)ds->lease_ms / 1000;
 
-    if (want <= 0)
+    if (want <= 0) /* so the queue (qcap) never overflows */
         return 0;
     snprintf(limit, sizeof limit, "%d", want);
     snprintf(lease, sizeof lease, "%ld", ds->lease_ms);
@@ -210,17 +270,27 @@ static int claim(struct wi_outbox *o, int i, int max_attempts, struct wi_err *er
     n = PQntuples(res);
     for (r = 0; r < n; r++) {
         struct delivery *dl = calloc(1, sizeof *dl);
-        if (!dl || !(dl->operation_id = strdup(PQgetvalue(res, r, 0)))) {
+        struct queued *qe = &ds->q[(ds->qhead + ds->nqueued) % ds->qcap];
+        size_t len = (size_t)PQgetlength(res, r, 1);
+
+        if (!dl || !(dl->operation_id = strdup(PQgetvalue(res, r, 0))) || !(qe->payload = malloc(len + 1))) {
+            if (dl)
+                free(dl->operation_id);
             free(dl);
             log_warnx("out_of_memory", "note=\"the effect's lease will expire\"");
             continue;
         }
+        memcpy(qe->payload, PQgetvalue(res, r, 1), len + 1);
+        qe->len = len;
+        qe->dl = dl;
+        qe->lease_end = lease_end;
         dl->dest = i;
         dl->attempts = atoi(PQgetvalue(res, r, 2));
-        (void)start(o, dl, PQgetvalue(res, r, 1), (size_t)PQgetlength(res, r, 1));
+        ds->nqueued++;
     }
     PQclear(res);
     ds->maybe_due = n >= want; /* a full claim may have left more behind */
+    start_queued(o, i);
     return n;
 }
 
@@ -456,7 +526,7 @@ static void *deliverer_main(void *arg)
     /* Finished, not yet saved: the answers collected in this iteration, and those waiting
      * for the connection (it was down, or a save failed). */
     struct wi_http_res done[DONE_MAX];
-    int ndone = 0, save_failing = 0, i, in_flight = 0, refused_logged = 0;
+    int ndone = 0, save_failing = 0, i, in_flight = 0, nqueued = 0, refused_logged = 0;
     double reconnect_delay = RECONNECT_MIN_S, due_at = 0;
     uint64_t rng = (uint64_t)time(NULL) ^ (uint64_t)getpid() ^ 0x5DEECE66Dull;
 
@@ -478,7 +548,11 @@ static void *deliverer_main(void *arg)
         pthread_mutex_unlock(&rt->lock);
 
         in_flight = wi_http_in_flight(o->http);
-        if (stopping && in_flight == 0 && (ndone == 0 || !o->pg))
+        nqueued = 0;
+        for (i = 0; i < o->nds; i++)
+            nqueued += o->ds[i].nqueued;
+        /* Stopping: no new claims; what is claimed is delivered (queued effects as slots free). */
+        if (stopping && in_flight == 0 && nqueued == 0 && (ndone == 0 || !o->pg))
             break;
 
         if (!o->pg) {
@@ -521,7 +595,7 @@ static void *deliverer_main(void *arg)
                     o->ds[i].maybe_due = 1;
             for (i = 0; i < o->nds; i++) {
                 int n;
-                if (!o->ds[i].maybe_due || o->ds[i].in_flight >= o->ds[i].limit)
+                if (!o->ds[i].maybe_due || room(&o->ds[i]) <= 0)
                     continue;
                 if ((n = claim(o, i, k.max_attempts, &err)) < 0) {
                     log_warnx("outbox_claim_failed", "destination=%s error=%s", o->ds[i].d->name, WI_LOG_Q(err.msg));
@@ -535,17 +609,23 @@ static void *deliverer_main(void *arg)
             reconnect_delay = RECONNECT_MIN_S;
         }
         in_flight = wi_http_in_flight(o->http);
-        if (rt->cfg.once && claimed == 0 && in_flight == 0 && ndone == 0 && atomic_load(&rt->alive) <= 1)
+        if (rt->cfg.once && claimed == 0 && in_flight == 0 && nqueued == 0 && ndone == 0 &&
+            atomic_load(&rt->alive) <= 1)
             break;
 
-        /* Wait for answers, a NOTIFY, the next due effect or a stop. */
-        timeout = 0;
-        for (i = 0; i < o->nds; i++)
-            if (o->ds[i].maybe_due && o->ds[i].in_flight < o->ds[i].limit)
-                break;
+        /* Wait for answers, a NOTIFY, the next due effect or a stop. A destination that may
+         * have more due and has room is claimed from at once; one that has no room waits for
+         * an answer (which wakes this wait); one that had nothing due needs the timer. */
+        timeout = poll_interval;
+        for (i = 0; i < o->nds && !stopping; i++) {
+            if (o->ds[i].maybe_due && room(&o->ds[i]) > 0)
+                timeout = 0;
+            else if (!o->ds[i].maybe_due && timeout > 0)
+                timeout = -1;
+        }
         if (ndone > 0) { /* saves failing: no claims; try again shortly */
             timeout = SAVE_RETRY_S;
-        } else if (i == o->nds) {
+        } else if (timeout < 0) {
             double due = next_due(o, rt->cfg.once ? 0.05 : poll_interval);
             due_at = wi_clock_s() + due;
             timeout = due;
@@ -575,12 +655,15 @@ static void *deliverer_main(void *arg)
         for (;;) {
             struct wi_http_res res;
             struct delivery *dl;
+            struct dstate *ds;
             if (!wi_http_next(o->http, &res))
                 break;
             dl = res.user;
             dl->finished = wi_clock_s();
-            o->ds[dl->dest].in_flight--;
-            o->ds[dl->dest].maybe_due = 1; /* a slot is free */
+            ds = &o->ds[dl->dest];
+            ds->in_flight--;
+            ds->maybe_due = 1; /* a slot is free */
+            ds->latency = dl->finished - dl->started > ds->latency * 0.9 ? dl->finished - dl->started : ds->latency * 0.9;
             if (ndone == DONE_MAX && !save_failing)
                 save_done(o, done, &ndone, &save_failing, &k);
             if (ndone < DONE_MAX) {
@@ -592,6 +675,9 @@ static void *deliverer_main(void *arg)
                 release(&res);
             }
         }
+        /* The freed slots take queued effects before the save: those POSTs run meanwhile. */
+        for (i = 0; i < o->nds; i++)
+            start_queued(o, i);
         if (!save_failing)
             save_done(o, done, &ndone, &save_failing, &k);
     }
@@ -613,6 +699,15 @@ static void outbox_free(struct wi_outbox *o)
     if (!o)
         return;
     for (i = 0; o->ds && i < o->nds; i++) {
+        struct dstate *ds = &o->ds[i];
+        for (; ds->q && ds->nqueued > 0; ds->nqueued--) { /* claimed, never started: their leases expire */
+            struct queued *qe = &ds->q[ds->qhead];
+            ds->qhead = (ds->qhead + 1) % ds->qcap;
+            free(qe->payload);
+            free(qe->dl->operation_id);
+            free(qe->dl);
+        }
+        free(ds->q);
         if (o->ds[i].auth) {
             volatile char *p = o->ds[i].auth;
             while (*p)
@@ -655,6 +750,9 @@ static int setup(struct wi_outbox *o, struct wi_err *err)
         ds->connect_ms = (long)llround((d->connect_timeout > 0 ? d->connect_timeout : cfg->destination_connect_timeout) * 1000);
         ds->lease_ms = (long)llround(lease * 1000);
         ds->maybe_due = 1;
+        ds->qcap = 2 * ds->limit;
+        if (!(ds->q = calloc((size_t)ds->qcap, sizeof *ds->q)))
+            return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
         if (d->token) {
             size_t n = strlen(d->token) + sizeof "Authorization: Bearer ";
             if (!(ds->auth = malloc(n)))
