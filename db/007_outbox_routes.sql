@@ -1,8 +1,8 @@
 -- 007_outbox_routes.sql - schema version 7: event types routed straight to an outbox
 -- destination (no SQL handler: the Rails app's receive_effect block runs once per event, with
--- the sidecar's retries and backoff), a claim whose cost does not grow with the backlog, the
--- deliverer's batched save, and outbox stats that read only pending, quarantined and last-hour
--- rows.
+-- the sidecar's retries and backoff), a claim and a save whose cost does not grow with the
+-- backlog, the deliverer's batched save, and outbox stats that read only pending, quarantined
+-- and last-hour rows.
 -- Idempotent: safe to re-run. Applied after 001..006 by `webhook-inbox-sidecar migrate` and
 -- the Rails generator.
 --
@@ -122,6 +122,59 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_claim(text, integer, text, bigint, integer) IS
     'Sidecar v6: lease up to p_limit due pending effects of one destination to p_owner for p_lease_ms (attempts + 1 each); due effects already at p_max_attempts (last delivery never saved) are quarantined instead, and not returned. Args: destination, limit, owner, lease ms, max attempts.';
+
+-- The save of one delivery (same signature, rows and effect as v6), its row found by primary
+-- key only: v6 also put status = 'pending' and the owner in the locking SELECT, and the
+-- planner took the pending partial index for it, reading every pending effect at every save
+-- (130 us per save with a backlog of a few thousand, growing with it).
+CREATE OR REPLACE FUNCTION webhook_inbox_outbox_save(
+        p_operation_id text, p_owner text, p_result text, p_error text, p_status integer, p_body text,
+        p_retry_after_ms bigint, p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint,
+        OUT new_status text, OUT new_attempts integer, OUT retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    seen integer;
+    cur_status text;
+    cur_owner text;
+    delay_ms bigint;
+BEGIN
+    IF p_result IS NULL OR p_result NOT IN ('delivered', 'retry', 'quarantine') THEN
+        RAISE EXCEPTION 'webhook_inbox: p_result must be delivered, retry or quarantine, not %', p_result
+              USING ERRCODE = '22023';
+    END IF;
+    -- By primary key only, then checked: with status and owner in the WHERE the planner may
+    -- walk the pending partial index instead (every pending row, at every save).
+    SELECT o.attempts, o.status, o.lease_owner INTO seen, cur_status, cur_owner FROM webhook_inbox_outbox o
+     WHERE o.operation_id = p_operation_id
+       FOR UPDATE;
+    IF NOT FOUND OR cur_status <> 'pending' OR cur_owner IS DISTINCT FROM p_owner THEN
+        RETURN;
+    END IF;
+    IF p_result = 'retry' THEN
+        delay_ms := greatest(webhook_inbox_retry_delay_ms(seen - 1, p_backoff_base_ms, p_backoff_cap_ms),
+                             least(coalesce(p_retry_after_ms, 0), 86400000));
+    END IF;
+    UPDATE webhook_inbox_outbox o
+       SET status = CASE WHEN p_result = 'delivered' THEN 'delivered'
+                         WHEN p_result = 'quarantine' OR seen >= p_max_attempts THEN 'quarantined'
+                         ELSE 'pending' END,
+           lease_owner = NULL, lease_until = NULL,
+           last_error = CASE WHEN p_result = 'delivered' THEN NULL ELSE left(p_error, 1000) END,
+           response_status = p_status,
+           response_excerpt = left(p_body, 1000),
+           provider_id = coalesce(webhook_inbox_outbox_provider_id(p_body), o.provider_id),
+           next_attempt_at = CASE WHEN delay_ms IS NULL THEN o.next_attempt_at
+                                  ELSE clock_timestamp() + delay_ms * interval '1 millisecond' END,
+           processed_at = CASE WHEN p_result <> 'retry' OR seen >= p_max_attempts THEN clock_timestamp() END
+     WHERE o.operation_id = p_operation_id
+    RETURNING o.status, o.attempts INTO new_status, new_attempts;
+    IF new_status = 'pending' THEN
+        retry_in_ms := delay_ms;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_outbox_save(text, text, text, text, integer, text, bigint, integer, bigint, bigint) IS
+    'Sidecar v6: save one delivery (delivered / retry with backoff or Retry-After / quarantine) if p_owner still holds the lease; NULLs otherwise. Args: operation id, owner, result, error, HTTP status, body, Retry-After ms, max attempts, backoff base ms, backoff cap ms.';
 
 -- The deliverer's save for every answer it has collected: one statement and one commit for
 -- the lot. Each element is exactly webhook_inbox_outbox_save(); rows are taken in operation
