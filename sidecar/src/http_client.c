@@ -195,6 +195,14 @@ int wi_http_in_flight(const struct wi_http *h)
     return h->in_flight;
 }
 
+int wi_http_perform(struct wi_http *h, struct wi_err *err)
+{
+    int running;
+    if (curl_multi_perform(h->multi, &running) != CURLM_OK)
+        return wi_err_set(err, WI_ERR_IO, "curl_multi_perform failed");
+    return 0;
+}
+
 int wi_http_wait(struct wi_http *h, struct pollfd *extra, int nextra, int timeout_ms, struct wi_err *err)
 {
     struct curl_waitfd w[MAX_EXTRA_FDS];

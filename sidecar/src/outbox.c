@@ -675,9 +675,12 @@ static void *deliverer_main(void *arg)
                 release(&res);
             }
         }
-        /* The freed slots take queued effects before the save: those POSTs run meanwhile. */
+        /* The freed slots take queued effects, and their requests go out before the save:
+         * the destination works on them meanwhile. */
         for (i = 0; i < o->nds; i++)
             start_queued(o, i);
+        if (wi_http_perform(o->http, &err) < 0)
+            log_warnx("outbox_wait_failed", "error=%s", WI_LOG_Q(err.msg));
         if (!save_failing)
             save_done(o, done, &ndone, &save_failing, &k);
     }
