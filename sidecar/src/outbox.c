@@ -36,6 +36,8 @@
 #define BATCH_MAX 64                 /* answers saved by one statement at most */
 #define BATCH_BODY_BYTES (256 * 1024) /* answer bytes per statement at most (the first one always goes) */
 #define SAVE_RETRY_S 1.0             /* a failing save (connection up) is tried again this often */
+#define SAVE_GATHER 32               /* answers gathered for one save while more are in flight... */
+#define SAVE_DELAY_S 0.02            /* ...for this long at most */
 #define LEASE_MARGIN_S 0.5           /* a queued effect starts only with its timeout + this left of its lease */
 
 static const struct wi_pg_stmt stmts[] = {
@@ -57,7 +59,7 @@ struct queued {
 };
 
 /* Per destination, derived once from the configuration at start. Invariants:
- * in_flight <= limit; in_flight + nqueued <= limit + ahead() <= qcap = 2 * limit at a claim;
+ * in_flight <= limit; in_flight + nqueued <= limit + ahead() <= qcap = 4 * limit at a claim;
  * q[(qhead + k) % qcap] for k < nqueued are the queued effects, oldest claim first. */
 struct dstate {
     const struct wi_dest *d;
@@ -204,15 +206,16 @@ fail: {
 }
 }
 
-/* How many effects destination i may hold beyond its free slots (claimed, queued). The next
- * claim is sent while the slots are busy, so a freed slot starts the next POST at once
- * instead of after a save and a claim. Only while answers come well within the lease: a
- * queued effect waits for a slot (up to one answer's latency) and must still have its timeout
- * left of its lease when it starts, or it is dropped (its attempt spent). */
+/* How many effects destination i may hold beyond its slots (claimed, queued): three rounds.
+ * The next claim is sent while the slots are busy, so a freed slot starts the next POST at
+ * once instead of after a save and a claim, and claims come in batches of two rounds (one
+ * costs about as much for one effect as for ten). Only while answers come well within the
+ * lease: a queued effect waits for a slot (up to three answers' latency) and must still have
+ * its timeout left of its lease when it starts, or it is dropped (its attempt spent). */
 static int ahead(const struct dstate *ds)
 {
     double slack = (double)(ds->lease_ms - ds->timeout_ms) / 1000 - LEASE_MARGIN_S;
-    return slack >= 2 * ds->latency ? ds->limit : 0;
+    return slack >= 5 * ds->latency ? 3 * ds->limit : 0;
 }
 
 /* Starts queued effects of destination i while it has free slots. An effect whose lease
@@ -247,6 +250,13 @@ static void start_queued(struct wi_outbox *o, int i)
 static int room(const struct dstate *ds)
 {
     return ds->limit + ahead(ds) - ds->in_flight - ds->nqueued;
+}
+
+/* Whether destination i is claimed from now: it may have effects due, and room for two
+ * rounds (claiming ahead: a round is still queued) or for one effect (not ahead: a free slot). */
+static int claimable(const struct dstate *ds)
+{
+    return ds->maybe_due && room(ds) >= (ahead(ds) > 0 ? 2 * ds->limit : 1);
 }
 
 /* Claims up to room() effects of destination i, queues them and starts what the free slots
@@ -519,6 +529,16 @@ static void save_done(struct wi_outbox *o, struct wi_http_res *done, int *ndone,
     *failing = 1;
 }
 
+/* Whether the answers gathered are saved now rather than with the next ones: a save costs
+ * about as much for one answer as for ten. Now when there are SAVE_GATHER, when the oldest
+ * waited SAVE_DELAY_S, or when no answer is coming (nothing in flight) or stopping. A gathered
+ * answer is only at risk like one in flight: lost with the process, redelivered with the same
+ * Idempotency-Key after its lease. */
+static int save_now(int ndone, double done_since, int in_flight, int stopping)
+{
+    return ndone > 0 && (ndone >= SAVE_GATHER || in_flight == 0 || stopping || wi_clock_s() - done_since >= SAVE_DELAY_S);
+}
+
 static void *deliverer_main(void *arg)
 {
     struct wi_outbox *o = arg;
@@ -527,7 +547,7 @@ static void *deliverer_main(void *arg)
      * for the connection (it was down, or a save failed). */
     struct wi_http_res done[DONE_MAX];
     int ndone = 0, save_failing = 0, i, in_flight = 0, nqueued = 0, refused_logged = 0;
-    double reconnect_delay = RECONNECT_MIN_S, due_at = 0;
+    double reconnect_delay = RECONNECT_MIN_S, due_at = 0, done_since = 0; /* when done[0] was collected */
     uint64_t rng = (uint64_t)time(NULL) ^ (uint64_t)getpid() ^ 0x5DEECE66Dull;
 
     log_info("outbox_starting", "destinations=%d owner=%s", o->nds, o->owner);
@@ -584,18 +604,19 @@ static void *deliverer_main(void *arg)
             log_info("outbox_connected", "owner=%s", o->owner);
         }
 
-        /* Answers kept while the connection was down, or after a failed save. */
-        save_done(o, done, &ndone, &save_failing, &k);
+        /* Answers kept while the connection was down or after a failed save, or gathered. */
+        if (save_failing || save_now(ndone, done_since, in_flight, stopping))
+            save_done(o, done, &ndone, &save_failing, &k);
         if (!o->pg)
             goto collect;
 
-        if (!stopping && ndone == 0) {
+        if (!stopping && !save_failing) {
             if (wi_clock_s() >= due_at)
                 for (i = 0; i < o->nds; i++)
                     o->ds[i].maybe_due = 1;
             for (i = 0; i < o->nds; i++) {
                 int n;
-                if (!o->ds[i].maybe_due || room(&o->ds[i]) <= 0)
+                if (!claimable(&o->ds[i]))
                     continue;
                 if ((n = claim(o, i, k.max_attempts, &err)) < 0) {
                     log_warnx("outbox_claim_failed", "destination=%s error=%s", o->ds[i].d->name, WI_LOG_Q(err.msg));
@@ -618,18 +639,20 @@ static void *deliverer_main(void *arg)
          * an answer (which wakes this wait); one that had nothing due needs the timer. */
         timeout = poll_interval;
         for (i = 0; i < o->nds && !stopping; i++) {
-            if (o->ds[i].maybe_due && room(&o->ds[i]) > 0)
+            if (claimable(&o->ds[i]))
                 timeout = 0;
             else if (!o->ds[i].maybe_due && timeout > 0)
                 timeout = -1;
         }
-        if (ndone > 0) { /* saves failing: no claims; try again shortly */
+        if (save_failing) { /* no claims; try again shortly */
             timeout = SAVE_RETRY_S;
         } else if (timeout < 0) {
             double due = next_due(o, rt->cfg.once ? 0.05 : poll_interval);
             due_at = wi_clock_s() + due;
             timeout = due;
         }
+        if (ndone > 0 && !save_failing && timeout > done_since + SAVE_DELAY_S - wi_clock_s())
+            timeout = done_since + SAVE_DELAY_S - wi_clock_s() > 0 ? done_since + SAVE_DELAY_S - wi_clock_s() : 0;
         extra[0].fd = wi_pg_socket(o->pg);
         extra[1].fd = rt->stop_fd;
         extra[0].events = extra[1].events = POLLIN;
@@ -667,6 +690,8 @@ static void *deliverer_main(void *arg)
             if (ndone == DONE_MAX && !save_failing)
                 save_done(o, done, &ndone, &save_failing, &k);
             if (ndone < DONE_MAX) {
+                if (ndone == 0)
+                    done_since = dl->finished;
                 done[ndone++] = res;
             } else { /* bounded: its lease expires and the delivery is repeated with the same key */
                 char id[160];
@@ -681,7 +706,7 @@ static void *deliverer_main(void *arg)
             start_queued(o, i);
         if (wi_http_perform(o->http, &err) < 0)
             log_warnx("outbox_wait_failed", "error=%s", WI_LOG_Q(err.msg));
-        if (!save_failing)
+        if (!save_failing && save_now(ndone, done_since, wi_http_in_flight(o->http), stopping))
             save_done(o, done, &ndone, &save_failing, &k);
     }
     for (i = 0; i < ndone; i++)
@@ -753,7 +778,8 @@ static int setup(struct wi_outbox *o, struct wi_err *err)
         ds->connect_ms = (long)llround((d->connect_timeout > 0 ? d->connect_timeout : cfg->destination_connect_timeout) * 1000);
         ds->lease_ms = (long)llround(lease * 1000);
         ds->maybe_due = 1;
-        ds->qcap = 2 * ds->limit;
+        ds->latency = timeout; /* unknown: as slow as allowed, no claiming ahead until answers show otherwise */
+        ds->qcap = 4 * ds->limit;
         if (!(ds->q = calloc((size_t)ds->qcap, sizeof *ds->q)))
             return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
         if (d->token) {
