@@ -461,18 +461,18 @@ static struct wi_pg *connect_deliverer(struct wi_outbox *o, int *refused, struct
         return NULL;
     }
     /* synchronous_commit = off for this session only: a claim's or a save's COMMIT returns
-     * before its WAL is flushed (the WAL writer flushes within wal_writer_delay, 200 ms by
-     * default), so the deliverer waits for no fsync per statement. Safe because every
-     * transaction it commits is one the design already expects to lose: in a PostgreSQL crash
-     * (not a sidecar's, not a client's: acknowledged commits are not lost then) the last
-     * claims and saves may vanish. A lost save leaves the effect pending under an expired
-     * lease: it is delivered again with the same Idempotency-Key, exactly as after a sidecar
-     * killed between the answer and its save (the designed recovery path; the destination's
-     * idempotency makes it one effect). A lost claim only means its attempt is not counted:
-     * the attempt count can be one lower than the deliveries made (so one more delivery than
-     * --max-attempts is possible), and a lost quarantine by the claim is redone by the next.
-     * Nothing else in the database depends on these rows being durable (the workers' own
-     * transactions keep synchronous_commit as configured). */
+     * before its WAL is flushed (the WAL writer flushes it within 3 x wal_writer_delay, 600 ms
+     * by default), so the deliverer waits for no fsync per statement. Safe because what a
+     * PostgreSQL crash can lose this way (only that: a sidecar or connection failure loses no
+     * acknowledged commit) is what the design already recovers from. A lost save leaves the
+     * effect pending under its lease: after the lease it is delivered again with the same
+     * Idempotency-Key, exactly as after a sidecar killed between the answer and its save (the
+     * destination's idempotency makes it one effect). A lost claim leaves the effect unleased
+     * and its attempt uncounted: the save of that delivery finds no lease (logged), the effect
+     * is delivered again with the same key, and its attempt count can be one lower than the
+     * deliveries made (one more delivery than --max-attempts is possible). A quarantine by a
+     * lost claim is redone by the next claim. Nothing else depends on these rows being durable;
+     * the workers' transactions keep the server's synchronous_commit. */
     if (wi_pg_prepare(pg, stmts, (int)(sizeof stmts / sizeof stmts[0]), err) < 0 ||
         wi_pg_cmd(pg, "wi_outbox_async_commit", 0, NULL, err) < 0 ||
         wi_pg_cmd(pg, "wi_outbox_listen", 0, NULL, err) < 0) {
