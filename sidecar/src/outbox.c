@@ -539,6 +539,48 @@ static int save_now(int ndone, double done_since, int in_flight, int stopping)
     return ndone > 0 && (ndone >= SAVE_GATHER || in_flight == 0 || stopping || wi_clock_s() - done_since >= SAVE_DELAY_S);
 }
 
+/* Reads what arrived without waiting, moves the finished deliveries to done (a full done is
+ * saved first; with the database away, more are dropped), fills the freed slots from the
+ * queues and sends those requests, so the destination works on them during the next save or
+ * claim. *since: when done[0] was collected. */
+static void gather(struct wi_outbox *o, struct wi_http_res *done, int *ndone, double *since, int *failing,
+                   const struct knobs *k)
+{
+    struct wi_http_res res;
+    struct wi_err err;
+    int i;
+
+    if (wi_http_perform(o->http, &err) < 0)
+        log_warnx("outbox_wait_failed", "error=%s", WI_LOG_Q(err.msg));
+    while (wi_http_next(o->http, &res)) {
+        struct delivery *dl = res.user;
+        struct dstate *ds = &o->ds[dl->dest];
+        double took;
+
+        dl->finished = wi_clock_s();
+        took = dl->finished - dl->started;
+        ds->in_flight--;
+        ds->maybe_due = 1; /* a slot is free */
+        ds->latency = took > ds->latency * 0.9 ? took : ds->latency * 0.9;
+        if (*ndone == DONE_MAX && !*failing)
+            save_done(o, done, ndone, failing, k);
+        if (*ndone < DONE_MAX) {
+            if (*ndone == 0)
+                *since = dl->finished;
+            done[(*ndone)++] = res;
+        } else { /* bounded: its lease expires and the delivery is repeated with the same key */
+            char id[160];
+            log_warnx("effect_unsaved", "operation_id=%s note=\"dropped while the database is away; redelivered "
+                      "with the same Idempotency-Key after its lease\"", wi_log_quote(id, sizeof id, dl->operation_id, 120));
+            release(&res);
+        }
+    }
+    for (i = 0; i < o->nds; i++)
+        start_queued(o, i);
+    if (wi_http_perform(o->http, &err) < 0)
+        log_warnx("outbox_wait_failed", "error=%s", WI_LOG_Q(err.msg));
+}
+
 static void *deliverer_main(void *arg)
 {
     struct wi_outbox *o = arg;
@@ -675,39 +717,12 @@ static void *deliverer_main(void *arg)
         wi_pg_free(o->pg);
         o->pg = NULL;
     collect:
-        for (;;) {
-            struct wi_http_res res;
-            struct delivery *dl;
-            struct dstate *ds;
-            if (!wi_http_next(o->http, &res))
-                break;
-            dl = res.user;
-            dl->finished = wi_clock_s();
-            ds = &o->ds[dl->dest];
-            ds->in_flight--;
-            ds->maybe_due = 1; /* a slot is free */
-            ds->latency = dl->finished - dl->started > ds->latency * 0.9 ? dl->finished - dl->started : ds->latency * 0.9;
-            if (ndone == DONE_MAX && !save_failing)
-                save_done(o, done, &ndone, &save_failing, &k);
-            if (ndone < DONE_MAX) {
-                if (ndone == 0)
-                    done_since = dl->finished;
-                done[ndone++] = res;
-            } else { /* bounded: its lease expires and the delivery is repeated with the same key */
-                char id[160];
-                log_warnx("effect_unsaved", "operation_id=%s note=\"dropped while the database is away; redelivered "
-                          "with the same Idempotency-Key after its lease\"", wi_log_quote(id, sizeof id, dl->operation_id, 120));
-                release(&res);
-            }
-        }
-        /* The freed slots take queued effects, and their requests go out before the save:
-         * the destination works on them meanwhile. */
-        for (i = 0; i < o->nds; i++)
-            start_queued(o, i);
-        if (wi_http_perform(o->http, &err) < 0)
-            log_warnx("outbox_wait_failed", "error=%s", WI_LOG_Q(err.msg));
-        if (!save_failing && save_now(ndone, done_since, wi_http_in_flight(o->http), stopping))
+        gather(o, done, &ndone, &done_since, &save_failing, &k);
+        if (!save_failing && save_now(ndone, done_since, wi_http_in_flight(o->http), stopping)) {
             save_done(o, done, &ndone, &save_failing, &k);
+            /* The slots freed during the save take queued effects now, not after the claim. */
+            gather(o, done, &ndone, &done_since, &save_failing, &k);
+        }
     }
     for (i = 0; i < ndone; i++)
         release(&done[i]);
