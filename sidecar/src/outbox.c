@@ -36,9 +36,11 @@
 #define BATCH_MAX 64                 /* answers saved by one statement at most */
 #define BATCH_BODY_BYTES (256 * 1024) /* answer bytes per statement at most (the first one always goes) */
 #define SAVE_RETRY_S 1.0             /* a failing save (connection up) is tried again this often */
-#define SAVE_GATHER 32               /* answers gathered for one save while more are in flight... */
+#define SAVE_GATHER 64               /* answers gathered for one save while more are in flight... */
 #define SAVE_DELAY_S 0.02            /* ...for this long at most */
 #define LEASE_MARGIN_S 0.5           /* a queued effect starts only with its timeout + this left of its lease */
+#define AHEAD_ROUNDS 5               /* claimed ahead: this many rounds of `concurrency` beyond the slots, */
+#define AHEAD_MAX 256                /* but at most this many effects (their payloads are held) */
 
 static const struct wi_pg_stmt stmts[] = {
     {"wi_outbox_listen", "LISTEN webhook_inbox_outbox"},
@@ -59,7 +61,8 @@ struct queued {
 };
 
 /* Per destination, derived once from the configuration at start. Invariants:
- * in_flight <= limit; in_flight + nqueued <= limit + ahead() <= qcap = 4 * limit at a claim;
+ * in_flight <= limit; in_flight + nqueued <= limit + ahead() <= qcap = limit + ahead_max at a
+ * claim;
  * q[(qhead + k) % qcap] for k < nqueued are the queued effects, oldest claim first. */
 struct dstate {
     const struct wi_dest *d;
@@ -68,6 +71,7 @@ struct dstate {
     int maybe_due;             /* a claim may find something: a NOTIFY, a freed slot, a timer */
     struct queued *q;          /* qcap entries: claimed, waiting for a slot */
     int qcap, qhead, nqueued;
+    int ahead_max;             /* min(AHEAD_ROUNDS * limit, AHEAD_MAX) */
     double latency;            /* recent answers' latency in s (max, decaying): gates claiming ahead */
     long timeout_ms, connect_ms, lease_ms;
     char *auth;                /* "Authorization: Bearer ..." or NULL; wiped on free */
@@ -206,16 +210,17 @@ fail: {
 }
 }
 
-/* How many effects destination i may hold beyond its slots (claimed, queued): three rounds.
- * The next claim is sent while the slots are busy, so a freed slot starts the next POST at
- * once instead of after a save and a claim, and claims come in batches of two rounds (one
- * costs about as much for one effect as for ten). Only while answers come well within the
- * lease: a queued effect waits for a slot (up to three answers' latency) and must still have
- * its timeout left of its lease when it starts, or it is dropped (its attempt spent). */
+/* How many effects destination i may hold beyond its slots (claimed, queued): ahead_max, up
+ * to five rounds. The next claim is sent while the slots are busy, so a freed slot starts the
+ * next POST at once instead of after a save and a claim, and claims come in batches of about
+ * four rounds (a claim costs about as much for one effect as for ten). Only while answers come
+ * well within the lease: a queued effect waits for a slot (up to five answers' latency) and
+ * must still have its timeout left of its lease when it starts, or it is dropped (its attempt
+ * spent). */
 static int ahead(const struct dstate *ds)
 {
     double slack = (double)(ds->lease_ms - ds->timeout_ms) / 1000 - LEASE_MARGIN_S;
-    return slack >= 5 * ds->latency ? 3 * ds->limit : 0;
+    return slack >= (AHEAD_ROUNDS + 2) * ds->latency ? ds->ahead_max : 0;
 }
 
 /* Starts queued effects of destination i while it has free slots. An effect whose lease
@@ -252,11 +257,12 @@ static int room(const struct dstate *ds)
     return ds->limit + ahead(ds) - ds->in_flight - ds->nqueued;
 }
 
-/* Whether destination i is claimed from now: it may have effects due, and room for two
- * rounds (claiming ahead: a round is still queued) or for one effect (not ahead: a free slot). */
+/* Whether destination i is claimed from now: it may have effects due, and room for all but a
+ * round of ahead_max (claiming ahead: a round is still queued) or for one effect. */
 static int claimable(const struct dstate *ds)
 {
-    return ds->maybe_due && room(ds) >= (ahead(ds) > 0 ? 2 * ds->limit : 1);
+    int a = ahead(ds);
+    return ds->maybe_due && room(ds) >= (a - ds->limit > 1 ? a - ds->limit : 1);
 }
 
 /* Claims up to room() effects of destination i, queues them and starts what the free slots
@@ -794,7 +800,8 @@ static int setup(struct wi_outbox *o, struct wi_err *err)
         ds->lease_ms = (long)llround(lease * 1000);
         ds->maybe_due = 1;
         ds->latency = timeout; /* unknown: as slow as allowed, no claiming ahead until answers show otherwise */
-        ds->qcap = 4 * ds->limit;
+        ds->ahead_max = ds->limit <= AHEAD_MAX / AHEAD_ROUNDS ? AHEAD_ROUNDS * ds->limit : AHEAD_MAX;
+        ds->qcap = ds->limit + ds->ahead_max;
         if (!(ds->q = calloc((size_t)ds->qcap, sizeof *ds->q)))
             return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
         if (d->token) {
