@@ -195,6 +195,14 @@ int wi_http_in_flight(const struct wi_http *h)
     return h->in_flight;
 }
 
+int wi_http_perform(struct wi_http *h, struct wi_err *err)
+{
+    int running;
+    if (curl_multi_perform(h->multi, &running) != CURLM_OK)
+        return wi_err_set(err, WI_ERR_IO, "curl_multi_perform failed");
+    return 0;
+}
+
 int wi_http_wait(struct wi_http *h, struct pollfd *extra, int nextra, int timeout_ms, struct wi_err *err)
 {
     struct curl_waitfd w[MAX_EXTRA_FDS];
@@ -203,6 +211,10 @@ int wi_http_wait(struct wi_http *h, struct pollfd *extra, int nextra, int timeou
 
     if (curl_multi_perform(h->multi, &running) != CURLM_OK)
         return wi_err_set(err, WI_ERR_IO, "curl_multi_perform failed");
+    /* A transfer that finished in that perform leaves nothing to wake the poll (its answer is
+     * read already): look at the extra fds and return without waiting. */
+    if (running < h->in_flight)
+        timeout_ms = 0;
     for (i = 0; i < n; i++) {
         w[i].fd = extra[i].fd;
         w[i].events = CURL_WAIT_POLLIN;

@@ -52,8 +52,13 @@ int wi_http_start(struct wi_http *h, const struct wi_http_req *req, struct wi_er
 /* Transfers started and not yet returned by wi_http_next(). */
 int wi_http_in_flight(const struct wi_http *h);
 
+/* Drives the transfers without waiting: sends the requests just started, reads what has
+ * arrived. Returns 0, or -1 with *err. */
+int wi_http_perform(struct wi_http *h, struct wi_err *err);
+
 /* Drives the transfers and waits up to timeout_ms for progress or for one of extra[0..n)
- * to become readable (their revents are set). Returns 0, or -1 with *err. */
+ * to become readable (their revents are set); does not wait when a transfer has finished
+ * that wi_http_next() has not returned yet. Returns 0, or -1 with *err. */
 int wi_http_wait(struct wi_http *h, struct pollfd *extra, int nextra, int timeout_ms, struct wi_err *err);
 
 /* Moves one finished transfer into *res (the caller frees it with wi_http_res_free).

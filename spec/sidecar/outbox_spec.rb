@@ -198,6 +198,21 @@ RSpec.describe "webhook-inbox-sidecar outbox", :sidecar do
     expect(effect("op_slow")).to include(attempts: 2, response_status: "", last_error: a_string_including("timeout after 1s"))
   end
 
+  it "answers saved together in one statement keep every byte: quotes, backslashes, braces, NULLs" do
+    3.times { |i| emit("op_t#{i}", "tricky") }
+    emit("op_r", "receipts")
+    emit("op_q", "refusing")
+    pid, = start_sidecar(*destinations(tricky: "/tricky", receipts: "/receipts", refusing: "/status/422"))
+    wait_for(15, 0.05, "all saved") { db.int("SELECT count(*) FROM webhook_inbox_outbox WHERE status <> 'pending'") == 5 }
+    stop(pid)
+    3.times do |i|
+      expect(effect("op_t#{i}")).to include(status: "delivered", response_status: "200", provider_id: %(r"1\\))
+      expect(effect("op_t#{i}")[:response_excerpt].force_encoding("UTF-8")).to eq(FakeReceiptApi::TRICKY_BODY)
+    end
+    expect(effect("op_r")).to include(status: "delivered", provider_id: a_string_matching(/\Arcpt_\d+\z/))
+    expect(effect("op_q")).to include(status: "quarantined", response_status: "422", last_error: a_string_including("HTTP 422"))
+  end
+
   it "no more than the destination's concurrency in flight" do
     12.times { |i| emit("op_c#{i}", "busy") }
     pid, = start_sidecar("--destination", "busy=#{api.url}/slow/0.3 concurrency=3")

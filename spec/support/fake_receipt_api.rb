@@ -11,9 +11,11 @@ require "json"
 #   /status/NNN[/S]    NNN (with Retry-After: S when given), no side effect
 #   /flaky/N           503 for the first N requests of a key, then like /receipts
 #   /slow/S            sleeps S seconds, then like /receipts
+#   /tricky            200 TRICKY_BODY: quotes, backslashes, braces, commas, "NULL", non-ASCII
 # #before_answer = ->(req) { ... } runs after the side effect, before the answer is sent.
 class FakeReceiptApi
   Request = Struct.new(:path, :key, :headers, :body, :at, keyword_init: true)
+  TRICKY_BODY = JSON.generate(id: %(r"1\\), note: %(a,b {c} "NULL" \\" caf\u00e9 \\N)).freeze
 
   attr_reader :effects, :requests
   attr_accessor :before_answer
@@ -79,6 +81,9 @@ class FakeReceiptApi
     when %r{\A/slow/([\d.]+)\z}
       sleep Float(Regexp.last_match(1))
       answer(req, res, key)
+    when "/tricky"
+      res.status = 200
+      res.body = TRICKY_BODY
     else
       answer(req, res, key)
     end
