@@ -30,12 +30,17 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     generate_app(root)
   end
 
-  after(:all) do
+  # The example starts Puma and the sidecar: its own ivars, which after(:all) cannot see (it
+  # left both running after every run).
+  after do
     if @sidecar
       (Process.kill("TERM", -@sidecar) rescue nil) # its process group: the binstub execs the sidecar
       (Process.wait(@sidecar) rescue nil)
     end
     @puma&.stop
+  end
+
+  after(:all) do
     @pg&.destroy
     FileUtils.rm_rf(@work) if @work
   end
@@ -202,8 +207,9 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     expect(sh("bin/rails", "webhook_inbox:stats", env: { "JSON" => "1" })).to include(%("pending"))
 
     # Puma and the sidecar, started with the README's Procfile line (the app's binstub: same configuration).
-    procfile = File.read(File.join(root, "README.md"))[/^sidecar: (.*)$/, 1]
-    expect(procfile).to start_with("bin/webhook-inbox-sidecar run")
+    # (the Procfile of "Run the sidecar beside Puma", not the outbox section's example line)
+    procfile = File.read(File.join(root, "README.md"))[/^### Run the sidecar beside Puma$.*?^sidecar: (.*?)$/m, 1]
+    expect(procfile).to start_with("bin/webhook-inbox-sidecar run").and include("--metrics-listen")
     metrics_port = ReceiverHelpers.free_port # the README's port may be taken by another run here
     procfile = procfile.sub(/--metrics-listen \S+/, "--metrics-listen 127.0.0.1:#{metrics_port}")
     @puma = PumaProcess.new(rackup: File.join(@app, "config.ru"), dir: @app, threads: "2:4",
@@ -223,10 +229,8 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     sleep 0.2 until psql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_pay_1'") == "done" || Time.now > deadline
     expect(psql("SELECT status || ' ' || outcome FROM webhook_inbox WHERE event_id = 'evt_pay_1'")).to eq("done paid"), File.read(log)
     expect(psql("SELECT status || ' ' || paid_count FROM orders WHERE id = 1")).to eq("paid 1")
-    if procfile.include?("--metrics-listen")
-      metrics = Net::HTTP.get(URI("http://127.0.0.1:#{metrics_port}/metrics"))
-      expect(metrics).to match(/^webhook_inbox_handled_total\{event_type="payment_intent.succeeded",outcome="done"\} 1$/)
-    end
+    metrics = Net::HTTP.get(URI("http://127.0.0.1:#{metrics_port}/metrics"))
+    expect(metrics).to match(/^webhook_inbox_handled_total\{event_type="payment_intent.succeeded",outcome="done"\} 1$/)
 
     # The app's own test suite, twice: receipts roll back with each test, the handler runs.
     write("test/integration/stripe_webhook_test.rb", <<~RUBY)
