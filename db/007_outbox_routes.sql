@@ -309,3 +309,68 @@ COMMENT ON FUNCTION webhook_inbox_outbox_stats() IS
 -- the events'). Idempotency per operation id therefore lasts as long as the effect is kept.
 COMMENT ON FUNCTION webhook_inbox_emit(text, text, jsonb) IS
     'Record an external side effect (operation id, destination name, JSON payload) in the caller''s transaction; idempotent per operation id while the effect is kept (true = recorded now, false = already there). Retention deletes delivered effects after its window (`prune`, `run --retain`): the same operation id emitted after that is a new effect.';
+
+-- As in 005, except how the batch's done rows are marked. 005 ran that UPDATE ... FROM
+-- unnest(...) as a static statement, so PL/pgSQL cached one generic plan per connection,
+-- made when the sidecar connected: on a young inbox (a few hundred rows) a hash join over a
+-- sequential scan of webhook_inbox, kept while the table grew, so every batch read the whole
+-- inbox (seen in bench/pipeline: 3-10 ms per batch after a few minutes, PostgreSQL CPU per
+-- event 3-4x the process-only figure). EXECUTE plans it at each call, with the batch's real
+-- size and the table's current one: an index lookup per done row.
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(
+        p_limit integer, p_unrouted text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
+RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
+               attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    ev         webhook_inbox;
+    handler    regproc;
+    routed     text;           -- event type whose route is in handler (batches are often one type)
+    t0         timestamptz;
+    done_scope text[] := '{}';
+    done_id    text[] := '{}';
+    done_what  text[] := '{}';
+    done_ms    float8[] := '{}';
+BEGIN
+    FOR ev IN
+        SELECT * FROM webhook_inbox w
+         WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+         ORDER BY w.next_attempt_at, w.received_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        source_scope := ev.source_scope;
+        event_id := ev.event_id;
+        event_type := ev.event_type;
+        attempts := ev.attempts;
+        t0 := clock_timestamp();
+        latency_ms := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
+        IF routed IS DISTINCT FROM ev.event_type THEN
+            handler := webhook_inbox_route(ev.event_type);
+            routed := ev.event_type;
+        END IF;
+        SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO result, detail, charged, retry_in_ms
+          FROM webhook_inbox_run_event(ev, handler, p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                       p_backoff_cap_ms, p_unrouted_delay_ms) r;
+        IF result = 'done' THEN
+            done_scope := done_scope || ev.source_scope;
+            done_id := done_id || ev.event_id;
+            done_what := done_what || detail;
+            done_ms := done_ms || (extract(epoch FROM clock_timestamp() - t0) * 1000)::float8;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    IF cardinality(done_id) > 0 THEN
+        EXECUTE $sql$
+            UPDATE webhook_inbox w
+               SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
+                   attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+              FROM unnest($1, $2, $3, $4) AS d(scope, id, outcome, ms)
+             WHERE w.source_scope = d.scope AND w.event_id = d.id
+        $sql$ USING done_scope, done_id, done_what, done_ms;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS
+    'Sidecar v4 (v7: the done rows'' UPDATE planned at every call): claim up to p_limit due events (FOR UPDATE SKIP LOCKED), run each handler in its own subtransaction, record done/quarantined/retry (charged, with backoff)/waiting and an attempt_log entry in the same transaction; one row per event; latency from requeued_at or received_at. Args: limit, unrouted policy (wait|ignore|quarantine|retry), max attempts, backoff base ms, backoff cap ms, unrouted delay ms.';
