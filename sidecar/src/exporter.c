@@ -45,6 +45,10 @@ struct wi_exporter {
     int stop_pipe[2];          /* written once by wi_exporter_stop: both threads end */
     int wake_pipe[2];          /* a scrape that found stale gauges pokes the stats thread */
     const char *conninfo;      /* borrowed */
+    /* The --destination names configured here (copied at start): always in the effects
+     * gauges, at 0 when the outbox has no row for them, so an alert never sees them vanish. */
+    char dest_names[WI_METRICS_MAX_DESTS][64];
+    int ndest_names;
     pthread_t http_thread, stats_thread;
     int http_started, stats_started;
     pthread_mutex_t mu;        /* guards gauges, read_at */
@@ -158,12 +162,13 @@ static const struct wi_pg_stmt stats_stmts[] = {
 static const struct wi_pg_stmt outbox_stmt = {
     "wi_metrics_outbox", "SELECT destination, pending, oldest_pending_age_s, quarantined FROM webhook_inbox_outbox_stats()"};
 
-/* Reads the outbox gauges into *g (outbox_valid set on success). Returns 0, or -1 with *err;
- * the connection is then left to the caller (wi_pg_ok says whether it is still usable). */
-static int read_outbox(struct wi_pg *pg, struct wi_metrics_gauges *g, struct wi_err *err)
+/* Reads the outbox gauges into *g (outbox_valid set on success), then adds the configured
+ * destinations the outbox has no row for, at 0. Returns 0, or -1 with *err; the connection
+ * is then left to the caller (wi_pg_ok says whether it is still usable). */
+static int read_outbox(const struct wi_exporter *ex, struct wi_pg *pg, struct wi_metrics_gauges *g, struct wi_err *err)
 {
     PGresult *res;
-    int i, n;
+    int i, j, n;
 
     if (wi_pg_prepare(pg, &outbox_stmt, 1, err) < 0 || !(res = wi_pg_exec(pg, outbox_stmt.name, 0, NULL, PGRES_TUPLES_OK, err)))
         return -1;
@@ -178,6 +183,15 @@ static int read_outbox(struct wi_pg *pg, struct wi_metrics_gauges *g, struct wi_
         d->quarantined = atol(PQgetvalue(res, i, 3));
     }
     PQclear(res);
+    n = g->ndests; /* the rows read */
+    for (i = 0; i < ex->ndest_names && g->ndests < WI_METRICS_MAX_DESTS; i++) {
+        for (j = 0; j < n && strcmp(g->dests[j].name, ex->dest_names[i]); j++)
+            ;
+        if (j == n) {
+            memset(&g->dests[g->ndests], 0, sizeof g->dests[g->ndests]);
+            snprintf(g->dests[g->ndests++].name, sizeof g->dests[0].name, "%s", ex->dest_names[i]);
+        }
+    }
     g->outbox_valid = 1;
     return 0;
 }
@@ -217,7 +231,7 @@ static void refresh(struct wi_exporter *ex, struct wi_pg **pg)
     g.retrying = atol(PQgetvalue(res, 0, 3));
     g.waiting_for_route = atol(PQgetvalue(res, 0, 4));
     PQclear(res);
-    if (read_outbox(*pg, &g, &err) < 0) {
+    if (read_outbox(ex, *pg, &g, &err) < 0) {
         if (wi_log_every("metrics_outbox_failed", 60))
             log_warnx("metrics_outbox_failed", "error=%s note=\"serving the inbox gauges with webhook_inbox_effects_stats_up 0\"",
                       WI_LOG_Q(err.msg));
@@ -488,7 +502,8 @@ static void *http_main(void *arg)
     return NULL;
 }
 
-struct wi_exporter *wi_exporter_start(const char *listen_addr, const char *conninfo, struct wi_err *err)
+struct wi_exporter *wi_exporter_start(const char *listen_addr, const char *conninfo, const struct wi_dest_list *dests,
+                                      struct wi_err *err)
 {
     struct wi_exporter *ex = calloc(1, sizeof *ex);
     int i;
@@ -501,6 +516,8 @@ struct wi_exporter *wi_exporter_start(const char *listen_addr, const char *conni
     for (i = 0; i < WI_EXPORTER_MAX_CONNS; i++)
         ex->conns[i].fd = -1;
     ex->conninfo = conninfo;
+    for (i = 0; dests && i < dests->n && ex->ndest_names < WI_METRICS_MAX_DESTS; i++)
+        snprintf(ex->dest_names[ex->ndest_names++], sizeof ex->dest_names[0], "%s", dests->v[i].name);
     ex->read_at = wi_clock_s();
     pthread_mutex_init(&ex->mu, NULL);
     if ((ex->listen_fd = bind_listener(listen_addr, err)) < 0)

@@ -5,6 +5,7 @@
 #ifndef WI_EXPORTER_H
 #define WI_EXPORTER_H
 
+#include "destination.h"
 #include "wi_err.h"
 
 struct wi_exporter;
@@ -25,10 +26,12 @@ struct wi_exporter;
 
 /* Binds listen ("HOST:PORT", "[IPv6]:PORT" or ":PORT" for every address; port 0 picks a
  * free one) and starts both threads; conninfo (borrowed, must outlive the exporter) is the
- * database for the gauges. Logs msg=metrics_listening with the bound address. Call with
+ * database for the gauges; dests (copied; may be NULL) the configured destinations, always
+ * shown in the effects gauges (0 when the outbox has no row for one). Logs msg=metrics_listening with the bound address. Call with
  * every signal blocked (the threads inherit the mask). Returns NULL with *err when the
  * address does not parse or cannot be bound. */
-struct wi_exporter *wi_exporter_start(const char *listen, const char *conninfo, struct wi_err *err);
+struct wi_exporter *wi_exporter_start(const char *listen, const char *conninfo, const struct wi_dest_list *dests,
+                                      struct wi_err *err);
 
 /* Stops both threads (a refresh in flight ends first: bounded by the connection's connect
  * and statement timeouts), closes every socket and frees; accepts NULL. */

@@ -144,7 +144,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     if (rt.cfg.metrics_listen && *rt.cfg.metrics_listen &&
-        !(exporter = wi_exporter_start(rt.cfg.metrics_listen, rt.cfg.database_url, &err))) {
+        !(exporter = wi_exporter_start(rt.cfg.metrics_listen, rt.cfg.database_url, &rt.cfg.destinations, &err))) {
         log_errorx("metrics_listen_failed", "error=%s", WI_LOG_Q(err.msg));
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         free(workers);

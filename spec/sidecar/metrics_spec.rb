@@ -115,7 +115,7 @@ RSpec.describe "webhook-inbox-sidecar /metrics", :sidecar do
       %w[op_w1 op_w2].each { |op| emit(op, "gamma") } # no such destination here: stays pending
       db.psql("UPDATE webhook_inbox_outbox SET created_at = now() - interval '90 seconds' WHERE operation_id = 'op_w1'")
       _pid, _log, host, port = start("--destination", "alpha=#{@api.url}/receipts", "--destination",
-                                     "beta=#{@api.url}/status/422")
+                                     "beta=#{@api.url}/status/422", "--destination", "delta=#{@api.url}/receipts")
       fams = wait_for(20, 0.3, "effects settled and read") do
         f = scrape(host, port)
         f if PrometheusText.value(f, "webhook_inbox_effects_quarantined", { "destination" => "beta" }) == 1.0 &&
@@ -132,6 +132,10 @@ RSpec.describe "webhook-inbox-sidecar /metrics", :sidecar do
       expect(v.call("webhook_inbox_effects_oldest_pending_age_seconds", { "destination" => "gamma" })).to be_between(89, 200)
       expect(v.call("webhook_inbox_effects_pending", { "destination" => "alpha" })).to eq(0) # delivered in the last hour
       expect(v.call("webhook_inbox_effects_oldest_pending_age_seconds", { "destination" => "beta" })).to eq(0)
+      # configured here, no row in the outbox: still a series (at 0), so alerts never see it vanish
+      %w[webhook_inbox_effects_pending webhook_inbox_effects_quarantined].each do |name|
+        expect(v.call(name, { "destination" => "delta" })).to eq(0)
+      end
       %w[retry quarantined lease_lost].each do |outcome|
         expect(v.call("webhook_inbox_effects_total", { "outcome" => outcome })).to eq(outcome == "quarantined" ? 1 : 0)
       end
