@@ -21,7 +21,9 @@ const struct wi_pg_stmt wi_prune_stmt = {
 
 /* Through webhook_inbox_outbox_delivered_idx (processed_at, WHERE status = 'delivered': v7).
  * delivered is final: no other statement changes such a row, so the lock only keeps two
- * pruners apart. */
+ * pruners apart. The app's dedupe rows of those effects (webhook_inbox_effects_received, when
+ * receive_effect ran them) go with them: once the effect is gone nothing delivers that
+ * operation id again, and an emit after the window is a new effect, which the app must run. */
 const struct wi_pg_stmt wi_prune_effects_stmt = {
     "wi_prune_effects",
     "WITH doomed AS ("
@@ -29,7 +31,9 @@ const struct wi_pg_stmt wi_prune_effects_stmt = {
     " WHERE status = 'delivered' AND processed_at < now() - $1::double precision * interval '1 second'"
     "  AND ($2::text IS NULL OR source_scope = $2)"
     " LIMIT $3::int FOR UPDATE SKIP LOCKED),"
-    " gone AS (DELETE FROM webhook_inbox_outbox o USING doomed d WHERE o.operation_id = d.operation_id RETURNING 1)"
+    " gone AS (DELETE FROM webhook_inbox_outbox o USING doomed d WHERE o.operation_id = d.operation_id"
+    "  RETURNING o.operation_id),"
+    " received AS (DELETE FROM webhook_inbox_effects_received r USING gone g WHERE r.operation_id = g.operation_id)"
     " SELECT count(*) FROM gone"};
 
 static long step(struct wi_pg *pg, const char *stmt, double older_than, const char *scope, int limit,

@@ -30,6 +30,11 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
         ('recent-delivered', 'app', '{}', 'delivered', now() - interval '10 days', now() - interval '10 days', now()),
         ('old-quarantined', 'app', '{}', 'quarantined', now() - interval '40 days', now() - interval '40 days', now()),
         ('old-pending', 'app', '{}', 'pending', now() - interval '40 days', NULL, now() + interval '1 day');
+      TRUNCATE webhook_inbox_effects_received;
+      INSERT INTO webhook_inbox_effects_received (operation_id, name, received_at) VALUES
+        ('old-delivered-7', 'send_receipt', now() - interval '40 days'),
+        ('recent-delivered', 'send_receipt', now() - interval '10 days'),
+        ('old-pending', 'send_receipt', now() - interval '40 days');
     SQL
   end
 
@@ -71,6 +76,9 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
     status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url)
     expect([status.exitstatus, out]).to eq([0, "pruned 2500 (and 1200 delivered effects)\n"])
     expect(effects).to eq("old-pending,old-quarantined,recent-delivered")
+    # the app's dedupe rows go with their pruned effects only (a re-emitted id runs again)
+    expect(db.value("SELECT string_agg(operation_id, ',' ORDER BY operation_id) FROM webhook_inbox_effects_received"))
+      .to eq("old-pending,recent-delivered")
     expect(db.value("SELECT webhook_inbox_emit('old-delivered-1', 'app', '{}')")).to eq("t")
     expect(db.value("SELECT status FROM webhook_inbox_outbox WHERE operation_id = 'old-delivered-1'")).to eq("pending")
   end
