@@ -193,7 +193,11 @@ COMMENT ON FUNCTION webhook_inbox_run_event(webhook_inbox, regproc, text, intege
 
 -- As in 004, plus: latency_ms counts from requeued_at when the row was requeued, and done
 -- rows get an attempt_log entry with their run's duration (last_error is still cleared:
--- it names the current problem; the log keeps the earlier failures).
+-- it names the current problem; the log keeps the earlier failures). The done rows' UPDATE
+-- is an EXECUTE, planned at each call with the batch's real size and the table's current
+-- one: as a static statement PL/pgSQL kept the generic plan made when the sidecar connected,
+-- on a young inbox a hash join over a sequential scan of webhook_inbox, so every batch read
+-- the whole inbox as it grew (bench/pipeline: 3-10 ms per batch after a few minutes).
 CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(
         p_limit integer, p_unrouted text, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
@@ -238,11 +242,15 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
-    UPDATE webhook_inbox w
-       SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
-           attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
-      FROM unnest(done_scope, done_id, done_what, done_ms) AS d(scope, id, outcome, ms)
-     WHERE w.source_scope = d.scope AND w.event_id = d.id;
+    IF cardinality(done_id) > 0 THEN
+        EXECUTE $sql$
+            UPDATE webhook_inbox w
+               SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
+                   attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+              FROM unnest($1, $2, $3, $4) AS d(scope, id, outcome, ms)
+             WHERE w.source_scope = d.scope AND w.event_id = d.id
+        $sql$ USING done_scope, done_id, done_what, done_ms;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS

@@ -158,7 +158,7 @@ static const struct wi_pg_stmt stats_stmts[] = {
 };
 
 /* Prepared on its own (and again after a failure): a database without it still gets the
- * inbox gauges. Reads pending, quarantined and last-hour rows through partial indexes (v7). */
+ * inbox gauges. Reads pending, quarantined and last-hour rows through partial indexes (v6). */
 static const struct wi_pg_stmt outbox_stmt = {
     "wi_metrics_outbox", "SELECT destination, pending, oldest_pending_age_s, quarantined FROM webhook_inbox_outbox_stats()"};
 

@@ -79,7 +79,7 @@ long wi_prune(const char *conninfo, double older_than, const char *scope, long *
         return wi_err_set(err, WI_ERR_ARG, "--older-than must be at least 3d (keep done events longer than providers retry)");
     if (!(pg = wi_pg_connect(conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
         return -1;
-    /* Any schema with an inbox prunes events (as before v7); effects from v7 on (their index). */
+    /* Any schema with an inbox prunes events; effects from v6 on (the outbox and its index). */
     if ((rc = wi_schema_check(pg, &found, err)) < 0 || wi_pg_prepare(pg, &wi_prune_stmt, 1, err) < 0 ||
         (found.version >= WI_PRUNE_EFFECTS_SCHEMA && wi_pg_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0))
         goto fail;

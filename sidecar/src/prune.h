@@ -17,7 +17,7 @@ extern const struct wi_pg_stmt wi_prune_stmt;
 extern const struct wi_pg_stmt wi_prune_effects_stmt;
 
 /* Effects are pruned on schemas from this version on (webhook_inbox_outbox_delivered_idx). */
-#define WI_PRUNE_EFFECTS_SCHEMA 7
+#define WI_PRUNE_EFFECTS_SCHEMA 6
 
 /* One batch on an open connection (wi_prune_stmt prepared, outside a transaction: the
  * batch commits on its own): deletes at most limit status = 'done' rows received more than
@@ -33,7 +33,7 @@ long wi_prune_step(struct wi_pg *pg, double older_than, const char *scope, int l
 long wi_prune_effects_step(struct wi_pg *pg, double older_than, const char *scope, int limit, struct wi_err *err);
 
 /* `prune`: connects to conninfo and runs batches of 5000 until none is left, so no
- * transaction holds many row locks: events, then (schema v7 on) delivered effects, whose
+ * transaction holds many row locks: events, then (schema v6 on) delivered effects, whose
  * count goes to *effects. Refuses older_than < WI_PRUNE_MIN_AGE. Returns the number of
  * events deleted, or -1 with *err (*effects then counts what was deleted before). */
 long wi_prune(const char *conninfo, double older_than, const char *scope, long *effects, struct wi_err *err);

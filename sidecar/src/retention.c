@@ -76,7 +76,7 @@ static int lead(struct wi_retention *r, struct wi_err *err)
 
 /* One scheduled run: returns 1 when this sidecar pruned, 0 when another one holds the lock,
  * -1 with *err; *deleted (events), *effects and *batches (both kinds) count what was done
- * (also before a failure). lead() required the schema (v7): the outbox and its index exist. */
+ * (also before a failure). lead() required the schema (v6 on): the outbox and its index exist. */
 static int run_once(struct wi_retention *r, long *deleted, long *effects, int *batches, struct wi_err *err)
 {
     long n;
