@@ -7,13 +7,17 @@ require_relative "support/throwaway_postgres"
 # Every temp file of the run (clusters, Puma and sidecar logs, scratch files; also those of
 # the processes the specs start) goes into one directory, removed at exit. The postgres
 # user must be able to reach the clusters inside it, hence 0755.
+# The cleanups run only in the process that set them up: a forked child that exits through
+# an exception runs the inherited at_exit hooks too, and once removed the shared cluster
+# and every spec after it (CI saw 29 failures from one failing child).
 require "tmpdir"
 require "fileutils"
 unless ENV["WI_SPEC_TMPDIR"]
   scratch = Dir.mktmpdir("wi-spec-run-")
+  owner = Process.pid
   File.chmod(0o755, scratch)
   ENV["WI_SPEC_TMPDIR"] = ENV["TMPDIR"] = scratch
-  at_exit { FileUtils.rm_rf(scratch) }
+  at_exit { FileUtils.rm_rf(scratch) if Process.pid == owner }
 end
 
 # One throwaway cluster per rspec run, started on first use, removed at exit.
@@ -23,7 +27,8 @@ module TestDatabase
 
   def self.cluster
     @cluster ||= ThrowawayPostgres.new.tap do |pg|
-      at_exit { pg.destroy }
+      owner = Process.pid
+      at_exit { pg.destroy if Process.pid == owner }
     end
   end
 end

@@ -4,6 +4,7 @@ require "spec_helper"
 require "pg"
 require_relative "../support/receiver_helpers"
 require_relative "../support/pg_proxy"
+require_relative "../support/forked"
 
 RSpec.describe WebhookInbox::Inbox do
   include ReceiverHelpers
@@ -192,17 +193,10 @@ RSpec.describe WebhookInbox::Inbox do
   # whatever threads earlier specs left in this one (with more threads Ruby delivers the
   # trap by another path, and may do so only when the wait ends).
   it "runs a signal trap on the main thread while it waits on a locked key, then inserts" do
-    rd, wr = IO.pipe
-    child = fork do
-      rd.close
+    result = Forked.call do
       Thread.list.each { |t| t.kill unless t == Thread.current }
-      wr.write(Marshal.dump(trap_during_insert))
-      wr.close
-      exit!(0)
+      trap_during_insert
     end
-    wr.close
-    result = Marshal.load(rd.read)
-    Process.wait(child)
     expect(result[:threads]).to eq(1)
     expect(result[:error]).to be_nil
     expect(result[:sender]).to eq(0), "the insert never waited on the row lock"
@@ -329,19 +323,9 @@ RSpec.describe WebhookInbox::Inbox do
     insert("evt_parent_1")
     parent_pids = inbox.backend_pids
     expect(parent_pids.size).to eq(1)
-    rd, wr = IO.pipe
-    child = fork do
-      rd.close
-      status = insert("evt_child").status
-      wr.write("#{status} #{inbox.backend_pids.join(',')}")
-      wr.close
-      exit!(0)
-    end
-    wr.close
-    Process.wait(child)
-    child_status, child_pids = rd.read.split(" ")
-    expect(child_status).to eq("accepted")
-    expect(child_pids.split(",").map(&:to_i) & parent_pids).to be_empty
+    child_status, child_pids = Forked.call { [insert("evt_child").status, inbox.backend_pids] }
+    expect(child_status).to eq(:accepted)
+    expect(child_pids & parent_pids).to be_empty
     expect(insert("evt_parent_2").status).to eq(:accepted)
     expect(inbox.backend_pids).to eq(parent_pids) # same session: not terminated by the child
     expect(inbox_rows(pg, scope).map { |r| r[:event_id] }).to eq(%w[evt_child evt_parent_1 evt_parent_2])
@@ -349,19 +333,11 @@ RSpec.describe WebhookInbox::Inbox do
 
   it "after fork, concurrent first inserts in the child share one fresh pool (never over pool_size)" do
     insert("evt_before_fork")
-    rd, wr = IO.pipe
-    child = fork do
-      rd.close
-      statuses = Array.new(12) { |i| Thread.new { insert("evt_forked_#{i}").status } }.map(&:value)
-      wr.write("#{statuses.uniq.join(',')} #{inbox.backend_pids.size}")
-      wr.close
-      exit!(0)
+    statuses, pooled = Forked.call do
+      [Array.new(12) { |i| Thread.new { insert("evt_forked_#{i}").status } }.map(&:value).uniq, inbox.backend_pids.size]
     end
-    wr.close
-    Process.wait(child)
-    statuses, pooled = rd.read.split(" ")
-    expect(statuses).to eq("accepted")
-    expect(pooled.to_i).to be_between(1, 4) # pool_size 4
+    expect(statuses).to eq([:accepted])
+    expect(pooled).to be_between(1, 4) # pool_size 4
     expect(inbox_count(pg, scope)).to eq(13)
   end
 
