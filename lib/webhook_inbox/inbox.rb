@@ -229,9 +229,11 @@ module WebhookInbox
 
     # After fork the child gets a fresh pool: the parent's connections are dropped by the
     # native core without a Terminate message (the parent keeps its sessions). And an empty
-    # group-commit queue: the parent's leaders and followers do not exist here.
+    # group-commit queue: the parent's leaders and followers do not exist here. @pid is set
+    # last: check_fork lets a thread through as soon as it matches, so every other field
+    # must be fresh by then (set first, a second thread of a new worker queued on the old
+    # queue while the first one swapped it, and waited for a batch that never came).
     def reset_pool
-      @pid = Process.pid
       @mutex = Thread::Mutex.new
       @available = Thread::ConditionVariable.new
       @idle = []
@@ -240,6 +242,7 @@ module WebhookInbox
       @group_mutex = Thread::Mutex.new
       @queue = [] # Pending rows not yet in a batch, oldest first
       @leaders = 0 # batches in flight (or handed to a queued caller to start)
+      @pid = Process.pid
     end
 
     def after_fork
