@@ -1,5 +1,6 @@
 -- 005_history.sql - schema version 5: every run's history on the row (attempt_log), latency
--- per processing (requeued_at), requeue and replay in SQL with an audit table, stats that
+-- per processing (requeued_at), the delivery's request headers (request_headers), requeue
+-- and replay in SQL with an audit table, stats that
 -- cost in proportion to pending and recent rows, and rejected-delivery counts for the
 -- dashboard. Idempotent: safe to re-run. Applied after 001..004.
 --
@@ -18,6 +19,9 @@ ALTER TABLE webhook_inbox ADD COLUMN IF NOT EXISTS attempt_log jsonb NOT NULL DE
 ALTER TABLE webhook_inbox ADD COLUMN IF NOT EXISTS requeued_at timestamptz;
 COMMENT ON COLUMN webhook_inbox.attempt_log IS
     'Every handler run, oldest first, the last 50: {"at": ISO-8601 UTC, "result": retry|quarantined|done|waiting|requeued, "detail": outcome, reason or error (<= 1000 chars), "duration_ms": number, or null when the sidecar charged a failure after losing the run''s connection}. Kept after success; last_error holds only the current problem (cleared when done).';
+ALTER TABLE webhook_inbox ADD COLUMN IF NOT EXISTS request_headers jsonb;
+COMMENT ON COLUMN webhook_inbox.request_headers IS
+    'The first accepted delivery''s HTTP request headers, {"lower-case-name": "value"}, as the receiver kept them: credentials (authorization, cookie, names with token, secret, password, api-key) left out, values cut to 1024 bytes, at most 64 headers. NULL for rows inserted without them (SQL, or a receiver connected before this column existed).';
 COMMENT ON COLUMN webhook_inbox.requeued_at IS
     'When a requeue or replay last moved the row back to pending (NULL: never). Latency counts from here, else from received_at, so a requeue does not inflate the percentiles.';
 

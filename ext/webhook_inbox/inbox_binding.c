@@ -98,6 +98,8 @@ struct insert_call {
  * the row-by-row redo of the whole batch. Idempotent: a row already raw is left as is. */
 static void precheck(struct wi_store_row *row)
 {
+    if (row->headers && !wi_json_jsonb_safe(row->headers, row->headers_len))
+        row->headers = NULL, row->headers_len = 0; /* never a reason to refuse the event */
     if (row->raw || wi_json_jsonb_safe(row->payload, row->payload_len))
         return;
     row->raw = 1;
@@ -185,9 +187,10 @@ static VALUE pinned(VALUE v)
     ((row)->field = RSTRING_PTR(str), (row)->field##_len = (size_t)RSTRING_LEN(str))
 
 /* Fills *row from the Ruby values, pinning each string into pins (kept alive by the caller
- * until the call returns). Text fields must already be UTF-8 without NUL (Inbox checks). */
+ * until the call returns). Text fields must already be UTF-8 without NUL (Inbox checks);
+ * headers is nil or a JSON object's text (Inbox builds it). */
 static void fill_row(struct wi_store_row *row, VALUE pins, VALUE scope, VALUE id, VALUE type,
-                     VALUE payload, VALUE raw, VALUE quarantined, VALUE last_error)
+                     VALUE payload, VALUE raw, VALUE quarantined, VALUE last_error, VALUE headers)
 {
     memset(row, 0, sizeof *row);
     scope = pinned(scope);
@@ -207,6 +210,11 @@ static void fill_row(struct wi_store_row *row, VALUE pins, VALUE scope, VALUE id
         rb_ary_push(pins, last_error);
         SET_FIELD(row, last_error, last_error);
     }
+    if (!NIL_P(headers)) {
+        headers = pinned(headers);
+        rb_ary_push(pins, headers);
+        SET_FIELD(row, headers, headers);
+    }
     row->raw = RTEST(raw);
     row->quarantined = RTEST(quarantined);
 }
@@ -217,20 +225,21 @@ static VALUE result_code(const struct wi_store_result *out)
     return INT2FIX(out->inserted | out->stored_raw << 1 | out->quarantined << 2);
 }
 
-/* #insert(scope, event_id, event_type, payload, raw, quarantined, last_error) -> Integer
- * (see result_code). Text fields must already be UTF-8 without NUL (Inbox#insert checks). */
+/* #insert(scope, event_id, event_type, payload, raw, quarantined, last_error, headers)
+ * -> Integer (see result_code). Text fields must already be UTF-8 without NUL
+ * (Inbox#insert checks). */
 static VALUE conn_insert(VALUE self, VALUE scope, VALUE id, VALUE type, VALUE payload,
-                         VALUE raw, VALUE quarantined, VALUE last_error)
+                         VALUE raw, VALUE quarantined, VALUE last_error, VALUE headers)
 {
     struct conn *c = get_conn(self);
     struct insert_call a;
     struct wi_store_row row;
     struct wi_store_result out;
-    VALUE pins = rb_ary_new_capa(5);
+    VALUE pins = rb_ary_new_capa(6);
 
     memset(&a, 0, sizeof a);
     memset(&out, 0, sizeof out);
-    fill_row(&row, pins, scope, id, type, payload, raw, quarantined, last_error);
+    fill_row(&row, pins, scope, id, type, payload, raw, quarantined, last_error, headers);
     a.rows = &row;
     a.outs = &out;
     a.n = 1;
@@ -239,7 +248,7 @@ static VALUE conn_insert(VALUE self, VALUE scope, VALUE id, VALUE type, VALUE pa
     return result_code(&out);
 }
 
-/* #insert_batch([[scope, event_id, event_type, payload, raw, quarantined, last_error], ...])
+/* #insert_batch([[scope, event_id, event_type, payload, raw, quarantined, last_error, headers], ...])
  * -> [Integer, ...]: the rows in one statement and one commit (see wi_store_insert_batch),
  * one result code per row, in order. At most WI_STORE_BATCH_MAX rows. */
 static VALUE conn_insert_batch(VALUE self, VALUE list)
@@ -256,16 +265,17 @@ static VALUE conn_insert_batch(VALUE self, VALUE list)
     if (n < 1 || n > WI_STORE_BATCH_MAX)
         rb_raise(rb_eArgError, "a batch holds 1 to %d rows", WI_STORE_BATCH_MAX);
     list = rb_ary_dup(list); /* the caller may change its array while the GVL is released */
-    pins = rb_ary_new_capa(n * 5);
+    pins = rb_ary_new_capa(n * 6);
     rows = ALLOCV_N(struct wi_store_row, rows_buf, n);
     outs = ALLOCV_N(struct wi_store_result, outs_buf, n);
     for (i = 0; i < n; i++) {
         VALUE r = rb_ary_entry(list, i);
         Check_Type(r, T_ARRAY);
-        if (RARRAY_LEN(r) != 7)
-            rb_raise(rb_eArgError, "a batch row has 7 fields");
+        if (RARRAY_LEN(r) != 8)
+            rb_raise(rb_eArgError, "a batch row has 8 fields");
         fill_row(&rows[i], pins, RARRAY_AREF(r, 0), RARRAY_AREF(r, 1), RARRAY_AREF(r, 2),
-                 RARRAY_AREF(r, 3), RARRAY_AREF(r, 4), RARRAY_AREF(r, 5), RARRAY_AREF(r, 6));
+                 RARRAY_AREF(r, 3), RARRAY_AREF(r, 4), RARRAY_AREF(r, 5), RARRAY_AREF(r, 6),
+                 RARRAY_AREF(r, 7));
     }
     memset(&a, 0, sizeof a);
     memset(outs, 0, (size_t)n * sizeof *outs);
@@ -350,7 +360,7 @@ void wi_inbox_binding_init(VALUE mod)
     cConn = rb_define_class_under(cInbox, "Connection", rb_cObject);
     rb_define_alloc_func(cConn, conn_alloc);
     rb_define_method(cConn, "initialize", conn_initialize, 3);
-    rb_define_method(cConn, "insert", conn_insert, 7);
+    rb_define_method(cConn, "insert", conn_insert, 8);
     rb_define_method(cConn, "insert_batch", conn_insert_batch, 1);
     rb_define_method(cConn, "connect", conn_connect, 0);
     rb_define_method(cConn, "close", conn_close, 0);

@@ -24,30 +24,45 @@
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
 
+/* $8 is request_headers (schema v5). Against an older schema, which lacks the column, the
+ * session prepares the *_NO_HEADERS forms instead (session_setup): a gem upgraded before
+ * its migration ran keeps storing receipts, without their headers. */
+#define INSERT_SQL_HEAD                                                                        \
+    "INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, raw_body,"       \
+    " status, last_error, processed_at"
+#define INSERT_SQL_TAIL                                                                        \
+    " CASE WHEN $6 = 'quarantined' THEN now() END"
 static const char INSERT_SQL[] =
-    "INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, raw_body,"
-    " status, last_error, processed_at)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7,"
-    " CASE WHEN $6 = 'quarantined' THEN now() END)"
+    INSERT_SQL_HEAD ", request_headers) VALUES ($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8)"
+    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1";
+static const char INSERT_SQL_NO_HEADERS[] =
+    INSERT_SQL_HEAD ") VALUES ($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ")"
     " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1";
 
-/* Oids of the statement's parameters: text, text, text, jsonb, bytea, text, text. */
-static const Oid PARAM_TYPES[7] = {25, 25, 25, 3802, 17, 25, 25};
+#define NPARAMS 8 /* with request_headers; 7 without */
+
+/* Oids of the statement's parameters: text, text, text, jsonb, bytea, text, text, jsonb. */
+static const Oid PARAM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802};
 
 /* Many rows in one statement and one commit: one array per column, unnested in order.
  * ON CONFLICT DO NOTHING also skips the second of two rows with the same key in the batch
  * (only DO UPDATE refuses that), so RETURNING names each key inserted exactly once. */
 static const char BATCH_SQL[] =
-    "INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, raw_body,"
-    " status, last_error, processed_at)"
+    INSERT_SQL_HEAD ", request_headers)"
+    " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END, h"
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
+    " $7::text[], $8::jsonb[]) AS u(s, e, t, p, r, st, le, h)"
+    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING source_scope, event_id";
+static const char BATCH_SQL_NO_HEADERS[] =
+    INSERT_SQL_HEAD ")"
     " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END"
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
     " $7::text[]) AS u(s, e, t, p, r, st, le)"
     " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING source_scope, event_id";
 
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
-static const Oid BATCH_ELEM_TYPES[7] = {25, 25, 25, 3802, 17, 25, 25};
-static const Oid BATCH_PARAM_TYPES[7] = {1009, 1009, 1009, 3807, 1001, 1009, 1009};
+static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802};
+static const Oid BATCH_PARAM_TYPES[NPARAMS] = {1009, 1009, 1009, 3807, 1001, 1009, 1009, 3807};
 
 /* The insert being made. Invariant: active only while conn is open (drop_conn clears it). */
 struct attempt {
@@ -56,6 +71,8 @@ struct attempt {
     int raw;            /* payload goes to raw_body (asked, or refused as jsonb) */
     int quarantined;
     int own_reason;     /* last_error is WI_STORE_INVALID_JSON_REASON, not the row's */
+    int no_headers;     /* jsonb refused the row: its headers are left out too, in case
+                         * they were the cause (the event is what must not be lost) */
     int reconnected;    /* the one reconnect (lost connection, read-only server) is used */
     int reprepared;     /* the one re-setup after the server lost STMT_NAME is used */
 };
@@ -82,6 +99,7 @@ struct wi_store {
     struct attempt attempt;         /* the insert in flight, if attempt.active */
     struct batch batch;             /* the batch in progress, if batch.active */
     unsigned long reconnects;       /* connections reopened after a loss */
+    int nparams;                    /* of the prepared statements: NPARAMS, or 7 without headers */
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int ever_connected;
 };
@@ -304,8 +322,23 @@ static int setup_cmd(struct wi_store *s, const char *sql, int want_ok, long long
     return ok || !want_ok ? 0 : -1;
 }
 
-/* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME.
- * Returns 0, or -1 and fills *err. Also run again when the server lost STMT_NAME. */
+/* PREPAREs name as sql with s->nparams parameters (INSERT_SQL's types for a single row,
+ * BATCH_SQL's for a batch) and waits for it. Returns 0, or -1 and fills *err. */
+static int prepare(struct wi_store *s, const char *name, const char *sql, long long deadline,
+                   struct wi_err *err)
+{
+    const Oid *types = strcmp(name, STMT_NAME) ? BATCH_PARAM_TYPES : PARAM_TYPES;
+
+    if (!PQsendPrepare(s->conn, name, sql, s->nparams, types)) {
+        set_err(s, err, WI_STORE_ECONNECT, "could not send PREPARE: %s", PQerrorMessage(s->conn));
+        return -1;
+    }
+    return setup_step(s, PGRES_COMMAND_OK, deadline, err);
+}
+
+/* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME and
+ * BATCH_STMT_NAME (with request_headers when the table has it). Returns 0, or -1 and fills
+ * *err. Also run again when the server lost STMT_NAME. */
 static int session_setup(struct wi_store *s, long long deadline, struct wi_err *err)
 {
     char sql[64];
@@ -320,17 +353,16 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
     if (PQserverVersion(s->conn) >= 140000 &&
         setup_cmd(s, "SET client_connection_check_interval = " CHECK_CLOSED_MS, 0, deadline, err) < 0)
         return -1;
-    if (!PQsendPrepare(s->conn, STMT_NAME, INSERT_SQL, 7, PARAM_TYPES)) {
-        set_err(s, err, WI_STORE_ECONNECT, "could not send PREPARE: %s", PQerrorMessage(s->conn));
-        return -1;
+    s->nparams = NPARAMS;
+    if (prepare(s, STMT_NAME, INSERT_SQL, deadline, err) < 0) {
+        if (strcmp(s->sqlstate, "42703")) /* not "column request_headers does not exist" */
+            return -1;
+        s->sqlstate[0] = '\0';
+        s->nparams = NPARAMS - 1;
+        if (prepare(s, STMT_NAME, INSERT_SQL_NO_HEADERS, deadline, err) < 0)
+            return -1;
     }
-    if (setup_step(s, PGRES_COMMAND_OK, deadline, err) < 0)
-        return -1;
-    if (!PQsendPrepare(s->conn, BATCH_STMT_NAME, BATCH_SQL, 7, BATCH_PARAM_TYPES)) {
-        set_err(s, err, WI_STORE_ECONNECT, "could not send PREPARE: %s", PQerrorMessage(s->conn));
-        return -1;
-    }
-    return setup_step(s, PGRES_COMMAND_OK, deadline, err);
+    return prepare(s, BATCH_STMT_NAME, s->nparams == NPARAMS ? BATCH_SQL : BATCH_SQL_NO_HEADERS, deadline, err);
 }
 
 struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
@@ -436,13 +468,13 @@ fail:
     return -1;
 }
 
-/* Sends prepared statement stmt (7 binary parameters) and starts the attempt's deadline:
+/* Sends prepared statement stmt (s->nparams binary parameters) and starts the attempt's deadline:
  * TRIP_OK (a->active), TRIP_LOST (the connection broke) or TRIP_FAIL (err says why). */
 static enum trip send_prepared(struct wi_store *s, struct attempt *a, const char *stmt, const char *const *values,
                                const int *lengths, const int *formats, struct wi_err *err)
 {
     a->deadline = now_ms() + s->statement_timeout_ms + s->connect_timeout_ms;
-    if (!PQsendQueryPrepared(s->conn, stmt, 7, values, lengths, formats, 0)) {
+    if (!PQsendQueryPrepared(s->conn, stmt, s->nparams, values, lengths, formats, 0)) {
         set_err(s, err, WI_STORE_ELOST, "could not send the insert: %s", PQerrorMessage(s->conn));
         return PQstatus(s->conn) == CONNECTION_BAD ? TRIP_LOST : TRIP_FAIL;
     }
@@ -455,10 +487,10 @@ static enum trip send_prepared(struct wi_store *s, struct attempt *a, const char
 static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
                              struct attempt *a, struct wi_err *err)
 {
-    const char *values[7];
-    int lengths[7];
-    static const int formats[7] = {1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
-    char *jsonb = NULL;
+    const char *values[NPARAMS];
+    int lengths[NPARAMS];
+    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
+    char *jsonb = NULL, *headers = NULL;
     const char *status = a->quarantined ? "quarantined" : "pending";
     enum trip t;
 
@@ -486,9 +518,21 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
     } else {
         values[6] = row->last_error; lengths[6] = (int)row->last_error_len;
     }
+    values[7] = NULL;              lengths[7] = 0;
+    if (row->headers && !a->no_headers) {
+        if (!(headers = malloc(row->headers_len + 1))) {
+            free(jsonb);
+            set_err(s, err, WI_ERR_NOMEM, "out of memory");
+            return TRIP_FAIL;
+        }
+        headers[0] = 1;
+        memcpy(headers + 1, row->headers, row->headers_len);
+        values[7] = headers;       lengths[7] = (int)row->headers_len + 1;
+    }
 
     t = send_prepared(s, a, STMT_NAME, values, lengths, formats, err);
     free(jsonb);
+    free(headers);
     return t;
 }
 
@@ -524,7 +568,8 @@ static char *put32(char *p, uint32_t v)
 }
 
 /* Column col of row r for BATCH_SQL, as the bytes of its array element (NULL: SQL NULL).
- * jsonb elements are sent as their text; batch_send adds the version byte. */
+ * jsonb elements (IS_JSONB) are sent as their text; batch_send adds the version byte. */
+#define IS_JSONB(col) ((col) == 3 || (col) == 7)
 static const char *batch_field(const struct wi_store_row *r, int col, size_t *len)
 {
     switch (col) {
@@ -536,7 +581,8 @@ static const char *batch_field(const struct wi_store_row *r, int col, size_t *le
     case 5:
         *len = r->quarantined ? sizeof "quarantined" - 1 : sizeof "pending" - 1;
         return r->quarantined ? "quarantined" : "pending";
-    default: *len = r->last_error_len; return r->last_error;
+    case 6: *len = r->last_error_len; return r->last_error;
+    default: *len = r->headers_len; return r->headers;
     }
 }
 
@@ -546,19 +592,19 @@ static const char *batch_field(const struct wi_store_row *r, int col, size_t *le
 static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
                             struct attempt *a, struct wi_err *err)
 {
-    const char *values[7];
-    int lengths[7];
-    static const int formats[7] = {1, 1, 1, 1, 1, 1, 1};
-    size_t sizes[7], total = 0, i, len;
+    const char *values[NPARAMS];
+    int lengths[NPARAMS];
+    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    size_t sizes[NPARAMS], total = 0, i, len;
     char *buf, *p;
     int col;
     enum trip t;
 
-    for (col = 0; col < 7; col++) {
+    for (col = 0; col < s->nparams; col++) {
         sizes[col] = 20;
         for (i = 0; i < n; i++) {
             const char *v = batch_field(&rows[i], col, &len);
-            sizes[col] += 4 + (v ? len + (col == 3) : 0);
+            sizes[col] += 4 + (v ? len + IS_JSONB(col) : 0);
         }
         if (sizes[col] > 0x3fffffff) {
             set_err(s, err, WI_ERR_ARG, "batch too large");
@@ -571,7 +617,7 @@ static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows,
         return TRIP_FAIL;
     }
     p = buf;
-    for (col = 0; col < 7; col++) {
+    for (col = 0; col < s->nparams; col++) {
         char *start = p, *flags;
         int has_null = 0;
 
@@ -588,8 +634,8 @@ static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows,
                 has_null = 1;
                 continue;
             }
-            p = put32(p, (uint32_t)(len + (col == 3)));
-            if (col == 3)
+            p = put32(p, (uint32_t)(len + IS_JSONB(col)));
+            if (IS_JSONB(col))
                 *p++ = 1; /* jsonb binary format: version 1, then the JSON text */
             memcpy(p, v, len);
             p += len;
@@ -737,6 +783,7 @@ static int run(struct wi_store *s, const struct wi_store_row *rows, size_t n, in
                 a->raw = 1;
                 a->quarantined = 1;
                 a->own_reason = !rows[0].last_error;
+                a->no_headers = 1;
                 continue;
             }
         }
@@ -767,7 +814,7 @@ static int row_fits(struct wi_store *s, const struct wi_store_row *row, struct w
 {
     if (row->source_scope_len > 0x3fffffff || row->event_id_len > 0x3fffffff ||
         row->event_type_len > 0x3fffffff || row->payload_len > 0x3ffffffe ||
-        row->last_error_len > 0x3fffffff) {
+        row->last_error_len > 0x3fffffff || row->headers_len > 0x3ffffffe) {
         set_err(s, err, WI_ERR_ARG, "field too large");
         return 0;
     }

@@ -32,6 +32,7 @@ struct wi_store_row {
     int raw;                  /* 1: store payload in raw_body (bytea) as is; 0: as jsonb */
     int quarantined;          /* 1: status 'quarantined' (processed_at = now()), 0: 'pending' */
     const char *last_error;   size_t last_error_len; /* NULL for none */
+    const char *headers;      size_t headers_len;    /* request_headers: a JSON object; NULL for none */
 };
 
 /* What wi_store_insert did. */

@@ -80,6 +80,7 @@ module WebhookInbox
       @verifier = verifier || Verifier.new(@provider, secrets: Array(secrets), max_body_bytes: max_body_bytes, **verifier_options)
       @inbox = inbox || (database_url && Inbox.new(database_url: database_url)) or
         raise ConfigurationError, "give inbox: or database_url:"
+      @keep_headers = takes_headers?(@inbox)
     end
 
     # Receives a Rack request (reads rack.input with the size limit).
@@ -145,8 +146,9 @@ module WebhookInbox
       return reject(400, :empty_body) if body.empty?
 
       event = @verifier.verify(body, env, now: Time.now)
-      receipt = @inbox.insert(source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s,
-                              payload: body, raw: form)
+      row = { source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s, payload: body, raw: form }
+      row[:headers] = RequestHeaders.from_env(env) if @keep_headers
+      receipt = @inbox.insert(**row)
       Result.new(http_status: 200, status: receipt.status, receipt: receipt, event: event)
     rescue VerificationError => e
       status = if e.reason == :payload_too_large then 413
@@ -157,6 +159,13 @@ module WebhookInbox
     rescue StoreError => e
       Result.new(http_status: 503, status: :unavailable, reason: :store_unavailable,
                  headers: { "Retry-After" => @retry_after }, event: event, error: e.message)
+    end
+
+    # A store written against an earlier Inbox#insert (no headers:) keeps working without them.
+    def takes_headers?(store)
+      store.method(:insert).parameters.any? { |kind, name| kind == :keyrest || (kind.to_s.start_with?("key") && name == :headers) }
+    rescue NameError
+      false
     end
 
     def reject(http_status, reason, headers = nil)

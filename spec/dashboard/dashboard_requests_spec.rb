@@ -135,6 +135,21 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     expect(admin.get("/webhook_inbox/event?scope=dash:a&id=nope").first).to eq(404)
   end
 
+  it "shows the request headers kept with an event (names sorted, redacted like the payload), or says none were kept" do
+    insert("evt_hdr")
+    db_psql(%(UPDATE webhook_inbox SET request_headers = '{"user-agent": "Stripe/1.0", "stripe-signature": "t=1,v1=ab", "x-client-secret": "cs_live_q"}' WHERE event_id = 'evt_hdr'))
+    _, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_hdr")
+    table = body[%r{<table id="headers">.*?</table>}m]
+    expect(table).not_to be_nil
+    expect(table.scan(%r{<th>([^<]+)</th>}).flatten).to eq(%w[stripe-signature user-agent x-client-secret])
+    expect(table).to include("t=1,v1=ab", "Stripe/1.0", "[REDACTED]")
+    expect(body).not_to include("cs_live_q")
+    insert("evt_nohdr")
+    _, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_nohdr")
+    expect(body).to include("Not kept for this event")
+    expect(body).not_to include('<table id="headers">')
+  end
+
   it "shows signature failures by scope and reason on the overview within seconds, never the body" do
     body = %({"id":"evt_forged","type":"invoice.paid","data":{"object":{"secret_marker":"do-not-store"}}})
     3.times do

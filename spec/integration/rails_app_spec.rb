@@ -40,6 +40,8 @@ RSpec.describe "Rails app with WebhookInbox::Controller" do
   it "accepts a signed Stripe webhook once, then answers duplicate" do
     body = stripe_body("evt_rails_1")
     expect(post_stripe("/webhooks/stripe", body).values_at(0, 2)).to eq([200, %({"status":"accepted"})])
+    expect(JSON.parse(@pg.psql("SELECT request_headers::text FROM webhook_inbox WHERE event_id = 'evt_rails_1'")))
+      .to include("stripe-signature", "content-type" => "application/json")
     expect(post_stripe("/webhooks/stripe", body).values_at(0, 2)).to eq([200, %({"status":"duplicate"})])
     expect(inbox_rows(@pg, @scope).select { |r| r[:event_id] == "evt_rails_1" })
       .to match([include(event_type: "invoice.paid", status: "pending")])
@@ -79,6 +81,8 @@ RSpec.describe "Rails app with WebhookInbox::Controller" do
     expect(post_stripe("/webhooks/stripe_tx", stripe_body("evt_tx_ok")).first).to eq(200)
     expect(inbox_rows(@pg, @scope).map { |r| r[:event_id] }).to include("evt_tx_ok")
     expect(@pg.psql("SELECT count(*) FROM tx_effects WHERE event_id = 'evt_tx_ok'").to_i).to eq(1)
+    headers = JSON.parse(@pg.psql("SELECT request_headers::text FROM webhook_inbox WHERE event_id = 'evt_tx_ok'"))
+    expect(headers).to include("stripe-signature", "content-type" => "application/json") # ActiveRecordStore keeps them too
     expect(post_stripe("/webhooks/stripe_tx", stripe_body("evt_tx_ok")).values_at(0, 2)).to eq([200, %({"status":"duplicate"})])
     expect(@pg.psql("SELECT count(*) FROM tx_effects WHERE event_id = 'evt_tx_ok'").to_i).to eq(1)
 

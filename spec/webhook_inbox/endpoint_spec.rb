@@ -56,6 +56,20 @@ RSpec.describe WebhookInbox::Endpoint do
     expect(inbox_count(pg, scope)).to eq(1)
   end
 
+  it "keeps the delivery's request headers with the event, never its credentials" do
+    body = event_body("evt_headers")
+    signed = WebhookInbox::TestHelpers.stripe_headers(body, secret: ENDPOINT_SECRET)
+    env = rack_env(body, signed.merge("User-Agent" => "Stripe/1.0", "Authorization" => "Bearer sk_live_x",
+                                      "Cookie" => "_session=abc", "X-Request-Id" => "req-1"))
+    expect(call(env).first).to eq(200)
+    stored = JSON.parse(pg.psql("SELECT request_headers::text FROM webhook_inbox " \
+                                "WHERE source_scope = '#{scope}' AND event_id = 'evt_headers'"))
+    expect(stored).to include("stripe-signature" => signed.fetch("Stripe-Signature"), "user-agent" => "Stripe/1.0",
+                              "x-request-id" => "req-1", "content-type" => "application/json")
+    expect(stored.keys).not_to include("authorization", "cookie")
+    expect(stored.to_s).not_to include("sk_live_x", "_session")
+  end
+
   it "answers 400 for an empty body" do
     status, _, text = call(rack_env(""))
     expect([status, JSON.parse(text)["reason"]]).to eq([400, "empty_body"])

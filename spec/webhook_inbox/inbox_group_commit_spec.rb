@@ -105,7 +105,7 @@ RSpec.describe WebhookInbox::Inbox, "group commit" do
       ["ok_1", %({"a": 2}), false, false, nil], # the same key again in the batch
       ["ok_2", %({"b": 2}), false, false, nil]
     ]
-    batch = ->(list) { list.map { |id, payload, raw, q, err| [scope, id, "t", payload, raw, q, err] } }
+    batch = ->(list) { list.map { |id, payload, raw, q, err| [scope, id, "t", payload, raw, q, err, %({"x-id": "#{id}"})] } }
     codes = inbox.with_connection { |c| c.insert_batch(batch.(rows)) }
     # bit 0 inserted, bit 1 stored raw, bit 2 quarantined
     expect(codes).to eq([1, 7, 7, 3, 5, 0, 1])
@@ -121,6 +121,11 @@ RSpec.describe WebhookInbox::Inbox, "group commit" do
       "form" => ["pending", "", "a=1&b=2", ""], "quarantined" => ["quarantined", "{}", "", "unknown account"],
       "refused" => ["quarantined", "", %({"refuse": true}), "payload is not valid JSON"]
     )
+    # Each row keeps its own headers, but the one the server refused: its raw retry leaves
+    # them out too, as they might have been the cause.
+    headers = pg.psql("SELECT event_id || '=' || coalesce(request_headers->>'x-id', 'NULL') FROM webhook_inbox " \
+                      "WHERE source_scope = '#{scope}' ORDER BY event_id").split("\n")
+    expect(headers).to eq(%w[bad_json=bad_json form=form nul=nul ok_1=ok_1 ok_2=ok_2 ok_3=ok_3 quarantined=quarantined refused=NULL])
   ensure
     pg.psql("DROP TRIGGER IF EXISTS wi_spec_refuse ON webhook_inbox; DROP FUNCTION IF EXISTS wi_spec_refuse()")
     inbox&.close

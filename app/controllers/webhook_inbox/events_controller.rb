@@ -15,7 +15,7 @@ module WebhookInbox
       @event = dashboard_connection do |c|
         c.select_one(<<~SQL.squish, "WebhookInbox event", [params[:scope].to_s, params[:id].to_s])
           SELECT source_scope, event_id, event_type, status, attempts, last_error, outcome, payload::text AS payload,
-                 octet_length(raw_body) AS raw_bytes, attempt_log::text AS attempt_log,
+                 octet_length(raw_body) AS raw_bytes, attempt_log::text AS attempt_log, request_headers::text AS request_headers,
                  to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS received_at,
                  to_char(processed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS processed_at,
                  to_char(requeued_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS requeued_at,
@@ -28,6 +28,7 @@ module WebhookInbox
       @notice = take_notice
       @payload = @event["payload"] && JSON.pretty_generate(Redactor.new.redact(JSON.parse(@event["payload"])))
       @attempts = JSON.parse(@event["attempt_log"].to_s.empty? ? "[]" : @event["attempt_log"])
+      @headers = @event["request_headers"] && Redactor.new.redact(JSON.parse(@event["request_headers"])).sort
     end
   end
 end

@@ -1,0 +1,111 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "json"
+require_relative "../support/receiver_helpers"
+
+# The delivery's request headers kept with the event (request_headers, schema v5): what is
+# kept and left out, both insert paths of the native store, and a table that lacks the
+# column (a gem upgraded before its migration ran): receipts go on, without headers.
+RSpec.describe WebhookInbox::RequestHeaders do
+  include ReceiverHelpers
+
+  let(:pg) { TestDatabase.cluster }
+  let(:scope) { unique_scope("headers") }
+
+  before(:all) { ReceiverHelpers.apply_schema(TestDatabase.cluster) }
+
+  def stored_headers(pg, scope, id, db: pg.dbname)
+    out = pg.psql("SELECT coalesce(request_headers::text, 'NULL') FROM webhook_inbox " \
+                  "WHERE source_scope = '#{scope}' AND event_id = '#{id}'", db: db).strip
+    out == "NULL" ? nil : JSON.parse(out)
+  end
+
+  describe ".from_env" do
+    it "keeps headers by their lower-case names, with Content-Type and Content-Length, and nothing else from env" do
+      env = { "HTTP_STRIPE_SIGNATURE" => "t=1,v1=ab", "HTTP_X_GITHUB_DELIVERY" => "d-1", "HTTP_USER_AGENT" => "Stripe/1.0",
+              "CONTENT_TYPE" => "application/json", "CONTENT_LENGTH" => "12", "HTTP_VERSION" => "HTTP/1.1",
+              "REQUEST_METHOD" => "POST", "rack.input" => StringIO.new("x"), "HTTP_X_NUMBER" => 5 }
+      expect(described_class.from_env(env)).to eq("stripe-signature" => "t=1,v1=ab", "x-github-delivery" => "d-1",
+                                                   "user-agent" => "Stripe/1.0", "content-type" => "application/json",
+                                                   "content-length" => "12")
+    end
+
+    it "leaves credentials out: authorization, cookies, and names with token, secret, password, api key or session" do
+      env = %w[HTTP_AUTHORIZATION HTTP_PROXY_AUTHORIZATION HTTP_COOKIE HTTP_X_AUTH_TOKEN HTTP_X_SHOPIFY_ACCESS_TOKEN
+               HTTP_X_WEBHOOK_SECRET HTTP_X_PASSWORD HTTP_X_API_KEY HTTP_APIKEY HTTP_X_SESSION_ID]
+            .to_h { |k| [k, "s3cr3t"] }.merge("HTTP_X_REQUEST_ID" => "r-1")
+      expect(described_class.from_env(env)).to eq("x-request-id" => "r-1")
+    end
+
+    it "bounds what it keeps: 64 headers, values cut to 1024 bytes, bytes that are not UTF-8 replaced, NUL dropped" do
+      many = (1..100).to_h { |i| ["HTTP_X_H#{i}", "v"] }
+      expect(described_class.from_env(many).size).to eq(64)
+      kept = described_class.from_env("HTTP_X_LONG" => "a" * 5000, "HTTP_X_BYTES" => "ok\xFF\xFE".b, "HTTP_X_NUL" => "a\0b")
+      expect(kept["x-long"].bytesize).to eq(1024)
+      expect(kept["x-bytes"]).to eq("ok\uFFFD\uFFFD")
+      expect(kept["x-nul"]).to eq("ab")
+      expect(kept.values).to all(be_valid_encoding)
+    end
+  end
+
+  describe ".to_json" do
+    it "is nil for nothing, and for what jsonb or JSON cannot take (a NUL, bytes that are not UTF-8)" do
+      expect([described_class.to_json(nil), described_class.to_json({})]).to eq([nil, nil])
+      expect(described_class.to_json("a" => "x\0y")).to be_nil
+      expect(described_class.to_json("a" => "\xFF".b)).to be_nil
+      expect(JSON.parse(described_class.to_json("a" => "b\u0001"))).to eq("a" => "b\u0001")
+    end
+  end
+
+  describe "stored by WebhookInbox::Inbox" do
+    let(:inbox) { WebhookInbox::Inbox.new(database_url: pg.url, pool_size: 2) }
+    after { inbox.close }
+
+    it "stores them with the row (single insert), and keeps the first delivery's on a duplicate" do
+      first = { "stripe-signature" => "t=1,v1=aa", "user-agent" => "Stripe/1.0" }
+      expect(inbox.insert(source_scope: scope, event_id: "evt_h1", payload: "{}", headers: first).status).to eq(:accepted)
+      expect(inbox.insert(source_scope: scope, event_id: "evt_h1", payload: "{}", headers: { "x" => "y" }).status).to eq(:duplicate)
+      expect(stored_headers(pg, scope, "evt_h1")).to eq(first)
+      expect(inbox.insert(source_scope: scope, event_id: "evt_h0", payload: "{}").status).to eq(:accepted)
+      expect(stored_headers(pg, scope, "evt_h0")).to be_nil
+    end
+
+    it "stores each row's own headers in a group-commit batch (one statement)" do
+      rows = Array.new(3) do |i|
+        [scope, "evt_b#{i}", "t", "{}", false, false, nil, i == 1 ? nil : JSON.generate("x-n" => i.to_s)]
+      end
+      codes = inbox.with_connection { |conn| conn.insert_batch(rows) }
+      expect(codes).to eq([1, 1, 1])
+      expect(Array.new(3) { |i| stored_headers(pg, scope, "evt_b#{i}") }).to eq([{ "x-n" => "0" }, nil, { "x-n" => "2" }])
+    end
+
+    it "never refuses an event for its headers: headers jsonb would refuse are left out, the event is stored as usual" do
+      bad = %({"x-a": "\\u0000"}) # what only a caller bypassing to_json could send
+      code = inbox.with_connection { |conn| conn.insert(scope, "evt_bad_h", "t", %({"id":1}), false, false, nil, bad) }
+      expect(code).to eq(1) # accepted, not raw, not quarantined
+      expect(stored_headers(pg, scope, "evt_bad_h")).to be_nil
+      expect(inbox_rows(pg, scope).find { |r| r[:event_id] == "evt_bad_h" }).to include(status: "pending", payload: %({"id": 1}))
+      codes = inbox.with_connection do |conn|
+        conn.insert_batch([[scope, "evt_bad_b", "t", "{}", false, false, nil, bad], [scope, "evt_ok_b", "t", "{}", false, false, nil, "{}"]])
+      end
+      expect(codes).to eq([1, 1])
+      expect(inbox_rows(pg, scope).select { |r| r[:event_id].end_with?("_b") }.map { |r| r[:status] }).to eq(%w[pending pending])
+    end
+  end
+
+  # A database whose inbox lacks the column: the gem was upgraded and the migration has not
+  # run yet. Receipts must go on (a 503 here would be an outage caused by a deploy's order).
+  it "inserts without headers into an inbox that lacks the column, single and batch" do
+    db = "headers_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{db}", db: "postgres")
+    ReceiverHelpers.schema_files.each { |f| pg.psql(File.read(f), db: db) }
+    pg.psql("ALTER TABLE webhook_inbox DROP COLUMN request_headers", db: db)
+    old = WebhookInbox::Inbox.new(database_url: pg.url(db), pool_size: 1)
+    expect(old.insert(source_scope: scope, event_id: "evt_old", payload: "{}", headers: { "a" => "b" }).status).to eq(:accepted)
+    expect(old.with_connection { |c| c.insert_batch([[scope, "evt_o1", "t", "{}", false, false, nil, "{}"]] * 2) }).to eq([1, 0])
+    expect(pg.psql("SELECT count(*) FROM webhook_inbox", db: db).to_i).to eq(2)
+  ensure
+    old&.close
+  end
+end
