@@ -10,6 +10,19 @@ RSpec.describe WebhookInbox::Configuration do
     config.receiver(:stripe, scope: scope, secrets: ["whsec_#{scope}"], **options)
   end
 
+  it "builds the shared Inbox with the group-commit settings (group_leaders capped at pool_size)" do
+    expect(config.inbox).to have_attributes(group_commit?: true, group_leaders: 2, pool_size: 5)
+    other = described_class.new.tap do |c|
+      c.database_url = config.database_url
+      c.group_leaders = 3
+      c.pool_size = 2
+    end
+    expect(other.inbox).to have_attributes(group_leaders: 2, pool_size: 2)
+    other.pool_size = 8
+    other.reset!
+    expect(other.inbox.group_leaders).to eq(3)
+  end
+
   describe "receiver cache" do
     it "reuses the receiver for the same settings, given as new objects each time" do
       first = receiver_for(+"stripe:acct_1:live")
