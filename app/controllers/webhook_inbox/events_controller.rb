@@ -28,7 +28,8 @@ module WebhookInbox
       @notice = take_notice
       @payload = @event["payload"] && JSON.pretty_generate(Redactor.new.redact(JSON.parse(@event["payload"])))
       @attempts = JSON.parse(@event["attempt_log"].to_s.empty? ? "[]" : @event["attempt_log"])
-      @headers = @event["request_headers"] && Redactor.new.redact(JSON.parse(@event["request_headers"])).sort
+      headers = @event["request_headers"] && JSON.parse(@event["request_headers"])
+      @headers = headers.is_a?(Hash) ? Redactor.new.redact(headers).sort : nil # an object, unless written by hand
     end
   end
 end
