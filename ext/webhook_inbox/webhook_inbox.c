@@ -7,4 +7,5 @@ RUBY_FUNC_EXPORTED void Init_webhook_inbox(void)
     VALUE mod = rb_define_module("WebhookInbox");
     wi_verifier_binding_init(mod);
     wi_inbox_binding_init(mod);
+    wi_headers_binding_init(mod);
 }

@@ -106,9 +106,9 @@ module WebhookInbox
 
     # Inserts one event. Returns a Receipt. Raises StoreError when it cannot be stored,
     # ArgumentError for text fields that are not UTF-8 or contain NUL. headers: the
-    # delivery's kept request headers (RequestHeaders.from_env), stored in request_headers
-    # when the schema has that column (v5); headers that cannot be stored are left out,
-    # never a reason to refuse the event.
+    # delivery's kept request headers (RequestHeaders.from_env's text, or a Hash of
+    # Strings), stored in request_headers when the schema has that column (v5); headers
+    # that cannot be stored are left out, never a reason to refuse the event.
     def insert(source_scope:, event_id:, payload:, event_type: "", status: :pending, last_error: nil, raw: false,
                headers: nil)
       raise ArgumentError, "status must be :pending or :quarantined" unless STATUSES.include?(status.to_sym)
@@ -118,7 +118,7 @@ module WebhookInbox
       raise ArgumentError, "source_scope and event_id must not be empty" if scope.empty? || id.empty?
 
       row = [scope, id, text(event_type, :event_type), String(payload), raw ? true : false,
-             status.to_sym == :quarantined, last_error && text(last_error, :last_error), RequestHeaders.to_json(headers)]
+             status.to_sym == :quarantined, last_error && text(last_error, :last_error), RequestHeaders.encode(headers)]
       code = @group_commit ? group_insert(row) : with_connection { |conn| conn.insert(*row) }
       Receipt.new(status: code.anybits?(1) ? :accepted : :duplicate, source_scope: scope, event_id: id,
                   stored_raw: code.anybits?(2), quarantined: code.anybits?(4))

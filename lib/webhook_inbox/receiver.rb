@@ -146,9 +146,14 @@ module WebhookInbox
       return reject(400, :empty_body) if body.empty?
 
       event = @verifier.verify(body, env, now: Time.now)
-      row = { source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s, payload: body, raw: form }
-      row[:headers] = RequestHeaders.from_env(env) if @keep_headers
-      receipt = @inbox.insert(**row)
+      receipt =
+        if @keep_headers
+          @inbox.insert(source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s,
+                        payload: body, raw: form, headers: RequestHeaders.from_env(env))
+        else
+          @inbox.insert(source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s,
+                        payload: body, raw: form)
+        end
       Result.new(http_status: 200, status: receipt.status, receipt: receipt, event: event)
     rescue VerificationError => e
       status = if e.reason == :payload_too_large then 413

@@ -25,7 +25,7 @@ module WebhookInbox
                headers: nil)
       quarantined = status.to_sym == :quarantined
       stored_raw = raw
-      headers = RequestHeaders.to_json(headers)
+      headers = RequestHeaders.encode(headers, check: true)
       inserted =
         begin
           run(source_scope, event_id, event_type, payload, raw, quarantined, last_error, headers)
