@@ -7,19 +7,15 @@
 -- Idempotent: safe to re-run. Applied after 001..004 (and any 005/006) by
 -- `webhook-inbox-sidecar migrate` and the Rails generator.
 --
--- Additive: webhook_inbox_schema_min_worker() stays 4, so v4 sidecars keep processing events
--- against it (they deliver no effects). webhook_inbox_run_handler() gets a new body with the
--- same signature and behaviour, plus the source event (below) for webhook_inbox_emit().
+-- Additive: webhook_inbox_schema_min_worker() stays 004's 4 (not redefined here), so v4
+-- sidecars keep processing events against it (they deliver no effects).
+-- webhook_inbox_run_handler() gets a new body with the same signature and behaviour, plus
+-- the source event (below) for webhook_inbox_emit().
 
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
 LANGUAGE sql STABLE AS $$ SELECT 6 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
-
-CREATE OR REPLACE FUNCTION webhook_inbox_schema_min_worker() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 4 $$;
-COMMENT ON FUNCTION webhook_inbox_schema_min_worker() IS
-    'Oldest sidecar schema version (WI_SCHEMA_VERSION) that works against this database; an older sidecar refuses to run.';
 
 CREATE TABLE IF NOT EXISTS webhook_inbox_outbox (
     operation_id     text        PRIMARY KEY

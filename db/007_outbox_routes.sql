@@ -4,19 +4,14 @@
 -- Idempotent: safe to re-run. Applied after 001..006 by `webhook-inbox-sidecar migrate` and
 -- the Rails generator.
 --
--- Additive: webhook_inbox_schema_min_worker() stays 4. A v6 sidecar keeps working (it saves
--- one effect per statement); the new column is nullable and every route written before
--- keeps its meaning.
+-- Additive: webhook_inbox_schema_min_worker() stays 004's 4 (not redefined here). A v6
+-- sidecar keeps working (it saves one effect per statement); the new column is nullable and
+-- every route written before keeps its meaning.
 
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
 LANGUAGE sql STABLE AS $$ SELECT 7 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
-
-CREATE OR REPLACE FUNCTION webhook_inbox_schema_min_worker() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 4 $$;
-COMMENT ON FUNCTION webhook_inbox_schema_min_worker() IS
-    'Oldest sidecar schema version (WI_SCHEMA_VERSION) that works against this database; an older sidecar refuses to run.';
 
 -- A route's destination: set (with handler webhook_inbox_deliver) for event types whose work
 -- is done by a destination (the Rails app's receive_effect, an internal service) instead of a

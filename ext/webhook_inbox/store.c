@@ -322,13 +322,11 @@ static int setup_cmd(struct wi_store *s, const char *sql, int want_ok, long long
     return ok || !want_ok ? 0 : -1;
 }
 
-/* PREPAREs name as sql with s->nparams parameters (INSERT_SQL's types for a single row,
- * BATCH_SQL's for a batch) and waits for it. Returns 0, or -1 and fills *err. */
-static int prepare(struct wi_store *s, const char *name, const char *sql, long long deadline,
-                   struct wi_err *err)
+/* PREPAREs name as sql with the first s->nparams of types and waits for it. Returns 0, or
+ * -1 and fills *err. */
+static int prepare(struct wi_store *s, const char *name, const char *sql, const Oid *types,
+                   long long deadline, struct wi_err *err)
 {
-    const Oid *types = strcmp(name, STMT_NAME) ? BATCH_PARAM_TYPES : PARAM_TYPES;
-
     if (!PQsendPrepare(s->conn, name, sql, s->nparams, types)) {
         set_err(s, err, WI_STORE_ECONNECT, "could not send PREPARE: %s", PQerrorMessage(s->conn));
         return -1;
@@ -354,15 +352,16 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
         setup_cmd(s, "SET client_connection_check_interval = " CHECK_CLOSED_MS, 0, deadline, err) < 0)
         return -1;
     s->nparams = NPARAMS;
-    if (prepare(s, STMT_NAME, INSERT_SQL, deadline, err) < 0) {
+    if (prepare(s, STMT_NAME, INSERT_SQL, PARAM_TYPES, deadline, err) < 0) {
         if (strcmp(s->sqlstate, "42703")) /* not "column request_headers does not exist" */
             return -1;
         s->sqlstate[0] = '\0';
         s->nparams = NPARAMS - 1;
-        if (prepare(s, STMT_NAME, INSERT_SQL_NO_HEADERS, deadline, err) < 0)
+        if (prepare(s, STMT_NAME, INSERT_SQL_NO_HEADERS, PARAM_TYPES, deadline, err) < 0)
             return -1;
     }
-    return prepare(s, BATCH_STMT_NAME, s->nparams == NPARAMS ? BATCH_SQL : BATCH_SQL_NO_HEADERS, deadline, err);
+    return prepare(s, BATCH_STMT_NAME, s->nparams == NPARAMS ? BATCH_SQL : BATCH_SQL_NO_HEADERS,
+                   BATCH_PARAM_TYPES, deadline, err);
 }
 
 struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
