@@ -50,7 +50,7 @@ static const struct cf_entry table[] = {
     {"backoff-cap", CF_DURATION, F(backoff_cap), "1h", CF_RELOAD, 0, 30 * 86400, NULL,
      "largest retry delay"},
     {"batch-linger", CF_DURATION, F(batch_linger), NULL, CF_RELOAD, 0, 1, NULL,
-     "after a batch smaller than --batch-size, wait this long before claiming again, so the next "
+     "after a batch smaller than --batch-size, wait this long before claiming again (when something arrived), so the next "
      "batch gathers what arrives meanwhile (fewer commits under steady load; adds at most this latency; off when unset)"},
     {"poll-interval", CF_DURATION, F(poll_interval), "5s", CF_RELOAD, 0, 86400, NULL,
      "look for due events at least this often (NOTIFY wakes workers sooner)"},

@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "exporter.h"
+#include "listener.h"
 #include "log.h"
 #include "metrics.h"
 #include "migrate.h"
@@ -109,6 +110,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     struct wi_retention *retention = NULL;
     struct wi_err err;
     struct wi_outbox *outbox = NULL;
+    struct wi_listener *listener = NULL;
     int stop_pipe[2], i, started = 0, rc;
     long ticks = 0, last_seen = 0;
     sigset_t all, old;
@@ -118,6 +120,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     if (nonblock_pipe(sig_pipe) < 0 || nonblock_pipe(stop_pipe) < 0)
         fatal("pipe_failed", "error=%d", errno);
     pthread_mutex_init(&rt.lock, NULL);
+    wi_wake_init(&rt.claims);
     rt.cfg = *cfg; /* takes ownership of the strings */
     memset(cfg, 0, sizeof *cfg);
     rt.stop_fd = stop_pipe[0];
@@ -167,6 +170,9 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
         }
         started++;
     }
+    /* --once workers stop at the first empty claim: nothing to wake them. */
+    if (!rt.cfg.once && !(listener = wi_listener_start(&rt)))
+        log_warnx("thread_failed", "thread=listener note=\"workers look for events every --poll-interval\"");
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 
     while (atomic_load(&rt.alive) > 0) {
@@ -187,6 +193,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
             log_info("stopping", "note=\"finishing the transaction in flight\"");
             atomic_store(&rt.stopping, 1);
             (void)!write(stop_pipe[1], "s", 1);
+            wi_wake_stop(&rt.claims);
         }
         if (got_hup) {
             got_hup = 0;
@@ -195,6 +202,11 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     }
     for (i = 0; i < started; i++)
         pthread_join(workers[i].thread, NULL);
+    if (listener) { /* also when no worker could start: the listener needs the stop */
+        atomic_store(&rt.stopping, 1);
+        (void)!write(stop_pipe[1], "s", 1);
+        wi_listener_stop(listener);
+    }
     wi_outbox_join(outbox);
     wi_retention_stop(retention); /* a delete batch in flight finishes first */
     wi_exporter_stop(exporter);   /* serves the final counts until the workers are done */
@@ -204,6 +216,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
 out:
     wi_metrics_reset();
     wi_config_free(&rt.cfg);
+    wi_wake_destroy(&rt.claims);
     pthread_mutex_destroy(&rt.lock);
     close(stop_pipe[0]);
     close(stop_pipe[1]);

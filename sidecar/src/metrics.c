@@ -329,6 +329,9 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
             "Runs that found no route and left the event pending (--unrouted=wait)", wi_metrics_get(WI_M_WAITING));
     counter(out, "webhook_inbox_batches_total", "Transactions of events committed by this process",
             wi_metrics_get(WI_M_BATCHES));
+    counter(out, "webhook_inbox_empty_claims_total",
+            "Claims that found no due event (each a transaction; many per event processed mean idle workers woken for nothing)",
+            wi_metrics_get(WI_M_EMPTY_CLAIMS));
     counter(out, "webhook_inbox_reconnects_total", "Worker reconnections after a lost or failed connection",
             wi_metrics_get(WI_M_RECONNECTS));
     counter(out, "webhook_inbox_retention_deleted_total",

@@ -10,8 +10,10 @@
 /* WI_M_WAITING: runs that found no route and left the event pending (--unrouted=wait). */
 /* WI_M_PRUNED: done events deleted by the scheduled retention (--retain); WI_M_PRUNED_EFFECTS:
  * delivered outbox effects deleted by it. */
+/* WI_M_EMPTY_CLAIMS: claims that found nothing due (a transaction each; many per event
+ * mean workers woken for nothing). */
 enum { WI_M_DONE, WI_M_QUARANTINED, WI_M_RETRY, WI_M_WAITING, WI_M_BATCHES, WI_M_RECONNECTS, WI_M_PRUNED,
-       WI_M_PRUNED_EFFECTS, WI_M_COUNT };
+       WI_M_PRUNED_EFFECTS, WI_M_EMPTY_CLAIMS, WI_M_COUNT };
 
 /* At most this many distinct event_type label values; later types count as "other", as do
  * types longer than WI_METRICS_TYPE_MAX bytes, not UTF-8, holding control characters, or

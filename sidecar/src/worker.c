@@ -1,7 +1,7 @@
 /* worker.c - one worker connection: the schema check on every (re)connect, the
- * claim/dispatch/commit loop, LISTEN wake-ups with a polling fallback, reconnection with
- * backoff (a lost connection never ends the loop), and careful mode: one event per
- * transaction after a connection died under a batch. */
+ * claim/dispatch/commit loop, wake-ups handed over by the process's listener (wake.h) with a
+ * polling fallback, reconnection with backoff (a lost connection never ends the
+ * loop), and careful mode: one event per transaction after a connection died under a batch. */
 #define _POSIX_C_SOURCE 200809L
 #include "clock.h"
 #include "worker.h"
@@ -32,7 +32,6 @@ static const struct wi_pg_stmt tx_stmts[] = {
     {"wi_savepoint", "SAVEPOINT wi_event"},
     {"wi_release", "RELEASE SAVEPOINT wi_event"},
     {"wi_rollback_to", "ROLLBACK TO SAVEPOINT wi_event"},
-    {"wi_listen", "LISTEN webhook_inbox"},
     {"wi_lock_timeout", "SELECT set_config('lock_timeout', $1, false)"},
 };
 
@@ -352,15 +351,20 @@ static int schema_still_ok(const struct wi_worker *w, struct wi_pg *pg)
  * event whose dispatch statement failed outright. In careful mode, one stepwise event per
  * transaction: the worker knows the event before its handler runs. Returns what the path
  * taken returns, or -4 when the batch statement failed because the schema no longer passes
- * the check (the caller reconnects). */
+ * the check (the caller reconnects). *took_all = 1: the batch claimed every unlocked due
+ * row there was (the fused statement returned fewer than --batch-size); rows that came
+ * after send a NOTIFY. */
 static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int careful, struct wi_batch *b,
-                     struct wi_event *lost)
+                     struct wi_event *lost, int *took_all)
 {
     int n;
+    *took_all = 0;
     if (careful)
         return run_batch_stepwise(w, pg, s, 1, b, lost);
-    if ((n = run_batch_fused(w, pg, s, b)) != -2)
+    if ((n = run_batch_fused(w, pg, s, b)) != -2) {
+        *took_all = n >= 0 && n < s->batch_size;
         return n;
+    }
     if (!schema_still_ok(w, pg))
         return -4;
     if ((n = run_batch_stepwise(w, pg, s, s->batch_size, b, lost)) != -3)
@@ -425,7 +429,7 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, int *r
     }
     snprintf(lock_timeout, sizeof lock_timeout, "%ldms", (long)(w->rt->cfg.lock_timeout * 1000));
     if (wi_pg_prepare(pg, inbox_stmts, (int)(sizeof inbox_stmts / sizeof inbox_stmts[0]), err) < 0 ||
-        wi_pg_cmd(pg, "wi_lock_timeout", 1, params, err) < 0 || wi_pg_cmd(pg, "wi_listen", 0, NULL, err) < 0) {
+        wi_pg_cmd(pg, "wi_lock_timeout", 1, params, err) < 0) {
         wi_pg_free(pg);
         return NULL;
     }
@@ -460,6 +464,32 @@ static void enter_careful(const struct wi_worker *w, int *careful, int events)
     *careful = events > 0 ? events : 1;
 }
 
+/* A worker woken for a notification while another is active leaves it to that worker's next
+ * claim for at most --batch-linger plus this, then claims itself (wake.h). */
+#define DEFER_EXTRA_S 0.005
+
+/* Nothing (more) was due: goes idle and waits for a notification no claim has covered (the
+ * listener hands it to one idle worker, wake.h), a backlog, the next due retry, the poll
+ * interval or a stop. *active is the worker's flag in rt->claims. Returns 0 (claim now) or
+ * -1 (connection lost). */
+static int wait_for_work(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int *active)
+{
+    struct wi_runtime *rt = w->rt;
+    double due, timeout = s->poll_interval, defer = s->batch_linger + DEFER_EXTRA_S;
+
+    if (wi_wake_wait(&rt->claims, active, 0, defer)) /* one came during the batch: claim at once */
+        return 0;
+    if ((due = wi_claim_next_due(pg)) < 0 && !wi_pg_ok(pg))
+        return -1;
+    /* A row already due that the batch did not claim is locked by another transaction
+     * (SKIP LOCKED passed it) whose end sends no NOTIFY: look again shortly, without
+     * spinning on it every few milliseconds. */
+    if (due >= 0 && due < timeout)
+        timeout = due <= 0 ? (timeout < 0.1 ? timeout : 0.1) : due < 0.005 ? 0.005 : due;
+    (void)wi_wake_wait(&rt->claims, active, wi_clock_s() + timeout, defer);
+    return 0;
+}
+
 void *wi_worker_main(void *arg)
 {
     struct wi_worker *w = arg;
@@ -472,12 +502,13 @@ void *wi_worker_main(void *arg)
     int ever_connected = 0;
     int was_refused = 0;         /* the last connect found a schema it could not work with */
     int careful = 0;             /* single-event transactions left in careful mode; 0 = batched */
+    int active = 0;              /* this worker's flag in rt->claims: running a batch or lingering */
     const char *url = rt->cfg.database_url; /* not reloadable: stable for our lifetime */
 
     while (!atomic_load(&rt->stopping)) {
         struct snap s;
         struct wi_err err;
-        int n, charge_failed;
+        int n, charge_failed, took_all = 0;
 
         if (!pg) {
             struct wi_schema found;
@@ -513,7 +544,8 @@ void *wi_worker_main(void *arg)
 
         take_snap(rt, &s);
         charge_failed = lost.scope && charge_lost(w, pg, &lost, &s) < 0;
-        n = charge_failed ? -1 : run_batch(w, pg, &s, careful, &batch, &lost);
+        wi_wake_claiming(&rt->claims, &active, wi_clock_s());
+        n = charge_failed ? -1 : run_batch(w, pg, &s, careful, &batch, &lost, &took_all);
         wi_batch_free(&batch);
         if (n >= 0)
             reconnect_delay = RECONNECT_MIN_S;
@@ -522,12 +554,21 @@ void *wi_worker_main(void *arg)
                 careful = 0;
                 log_info("careful_mode_end", "worker=%d", w->id);
             }
-            /* A partial batch: what arrives during the linger shares the next commit. */
-            if (n < s.batch_size && s.batch_linger > 0 && !rt->cfg.once)
-                wi_runtime_nap(rt, s.batch_linger);
-            continue;
+            if (!took_all || rt->cfg.once) {
+                if (n >= s.batch_size)
+                    wi_wake_more(&rt->claims); /* a backlog: one more worker joins */
+                continue;                      /* more may be due: claim again at once */
+            }
+            /* A partial batch took everything due: what arrives during the linger shares the
+             * next commit; without one, only a NOTIFY (or a retry falling due) brings a claim,
+             * never an empty claim just to find that nothing came. */
+            if (s.batch_linger > 0)
+                wi_runtime_nap(rt, s.batch_linger); /* still active: it looks at what came before idling */
+        } else if (n == 0) {
+            wi_metrics_add(WI_M_EMPTY_CLAIMS, 1);
         }
         if (n < 0) {
+            wi_wake_idle(&rt->claims, &active);
             if (!wi_pg_ok(pg)) {
                 /* Lost with a transaction in flight: the server may have killed the backend
                  * because of a handler. The fused batch does not say which event ran. */
@@ -550,37 +591,10 @@ void *wi_worker_main(void *arg)
         }
         if (rt->cfg.once)
             break;
-
-        /* Nothing due: wait for NOTIFY, the next due retry, the poll interval or a stop. */
-        {
-            double due = wi_claim_next_due(pg), timeout = s.poll_interval, t0 = wi_clock_s();
-            struct pollfd p[2];
-            int got;
-            /* A row already due that the batch did not claim is locked by another transaction
-             * (SKIP LOCKED passed it) whose end sends no NOTIFY: look again shortly, without
-             * spinning on it every few milliseconds. */
-            if (due >= 0 && due < timeout)
-                timeout = due <= 0 ? (timeout < 0.1 ? timeout : 0.1) : due < 0.005 ? 0.005 : due;
-            if ((got = wi_pg_drain_notifies(pg)) != 0) {
-                if (got < 0) {
-                    log_warnx("connection_lost", "worker=%d in=idle", w->id);
-                    wi_pg_free(pg);
-                    pg = NULL;
-                }
-                continue;
-            }
-            p[0].fd = wi_pg_socket(pg);
-            p[0].events = POLLIN;
-            p[0].revents = p[1].revents = 0;
-            p[1].fd = rt->stop_fd;
-            p[1].events = POLLIN;
-            while (poll(p, 2, (int)(timeout * 1000) + 1) < 0 && errno == EINTR && wi_clock_s() - t0 < timeout)
-                ;
-            if (p[0].revents && wi_pg_drain_notifies(pg) < 0) {
-                log_warnx("connection_lost", "worker=%d in=idle", w->id);
-                wi_pg_free(pg);
-                pg = NULL;
-            }
+        if (wait_for_work(w, pg, &s, &active) < 0) {
+            log_warnx("connection_lost", "worker=%d in=idle", w->id);
+            wi_pg_free(pg);
+            pg = NULL;
         }
     }
     if (lost.scope)

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include "config.h"
+#include "wake.h"
 
 /* Shared by main and every worker thread.
  * Invariant: cfg's non-reloadable fields (database_url, concurrency) never change while
@@ -19,6 +20,7 @@ struct wi_runtime {
     atomic_int failed;     /* a --once worker could not do its job */
     int stop_fd;           /* readable once stopping (nobody reads it) */
     int wake_fd;           /* a worker writes here when it exits, to wake main */
+    struct wi_wake claims; /* which worker claims after a NOTIFY (wake.h) */
 };
 
 /* Sleeps up to seconds, or less when stopping (rt->stop_fd becomes readable). */

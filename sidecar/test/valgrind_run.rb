@@ -95,6 +95,12 @@ begin
     body.include?('webhook_inbox_effects_pending{destination="down"} 1') && body.include?('webhook_inbox_effects_total{outcome="delivered"} 0')
   sleep 0.2 until File.read(log).include?("msg=retention ") || Time.now > deadline
   abort "no scheduled retention run:\n#{File.read(log)}" unless File.read(log).include?("msg=retention ")
+  # The listener hands a receipt's NOTIFY to the idle worker (wake.c, listener.c).
+  pg.psql("INSERT INTO orders (tenant_id, order_id, amount, currency) VALUES ('t1', 'o_wake', 500, 'jpy'); " \
+          "INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES ('s', 'e_wake', 'payment_intent.succeeded', " \
+          "'{\"data\":{\"object\":{\"id\":\"pi_w\",\"amount\":500,\"currency\":\"jpy\",\"metadata\":{\"tenant_id\":\"t1\",\"order_id\":\"o_wake\"}}}}')")
+  sleep 0.2 until pg.psql("SELECT status FROM webhook_inbox WHERE event_id = 'e_wake'").strip == "done" || Time.now > deadline
+  abort "the NOTIFY did not reach a worker:\n#{File.read(log)}" unless pg.psql("SELECT status FROM webhook_inbox WHERE event_id = 'e_wake'").strip == "done"
   abort "/nope: expected 404" unless Net::HTTP.get_response(host, "/nope", port.to_i).code == "404"
   s = TCPSocket.new(host, port.to_i)
   s.write("BAD\r\n\r\n")
@@ -108,7 +114,7 @@ begin
   out = File.read(log)
   abort "#{SANITIZER ? 'sanitizer' : 'valgrind'} run failed for run --metrics-listen:\n#{out}" unless
     st.success? && !out.match?(/definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]|runtime error|Sanitizer/)
-  puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: run --metrics-listen --retain, scraped, pruned, stopped by SIGTERM"
+  puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: run --metrics-listen --retain, scraped, woken by a NOTIFY, pruned, stopped by SIGTERM"
   # The outbox: one delivered, one refused (422), one failing (503) until max attempts, one signed.
   http = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: 0, Logger: WEBrick::Log.new(File::NULL), AccessLog: [])
   http.mount_proc("/") { |req, res| res.status = Integer(req.path[1..]) rescue 200; res.body = '{"id":"x_1"}' }

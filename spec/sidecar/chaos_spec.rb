@@ -69,9 +69,10 @@ RSpec.describe "webhook-inbox-sidecar under failures", :sidecar do
     pid, log = spawn_sidecar("run", "--database-url", db.url, "--concurrency", "2", "--poll-interval", "200ms")
     db.insert_event("e_a", "payment_intent.succeeded", succeeded("pi_a", "t1", "a", 100, "usd"))
     wait_for(10) { db.event("e_a")[:status] == "done" }
-    wait_for(5) { sidecar_backends == 2 }
+    wait_for(5) { sidecar_backends == 3 } # 2 workers and the listener
     db.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'webhook-inbox-sidecar'")
     wait_for(10, 0.05, "reconnect") { File.read(log).scan("msg=connected").size >= 4 }
+    wait_for(10, 0.05, "the listener back") { File.read(log).scan("msg=listener_connected").size >= 2 }
     db.insert_event("e_b", "payment_intent.succeeded", succeeded("pi_b", "t1", "b", 100, "usd"))
     wait_for(10) { db.event("e_b")[:status] == "done" }
     expect(File.read(log)).to include("msg=connection_lost")

@@ -1,0 +1,74 @@
+# frozen_string_literal: true
+
+require "net/http"
+require_relative "sidecar_helper"
+require_relative "../support/prometheus_text"
+
+# Wake-ups (sidecar/src/wake.h, listener.c): one connection per process LISTENs and hands
+# each notification to one idle worker, so a receipt costs one claim whatever --concurrency;
+# a worker whose batch took every due row waits for the next notification instead of
+# claiming again to find nothing. A worker held by a slow handler does not hold a new event
+# back: an idle sibling is woken for it.
+RSpec.describe "webhook-inbox-sidecar wake-ups", :sidecar do
+  include SidecarHelper::Payloads
+
+  before(:all) { @db = SidecarHelper::DB.new(TestDatabase.cluster) }
+  let(:db) { @db }
+
+  before { db.reset! }
+  after { kill_spawned }
+
+  def start(concurrency)
+    pid, log = spawn_sidecar("run", "--database-url", db.url, "--concurrency", concurrency.to_s,
+                             "--metrics-listen", "127.0.0.1:0", "--log-events=false")
+    addr = wait_for(20, 0.05, "metrics_listening") { File.read(log)[/msg=metrics_listening address=(\S+)/, 1] }
+    wait_for(20, 0.05, "#{concurrency} workers connected") { File.read(log).scan(/msg=connected worker=/).size >= concurrency }
+    wait_for(20, 0.05, "the listener") { db.int("SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN webhook_inbox'") == 1 }
+    [pid, addr]
+  end
+
+  def counter(addr, name)
+    host, port = addr.split(":")
+    body = Net::HTTP.start(host, port.to_i, open_timeout: 5, read_timeout: 10) { |h| h.get("/metrics").body }
+    PrometheusText.parse(body).fetch(name).samples.first.value.to_i
+  end
+
+  it "claims once per notification among 4 idle workers, with no empty claim after a batch that took all" do
+    _, addr = start(4)
+    # Each worker claims once when it connects, and the listener's first connect counts as a
+    # notification (some may have come before): those claims are not what this is about.
+    wait_for(10, 0.05, "the startup claims") { counter(addr, "webhook_inbox_empty_claims_total") >= 5 }
+    empty = counter(addr, "webhook_inbox_empty_claims_total")
+    events = 40
+    events.times do |i|
+      db.add_order("t1", "o#{i}", 100, "usd")
+      db.insert_event("evt_wake_#{i}", "payment_intent.succeeded", succeeded("pi_#{i}", "t1", "o#{i}", 100, "usd"))
+      wait_for(10, 0.01, "event #{i} done") { db.event("evt_wake_#{i}")[:status] == "done" }
+    end
+    expect(db.int("SELECT count(*) FROM orders WHERE status = 'paid'")).to eq(events)
+    expect(counter(addr, "webhook_inbox_batches_total")).to eq(events)
+    # When every worker LISTENed, each NOTIFY had the 3 others claim for nothing, and the
+    # worker that ran the event claimed again to find nothing: about 4 empty claims per event.
+    expect(counter(addr, "webhook_inbox_empty_claims_total") - empty).to be <= events / 10
+  end
+
+  it "lets a sibling claim a new event while a worker is held by a slow handler" do
+    db.psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION test_slow_handler(ev webhook_inbox) RETURNS text
+      LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN 'slow'; END $$;
+      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('test.slow', 'test_slow_handler');
+    SQL
+    start(2)
+    db.insert_event("evt_slow", "test.slow", { "type" => "test.slow" })
+    wait_for(10, 0.01, "the slow handler running") do
+      db.int("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%dispatch_batch%' AND wait_event = 'PgSleep'") == 1
+    end
+    db.add_order("t1", "o_fast", 100, "usd")
+    db.insert_event("evt_fast", "payment_intent.succeeded", succeeded("pi_fast", "t1", "o_fast", 100, "usd"))
+    wait_for(10, 0.01, "the fast event done") { db.event("evt_fast")[:status] == "done" }
+    expect(db.event("evt_slow")[:status]).to eq("pending") # still running: the fast one did not wait for it
+    wait_for(10, 0.05, "the slow event done") { db.event("evt_slow")[:status] == "done" }
+  ensure
+    db.psql("DELETE FROM webhook_inbox_routes WHERE event_type = 'test.slow'; DROP FUNCTION IF EXISTS test_slow_handler(webhook_inbox)")
+  end
+end
