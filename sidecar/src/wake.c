@@ -49,8 +49,10 @@ void wi_wake_claiming(struct wi_wake *wk, int *active, double now)
 void wi_wake_more(struct wi_wake *wk)
 {
     pthread_mutex_lock(&wk->lock);
-    wk->backlog = 1;
-    pthread_cond_signal(&wk->cond);
+    if (wk->waiting > 0) { /* else nobody would take it before the asking worker itself */
+        wk->backlog = 1;
+        pthread_cond_signal(&wk->cond);
+    }
     pthread_mutex_unlock(&wk->lock);
 }
 
@@ -101,7 +103,9 @@ int wi_wake_wait(struct wi_wake *wk, int *active, double deadline, double defer_
         if (now >= deadline)
             break;
         to_timespec(until, &ts);
+        wk->waiting++;
         (void)pthread_cond_timedwait(&wk->cond, &wk->lock, &ts);
+        wk->waiting--;
     }
     pthread_mutex_unlock(&wk->lock);
     return claim;

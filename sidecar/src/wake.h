@@ -23,6 +23,7 @@ struct wi_wake {
     double pending;      /* arrival of the earliest notification no claim covers (monotonic s); 0: none */
     int backlog;         /* a full batch asked for one more worker */
     int active;          /* workers running a batch or lingering: each looks at pending before idling */
+    int waiting;         /* idle workers inside wi_wake_wait */
     int stopping;
 };
 
@@ -37,7 +38,8 @@ void wi_wake_notify(struct wi_wake *wk, double now);
  * its claim covers the notifications that arrived before now. */
 void wi_wake_claiming(struct wi_wake *wk, int *active, double now);
 
-/* A worker's batch was full: more may be due; wakes one idle worker to claim at once. */
+/* A worker's batch was full: more may be due; wakes one idle worker, if one waits, to claim
+ * at once. */
 void wi_wake_more(struct wi_wake *wk);
 
 /* A worker that will not claim until it has reconnected or napped goes idle (*active = 0). */

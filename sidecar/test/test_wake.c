@@ -1,7 +1,8 @@
 /* test_wake.c - the NOTIFY hand-off (wake.c): a notification is pending until a claim that
  * started after it covers it; an idle worker claims for it at once when no other worker is
  * active, and after the defer window when one is (unless that one covered it meanwhile); a
- * full batch's call for help is taken once; a stop releases every waiter; a notification
+ * full batch's call for help reaches a waiting worker and is taken once (with nobody waiting
+ * it is not kept); a stop releases every waiter; a notification
  * wakes a worker waiting in another thread long before its deadline. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -59,9 +60,8 @@ int main(void)
     CHECK(wi_wake_wait(&wk, &b, t0 + 5, 5) == 1);
     CHECK(wi_clock_s() - t0 < 1);
     wi_wake_claiming(&wk, &b, wi_clock_s());
-    /* A full batch asks for one more worker: taken once, without waiting. */
+    /* A full batch asks for one more worker: nobody waits, so nothing is left behind. */
     wi_wake_more(&wk);
-    CHECK(wi_wake_wait(&wk, &a, wi_clock_s() + 5, 5) == 1);
     CHECK(wi_wake_wait(&wk, &a, 0, 5) == 0);
     wi_wake_stop(&wk);
     t0 = wi_clock_s();
@@ -78,7 +78,17 @@ int main(void)
     pthread_join(t, NULL);
     CHECK(got == 1);
     CHECK(wi_clock_s() - t0 < 5);
+    /* A full batch's call reaches a waiting worker at once, and is taken once. */
     wi_wake_claiming(&shared, &a, wi_clock_s());
+    got = -1;
+    t0 = wi_clock_s();
+    CHECK(pthread_create(&t, NULL, waiter, &got) == 0);
+    nap_ms(50);
+    wi_wake_more(&shared);
+    pthread_join(t, NULL);
+    CHECK(got == 1);
+    CHECK(wi_clock_s() - t0 < 5);
+    CHECK(wi_wake_wait(&shared, &b, 0, 5) == 0);
     wi_wake_idle(&shared, &a);
     got = -1;
     CHECK(pthread_create(&t, NULL, waiter, &got) == 0);

@@ -7,8 +7,9 @@ require_relative "../support/prometheus_text"
 # Wake-ups (sidecar/src/wake.h, listener.c): one connection per process LISTENs and hands
 # each notification to one idle worker, so a receipt costs one claim whatever --concurrency;
 # a worker whose batch took every due row waits for the next notification instead of
-# claiming again to find nothing. A worker held by a slow handler does not hold a new event
-# back: an idle sibling is woken for it.
+# claiming again to find nothing. A full batch wakes one more worker, so a backlog brings
+# them all in. A worker held by a slow handler does not hold a new event back: an idle
+# sibling is woken for it.
 RSpec.describe "webhook-inbox-sidecar wake-ups", :sidecar do
   include SidecarHelper::Payloads
 
@@ -18,9 +19,9 @@ RSpec.describe "webhook-inbox-sidecar wake-ups", :sidecar do
   before { db.reset! }
   after { kill_spawned }
 
-  def start(concurrency)
+  def start(concurrency, *extra)
     pid, log = spawn_sidecar("run", "--database-url", db.url, "--concurrency", concurrency.to_s,
-                             "--metrics-listen", "127.0.0.1:0", "--log-events=false")
+                             "--metrics-listen", "127.0.0.1:0", "--log-events=false", *extra)
     addr = wait_for(20, 0.05, "metrics_listening") { File.read(log)[/msg=metrics_listening address=(\S+)/, 1] }
     wait_for(20, 0.05, "#{concurrency} workers connected") { File.read(log).scan(/msg=connected worker=/).size >= concurrency }
     wait_for(20, 0.05, "the listener") { db.int("SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN webhook_inbox'") == 1 }
@@ -50,6 +51,28 @@ RSpec.describe "webhook-inbox-sidecar wake-ups", :sidecar do
     # When every worker LISTENed, each NOTIFY had the 3 others claim for nothing, and the
     # worker that ran the event claimed again to find nothing: about 4 empty claims per event.
     expect(counter(addr, "webhook_inbox_empty_claims_total") - empty).to be <= events / 10
+  end
+
+  it "brings every worker in on a backlog that arrives in one notification" do
+    db.psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION test_busy_handler(ev webhook_inbox) RETURNS text
+      LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.02); RETURN 'busy'; END $$;
+      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('test.busy', 'test_busy_handler');
+    SQL
+    start(4, "--batch-size", "1", "--poll-interval", "60s")
+    # One statement, one NOTIFY: it wakes one worker; each full batch (of 1) wakes another.
+    db.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
+            "SELECT 'stripe:acct_1:test', 'evt_busy_' || i, 'test.busy', '{}' FROM generate_series(1, 300) i")
+    busiest = 0
+    until db.int("SELECT count(*) FROM webhook_inbox WHERE status = 'pending'").zero?
+      busiest = [busiest, db.int("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' " \
+                                 "AND query LIKE '%dispatch_batch%'")].max
+      sleep 0.02
+    end
+    expect(busiest).to be >= 3 # all 4 almost always; without the hand-off 1 (the others wait for --poll-interval)
+    expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status = 'done' AND outcome = 'busy'")).to eq(300)
+  ensure
+    db.psql("DELETE FROM webhook_inbox_routes WHERE event_type = 'test.busy'; DROP FUNCTION IF EXISTS test_busy_handler(webhook_inbox)")
   end
 
   it "lets a sibling claim a new event while a worker is held by a slow handler" do
