@@ -113,7 +113,7 @@ static int credential(const char *name, size_t n)
     if (has(name, n, "authorization") || has(name, n, "cookie") || has(name, n, "token") ||
         has(name, n, "secret") || has(name, n, "passw") || has(name, n, "session") || has(name, n, "apikey"))
         return 1;
-    for (i = 0; i + 6 <= n; i++) /* api?key: one separator between */
+    for (i = 0; i + 7 <= n; i++) /* api?key: one separator between (7 bytes, all within n) */
         if (!memcmp(name + i, "api", 3) && !memcmp(name + i + 4, "key", 3))
             return 1;
     return 0;

@@ -42,6 +42,12 @@ RSpec.describe WebhookInbox::RequestHeaders do
       expect(described_class.from_env(env)).not_to include("s3cr3t")
     end
 
+    it "looks for api?key only within the name, also at the longest name kept (256 bytes)" do
+      longest = "HTTP_#{'A' * 249}_API_KE" # 256 bytes after HTTP_: "api-ke" at its very end
+      env = { "HTTP_X_API_KE" => "1", longest => "2", "HTTP_#{'A' * 248}_API_KEY" => "s3cr3t" }
+      expect(kept(env)).to eq("x-api-ke" => "1", longest.delete_prefix("HTTP_").downcase.tr("_", "-") => "2")
+    end
+
     it "bounds what it keeps: 64 headers, values cut to 1024 bytes, bytes that are not UTF-8 replaced, NUL dropped" do
       many = (1..100).to_h { |i| ["HTTP_X_H#{i}", "v"] }
       expect(kept(many).size).to eq(64)
