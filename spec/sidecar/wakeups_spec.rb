@@ -28,6 +28,21 @@ RSpec.describe "webhook-inbox-sidecar wake-ups", :sidecar do
     [pid, addr]
   end
 
+  # Routes type to a handler that sleeps seconds and returns outcome (reset! drops the route).
+  def sleeping_handler(type, seconds, outcome)
+    name = "test_#{outcome}_handler"
+    db.psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION #{name}(ev webhook_inbox) RETURNS text
+      LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(#{seconds}); RETURN '#{outcome}'; END $$;
+      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('#{type}', '#{name}');
+    SQL
+  end
+
+  # Worker transactions inside such a handler right now.
+  def sleeping_handlers
+    db.int("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%dispatch_batch%'")
+  end
+
   def counter(addr, name)
     host, port = addr.split(":")
     body = Net::HTTP.start(host, port.to_i, open_timeout: 5, read_timeout: 10) { |h| h.get("/metrics").body }
@@ -54,44 +69,29 @@ RSpec.describe "webhook-inbox-sidecar wake-ups", :sidecar do
   end
 
   it "brings every worker in on a backlog that arrives in one notification" do
-    db.psql(<<~SQL)
-      CREATE OR REPLACE FUNCTION test_busy_handler(ev webhook_inbox) RETURNS text
-      LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.02); RETURN 'busy'; END $$;
-      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('test.busy', 'test_busy_handler');
-    SQL
+    sleeping_handler("test.busy", 0.02, "busy")
     start(4, "--batch-size", "1", "--poll-interval", "60s")
     # One statement, one NOTIFY: it wakes one worker; each full batch (of 1) wakes another.
     db.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
             "SELECT 'stripe:acct_1:test', 'evt_busy_' || i, 'test.busy', '{}' FROM generate_series(1, 300) i")
     busiest = 0
     until db.int("SELECT count(*) FROM webhook_inbox WHERE status = 'pending'").zero?
-      busiest = [busiest, db.int("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' " \
-                                 "AND query LIKE '%dispatch_batch%'")].max
+      busiest = [busiest, sleeping_handlers].max
       sleep 0.02
     end
     expect(busiest).to be >= 3 # all 4 almost always; without the hand-off 1 (the others wait for --poll-interval)
     expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status = 'done' AND outcome = 'busy'")).to eq(300)
-  ensure
-    db.psql("DELETE FROM webhook_inbox_routes WHERE event_type = 'test.busy'; DROP FUNCTION IF EXISTS test_busy_handler(webhook_inbox)")
   end
 
   it "lets a sibling claim a new event while a worker is held by a slow handler" do
-    db.psql(<<~SQL)
-      CREATE OR REPLACE FUNCTION test_slow_handler(ev webhook_inbox) RETURNS text
-      LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN 'slow'; END $$;
-      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('test.slow', 'test_slow_handler');
-    SQL
+    sleeping_handler("test.slow", 3, "slow")
     start(2)
     db.insert_event("evt_slow", "test.slow", { "type" => "test.slow" })
-    wait_for(10, 0.01, "the slow handler running") do
-      db.int("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%dispatch_batch%' AND wait_event = 'PgSleep'") == 1
-    end
+    wait_for(10, 0.01, "the slow handler running") { sleeping_handlers == 1 }
     db.add_order("t1", "o_fast", 100, "usd")
     db.insert_event("evt_fast", "payment_intent.succeeded", succeeded("pi_fast", "t1", "o_fast", 100, "usd"))
     wait_for(10, 0.01, "the fast event done") { db.event("evt_fast")[:status] == "done" }
     expect(db.event("evt_slow")[:status]).to eq("pending") # still running: the fast one did not wait for it
     wait_for(10, 0.05, "the slow event done") { db.event("evt_slow")[:status] == "done" }
-  ensure
-    db.psql("DELETE FROM webhook_inbox_routes WHERE event_type = 'test.slow'; DROP FUNCTION IF EXISTS test_slow_handler(webhook_inbox)")
   end
 end
