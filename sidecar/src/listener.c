@@ -16,9 +16,6 @@
 #include "pgw.h"
 #include "retry.h"
 
-#define RECONNECT_MIN_S 0.2
-#define RECONNECT_MAX_S 5.0
-
 struct wi_listener {
     struct wi_runtime *rt;
     pthread_t thread;
@@ -31,7 +28,7 @@ static void *listen_main(void *arg)
     struct wi_listener *l = arg;
     struct wi_runtime *rt = l->rt;
     struct wi_pg *pg = NULL;
-    double delay = RECONNECT_MIN_S;
+    double delay = WI_RECONNECT_MIN_S;
     uint64_t rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20) ^ 0x5DEECE66Dull;
 
     while (!atomic_load(&rt->stopping)) {
@@ -45,11 +42,10 @@ static void *listen_main(void *arg)
                 log_warnx("listener_connect_failed", "retry_in_s=%.1f error=%s", delay, WI_LOG_Q(err.msg));
                 wi_pg_free(pg);
                 pg = NULL;
-                wi_runtime_nap(rt, delay * (0.5 + wi_retry_uniform(&rng) / 2));
-                delay = delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : delay * 2;
+                wi_runtime_nap(rt, wi_retry_backoff(&delay, &rng));
                 continue;
             }
-            delay = RECONNECT_MIN_S;
+            delay = WI_RECONNECT_MIN_S;
             log_info("listener_connected", "channel=webhook_inbox");
             wi_wake_notify(&rt->claims, wi_clock_s());
         }

@@ -29,8 +29,6 @@
 #include "schema.h"
 #include "worker.h"
 
-#define RECONNECT_MIN_S 0.2
-#define RECONNECT_MAX_S 5.0
 #define SCHEMA_RETRY_S 3.0
 #define DONE_MAX 64                  /* answers held unsaved at most (the database away: more are dropped) */
 #define BATCH_MAX 64                 /* answers saved by one statement at most */
@@ -595,7 +593,7 @@ static void *deliverer_main(void *arg)
      * for the connection (it was down, or a save failed). */
     struct wi_http_res done[DONE_MAX];
     int ndone = 0, save_failing = 0, i, in_flight = 0, nqueued = 0, refused_logged = 0;
-    double reconnect_delay = RECONNECT_MIN_S, due_at = 0, done_since = 0; /* when done[0] was collected */
+    double reconnect_delay = WI_RECONNECT_MIN_S, due_at = 0, done_since = 0; /* when done[0] was collected */
     uint64_t rng = (uint64_t)time(NULL) ^ (uint64_t)getpid() ^ 0x5DEECE66Dull;
 
     log_info("outbox_starting", "destinations=%d owner=%s", o->nds, o->owner);
@@ -625,6 +623,7 @@ static void *deliverer_main(void *arg)
 
         if (!o->pg) {
             int refused;
+            double nap;
             if ((o->pg = connect_deliverer(o, &refused, &err)) == NULL) {
                 if (refused && !refused_logged) /* the workers log the fix; once here */
                     log_warnx("outbox_waiting_for_schema", "note=\"no deliveries until the schema is v%d\"",
@@ -638,11 +637,11 @@ static void *deliverer_main(void *arg)
                 }
                 if (rt->cfg.once)
                     break;
+                nap = wi_retry_backoff(&reconnect_delay, &rng);
                 if (in_flight == 0)
-                    wi_runtime_nap(rt, refused ? SCHEMA_RETRY_S : reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
+                    wi_runtime_nap(rt, refused ? SCHEMA_RETRY_S : nap);
                 else
                     (void)wi_http_wait(o->http, NULL, 0, 200, &err);
-                reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
                 goto collect;
             }
             refused_logged = 0;
@@ -675,7 +674,7 @@ static void *deliverer_main(void *arg)
                 }
                 claimed += n;
             }
-            reconnect_delay = RECONNECT_MIN_S;
+            reconnect_delay = WI_RECONNECT_MIN_S;
         }
         in_flight = wi_http_in_flight(o->http);
         if (rt->cfg.once && claimed == 0 && in_flight == 0 && nqueued == 0 && ndone == 0 &&

@@ -1,4 +1,5 @@
-/* retry.c - charging one transient failure (webhook_inbox_charge_failure), and jitter numbers. */
+/* retry.c - charging one transient failure (webhook_inbox_charge_failure), jitter numbers
+ * and the reconnect backoff. */
 #define _POSIX_C_SOURCE 200809L
 #include "retry.h"
 
@@ -18,6 +19,13 @@ double wi_retry_uniform(uint64_t *state)
     x ^= x << 17;
     *state = x;
     return (double)(x >> 11) / 9007199254740992.0; /* 2^53 */
+}
+
+double wi_retry_backoff(double *delay, uint64_t *state)
+{
+    double nap = *delay * (0.5 + wi_retry_uniform(state) / 2);
+    *delay = *delay * 2 > WI_RECONNECT_MAX_S ? WI_RECONNECT_MAX_S : *delay * 2;
+    return nap;
 }
 
 int wi_retry_charge(struct wi_pg *pg, struct wi_event *e, const char *error, const struct wi_policy *p,

@@ -43,11 +43,10 @@ static const struct wi_pg_stmt tx_stmts[] = {
 /* The warning about one unrouted event type is logged at most this often. */
 #define UNROUTED_LOG_EVERY_S 60.0
 
-/* Reconnect delay: jittered, doubled per consecutive failure (lost connection or failed
- * connect), reset to the floor only by a transaction that went through - never by a mere
- * connect, so a handler that kills its backend cannot make the worker hammer the server. */
-#define RECONNECT_MIN_S 0.2
-#define RECONNECT_MAX_S 5.0
+/* The reconnect delay (wi_retry_backoff) grows per consecutive failure (lost connection or
+ * failed connect) and is reset to the floor only by a transaction that went through - never
+ * by a mere connect, so a handler that kills its backend cannot make the worker hammer the
+ * server. */
 
 /* Reason recorded for an event whose handler was running when the connection died. */
 #define LOST_REASON "08006: connection lost while the handler ran (backend crash or termination)"
@@ -498,7 +497,7 @@ void *wi_worker_main(void *arg)
     struct wi_batch batch = {NULL, 0};
     struct wi_event lost = {0};  /* its handler ran when the connection died: charged once reconnected */
     uint64_t rng = (uint64_t)time(NULL) ^ ((uint64_t)(w->id + 1) * 0x9E3779B97F4A7C15ull) ^ (uint64_t)getpid();
-    double reconnect_delay = RECONNECT_MIN_S;
+    double reconnect_delay = WI_RECONNECT_MIN_S;
     int ever_connected = 0;
     int was_refused = 0;         /* the last connect found a schema it could not work with */
     int careful = 0;             /* single-event transactions left in careful mode; 0 = batched */
@@ -530,8 +529,7 @@ void *wi_worker_main(void *arg)
                     atomic_store(&rt->failed, 1);
                     break;
                 }
-                wi_runtime_nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
-                reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
+                wi_runtime_nap(rt, wi_retry_backoff(&reconnect_delay, &rng));
                 continue;
             }
             if (ever_connected)
@@ -548,7 +546,7 @@ void *wi_worker_main(void *arg)
         n = charge_failed ? -1 : run_batch(w, pg, &s, careful, &batch, &lost, &took_all);
         wi_batch_free(&batch);
         if (n >= 0)
-            reconnect_delay = RECONNECT_MIN_S;
+            reconnect_delay = WI_RECONNECT_MIN_S;
         if (n > 0) {
             if (careful && (careful -= n) <= 0) {
                 careful = 0;
@@ -578,9 +576,9 @@ void *wi_worker_main(void *arg)
                 /* With an event to charge, one reconnect at once: the sooner it is charged,
                  * the fewer other workers claim it meanwhile and lose their backend too. A
                  * failed connect (crash recovery, restart) then naps with the usual backoff. */
+                double nap = wi_retry_backoff(&reconnect_delay, &rng);
                 if (!lost.scope || charge_failed)
-                    wi_runtime_nap(rt, reconnect_delay * (0.5 + wi_retry_uniform(&rng) / 2));
-                reconnect_delay = reconnect_delay * 2 > RECONNECT_MAX_S ? RECONNECT_MAX_S : reconnect_delay * 2;
+                    wi_runtime_nap(rt, nap);
             } else if (n == -4) {
                 wi_pg_free(pg); /* the reconnect checks the schema again, and waits while it is refused */
                 pg = NULL;
