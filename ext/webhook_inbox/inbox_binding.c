@@ -57,12 +57,17 @@ static struct conn *get_conn(VALUE self)
 
 /* Maps a core error to an exception: bad arguments to ConfigurationError, the rest
  * (server down, timeout, lost connection, SQL error) to StoreError. */
-static void raise_store_err(const struct wi_err *err)
+static VALUE store_error(const struct wi_err *err)
 {
     const char *klass = err->code == WI_ERR_ARG ? "ConfigurationError" : "StoreError";
     if (err->code == WI_ERR_NOMEM)
         rb_memerror();
-    rb_raise(rb_const_get(mWebhookInbox, rb_intern(klass)), "%s", err->msg);
+    return rb_exc_new_cstr(rb_const_get(mWebhookInbox, rb_intern(klass)), err->msg);
+}
+
+static void raise_store_err(const struct wi_err *err)
+{
+    rb_exc_raise(store_error(err));
 }
 
 /* Connection.new(conninfo, connect_timeout_ms, statement_timeout_ms): parses, does not connect. */
@@ -249,8 +254,10 @@ static VALUE conn_insert(VALUE self, VALUE scope, VALUE id, VALUE type, VALUE pa
 }
 
 /* #insert_batch([[scope, event_id, event_type, payload, raw, quarantined, last_error, headers], ...])
- * -> [Integer, ...]: the rows in one statement and one commit (see wi_store_insert_batch),
- * one result code per row, in order. At most WI_STORE_BATCH_MAX rows. */
+ * -> [Integer or StoreError, ...]: the rows in one statement and one commit (see
+ * wi_store_insert_batch), per row, in order, its result code - or, for a row the server
+ * refused alone (nothing of it stored), a StoreError saying why. At most
+ * WI_STORE_BATCH_MAX rows. Raises StoreError when the batch failed as a whole. */
 static VALUE conn_insert_batch(VALUE self, VALUE list)
 {
     struct conn *c = get_conn(self);
@@ -286,7 +293,7 @@ static VALUE conn_insert_batch(VALUE self, VALUE list)
     run_nogvl(c, &a);
     result = rb_ary_new_capa(n);
     for (i = 0; i < n; i++)
-        rb_ary_push(result, result_code(&outs[i]));
+        rb_ary_push(result, outs[i].failed.code ? store_error(&outs[i].failed) : result_code(&outs[i]));
     ALLOCV_END(rows_buf);
     ALLOCV_END(outs_buf);
     RB_GC_GUARD(pins);

@@ -211,8 +211,14 @@ static int wait_sock(struct wi_store *s, int sock, short events, long long deadl
     }
 }
 
-/* Flushes the output and collects the single result of the command just sent.
- * On TRIP_OK *res is the caller's to PQclear. */
+static int is_error(const PGresult *r)
+{
+    ExecStatusType st = PQresultStatus(r);
+    return st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE;
+}
+
+/* Flushes the output and collects every result of the command just sent: the first, or
+ * the first error if any came (see below). On TRIP_OK *res is the caller's to PQclear. */
 static enum trip finish_trip(struct wi_store *s, long long deadline, PGresult **res,
                              struct wi_err *err)
 {
@@ -247,10 +253,16 @@ static enum trip finish_trip(struct wi_store *s, long long deadline, PGresult **
         r = PQgetResult(c);
         if (!r)
             break;
-        if (!first)
-            first = r; /* ours; later ones (none expected) are cleared */
-        else
+        /* Every result is read, and an error decides: the statement's rows can be followed
+         * by the error of the commit that ends its implicit transaction (a deferred
+         * constraint, a serialization failure, a distributed commit), and then nothing was
+         * committed. Of two results the error is kept, else the first. */
+        if (!first || (is_error(r) && !is_error(first))) {
+            PQclear(first);
+            first = r;
+        } else {
             PQclear(r);
+        }
     }
     if (PQstatus(c) == CONNECTION_BAD) {
         PQclear(first);
@@ -717,9 +729,27 @@ static enum trip batch_wait(struct wi_store *s, struct attempt *a, const struct 
     return TRIP_OK;
 }
 
-/* Returned by run for a batch whose statement the server refused because of a payload
- * (SQLSTATE class 22): nothing was committed, the caller inserts the rows one by one. */
+/* Returned by run for a batch the server refused for an error one row can cause
+ * (wi_store_row_error): nothing was committed, the caller inserts the rows one by one. */
 #define RUN_PER_ROW 1
+
+int wi_store_row_error(const char *sqlstate)
+{
+    /* SQLSTATE classes that no single row causes: 08 connection, 26 statement name, 28
+     * authorization, 3D/3F database and schema, 42 syntax or privileges (a missing table
+     * or column), 53 resources (disk full, too many connections), 57 operator intervention
+     * (cancel, statement_timeout, shutdown), 58 system error, F0 configuration. 25006
+     * (read-only) is retried before this is asked. */
+    static const char every_row[][3] = {"08", "25", "26", "28", "3D", "3F", "42", "53", "57", "58", "F0"};
+    size_t i;
+
+    if (!sqlstate || strlen(sqlstate) != 5)
+        return 0;
+    for (i = 0; i < sizeof every_row / sizeof every_row[0]; i++)
+        if (!strncmp(sqlstate, every_row[i], 2))
+            return 0;
+    return 1;
+}
 
 /* Runs one statement - the single-row insert (batch == 0, n == 1) or BATCH_SQL - with the
  * retry policy: reconnect once on a lost connection or a read-only server, set the session
@@ -772,12 +802,14 @@ static int run(struct wi_store *s, const struct wi_store_row *rows, size_t n, in
                 continue;
             return -1;
         }
+        /* One row's fault (a payload jsonb refuses, a constraint, an index limit, a
+         * commit-time refusal): in a batch we do not know which row it was, and nothing was
+         * committed: the caller goes row by row, so the others still go in. */
+        if (batch && err->code == WI_STORE_EQUERY && wi_store_row_error(s->sqlstate))
+            return RUN_PER_ROW;
         /* A payload jsonb refuses (bad JSON, \u0000, bad UTF-8, numeric range: class 22):
-         * keep it raw and quarantined instead of losing a verified event. In a batch we do
-         * not know which row it was: the caller goes row by row. */
+         * keep it raw and quarantined instead of losing a verified event. */
         if (err->code == WI_STORE_EQUERY && !strncmp(s->sqlstate, "22", 2)) {
-            if (batch)
-                return RUN_PER_ROW;
             if (!a->raw) {
                 a->raw = 1;
                 a->quarantined = 1;
@@ -874,9 +906,18 @@ int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, s
         b->next = 0;
     }
     for (; b->next < n; b->next++) {
+        struct wi_store_result *out = &outs[b->next];
+
         s->sqlstate[0] = '\0';
-        memset(&outs[b->next], 0, sizeof outs[b->next]);
-        if (consume_interrupt(s, err) || run(s, &rows[b->next], 1, 0, &outs[b->next], err) < 0) {
+        memset(out, 0, sizeof *out);
+        if (consume_interrupt(s, err) || run(s, &rows[b->next], 1, 0, out, err) < 0) {
+            /* This row alone is refused: it fails, the next ones go on. */
+            if (err->code == WI_STORE_EQUERY && wi_store_row_error(s->sqlstate) && !s->attempt.active) {
+                memset(out, 0, sizeof *out);
+                out->failed = *err;
+                wi_err_clear(err);
+                continue;
+            }
             /* Interrupted: rows before next are committed, next may be in flight; resume.
              * Any other error ends the batch (rows before next stay committed). */
             b->active = err->code == WI_STORE_EINTR;

@@ -40,6 +40,8 @@ struct wi_store_result {
     int inserted;   /* 1: a new row (accepted), 0: the key existed (duplicate) */
     int stored_raw; /* 1: the payload went to raw_body (asked for, or rejected as jsonb) */
     int quarantined;/* 1: the row was written as quarantined */
+    struct wi_err failed; /* batch only: code != 0 when the server refused this row alone
+                           * (nothing of it committed); the other fields are then 0 */
 };
 
 #define WI_STORE_INVALID_JSON_REASON "payload is not valid JSON"
@@ -81,15 +83,19 @@ int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
  * as arrays, unnested, ON CONFLICT DO NOTHING RETURNING the keys inserted. outs[i] is row
  * i's result, as wi_store_insert would give it; of two rows with the same key the first
  * is inserted (if the key is new) and the second is a duplicate. Rows are sent as given:
- * the caller sets raw/quarantined/last_error for payloads it knows jsonb refuses. When the
- * server refuses the batch because of a payload (SQLSTATE class 22) - nothing committed -
- * the rows are inserted one by one with wi_store_insert's rules (that row raw and
- * quarantined, the others as they are). n == 1 runs the single-row statement. Same
+ * the caller sets raw/quarantined/last_error for payloads it knows jsonb refuses.
+ * A bad row never fails its neighbours: when the server refuses the batch - at the
+ * statement or at its commit - with an error one row can cause (wi_store_row_error: bad
+ * data, a constraint, an index limit, a serialization failure, ...), nothing was
+ * committed and the rows are inserted one by one with wi_store_insert's rules (a payload
+ * jsonb refuses: that row raw and quarantined); a row the server still refuses alone gets
+ * outs[i].failed set and the others go on. n == 1 runs the single-row statement. Same
  * reconnect, 26000, 25006 and deadline rules as wi_store_insert (each statement one round
- * trip). Returns 0 and fills outs, or -1 and fills *err: then no row is known committed,
- * except, row by row, those before the failing one (their outs are filled, and a resend
- * answers duplicate). On WI_STORE_EINTR the work in progress stays so: calling again with
- * the same rows and outs resumes it (nothing sent twice); wi_store_close abandons it.
+ * trip). Returns 0 and fills outs, or -1 and fills *err (an error that is no row's: the
+ * connection, a timeout, the schema): then no row is known committed, except, row by row,
+ * those before the failing one (their outs are filled, and a resend answers duplicate).
+ * On WI_STORE_EINTR the work in progress stays so: calling again with the same rows and
+ * outs resumes it (nothing sent twice); wi_store_close abandons it.
  * Called without the GVL. */
 int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, size_t n,
                           struct wi_store_result *outs, struct wi_err *err);
@@ -103,6 +109,13 @@ void wi_store_interrupt(struct wi_store *s);
  * opened by the parent is dropped without a Terminate message, so the parent's
  * session survives. Accepts NULL. */
 void wi_store_close(struct wi_store *s);
+
+/* 1 when a server error with this SQLSTATE can come from one row of a batch (data,
+ * constraints, limits, serialization, a trigger's exception, an unsupported feature of a
+ * distributed commit), so the other rows may still go in; 0 for errors that are every
+ * row's (connection, authentication, the schema or privileges, resources, cancel or
+ * statement timeout, a server failure). */
+int wi_store_row_error(const char *sqlstate);
 
 /* SQLSTATE of the last WI_STORE_EQUERY error ("" if none). Borrowed from s. */
 const char *wi_store_sqlstate(const struct wi_store *s);

@@ -47,8 +47,11 @@ module WebhookInbox
   # statement and one commit on one pooled connection - the leader/follower pattern. A lone
   # caller never waits for company: it leads a batch of one, the plain insert. Each caller
   # still gets its own Receipt, only once the batch committed; of two rows with the same key
-  # in one batch the first is :accepted, the second :duplicate. A row PostgreSQL refuses as
-  # jsonb makes the core redo that batch row by row (today's quarantine rule). At most
+  # in one batch the first is :accepted, the second :duplicate. A bad row never fails its
+  # neighbours: when PostgreSQL refuses the batch (at the statement or at its commit) for
+  # an error one row can cause - a payload jsonb refuses, a constraint, an index limit - the
+  # core redoes that batch row by row: a payload jsonb refuses is quarantined (the rule
+  # above), a row still refused alone raises StoreError in its own caller only. At most
   # group_leaders batches run at once (each on its own connection). A queued caller waits for
   # its batch to start at most checkout_timeout (StoreError, nothing sent), then for its
   # answer as long as the leader's insert may take; Thread#raise and Timeout end either
@@ -400,13 +403,14 @@ module WebhookInbox
     end
 
     # Called holding @group_mutex: every caller of the batch still waiting gets its code, or
-    # the error (the leader the original, the others a copy).
+    # its own row's error (a row the server refused alone), or the batch's error (the leader
+    # the original, the others a copy).
     def answer(batch, codes, error)
       batch.each_with_index do |e, i|
         next if e.state == :abandoned
 
-        e.code = codes && codes[i]
-        e.error = error && (i.zero? ? error : error.class.new(error.message))
+        code = codes && codes[i]
+        e.code, e.error = code.is_a?(Exception) ? [nil, code] : [code, error && (i.zero? ? error : error.class.new(error.message))]
         e.state = :done
         e.cond&.signal
       end

@@ -1,6 +1,7 @@
 /* test_store.c - unit tests of the store core that need no server: interrupt bookkeeping
  * (an interrupt that arrives before a call, e.g. during the binding's jsonb pre-scan, is
- * not lost) and password redaction (redact.c). Built plain and under ASan/UBSan by store.mk. */
+ * not lost), which refusals split a batch, and password redaction (redact.c). Built plain
+ * and under ASan/UBSan by store.mk. */
 #include <stdio.h>
 #include <string.h>
 #include "../redact.h"
@@ -123,8 +124,26 @@ static void test_store_refuses_split_url(void)
     wi_store_free(s);
 }
 
+/* Which refusals split a batch row by row (one row's fault) and which fail it whole. */
+static void test_row_errors(void)
+{
+    static const char *const one_row[] = {"22P02", "23514", "23503", "54000", "40001", "40P01",
+                                          "P0001", "0A000", "XX000", "55P03"};
+    static const char *const every_row[] = {"08006", "26000", "28P01", "3D000", "42P01", "42501",
+                                            "53100", "57014", "57P01", "58030", "F0000", "25006"};
+    size_t i;
+
+    for (i = 0; i < sizeof one_row / sizeof one_row[0]; i++)
+        CHECK(wi_store_row_error(one_row[i]), "%s should split a batch", one_row[i]);
+    for (i = 0; i < sizeof every_row / sizeof every_row[0]; i++)
+        CHECK(!wi_store_row_error(every_row[i]), "%s should fail the batch whole", every_row[i]);
+    CHECK(!wi_store_row_error("") && !wi_store_row_error(NULL) && !wi_store_row_error("2351"),
+          "no SQLSTATE is no row's fault");
+}
+
 int main(void)
 {
+    test_row_errors();
     test_interrupt_before_insert_is_kept();
     test_batch_without_server();
     test_password_span();
