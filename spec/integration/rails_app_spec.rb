@@ -79,16 +79,26 @@ RSpec.describe "Rails app with WebhookInbox::Controller" do
 
   it "commits the inbox row and the business write together (transactional: true)" do
     expect(post_stripe("/webhooks/stripe_tx", stripe_body("evt_tx_ok")).first).to eq(200)
-    expect(inbox_rows(@pg, @scope).map { |r| r[:event_id] }).to include("evt_tx_ok")
+    # The block is the event's handler: the row is done in the block's transaction, as the
+    # sidecar leaves a handled event (outcome, processed_at, one 'done' attempt_log entry).
+    expect(@pg.psql(<<~SQL).strip.split("|")).to eq(["done", "handled in transaction", "t", "done", "1"])
+      SELECT status, outcome, processed_at IS NOT NULL, attempt_log->0->>'result', jsonb_array_length(attempt_log)
+        FROM webhook_inbox WHERE event_id = 'evt_tx_ok'
+    SQL
     expect(@pg.psql("SELECT count(*) FROM tx_effects WHERE event_id = 'evt_tx_ok'").to_i).to eq(1)
     headers = JSON.parse(@pg.psql("SELECT request_headers::text FROM webhook_inbox WHERE event_id = 'evt_tx_ok'"))
     expect(headers).to include("stripe-signature", "content-type" => "application/json") # ActiveRecordStore keeps them too
     expect(post_stripe("/webhooks/stripe_tx", stripe_body("evt_tx_ok")).values_at(0, 2)).to eq([200, %({"status":"duplicate"})])
     expect(@pg.psql("SELECT count(*) FROM tx_effects WHERE event_id = 'evt_tx_ok'").to_i).to eq(1)
 
-    expect(post_stripe("/webhooks/stripe_tx", stripe_body("evt_tx_fail", type: "test.fail")).first).to eq(500)
-    expect(inbox_rows(@pg, @scope).map { |r| r[:event_id] }).not_to include("evt_tx_fail")
-    expect(@pg.psql("SELECT count(*) FROM tx_effects WHERE event_id = 'evt_tx_fail'").to_i).to eq(0)
+    # A failing block rolls back both and its exception reaches Rails (500; Rails answers
+    # RecordNotFound 404): the sender retries. Its own ActiveRecord errors are not a store
+    # outage (503), and a Rollback is no 200.
+    { "test.fail" => 500, "test.not_found" => 404, "test.rollback" => 500 }.each_with_index do |(type, status), i|
+      expect(post_stripe("/webhooks/stripe_tx", stripe_body("evt_tx_fail_#{i}", type: type)).first).to eq(status), type
+    end
+    expect(inbox_rows(@pg, @scope).map { |r| r[:event_id] }).not_to include("evt_tx_fail_0", "evt_tx_fail_1", "evt_tx_fail_2")
+    expect(@pg.psql("SELECT count(*) FROM tx_effects WHERE event_id LIKE 'evt_tx_fail%'").to_i).to eq(0)
   end
 
   it "quarantines a non-JSON body in the transactional store without aborting the transaction" do

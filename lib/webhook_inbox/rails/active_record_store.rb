@@ -8,6 +8,9 @@ module WebhookInbox
   # the insert runs in a savepoint so a payload jsonb refuses does not abort the caller's
   # transaction. Database failures raise StoreError. The request headers go to
   # request_headers when the table has that column (schema v5; checked once per store).
+  #
+  # mark_done finishes an event in the caller's transaction (transactional: true with a
+  # block: the block is the event's handler), as the sidecar's dispatch does.
   class ActiveRecordStore
     SQL = <<~SQL.tr("\n", " ").freeze
       INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, raw_body, status, last_error, processed_at, request_headers)
@@ -15,10 +18,18 @@ module WebhookInbox
       ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1
     SQL
     SQL_NO_HEADERS = SQL.sub(", request_headers)", ")").sub(", $8::jsonb)", ")").freeze
+    # What webhook_inbox_dispatch writes when a handler succeeds (db/005_history.sql): done,
+    # the outcome, processed_at, last_error cleared, a 'done' attempt_log entry (schema v5 on).
+    DONE_SQL = <<~SQL.tr("\n", " ").freeze
+      UPDATE webhook_inbox SET status = 'done', outcome = $3, processed_at = clock_timestamp(), last_error = NULL,
+        attempt_log = webhook_inbox_log_append(attempt_log, webhook_inbox_log_entry('done', $3, $4::float8))
+      WHERE source_scope = $1 AND event_id = $2 AND status = 'pending' RETURNING 1
+    SQL
+    DONE_SQL_NO_LOG = DONE_SQL.sub(/,\s+attempt_log = .*?\)\)/, "").freeze
 
     def initialize(model: ::ActiveRecord::Base)
       @model = model
-      @headers_column = nil # unknown until the first insert
+      @columns = {} # column name => present? (asked once per store)
     end
 
     def insert(source_scope:, event_id:, payload:, event_type: "", status: :pending, last_error: nil, raw: false,
@@ -41,6 +52,20 @@ module WebhookInbox
       raise StoreError, "#{e.class}: #{e.message.to_s.lines.first&.strip}"
     end
 
+    # Marks the just-inserted pending row done with outcome (text) and the handler's
+    # duration, in the caller's transaction: it commits or rolls back with the handler's
+    # writes. Raises StoreError when the row is not pending (or the update fails).
+    def mark_done(source_scope:, event_id:, outcome:, duration_ms:)
+      conn = @model.connection
+      logged = column?(conn, "attempt_log")
+      binds = [bind("source_scope", source_scope), bind("event_id", event_id), bind("outcome", outcome.to_s)]
+      binds << bind("duration_ms", duration_ms.to_f.round(3).to_s) if logged
+      done = conn.exec_query(logged ? DONE_SQL : DONE_SQL_NO_LOG, "WebhookInbox Done", binds).rows.size == 1
+      raise StoreError, "event #{event_id} is no longer pending: not marked done" unless done
+    rescue ::ActiveRecord::ConnectionNotEstablished, ::ActiveRecord::StatementInvalid => e
+      raise StoreError, "#{e.class}: #{e.message.to_s.lines.first&.strip}"
+    end
+
     private
 
     def run(scope, id, type, payload, raw, quarantined, last_error, headers)
@@ -50,18 +75,19 @@ module WebhookInbox
         bind("payload", raw ? nil : payload.to_s), binary("raw_body", raw ? payload.to_s : nil),
         bind("status", quarantined ? "quarantined" : "pending"), bind("last_error", last_error)
       ]
-      with_headers = headers_column?(conn)
+      with_headers = column?(conn, "request_headers")
       binds << bind("request_headers", headers) if with_headers
       conn.transaction(requires_new: true) do
         conn.exec_query(with_headers ? SQL : SQL_NO_HEADERS, "WebhookInbox Insert", binds).rows.size == 1
       end
     end
 
-    def headers_column?(conn)
-      return @headers_column unless @headers_column.nil?
+    # Columns that came with schema v5 (request_headers, attempt_log): absent before it.
+    def column?(conn, name)
+      return @columns[name] if @columns.key?(name)
 
-      @headers_column = conn.select_value(<<~SQL.squish, "WebhookInbox Schema") == 1
-        SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('webhook_inbox') AND attname = 'request_headers' AND NOT attisdropped
+      @columns[name] = conn.select_value(<<~SQL.squish, "WebhookInbox Schema", [bind("name", name)]) == 1
+        SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('webhook_inbox') AND attname = $1 AND NOT attisdropped
       SQL
     end
 

@@ -20,6 +20,8 @@ class WebhooksController < ActionController::API
   def stripe_tx
     receive_webhook(:stripe, transactional: true) do |receipt, event|
       raise "handler failed for #{event.event_id}" if event.event_type == "test.fail"
+      raise ActiveRecord::Rollback if event.event_type == "test.rollback"
+      TxEffect.find(-1) if event.event_type == "test.not_found" # ActiveRecord::RecordNotFound
 
       TxEffect.create!(event_id: receipt.event_id)
     end
