@@ -74,6 +74,11 @@ module WebhookInbox
     STATUSES = %i[pending quarantined].freeze
     GROUP_MAX_ROWS = 256 # rows in one group-commit batch
     GROUP_MAX_BYTES = 8 << 20 # payload bytes in one batch (a larger row still goes, alone)
+    # Bounds on the text an event is keyed and routed by, in bytes. Provider ids are far
+    # shorter (Stripe's under 100, GitHub's and Shopify's UUIDs 36, Standard Webhooks' ~30),
+    # and an unbounded one can exceed what the (source_scope, event_id) index holds
+    # (SQLSTATE 54000, ~2.7 kB).
+    MAX_TEXT_BYTES = { source_scope: 255, event_id: 255, event_type: 255 }.freeze
 
     # A caller's row in the group-commit queue. state: :queued (waiting for a batch), :lead
     # (handed the next batch), :sent (in a batch in flight), :done (code or error set),
@@ -108,7 +113,8 @@ module WebhookInbox
     end
 
     # Inserts one event. Returns a Receipt. Raises StoreError when it cannot be stored,
-    # ArgumentError for text fields that are not UTF-8 or contain NUL. headers: the
+    # ArgumentError for text fields that are not UTF-8, contain NUL or are longer than
+    # MAX_TEXT_BYTES. headers: the
     # delivery's kept request headers (RequestHeaders.from_env's text, or a Hash of
     # Strings), stored in request_headers when the schema has that column (v5); headers
     # that cannot be stored are left out, never a reason to refuse the event.
@@ -116,11 +122,11 @@ module WebhookInbox
                headers: nil)
       raise ArgumentError, "status must be :pending or :quarantined" unless STATUSES.include?(status.to_sym)
 
-      scope = text(source_scope, :source_scope)
-      id = text(event_id, :event_id)
+      scope = key_text(source_scope, :source_scope)
+      id = key_text(event_id, :event_id)
       raise ArgumentError, "source_scope and event_id must not be empty" if scope.empty? || id.empty?
 
-      row = [scope, id, text(event_type, :event_type), String(payload), raw ? true : false,
+      row = [scope, id, key_text(event_type, :event_type), String(payload), raw ? true : false,
              status.to_sym == :quarantined, last_error && text(last_error, :last_error), RequestHeaders.encode(headers)]
       code = @group_commit ? group_insert(row) : with_connection { |conn| conn.insert(*row) }
       Receipt.new(status: code.anybits?(1) ? :accepted : :duplicate, source_scope: scope, event_id: id,
@@ -226,6 +232,14 @@ module WebhookInbox
       s = s.encoding == Encoding::UTF_8 ? s : s.dup.force_encoding(Encoding::UTF_8)
       raise ArgumentError, "#{name} is not valid UTF-8" unless s.valid_encoding?
       raise ArgumentError, "#{name} contains a NUL byte" if s.include?("\0")
+
+      s
+    end
+
+    def key_text(value, name)
+      s = text(value, name)
+      max = MAX_TEXT_BYTES[name]
+      raise ArgumentError, "#{name} is longer than #{max} bytes" if s.bytesize > max
 
       s
     end

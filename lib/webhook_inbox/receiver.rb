@@ -8,7 +8,9 @@ module WebhookInbox
   # signature over the raw bytes, insert into the inbox, map the outcome to a status.
   #
   #   200 accepted / duplicate (the row is committed before we answer)
-  #   400 malformed request (empty body, malformed payload)
+  #   400 malformed request (empty body, malformed payload; an event id, type or scope
+  #       longer than Inbox::MAX_TEXT_BYTES: :event_id_too_long, :event_type_too_long,
+  #       :source_scope_too_long)
   #   401 signature or timestamp failures (missing, malformed, mismatch, stale, no secret)
   #   405 not a POST (Allow: POST)     413 body larger than max_body_bytes
   #   415 a JSON provider's request without a JSON Content-Type
@@ -82,6 +84,10 @@ module WebhookInbox
       @inbox = inbox || (database_url && Inbox.new(database_url: database_url)) or
         raise ConfigurationError, "give inbox: or database_url:"
       @keep_headers = takes_headers?(@inbox)
+      # A scope built per request (scope: "shopify:#{params[:shop_id]}:live") is the
+      # client's to grow: past the bound every delivery is refused (Rejections bounds how
+      # such scopes are counted).
+      @scope_too_long = @source_scope.bytesize > Inbox::MAX_TEXT_BYTES[:source_scope]
     end
 
     # Receives a Rack request (reads rack.input with the size limit).
@@ -147,6 +153,9 @@ module WebhookInbox
       return reject(400, :empty_body) if body.empty?
 
       event = @verifier.verify(body, env, now: Time.now)
+      too_long = oversized_key(event)
+      return reject(400, too_long) if too_long
+
       headers = @keep_headers ? { headers: RequestHeaders.from_env(env) } : NO_HEADERS
       receipt = @inbox.insert(source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s,
                               payload: body, raw: form, **headers)
@@ -160,6 +169,16 @@ module WebhookInbox
     rescue StoreError => e
       Result.new(http_status: 503, status: :unavailable, reason: :store_unavailable,
                  headers: { "Retry-After" => @retry_after }, event: event, error: e.message)
+    end
+
+    # The rejection reason for a key field past Inbox::MAX_TEXT_BYTES, or nil: checked before
+    # the insert, so one oversized id (unsigned, from a header, for some providers) is a 400
+    # for its own request and never reaches a batch shared with other deliveries.
+    def oversized_key(event)
+      return :source_scope_too_long if @scope_too_long
+      return :event_id_too_long if event.event_id.bytesize > Inbox::MAX_TEXT_BYTES[:event_id]
+
+      :event_type_too_long if event.event_type.to_s.bytesize > Inbox::MAX_TEXT_BYTES[:event_type]
     end
 
     # A store written against an earlier Inbox#insert (no headers:) keeps working without them.

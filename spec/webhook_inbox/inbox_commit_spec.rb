@@ -105,3 +105,38 @@ RSpec.describe WebhookInbox::Inbox, "answers only after a commit that succeeded"
     inbox&.close
   end
 end
+
+RSpec.describe "WebhookInbox::ActiveRecordStore", "answers only after a commit that succeeded" do
+  include ReceiverHelpers
+
+  before(:all) do
+    require "active_record"
+    require "webhook_inbox/rails/active_record_store"
+    pg = TestDatabase.cluster
+    @db = "wi_commit_ar_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{@db}", db: "postgres")
+    ReceiverHelpers.schema_files.each { |f| pg.psql(File.read(f), db: @db) }
+    pg.psql(REFUSE_AT_COMMIT, db: @db)
+    @model = Class.new(ActiveRecord::Base) do
+      self.abstract_class = true
+      def self.name
+        "InboxCommitSpecRecord"
+      end
+    end
+    user = pg.url[/user=(\S+)/, 1]
+    @model.establish_connection(adapter: "postgresql", host: pg.socket_dir, port: pg.port, database: @db, username: user,
+                              min_messages: "error")
+  end
+  after(:all) { @model&.remove_connection }
+
+  let(:scope) { unique_scope("commit_ar") }
+
+  it "raises StoreError, and stores nothing, when the commit refuses the row" do
+    store = WebhookInbox::ActiveRecordStore.new(model: @model)
+    expect { store.insert(source_scope: scope, event_id: "refuse_ar", payload: "{}") }
+      .to raise_error(WebhookInbox::StoreError, /refused at commit/)
+    expect(store.insert(source_scope: scope, event_id: "evt_ar", payload: "{}").status).to eq(:accepted)
+    ids = TestDatabase.cluster.psql("SELECT event_id FROM webhook_inbox WHERE source_scope = '#{scope}'", db: @db).split("\n")
+    expect(ids).to eq(["evt_ar"])
+  end
+end
