@@ -33,7 +33,8 @@ void wi_pg_free(struct wi_pg *pg);
 
 /* Runs the prepared statement `name` with nparams text parameters (NULL = SQL NULL).
  * Returns the result (caller PQclears it) when its status is `expect`; otherwise NULL
- * with *err filled. */
+ * with *err filled. Every result is read: PQexecPrepared returns the last one, so the
+ * error of an implicit commit that fails after the rows (a deferred constraint) decides. */
 PGresult *wi_pg_exec(struct wi_pg *pg, const char *name, int nparams, const char *const *params, ExecStatusType expect,
                      struct wi_err *err);
 
