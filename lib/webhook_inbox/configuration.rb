@@ -82,6 +82,22 @@ module WebhookInbox
       @endpoints.keys
     end
 
+    # What is wrong with the configured endpoints, one line each, naming the endpoint (and
+    # the secret entry): ["endpoint :stripe: secrets[0] is nil (...)"], [] when every endpoint
+    # builds the Receiver a request would. Never prints a secret.
+    def endpoint_problems
+      @endpoints.flat_map { |name, settings| Endpoint.problems(name, settings) }
+    end
+
+    # Raises ConfigurationError listing every endpoint_problems line (the Railtie calls it
+    # when the app boots, so a missing credential stops boot instead of answering 500s).
+    def validate!
+      problems = endpoint_problems
+      raise ConfigurationError, "webhook_inbox: #{problems.join('; ')}" unless problems.empty?
+
+      self
+    end
+
     def effect_secrets
       @effect_secrets || [ENV["WEBHOOK_INBOX_EFFECT_SECRET"]].compact
     end
@@ -136,7 +152,11 @@ module WebhookInbox
       raise ConfigurationError, "no endpoint #{name.inspect}: configure it or pass scope: and secrets:" unless settings[:source_scope] && settings[:secrets]
 
       store = transactional || @store == :active_record ? ActiveRecordStore.new : inbox
-      built = Receiver.new(inbox: store, logger: logger, max_body_bytes: max_body_bytes, retry_after: retry_after, **settings)
+      built = begin
+        Receiver.new(inbox: store, logger: logger, max_body_bytes: max_body_bytes, retry_after: retry_after, **settings)
+      rescue ConfigurationError => e
+        raise ConfigurationError, "endpoint #{name.to_sym.inspect}: #{e.message}"
+      end
       @mutex.synchronize { cache_get(key) || cache_put(frozen_copy(key), built) }
     end
 

@@ -22,6 +22,41 @@ module WebhookInbox
                                database_url: database_url, inbox: inbox, **options)
     end
 
+    # A store that is never called: problems builds a Receiver only to check its settings.
+    UNUSED_STORE = Object.new.freeze
+
+    # What would stop endpoint name (Configuration#endpoint's settings: provider, secrets,
+    # source_scope, verifier options) from receiving, one line each, [] when nothing: each
+    # secret entry that is nil, not a String, empty or padded, an empty secrets list or
+    # scope, and whatever the Receiver and Verifier refuse (an unknown provider, a bad
+    # option). Names the endpoint and the entry, never a secret's value.
+    def self.problems(name, settings)
+      label = "endpoint #{name.to_sym.inspect}"
+      secrets = Array(settings[:secrets])
+      found = []
+      found << "#{label}: no secrets (secrets: is empty or nil)" if secrets.empty?
+      secrets.each_with_index do |secret, i|
+        problem = secret_problem(secret)
+        found << "#{label}: secrets[#{i}] #{problem}" if problem
+      end
+      found << "#{label}: scope is empty" if settings[:source_scope].to_s.strip.empty?
+      return found unless found.empty?
+
+      Receiver.new(inbox: UNUSED_STORE, **settings)
+      found
+    rescue ConfigurationError => e
+      found << "#{label}: #{e.message}"
+    end
+
+    def self.secret_problem(secret)
+      return "is nil (a credential or environment variable that is not set?)" if secret.nil?
+      return "is a #{secret.class}, not a String" unless secret.is_a?(String)
+      return "is empty" if secret.strip.empty?
+
+      "has surrounding whitespace" if secret != secret.strip
+    end
+    private_class_method :secret_problem
+
     def call(env)
       @receiver.call(env).to_rack
     end

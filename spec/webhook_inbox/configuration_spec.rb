@@ -77,4 +77,32 @@ RSpec.describe WebhookInbox::Configuration do
       expect(config.receiver(:stripe, scope: "stripe:acct_2:live", secrets: ["whsec_old"])).to equal(first)
     end
   end
+  describe "endpoint checks (validate!, run when a Rails app boots)" do
+    it "names the endpoint and the secret entry of a nil credential, and every other problem at once" do
+      config.endpoint(:stripe, secrets: ["whsec_ok", nil], scope: "stripe:acct_1:live")
+      config.endpoint(:github, secrets: nil, scope: "github:org:live")
+      config.endpoint(:shop, provider: :shopify, secrets: [" shpss_padded "], scope: "")
+      config.endpoint(:mystery, secrets: ["s"], scope: "x:y:z")
+      config.endpoint(:custom, provider: :hmac, secrets: ["s"], scope: "hmac:a:live", signature_header: "X-Sig",
+                               timestamp_header: "X-Ts", template: "{body}")
+      expect(config.endpoint_problems).to match([
+        "endpoint :stripe: secrets[1] is nil (a credential or environment variable that is not set?)",
+        "endpoint :github: no secrets (secrets: is empty or nil)",
+        "endpoint :shop: secrets[0] has surrounding whitespace", "endpoint :shop: scope is empty",
+        a_string_starting_with("endpoint :mystery: unknown scheme :mystery"),
+        a_string_starting_with("endpoint :custom: timestamp header is set but the template does not sign")
+      ])
+      expect { config.validate! }.to raise_error(WebhookInbox::ConfigurationError, /\Awebhook_inbox: endpoint :stripe: secrets\[1\] is nil/) { |e|
+        expect(e.message).not_to include("whsec_ok", "shpss_padded")
+      }
+    end
+
+    it "passes endpoints a request could use, and names the endpoint when a request builds a bad one" do
+      config.endpoint(:stripe, secrets: ["whsec_a", "whsec_b"], scope: "stripe:acct_1:live", tolerance: 300)
+      expect(config.endpoint_problems).to eq([])
+      expect(config.validate!).to equal(config)
+      expect { config.receiver(:shopify, scope: "shopify:s1:live", secrets: [nil]) }
+        .to raise_error(WebhookInbox::ConfigurationError, /\Aendpoint :shopify: secrets must be/)
+    end
+  end
 end

@@ -2,12 +2,22 @@
 
 module WebhookInbox
   module Rails
-    # BootCheck - in development and test, says at boot when the inbox schema is missing or
-    # older than this gem expects (after a gem upgrade), with the command that fixes it.
-    # Warns, never raises: db:create and friends must boot before the database exists, so
-    # rake tasks, generators and an unreachable database are skipped silently.
+    # BootCheck - what the app's boot checks:
+    # - run (development and test): says when the inbox schema is missing or older than this
+    #   gem expects (after a gem upgrade), with the command that fixes it. Warns, never
+    #   raises: db:create and friends must boot before the database exists, so rake tasks,
+    #   generators and an unreachable database are skipped silently;
+    # - check_configuration! (every environment): raises ConfigurationError naming each
+    #   endpoint whose secrets, scope or provider options cannot receive (a nil credential),
+    #   so the app does not boot to answer every delivery 500. Rake tasks and generators are
+    #   skipped (assets:precompile and db:* run without credentials; webhook_inbox:doctor
+    #   lists the same problems).
     module BootCheck
       module_function
+
+      def check_configuration!(config = WebhookInbox.configuration)
+        config.validate! unless rake_or_generator?
+      end
 
       def run(logger: ::Rails.logger, io: $stderr)
         return if rake_or_generator?

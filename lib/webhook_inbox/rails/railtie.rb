@@ -15,7 +15,8 @@ module WebhookInbox
     #   helpers; schema.rb and structure.sql keep the inbox (see SchemaDumper, StructureDump);
     # - test environment: receipts go through ActiveRecord's connection (they roll back with
     #   transactional tests), unless the app sets WebhookInbox.configuration.store;
-    # - development and test: a boot check warns when the inbox schema is missing or stale;
+    # - boot: endpoints that cannot receive (a nil secret) stop it; in development and test a
+    #   check warns when the inbox schema is missing or stale;
     # - logs go to Rails.logger (provider, scope, event id and outcome; never payloads);
     # - generators webhook_inbox:install and webhook_inbox:handler, rake webhook_inbox:*.
     class Railtie < ::Rails::Railtie
@@ -49,6 +50,7 @@ module WebhookInbox
       end
 
       config.after_initialize do
+        BootCheck.check_configuration! # every environment: a nil secret stops boot, naming the endpoint
         BootCheck.run if ::Rails.env.development? || ::Rails.env.test?
       end
 
