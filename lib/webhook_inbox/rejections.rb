@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "time"
 
 module WebhookInbox
   # Rejections - counts of rejected deliveries (401 signature and timestamp failures, 400, 413,
@@ -15,20 +16,32 @@ module WebhookInbox
   # failed flush keeps the counts for the next one. At most MAX_KEYS (scope, reason, minute)
   # keys wait between flushes; beyond that rejections are only counted in #dropped.
   #
+  # Scopes can come from the request (scope: "shopify:#{params[:shop_id]}:live"), so a process
+  # names at most max_scopes of them (default MAX_SCOPES), the first it sees, each at most
+  # MAX_SCOPE_BYTES of UTF-8: every other scope is counted as OTHER_SCOPE, in #totals and in what
+  # is flushed. Memory, each flush and the dashboard stay bounded whatever the client sends,
+  # and the totals still add up (a restart forgets the names).
+  #
   #   WebhookInbox.rejections.totals   # {["stripe:acct_1:live", :signature_mismatch] => 12, ...} since boot
+  #   WebhookInbox.rejections.max_scopes = 5_000   # a multi-tenant app with more endpoints
   class Rejections
     MAX_KEYS = 10_000
+    MAX_SCOPES = 1_000
+    MAX_SCOPE_BYTES = 200
+    OTHER_SCOPE = "(other)"
     # 405 is what crawlers and health checks get: not a sign of a misconfigured secret.
     IGNORED = %i[method_not_allowed].freeze
 
-    attr_accessor :flusher, :flush_interval
+    attr_accessor :flusher, :flush_interval, :max_scopes
     attr_reader :dropped
 
     # flusher: ->(rows) where rows = [[scope, reason, minute Time, count], ...]; nil counts only.
-    def initialize(flusher: nil, flush_interval: 5)
+    def initialize(flusher: nil, flush_interval: 5, max_scopes: MAX_SCOPES)
       @flusher = flusher
       @flush_interval = flush_interval
+      @max_scopes = max_scopes
       @mutex = Mutex.new
+      @scopes = {}
       @pending = {}
       @totals = Hash.new(0)
       @dropped = 0
@@ -42,6 +55,7 @@ module WebhookInbox
 
       minute = Time.at(now.to_i - (now.to_i % 60)).utc
       @mutex.synchronize do
+        scope = named(scope)
         key = [scope, reason.to_s, minute]
         @totals[[scope, reason]] += 1
         if @pending.key?(key) || @pending.size < MAX_KEYS
@@ -56,6 +70,12 @@ module WebhookInbox
     # Rejections counted by this process since it started, by [scope, reason].
     def totals
       @mutex.synchronize { @totals.dup }
+    end
+
+    # The limit largest of #totals, largest first (ties: first counted first), for a page:
+    # [[[scope, reason], count], ...].
+    def largest(limit)
+      @mutex.synchronize { @totals.sort_by.with_index { |(_, n), i| [-n, i] }.first(limit) }
     end
 
     # Hands the waiting counts to the flusher now. Returns the rows flushed (0 on failure:
@@ -86,6 +106,20 @@ module WebhookInbox
     end
 
     private
+
+    # The scope as counted (under the mutex): its own name if this process names it already,
+    # or names fewer than max_scopes and it is short UTF-8 text without NUL (what the flush's
+    # jsonb and the table's key accept: one bad name would fail every flush); else OTHER_SCOPE.
+    def named(scope)
+      scope = scope.to_s
+      @scopes.fetch(scope) do
+        name = scope.dup.force_encoding(Encoding::UTF_8).freeze # a copy: the caller may change its string
+        next OTHER_SCOPE if @scopes.size >= @max_scopes.to_i || name.bytesize > MAX_SCOPE_BYTES ||
+                            !name.valid_encoding? || name.include?("\0")
+
+        @scopes[scope] = name
+      end
+    end
 
     # One flushing thread per process (started again in a forked child).
     def start_thread

@@ -161,6 +161,7 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     page = admin.get("/webhook_inbox").last
     expect(page).to match(%r{<td>#{SCOPE}</td><td>signature_mismatch</td><td class="num">3</td>})
     expect(page).to include("Signature or timestamp failures")
+    expect(page).to match(%r{<p class="muted" id="process-rejections">This process since it started: #{SCOPE} signature_mismatch: 3</p>})
     expect(db_psql("SELECT count(*) FROM webhook_inbox_rejections WHERE source_scope || reason LIKE '%do-not-store%'").to_i).to eq(0)
   end
 end

@@ -6,6 +6,8 @@ module WebhookInbox
   # waiting for a route, the latest actions. Every query reads pending, quarantined or
   # recent rows only (see db/005_history.sql).
   class DashboardController < ApplicationController
+    PROCESS_REJECTIONS_SHOWN = 20
+
     def show
       @notice = take_notice
       hours = WebhookInbox.configuration.dashboard_chart_hours.to_i.clamp(1, 168)
@@ -34,7 +36,9 @@ module WebhookInbox
         SQL
       end
       @hours = hours
-      @process_rejections = WebhookInbox.rejections.totals
+      # This process's counts since boot: the largest few (Rejections bounds the rest too).
+      @process_rejections = WebhookInbox.rejections.largest(PROCESS_REJECTIONS_SHOWN)
+      @process_rejections_more = WebhookInbox.rejections.totals.size - @process_rejections.size
     end
   end
 end
