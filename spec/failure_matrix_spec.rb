@@ -5,7 +5,7 @@ require_relative "support/story"
 require "pg"
 require_relative "support/fake_receipt_api"
 
-# The documents' failure matrix (../shared/context/seeds-digest.md), one example per row,
+# The failure matrix (README.md, "The contract (failure matrix)"), one example per row,
 # end to end: signed HTTP requests to the Rails app under Puma, the real sidecars, a real
 # PostgreSQL. Each Story step records what it observed and what the documents expect.
 RSpec.describe "the failure matrix" do

@@ -10,14 +10,16 @@ require "tmpdir"
 module ReceiverHelpers
   ROOT = File.expand_path("../..", __dir__)
 
-  # The committed migrations, in order (a sibling's work in progress is not applied).
+  # The gem's migrations, in order, as its own loader finds them (WebhookInbox::Schema):
+  # the same files from a git checkout, a gem or a tarball.
   def self.schema_files
-    Dir.chdir(ROOT) { `git ls-files -- 'db/*.sql'`.split("\n") }
-       .reject { |f| f.include?("/examples/") }.sort.map { |f| File.join(ROOT, f) }
+    require "webhook_inbox/schema"
+    WebhookInbox::Schema::FILES
   end
 
-  def self.apply_schema(pg)
-    schema_files.each { |f| pg.psql(File.read(f)) }
+  # Applies the gem's schema to db (the cluster's own database by default).
+  def self.apply_schema(pg, db: pg.dbname)
+    schema_files.each { |f| pg.psql(File.read(f), db: db) }
   end
 
   # A database URL ActiveRecord understands (TCP) for a ThrowawayPostgres.

@@ -32,7 +32,7 @@ RSpec.describe WebhookInbox::Inbox, "answers only after a commit that succeeded"
   before(:all) do
     @db = "wi_commit_#{SecureRandom.hex(4)}"
     TestDatabase.cluster.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| TestDatabase.cluster.psql(File.read(f), db: @db) }
+    ReceiverHelpers.apply_schema(TestDatabase.cluster, db: @db)
     TestDatabase.cluster.psql(REFUSE_AT_COMMIT, db: @db)
   end
 
@@ -89,7 +89,7 @@ RSpec.describe WebhookInbox::Inbox, "answers only after a commit that succeeded"
   it "keeps every receipt true under default_transaction_isolation = serializable" do
     db = "wi_serializable_#{SecureRandom.hex(4)}"
     pg.psql("CREATE DATABASE #{db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| pg.psql(File.read(f), db: db) }
+    ReceiverHelpers.apply_schema(pg, db: db)
     pg.psql("ALTER DATABASE #{db} SET default_transaction_isolation = 'serializable'", db: "postgres")
     inbox = described_class.new(database_url: pg.url(db), pool_size: 4)
     ids = Array.new(200) { |i| "evt_#{i % 120}" } # 80 duplicates, sent concurrently
@@ -115,7 +115,7 @@ RSpec.describe "WebhookInbox::ActiveRecordStore", "answers only after a commit t
     pg = TestDatabase.cluster
     @db = "wi_commit_ar_#{SecureRandom.hex(4)}"
     pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| pg.psql(File.read(f), db: @db) }
+    ReceiverHelpers.apply_schema(pg, db: @db)
     pg.psql(REFUSE_AT_COMMIT, db: @db)
     @model = Class.new(ActiveRecord::Base) do
       self.abstract_class = true

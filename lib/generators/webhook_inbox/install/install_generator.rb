@@ -8,7 +8,8 @@ module WebhookInbox
   module Generators
     # `rails g webhook_inbox:install` - the migration that brings the inbox schema to this gem's
     # version (loaded from the installed gem, not copied), config/initializers/webhook_inbox.rb
-    # and bin/webhook-inbox-sidecar (both only if missing). Run it again after upgrading the
+    # and bin/webhook-inbox-sidecar (both only if missing), and the sidecar's line in
+    # Procfile.dev (with bin/dev when the app has neither). Run it again after upgrading the
     # gem: it writes an upgrade migration when the app's migrations stop short of the gem's
     # schema version, and nothing when they are current.
     class InstallGenerator < ::Rails::Generators::Base
@@ -16,11 +17,13 @@ module WebhookInbox
       include MigrationVersion
 
       source_root File.expand_path("templates", __dir__)
-      desc "Creates (or upgrades) the webhook_inbox migration, an initializer and bin/webhook-inbox-sidecar."
+      desc "Creates (or upgrades) the webhook_inbox migration, an initializer, bin/webhook-inbox-sidecar and its Procfile.dev line."
 
       # A migration written by this generator (any version), or by the pre-versioning one.
       VERSION_IN_MIGRATION = /load_webhook_inbox_schema\s*\(?\s*version:\s*(\d+)/.freeze
       LEGACY_MIGRATION = /CREATE TABLE IF NOT EXISTS webhook_inbox \(/.freeze
+      SIDECAR_PROCESS = "sidecar: bin/webhook-inbox-sidecar run"
+      SIDECAR_LINE = %r{^\s*\w+:.*bin/webhook-inbox-sidecar run}.freeze
 
       def create_migration_file
         have = migrated_version
@@ -42,6 +45,23 @@ module WebhookInbox
       def create_sidecar_binstub
         template "sidecar_binstub.tt", "bin/webhook-inbox-sidecar", skip: true
         chmod "bin/webhook-inbox-sidecar", 0o755, verbose: false
+      end
+
+      # `bin/dev` runs the sidecar beside the server: the line goes into an existing
+      # Procfile.dev (jsbundling, cssbundling, foreman users); an app without one gets a
+      # Procfile.dev and, if it has no bin/dev either, a foreman-based bin/dev. Without the
+      # sidecar, development receives events and never processes them.
+      def add_sidecar_to_procfile_dev
+        procfile = File.join(destination_root, "Procfile.dev")
+        if File.exist?(procfile)
+          return say_status(:identical, "Procfile.dev runs the sidecar", :blue) if File.read(procfile).match?(SIDECAR_LINE)
+
+          append_to_file "Procfile.dev", "#{"\n" unless File.read(procfile).end_with?("\n")}#{SIDECAR_PROCESS}\n"
+        else
+          create_file "Procfile.dev", "web: bin/rails server\n#{SIDECAR_PROCESS}\n"
+          template "dev_binstub.tt", "bin/dev", skip: true
+          chmod "bin/dev", 0o755, verbose: false
+        end
       end
 
       private
