@@ -95,28 +95,99 @@ static void put_escaped(struct wi_headers *h, const char *s, size_t n)
     put(h, s + i - run, run);
 }
 
-/* 1 when lower-case name[0..n) holds needle. */
-static int has(const char *name, size_t n, const char *needle)
+/* Why words, not an allow-list: a delivery is told apart by headers each provider names its
+ * own way (x-github-delivery, webhook-id, x-shopify-webhook-id, a custom :hmac scheme's
+ * x-acme-event), so a list of known-safe names would drop what support needs for every
+ * provider it does not know. A credential, though, is named after what it is: any name
+ * holding one of these words is left out, a safe name that happens to hold one (an
+ * idempotency-key) is the price. The signature headers stay (stripe-signature,
+ * x-hub-signature-256, webhook-signature, x-shopify-hmac-sha256): they are kept on purpose,
+ * and a signature covers one body, it admits no other request. */
+#define W(s) {s, sizeof s - 1}
+static const struct {
+    const char *s;
+    size_t len;
+} credential_words[] = {
+    W("auth"),       /* authorization, proxy-authorization, x-auth-key, x-oauth-... */
+    W("key"),        /* x-api-key, x-functions-key, ocp-apim-subscription-key, x-signing-key */
+    W("token"),      /* x-auth-token, x-gitlab-token, x-goog-channel-token */
+    W("secret"),     /* x-webhook-secret, x-hook-secret */
+    W("pass"),       /* password, passwd, x-webhook-passphrase */
+    W("jwt"),        /* cf-access-jwt-assertion, x-goog-iap-jwt-assertion */
+    W("assertion"),  /* x-saml-assertion */
+    W("cookie"),     /* cookie, cookie2 */
+    W("session"),    /* x-session-id */
+    W("credential"), /* x-credentials */
+};
+#undef W
+
+/* 1 when the lower-case name[0..n) holds a credential word. One pass: a word is compared
+ * only where its first letter is (every receipt pays for this). */
+static int credential_name(const char *name, size_t n)
 {
-    size_t k = strlen(needle), i;
-    for (i = 0; i + k <= n; i++)
-        if (!memcmp(name + i, needle, k))
-            return 1;
+    size_t i, w;
+
+    for (i = 0; i < n; i++) {
+        switch (name[i]) {
+        case 'a': case 'c': case 'j': case 'k': case 'p': case 's': case 't':
+            break;
+        default:
+            continue;
+        }
+        for (w = 0; w < sizeof credential_words / sizeof credential_words[0]; w++)
+            if (credential_words[w].s[0] == name[i] && credential_words[w].len <= n - i &&
+                !memcmp(name + i, credential_words[w].s, credential_words[w].len))
+                return 1;
+    }
     return 0;
 }
 
-/* 1 when the lower-case name may be a credential (see headers.h). */
-static int credential(const char *name, size_t n)
+/* 1 when the value looks like a credential whatever its name: an HTTP auth scheme and a
+ * space first ("Bearer ...", "Basic ..."), or a JWT ("eyJ" and two dots, base64url). */
+static int credential_value(const char *v, size_t n)
 {
+    static const char *const schemes[] = {"bearer ", "basic ", "digest ", "negotiate ", "token ", NULL};
+    size_t i, dots = 0;
+    int s;
+
+    for (s = 0; schemes[s]; s++) {
+        size_t k = strlen(schemes[s]);
+        for (i = 0; i < k && i < n && (v[i] | 0x20) == schemes[s][i]; i++)
+            ;
+        if (i == k)
+            return 1;
+    }
+    if (n < 3 || memcmp(v, "eyJ", 3))
+        return 0;
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '.')
+            dots++;
+        else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+                   c == '='))
+            return 0;
+    }
+    return dots == 2;
+}
+
+/* 1 when the lower-case name or the value may be a credential. */
+static int credential(const char *name, size_t n, const char *value, size_t value_len)
+{
+    return credential_name(name, n) || credential_value(value, value_len);
+}
+
+int wi_headers_credential(const char *name, size_t n, const char *value, size_t value_len)
+{
+    char lower[WI_HEADERS_MAX_NAME];
     size_t i;
 
-    if (has(name, n, "authorization") || has(name, n, "cookie") || has(name, n, "token") ||
-        has(name, n, "secret") || has(name, n, "passw") || has(name, n, "session") || has(name, n, "apikey"))
-        return 1;
-    for (i = 0; i + 7 <= n; i++) /* api?key: one separator between (7 bytes, all within n) */
-        if (!memcmp(name + i, "api", 3) && !memcmp(name + i + 4, "key", 3))
-            return 1;
-    return 0;
+    if (n > WI_HEADERS_MAX_NAME)
+        return 1; /* never kept: nothing to tell apart, fail closed */
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        lower[i] = (char)(c == '_' ? '-' : c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    }
+    return credential(lower, n, value ? value : "", value ? value_len : 0);
 }
 
 /* Writes the header name of Rack key into out (lower case, '_' -> '-'); returns its length,
@@ -154,7 +225,7 @@ int wi_headers_add(struct wi_headers *h, const char *key, size_t key_len, const 
 
     if (h->count >= WI_HEADERS_MAX)
         return 0;
-    if (!(n = header_name(key, key_len, name)) || credential(name, n))
+    if (!(n = header_name(key, key_len, name)) || credential(name, n, value, value_len))
         return 1;
     put(h, h->count ? ",\"" : "{\"", 2);
     put_escaped(h, name, n);

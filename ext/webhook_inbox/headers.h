@@ -3,8 +3,10 @@
  * ruby.h); the Ruby binding feeds it the env. What is kept:
  *   - HTTP_* keys (not HTTP_VERSION, the server's protocol version) and CONTENT_TYPE,
  *     CONTENT_LENGTH; names lower-cased, '_' -> '-', at most WI_HEADERS_MAX_NAME bytes;
- *   - never a credential: a name containing authorization, cookie, token, secret, passw,
- *     session, or api?key (apikey, api-key, api_key);
+ *   - never a credential: a name holding auth, key, token, secret, pass, jwt, assertion,
+ *     cookie, session or credential (headers.c says why words and not an allow-list), nor
+ *     a value that starts with an HTTP auth scheme ("Bearer ", "Basic ", ...) or is a JWT;
+ *     the signature headers (stripe-signature, x-hub-signature-256, ...) are kept;
  *   - at most WI_HEADERS_MAX headers; values cut to WI_HEADERS_MAX_VALUE bytes; bytes that
  *     are not UTF-8 become U+FFFD, NUL is dropped.
  * The result is always a JSON object PostgreSQL jsonb accepts. */
@@ -35,5 +37,10 @@ int wi_headers_add(struct wi_headers *h, const char *key, size_t key_len, const 
 const char *wi_headers_json(struct wi_headers *h, size_t *len);
 
 void wi_headers_free(struct wi_headers *h);
+
+/* 1 when a header name (any case, '_' or '-') or its value (may be NULL) is a credential
+ * by the rule above, so is never kept; also 1 for a name longer than WI_HEADERS_MAX_NAME.
+ * For showing headers stored before the rule was this broad (the dashboard masks them). */
+int wi_headers_credential(const char *name, size_t n, const char *value, size_t value_len);
 
 #endif

@@ -144,6 +144,13 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     expect(table.scan(%r{<th>([^<]+)</th>}).flatten).to eq(%w[stripe-signature user-agent x-client-secret])
     expect(table).to include("t=1,v1=ab", "Stripe/1.0", "[REDACTED]")
     expect(body).not_to include("cs_live_q")
+    # kept before the credential rule was this broad (issue 16 item 4): masked by that same rule
+    db_psql(%(UPDATE webhook_inbox SET request_headers = '{"x-auth-key": "ak_live_1", "cf-access-jwt-assertion": "eyJ_2", "x-fwd": "Bearer tok_3", "user-agent": "Stripe/1.0"}' WHERE event_id = 'evt_hdr'))
+    _, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_hdr")
+    table = body[%r{<table id="headers">.*?</table>}m]
+    expect(table.scan("[REDACTED]").size).to eq(3)
+    expect(body).not_to include("ak_live_1", "eyJ_2", "tok_3")
+    expect(table).to include("Stripe/1.0")
     insert("evt_nohdr")
     _, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_nohdr")
     expect(body).to include("Not kept for this event")

@@ -42,6 +42,30 @@ RSpec.describe WebhookInbox::RequestHeaders do
       expect(described_class.from_env(env)).not_to include("s3cr3t")
     end
 
+    # Issue 16 item 4: these were kept in plain text (and shown on the event page) while
+    # the page said credentials are never stored.
+    it "leaves out every name holding auth, key, token, secret, pass, jwt, assertion, cookie, session or credential" do
+      names = %w[HTTP_X_AUTH_KEY HTTP_X_WEBHOOK_KEY HTTP_OCP_APIM_SUBSCRIPTION_KEY HTTP_X_FUNCTIONS_KEY
+                 HTTP_CF_ACCESS_JWT_ASSERTION HTTP_X_GOOG_IAP_JWT_ASSERTION HTTP_X_WEBHOOK_PASSPHRASE HTTP_X_ACCESS_KEY
+                 HTTP_X_SIGNING_KEY HTTP_X_CREDENTIALS HTTP_X_SAML_ASSERTION]
+      signatures = { "HTTP_STRIPE_SIGNATURE" => "t=1,v1=ab", "HTTP_X_HUB_SIGNATURE_256" => "sha256=ab",
+                     "HTTP_WEBHOOK_SIGNATURE" => "v1,ab=", "HTTP_X_SHOPIFY_HMAC_SHA256" => "ab=", "HTTP_X_GITHUB_DELIVERY" => "d" }
+      text = described_class.from_env(names.to_h { |k| [k, "s3cr3t"] }.merge(signatures))
+      expect(JSON.parse(text).keys).to eq(%w[stripe-signature x-hub-signature-256 webhook-signature x-shopify-hmac-sha256
+                                             x-github-delivery]) # the signatures a delivery is told apart by stay
+      expect(text).not_to include("s3cr3t")
+      expect(names.map { |k| described_class.credential?(k.delete_prefix("HTTP_").downcase.tr("_", "-")) }.uniq).to eq([true])
+      expect(described_class.credential?("Stripe-Signature")).to be(false)
+    end
+
+    it "leaves out a credential by its value whatever the name: an HTTP auth scheme, or a JWT" do
+      jwt = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+      env = { "HTTP_X_FORWARDED_USER" => "Bearer abc", "HTTP_X_ORIG" => "Basic dXNlcjpwdw==", "HTTP_X_AMZN_OIDC_DATA" => jwt,
+              "HTTP_X_NOTE" => "eyJ alone is no JWT", "HTTP_X_WORD" => "Bearer" }
+      expect(kept(env)).to eq("x-note" => "eyJ alone is no JWT", "x-word" => "Bearer")
+      expect(described_class.credential?("x-upstream", "token abc")).to be(true)
+    end
+
     it "looks for api?key only within the name, also at the longest name kept (256 bytes)" do
       longest = "HTTP_#{'A' * 249}_API_KE" # 256 bytes after HTTP_: "api-ke" at its very end
       env = { "HTTP_X_API_KE" => "1", longest => "2", "HTTP_#{'A' * 248}_API_KEY" => "s3cr3t" }
@@ -79,6 +103,12 @@ RSpec.describe WebhookInbox::RequestHeaders do
       expect(described_class.encode({ "a" => "x\0y" })).to be_nil
       expect(described_class.encode({ "a" => "\xFF".b })).to be_nil
       expect(JSON.parse(described_class.encode({ "a" => "b\u0001" }))).to eq("a" => "b\u0001")
+    end
+
+    it "leaves a caller's credentials out as from_env does (nil when nothing else is left)" do
+      given = { "x-auth-key" => "s3cr3t", "X-Forwarded-User" => "Bearer s3cr3t", "user-agent" => "curl/8" }
+      expect(JSON.parse(described_class.encode(given))).to eq("user-agent" => "curl/8")
+      expect(described_class.encode({ "authorization" => "s3cr3t" })).to be_nil
     end
   end
 

@@ -1,6 +1,6 @@
 /* fuzz_headers.c - libFuzzer target for headers.c: any Rack env entries give either NULL or
  * one JSON object that jsonb accepts (wi_json_jsonb_safe), never more than WI_HEADERS_MAX
- * headers. Input: records "key\0value\0..." ; a key whose first byte is odd gets the
+ * headers, and never an entry wi_headers_credential calls a credential. Input: records "key\0value\0..." ; a key whose first byte is odd gets the
  * HTTP_ prefix, so most records are headers and the rest exercise the other Rack keys. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -37,8 +37,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (klen > sizeof key - n)
             klen = sizeof key - n;
         memcpy(key + n, k, klen);
-        if (!wi_headers_add(&h, key, n + klen, v, vlen))
-            break;
+        {
+            int before = h.count, more = wi_headers_add(&h, key, n + klen, v, vlen);
+            if (h.count > before && n + klen > 5 && wi_headers_credential(key + 5, n + klen - 5, v, vlen))
+                abort(); /* a credential was kept */
+            if (!more)
+                break;
+        }
     }
     json = wi_headers_json(&h, &len);
     if (json) {
