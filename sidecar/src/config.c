@@ -468,11 +468,46 @@ static void print_url(const char *url, FILE *out)
     for (o = opts; o->keyword; o++) {
         if (!o->val)
             continue;
-        fprintf(out, "%s%s=%s", first ? "" : " ", o->keyword,
-                strcmp(o->keyword, "password") == 0 ? "*****" : o->val);
+        fprintf(out, "%s%s=%s", first ? "" : " ", o->keyword, strstr(o->keyword, "password") ? "*****" : o->val); /* sslpassword too */
         first = 0;
     }
     PQconninfoFree(opts);
+}
+
+void wi_config_print_masked_url(const char *url, FILE *out)
+{
+    const char *auth = strstr(url, "://"), *p, *at;
+    size_t alen;
+
+    if (!auth) {
+        fputs("(hidden: not a URL)", out);
+        return;
+    }
+    auth += 3;
+    alen = strcspn(auth, "/?#");
+    at = memchr(auth, '@', alen);
+    fwrite(url, 1, (size_t)(auth - url), out);
+    if (at) { /* userinfo: wi_dest_parse refuses it; never printed all the same */
+        fputs("*****@", out);
+        alen -= (size_t)(at + 1 - auth);
+        auth = at + 1;
+    }
+    p = auth + alen + strcspn(auth + alen, "?#"); /* the path is printed */
+    fwrite(auth, 1, (size_t)(p - auth), out);
+    if (*p == '?') {
+        for (p++, fputc('?', out); *p && *p != '#';) {
+            size_t n = strcspn(p, "&#"), k = strcspn(p, "=&#");
+            if (k < n)
+                fwrite(p, 1, k + 1, out); /* name= */
+            if (n)
+                fputs("*****", out);
+            p += n;
+            if (*p == '&')
+                fputc(*p++, out);
+        }
+    }
+    if (*p == '#')
+        fputs("#*****", out);
 }
 
 void wi_config_print(const struct wi_config *cfg, FILE *out)

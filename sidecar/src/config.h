@@ -63,9 +63,14 @@ void wi_config_apply_reload(struct wi_config *dst, const struct wi_config *src);
 /* Releases the strings; accepts NULL; leaves *cfg zeroed. */
 void wi_config_free(struct wi_config *cfg);
 
-/* Writes "name = value" lines of the effective configuration; the password in
- * database_url is masked. */
+/* Writes "name = value" lines of the effective configuration; the passwords in
+ * database_url and the destinations' query strings and credentials are masked. */
 void wi_config_print(const struct wi_config *cfg, FILE *out);
+
+/* Writes url ("scheme://host/path?query#fragment") with every query value and the fragment
+ * as "*****" (names kept: "?api_key=*****&v=*****"), and any userinfo as "*****@"; the
+ * path is printed as is (credentials belong in a destination's token= or secret=). */
+void wi_config_print_masked_url(const char *url, FILE *out);
 
 /* The name of a WI_UNROUTED_* value ("wait", "ignore", "quarantine", "retry"). */
 const char *wi_config_unrouted_name(int unrouted);

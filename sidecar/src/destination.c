@@ -345,7 +345,8 @@ void wi_dest_list_print(const struct wi_dest_list *l, FILE *out)
     int i;
     for (i = 0; l && i < l->n; i++) {
         const struct wi_dest *d = &l->v[i];
-        fprintf(out, "destination = %s=%s", d->name, d->url);
+        fprintf(out, "destination = %s=", d->name);
+        wi_config_print_masked_url(d->url, out);
         if (d->concurrency)
             fprintf(out, " concurrency=%d", d->concurrency);
         if (d->timeout > 0)

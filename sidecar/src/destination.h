@@ -65,8 +65,8 @@ int wi_dest_list_equal(const struct wi_dest_list *a, const struct wi_dest_list *
 /* Frees every destination; leaves *l empty. Accepts NULL. */
 void wi_dest_list_free(struct wi_dest_list *l);
 
-/* Writes one "destination = ..." line per destination; the URL's userinfo and the
- * credentials are masked. */
+/* Writes one "destination = ..." line per destination; the URL's query values, fragment
+ * and userinfo (wi_config_print_masked_url) and the credentials are masked. */
 void wi_dest_list_print(const struct wi_dest_list *l, FILE *out);
 
 #endif

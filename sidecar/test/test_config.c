@@ -161,6 +161,31 @@ int main(void)
         unsetenv("WEBHOOK_INBOX_DESTINATION");
     }
 
+    /* --print-config's URLs: query values and fragment masked, names and path kept. */
+    {
+        static const char *const cases[][2] = {
+            {"https://api.example/hook?api_key=k3y&v=2", "https://api.example/hook?api_key=*****&v=*****"},
+            {"https://api.example/x?token#frag", "https://api.example/x?*****#*****"},
+            {"https://api.example:8443/a/b", "https://api.example:8443/a/b"},
+            {"https://api.example?a=1&&b", "https://api.example?a=*****&&*****"},
+            {"http://127.0.0.1:9/x?", "http://127.0.0.1:9/x?"},
+            {"https://u:pw@api.example/x", "https://*****@api.example/x"},
+            {"https://api.example/x#a?b=1", "https://api.example/x#*****"},
+        };
+        size_t i;
+        for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            char *got = NULL;
+            size_t len = 0;
+            FILE *m = open_memstream(&got, &len);
+            wi_config_print_masked_url(cases[i][0], m);
+            fclose(m);
+            CHECK(strcmp(got, cases[i][1]) == 0);
+            if (strcmp(got, cases[i][1]) != 0)
+                fprintf(stderr, "  %s -> %s\n", cases[i][0], got);
+            free(got);
+        }
+    }
+
     /* Log values: bare when safe, quoted and escaped otherwise, bounded. */
     CHECK(strcmp(wi_log_quote(buf, sizeof buf, "evt_1", 100), "evt_1") == 0);
     CHECK(strcmp(wi_log_quote(buf, sizeof buf, "a b", 100), "\"a b\"") == 0);

@@ -38,6 +38,17 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     expect(out).not_to include("s3cret")
   end
 
+  # Issue 16 item 9: a destination's query string (?api_key=...) was printed as it is.
+  it "prints destination URLs with their query values and fragment masked, and the database's sslpassword" do
+    env = { "DATABASE_URL" => "postgresql://app@db.example/inbox?sslpassword=ssl_hidden&application_name=wi" }
+    status, out, = sidecar("run", "--print-config", "--destination",
+                           "alpha=https://api.example/hooks/in?api_key=k3y_hidden&v=2#frag_hidden concurrency=2", env: env)
+    expect(status.exitstatus).to eq(0)
+    expect(out).to include("destination = alpha=https://api.example/hooks/in?api_key=*****&v=*****#***** concurrency=2",
+                           "sslpassword=*****", "application_name=wi")
+    %w[k3y_hidden frag_hidden ssl_hidden].each { |s| expect(out).not_to include(s) }
+  end
+
   # A password with an unencoded '@' or '/': libpq would read its tail as the host (looked up
   # in DNS, quoted in errors). The sidecar refuses the URL and shows none of the password.
   ["postgres://app:hunter2@Xyzzy-frag@127.0.0.1:1/db", "postgresql://app:hunter2/Xyzzy-frag@127.0.0.1:1/db"].each do |url|
