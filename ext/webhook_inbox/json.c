@@ -192,13 +192,23 @@ static int string(struct scan *s, struct wi_slice *out, unsigned *sflags)
 /* Value at depth; at depth 1 (members of the top-level object) key names a member. */
 static int value(struct scan *s, int depth, struct wi_json_field *match);
 
+/* The field named key (escapes decoded), or NULL. A key met again marks its field
+ * duplicate and returns NULL: the first value stays. Field names are short, so an escaped
+ * key longer than 6 bytes per character of the longest name cannot match. */
 static struct wi_json_field *find_field(struct scan *s, struct wi_slice key, unsigned kflags)
 {
-    if (kflags & WI_JSON_S_ESCAPED) return NULL;
-    for (size_t i = 0; i < s->nfields; i++)
-        if (s->fields[i].kind == WI_JSON_ABSENT && strlen(s->fields[i].name) == key.n &&
-            memcmp(s->fields[i].name, key.p, key.n) == 0)
-            return &s->fields[i];
+    char buf[128];
+    if (kflags & WI_JSON_S_ESCAPED) {
+        if (key.n > sizeof buf) return NULL;
+        key = (struct wi_slice){buf, wi_json_unescape(key.p, key.n, buf)};
+    }
+    for (size_t i = 0; i < s->nfields; i++) {
+        struct wi_json_field *f = &s->fields[i];
+        if (strlen(f->name) != key.n || memcmp(f->name, key.p, key.n) != 0) continue;
+        if (f->kind == WI_JSON_ABSENT) return f;
+        f->duplicate = 1;
+        return NULL;
+    }
     return NULL;
 }
 
@@ -222,7 +232,7 @@ static int object(struct scan *s, int depth)
         s->p++;
         if (depth == 0) f = find_field(s, key, kflags);
         if (value(s, depth + 1, f)) return -1;
-        if (f && (s->flags & WI_JSON_STOP_EARLY) && s->found == s->nfields) return 0;
+        if (f && s->flags == WI_JSON_STOP_EARLY && s->found == s->nfields) return 0;
         skip_ws(s);
         if (s->p >= s->end) return fail(s, WI_JSON_E_SYNTAX);
         if (*s->p == ',') {
@@ -344,12 +354,13 @@ int wi_json_scan(const char *p, size_t n, unsigned flags, struct wi_json_field *
         fields[i].kind = WI_JSON_ABSENT;
         fields[i].value = (struct wi_slice){NULL, 0};
         fields[i].escaped = 0;
+        fields[i].duplicate = 0;
     }
     if (jsonb_unsafe) *jsonb_unsafe = 0;
     skip_ws(&s);
     if (s.p < s.end && *s.p == '{') {
         if (object(&s, 0)) goto bad;
-        if ((flags & WI_JSON_STOP_EARLY) && nfields && s.found == nfields) goto ok;
+        if (flags == WI_JSON_STOP_EARLY && nfields && s.found == nfields) goto ok;
     } else if (value(&s, 0, NULL)) {
         goto bad;
     }

@@ -26,11 +26,15 @@ struct wi_json_field {
     struct wi_slice value; /* out: string contents between the quotes (escapes kept), or
                               the number's text */
     int escaped;           /* out: 1 when the string holds backslash escapes */
+    int duplicate;         /* out: 1 when the scan met the key again at the top level (a
+                              scan with STOP_EARLY alone may stop before) */
 };
 
 /* Scan flags. */
 #define WI_JSON_STOP_EARLY 1u /* extraction only: return once every field is found and skip
                                  nested containers without validating them */
+#define WI_JSON_DUPLICATES 2u /* with STOP_EARLY: scan the whole top level anyway, to mark
+                                 fields whose key occurs twice (jsonb keeps the last one) */
 
 /* Flags reported by wi_json_string_end. */
 #define WI_JSON_S_ESCAPED 1u   /* the string holds backslash escapes */
@@ -38,7 +42,8 @@ struct wi_json_field {
 #define WI_JSON_S_SURROGATE 4u /* it holds a lone surrogate escape */
 
 /* Validates p[0..n) as one JSON value (surrounding whitespace allowed) and fills the
- * fields found at the top level of an object (the first occurrence of a key wins).
+ * fields found at the top level of an object (the first occurrence of a key wins; a key
+ * written with escapes matches the name it decodes to, as it does for jsonb).
  * Returns 0, or -1 and fills *err (code WI_JSON_E_*). Borrows p; allocates nothing.
  * With WI_JSON_STOP_EARLY the document is not fully validated (nested containers are only
  * bracket-matched) and 0 is returned as soon as all fields are found. *jsonb_unsafe (may

@@ -107,7 +107,8 @@ struct wi_sig_verifier *wi_sig_verifier_new(const struct wi_sig_config *cfg, str
                                "x-shopify-event-id", "x-shopify-topic"},
         [WI_SCHEME_SLACK] = {"x-slack-signature", "x-slack-request-timestamp"},
         [WI_SCHEME_PADDLE] = {"paddle-signature"},
-        [WI_SCHEME_DIDIT] = {"x-signature", "x-signature-v2", "x-signature-simple", "x-timestamp"},
+        /* not X-Timestamp: no Didit signature covers it, so it is never read */
+        [WI_SCHEME_DIDIT] = {"x-signature", "x-signature-v2", "x-signature-simple"},
         [WI_SCHEME_HMAC] = {NULL},
     };
     struct wi_sig_verifier *v;
@@ -323,26 +324,41 @@ static int mismatch(struct wi_err *err)
     return wi_err_set(err, WI_SIG_E_SIGNATURE_MISMATCH, "no secret produced a matching signature");
 }
 
-/* Fills ev->id/type from top-level JSON fields; first existing name in each list wins. */
-static void body_fields(struct wi_slice body, const char *const *ids, const char *const *types,
-                        struct wi_sig_event *ev, struct wi_json_field *f, size_t *nf)
+/* 0 when no key of f[0..n) occurs twice at the top level, else -1 with
+ * WI_SIG_E_DUPLICATE_KEY: the inbox would store the first value as the event's id (type,
+ * time) while jsonb, and so every handler, keeps the last. */
+static int unique(const struct wi_json_field *f, size_t n, struct wi_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (f[i].duplicate)
+            return wi_err_set(err, WI_SIG_E_DUPLICATE_KEY,
+                              "body has the top-level key \"%s\" more than once", f[i].name);
+    return 0;
+}
+
+/* Fills ev->id/type from top-level JSON fields; first existing name in each list wins.
+ * Returns 0, or -1 (WI_SIG_E_DUPLICATE_KEY) when one of the names occurs twice. */
+static int body_fields(struct wi_slice body, const char *const *ids, const char *const *types,
+                       struct wi_sig_event *ev, struct wi_json_field *f, size_t *nf, struct wi_err *err)
 {
     size_t n = 0, i;
     for (i = 0; ids && ids[i]; i++) f[n++].name = ids[i];
     size_t nids = n;
     for (i = 0; types && types[i]; i++) f[n++].name = types[i];
     *nf = n;
-    if (!n) return;
+    if (!n) return 0;
     const char *p = body.p;
     size_t len = body.n;
     while (len && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++, len--;
-    if (!len || *p != '{') return;
-    wi_json_scan(body.p, body.n, WI_JSON_STOP_EARLY, f, n, NULL, NULL);
+    if (!len || *p != '{') return 0;
+    wi_json_scan(body.p, body.n, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, f, n, NULL, NULL);
+    if (unique(f, n, err)) return -1;
     for (i = 0; i < n; i++) {
         if (f[i].kind != WI_JSON_STRING || !f[i].value.n) continue;
         if (i < nids && !ev->id.p) ev->id = f[i].value, ev->id_escaped = f[i].escaped;
         if (i >= nids && !ev->type.p) ev->type = f[i].value, ev->type_escaped = f[i].escaped;
     }
+    return 0;
 }
 
 static struct wi_slice present(struct wi_slice h)
@@ -424,8 +440,15 @@ static int signed_sha256(struct wi_slice c, struct wi_sig_event *ev, struct wi_e
  * exists for bodies that something re-serialized on the way (providers.md). V2's pre-key
  * cost is bounded by wi_canon_didit's output limit instead. Without a string event_id the
  * fallback id is the SHA-256 of the content the matching signature covers (the canonical
- * form for V2, the four-field string for Simple), so a replay that only re-spaces the
- * body keeps its id. */
+ * form for V2), so a replay that only re-spaces the body keeps its id.
+ * Simple signs timestamp, session_id, status and webhook_type only: its event id is always
+ * the SHA-256 of that four-field string (never the unsigned event_id), so a body re-sent
+ * with another event_id or decision is a duplicate, and ev->simple tells the caller that
+ * nothing else in the body is verified.
+ * The time is the body's timestamp field, which every Didit signature covers; X-Timestamp
+ * is covered by none and never read: without the field the event is refused as
+ * WI_SIG_E_MISSING_TIMESTAMP (unless the time check is off), as a captured delivery would
+ * otherwise verify again whenever it is sent with a fresh header. */
 static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
                  struct wi_sig_event *ev, struct wi_err *err)
 {
@@ -434,7 +457,7 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
     struct group g;
     struct wi_slice raw = present(req->hdr[0]), v2 = present(req->hdr[1]),
                     simple = present(req->hdr[2]);
-    int usable = 0, compared = 0, r = 0, bad_json = 0, rc = -1;
+    int usable = 0, compared = 0, r = 0, bad_json = 0, rc = -1, simple_matched = 0;
     char *canon = NULL, *buf = NULL;
     struct wi_err cerr = {0};
 
@@ -443,7 +466,7 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
         return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE,
                           simple.p ? "only X-Signature-Simple was sent and allow_simple is off"
                                    : "no X-Signature or X-Signature-V2 header");
-    wi_json_scan(req->body.p, req->body.n, WI_JSON_STOP_EARLY, f, 5, NULL, NULL);
+    wi_json_scan(req->body.p, req->body.n, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, f, 5, NULL, NULL);
 
     if (raw.p) {
         memset(&g, 0, sizeof g);
@@ -472,7 +495,7 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
                 g.parts[0] = (struct wi_slice){canon, cn};
                 g.nparts = 1;
                 r = match(v, &g, err);
-                if (r > 0 && v2_fields_signed(canon, cn, f, err)) r = -1;
+                if (r > 0 && (unique(f, 5, err) || v2_fields_signed(canon, cn, f, err))) r = -1;
                 if (r) goto matched;
                 wi_canon_free(canon);
                 canon = NULL;
@@ -499,7 +522,9 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
             }
             g.parts[0] = (struct wi_slice){buf, (size_t)(o - buf)};
             g.nparts = 1;
+            simple_matched = 1;
             if ((r = match(v, &g, err)) != 0) goto matched;
+            simple_matched = 0;
             free(buf);
             buf = NULL;
         }
@@ -514,19 +539,23 @@ static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *r
         return wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "X-Signature-V2 needs a JSON body; the body is not valid JSON");
     return mismatch(err);
 matched:
-    if (r < 0) goto out;
-    if (f[0].kind == WI_JSON_STRING && f[0].value.n) ev->id = f[0].value, ev->id_escaped = f[0].escaped;
+    if (r < 0 || unique(f, 5, err)) goto out;
+    if (simple_matched) {
+        static const int signed_order[] = {3, 4, 2, 1}; /* session_id, status, timestamp, webhook_type */
+        ev->simple = 1;
+        for (int i = 0; i < 4; i++) ev->simple_fields[i] = f[signed_order[i]];
+    } else if (f[0].kind == WI_JSON_STRING && f[0].value.n) {
+        ev->id = f[0].value, ev->id_escaped = f[0].escaped;
+    }
     if (f[1].kind == WI_JSON_STRING && f[1].value.n) ev->type = f[1].value, ev->type_escaped = f[1].escaped;
-    if (f[2].kind != WI_JSON_ABSENT) { /* signed: never fall back to the unsigned header */
+    if (f[2].kind != WI_JSON_ABSENT) {
         if (body_ts(&f[2], &ev->timestamp, err)) goto out;
-        ev->has_timestamp = 1;
-    } else if (req->hdr[3].p) {
-        if (header_ts(req->hdr[3], &ev->timestamp, err)) goto out;
         ev->has_timestamp = 1;
     }
     if (v->cfg.tolerance >= 0) {
         if (!ev->has_timestamp) {
-            wi_err_set(err, WI_SIG_E_MISSING_TIMESTAMP, "no body timestamp and no X-Timestamp header");
+            wi_err_set(err, WI_SIG_E_MISSING_TIMESTAMP,
+                       "no timestamp field in the body (X-Timestamp is covered by no Didit signature)");
             goto out;
         }
         if (check_time(v, req, ev->timestamp, err)) goto out;
@@ -649,7 +678,7 @@ compare:
         ev->timestamp = ts;
     }
     if (ev->id.p) ids = NULL;
-    body_fields(req->body, ids, types, ev, f, &nf);
+    if (body_fields(req->body, ids, types, ev, f, &nf, err)) return -1;
 fallback_id:
     if (v->cfg.id_from_body) ev->id = (struct wi_slice){NULL, 0}, ev->id_escaped = 0;
     if (!ev->id.p && !ev->body_sha256[0] && signed_sha256(req->body, ev, err)) return -1;

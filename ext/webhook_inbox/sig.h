@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "hmac.h"
+#include "json.h"
 #include "sig_slice.h"
 #include "wi_err.h"
 
@@ -31,7 +32,9 @@ enum {
     WI_SIG_E_MISSING_TIMESTAMP,
     WI_SIG_E_MALFORMED_TIMESTAMP,
     WI_SIG_E_MISSING_ID,
-    WI_SIG_E_MALFORMED_PAYLOAD
+    WI_SIG_E_MALFORMED_PAYLOAD,
+    WI_SIG_E_DUPLICATE_KEY /* a top-level key the event's id, type or time is read from
+                              occurs twice: jsonb keeps the last, the scan the first */
 };
 
 enum wi_sig_encoding { WI_SIG_HEX, WI_SIG_BASE64 };
@@ -45,7 +48,8 @@ struct wi_sig_config {
     enum wi_sig_scheme scheme;
     int64_t tolerance;        /* seconds, both directions; < 0 disables the time check */
     size_t max_body;          /* larger bodies fail with WI_SIG_E_PAYLOAD_TOO_LARGE */
-    int allow_simple;         /* Didit: accept X-Signature-Simple */
+    int allow_simple;         /* Didit: accept X-Signature-Simple (it signs four fields, not
+                                 the body: see wi_sig_event.simple) */
     int id_from_body;         /* ignore provider ids (headers, body fields): the event id is
                                  the SHA-256 of the signed body (see wi_sig_event) */
     /* WI_SCHEME_HMAC only: */
@@ -79,6 +83,12 @@ struct wi_sig_event {
     char body_sha256[65];   /* when id.p == NULL: lowercase hex SHA-256 of the signed content
                                that covers the body: the raw body, or for Didit the canonical
                                form (V2) or the four-field string (Simple) that matched */
+    int simple;             /* Didit: only X-Signature-Simple matched. It covers no more than
+                               simple_fields: the id is then always body_sha256 (of the four-
+                               field string) and the rest of the body is unverified */
+    struct wi_json_field simple_fields[4]; /* when simple: session_id, status, timestamp,
+                                              webhook_type as the body holds them (kind
+                                              ABSENT or OTHER: signed as empty) */
 };
 
 struct wi_sig_verifier;

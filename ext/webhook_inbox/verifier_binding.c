@@ -24,7 +24,7 @@ struct verifier {
 };
 
 static VALUE cVerifier, cEvent;
-static ID id_to_i, id_reasons[WI_SIG_E_MALFORMED_PAYLOAD - WI_SIG_E_MISSING_SIGNATURE + 1];
+static ID id_to_i, id_reasons[WI_SIG_E_DUPLICATE_KEY - WI_SIG_E_MISSING_SIGNATURE + 1];
 static VALUE str_request_method;
 
 static void verifier_mark(void *p)
@@ -78,7 +78,7 @@ static void raise_wi_err(const struct wi_err *e, VALUE reason_override)
     if (e->code == WI_ERR_NOMEM) rb_memerror();
     if (e->code == WI_ERR_ARG)
         rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "%s", e->msg);
-    if (e->code >= WI_SIG_E_MISSING_SIGNATURE && e->code <= WI_SIG_E_MALFORMED_PAYLOAD) {
+    if (e->code >= WI_SIG_E_MISSING_SIGNATURE && e->code <= WI_SIG_E_DUPLICATE_KEY) {
         VALUE args[2] = {ID2SYM(id_reasons[e->code - WI_SIG_E_MISSING_SIGNATURE]),
                          rb_str_new_cstr(e->msg)};
         rb_exc_raise(rb_class_new_instance(2, args, rb_path2class("WebhookInbox::VerificationError")));
@@ -286,6 +286,27 @@ static VALUE event_text(VALUE str, const char *what)
     return str;
 }
 
+/* Didit Simple: the JSON object of the four fields its signature covers, keys sorted, values
+ * as the body wrote them (a field that is absent or not a string or number, signed as
+ * empty, is left out). This, not the body, is what such an event may be trusted for. */
+static VALUE simple_body(const struct wi_sig_event *ev)
+{
+    static const char *const keys[] = {"session_id", "status", "timestamp", "webhook_type"};
+    VALUE out = rb_utf8_str_new_cstr("{");
+    int first = 1;
+    for (int i = 0; i < 4; i++) {
+        const struct wi_json_field *f = &ev->simple_fields[i];
+        if (f->kind != WI_JSON_STRING && f->kind != WI_JSON_NUMBER) continue;
+        rb_str_catf(out, "%s\"%s\":", first ? "" : ",", keys[i]);
+        if (f->kind == WI_JSON_STRING) rb_str_cat(out, "\"", 1);
+        rb_str_cat(out, f->value.p, (long)f->value.n);
+        if (f->kind == WI_JSON_STRING) rb_str_cat(out, "\"", 1);
+        first = 0;
+    }
+    rb_str_cat(out, "}", 1);
+    return rb_obj_freeze(out);
+}
+
 /* _verify(body, headers, now) -> Event; raises VerificationError. */
 static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
 {
@@ -338,7 +359,8 @@ static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
     VALUE id = ev.id.p ? event_text(json_str(ev.id, ev.id_escaped), "id") : rb_usascii_str_new(ev.body_sha256, 64);
     VALUE type = ev.type.p ? event_text(json_str(ev.type, ev.type_escaped), "type") : Qnil;
     VALUE ts = ev.has_timestamp ? LL2NUM(ev.timestamp) : Qnil;
-    VALUE event = rb_struct_new(cEvent, v->provider, id, type, ts, body);
+    VALUE event = rb_struct_new(cEvent, v->provider, id, type, ts, ev.simple ? simple_body(&ev) : body,
+                                ev.simple ? Qfalse : Qtrue);
     RB_GC_GUARD(body);
     RB_GC_GUARD(snap);
     RB_GC_GUARD(headers);
@@ -404,14 +426,14 @@ void wi_verifier_binding_init(VALUE mod)
     static const char *const reasons[] = {
         "missing_signature", "malformed_signature", "signature_mismatch",
         "timestamp_out_of_tolerance", "payload_too_large", "no_secret", "missing_timestamp",
-        "malformed_timestamp", "missing_id", "malformed_payload"};
+        "malformed_timestamp", "missing_id", "malformed_payload", "duplicate_key"};
     for (size_t i = 0; i < sizeof reasons / sizeof *reasons; i++) id_reasons[i] = rb_intern(reasons[i]);
     id_to_i = rb_intern("to_i");
     str_request_method = rb_obj_freeze(rb_str_new_cstr("REQUEST_METHOD"));
     rb_gc_register_mark_object(str_request_method);
 
     cEvent = rb_struct_define_under(mod, "Event", "provider", "event_id", "event_type",
-                                    "timestamp", "body", NULL);
+                                    "timestamp", "body", "body_signed", NULL);
     rb_gc_register_mark_object(cEvent);
     cVerifier = rb_define_class_under(mod, "Verifier", rb_cObject);
     rb_gc_register_mark_object(cVerifier);

@@ -13,12 +13,24 @@ module WebhookInbox
   # template: such as "{timestamp}.{body}"; a timestamp_header must be signed by the
   # template, else ConfigurationError: an unsigned time check stops no replay).
   #
-  # event_id: :body_sha256 makes the event id the SHA-256 of the signed body (for Didit V2,
-  # of the canonical form it signs) instead of the provider's id. GitHub and Shopify send
-  # their ids in headers the signature does not cover, so a replayed body with a new id
-  # header is a new event; with :body_sha256 it is a duplicate (two deliveries with
-  # byte-identical bodies then count as one event). The default, :provider, keeps the
-  # provider's id.
+  # Nothing the signature does not cover decides an event's identity or time:
+  # - event_id: :body_sha256 makes the id the SHA-256 of the signed body (for Didit V2, of
+  #   the canonical form it signs). It is the default where the provider's id travels in a
+  #   header the signature does not cover - GitHub, Shopify, and :hmac with an id_header:
+  #   its template does not sign as {id} - so a captured body re-sent with a new delivery id
+  #   (and another X-GitHub-Event or X-Shopify-Topic) is a duplicate, not a new event. The
+  #   price: two deliveries with byte-identical bodies count as one. event_id: :provider
+  #   keeps the header's id (the earlier default; the README says what an upgrade does). The
+  #   type of such an event still comes from an unsigned header: a hint for routing, never
+  #   proof of what the provider sent.
+  # - A body whose top-level key the id, type or time is read from occurs twice is refused
+  #   (:duplicate_key): the inbox would store the first value, jsonb keeps the last.
+  # - Didit: the time is the body's signed timestamp field only; X-Timestamp is covered by
+  #   no Didit signature and never read (no field: :missing_timestamp). X-Signature-Simple
+  #   (allow_simple: true) signs timestamp, session_id, status and webhook_type, nothing
+  #   else: such an event's id is the SHA-256 of those four fields, its body (Event#body) is
+  #   a JSON object of those four alone, and Event#body_signed is false. Fetch anything
+  #   else (the decision) from Didit's API.
   #
   # Secrets are handed to the C core (which keeps only HMAC key states, wiped when the
   # verifier is collected) and are never kept in Ruby instance variables, messages or
@@ -29,6 +41,7 @@ module WebhookInbox
     ALGORITHMS = { sha1: 0, sha256: 1, sha512: 2 }.freeze
     ENCODINGS = { hex: 0, base64: 1 }.freeze
     EVENT_IDS = %i[provider body_sha256].freeze
+    UNSIGNED_ID_SCHEMES = %i[github shopify].freeze
     DEFAULT_TOLERANCE = 300
     DEFAULT_MAX_BODY_BYTES = 1 << 20
 
@@ -40,7 +53,7 @@ module WebhookInbox
     # whitespace raises ConfigurationError.
     def initialize(scheme, secrets:, tolerance: DEFAULT_TOLERANCE, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                    allow_simple: false, algorithm: :sha256, encoding: :hex, prefix: nil,
-                   signature_header: nil, timestamp_header: nil, id_header: nil, template: nil, event_id: :provider)
+                   signature_header: nil, timestamp_header: nil, id_header: nil, template: nil, event_id: nil)
       code = SCHEMES.fetch(scheme) do
         raise ConfigurationError, "unknown scheme #{scheme.inspect} (one of #{SCHEMES.keys.join(", ")})"
       end
@@ -61,6 +74,7 @@ module WebhookInbox
       if code != SCHEMES[:hmac] && (signature_header || timestamp_header || id_header || template || prefix)
         raise ConfigurationError, "signature_header, timestamp_header, id_header, template and prefix apply to :hmac only"
       end
+      event_id ||= default_event_id(id_header, template)
       unless EVENT_IDS.include?(event_id)
         raise ConfigurationError, "event_id must be :provider or :body_sha256"
       end
@@ -92,6 +106,12 @@ module WebhookInbox
     alias to_s inspect
 
     private
+
+    # :body_sha256 where the provider's id is in a header no signature covers.
+    def default_event_id(id_header, template)
+      unsigned = UNSIGNED_ID_SCHEMES.include?(@scheme) || (@scheme == :hmac && id_header && !template.to_s.include?("{id}"))
+      unsigned ? :body_sha256 : :provider
+    end
 
     def header_name(name)
       name&.to_s&.downcase&.tr("_", "-")

@@ -109,13 +109,13 @@ RSpec.describe WebhookInbox::Endpoint do
                                                     last_error: "payload is not valid JSON")])
   end
 
-  it "stores a verified body that is not JSON raw + quarantined and answers 200 (GitHub: id in headers)" do
+  it "stores a verified body that is not JSON raw + quarantined and answers 200 (GitHub: id from the body's SHA-256)" do
     ep = described_class.new(provider: :github, secrets: [ENDPOINT_SECRET], source_scope: scope, inbox: inbox)
     body = "{truncated"
     headers = WebhookInbox::TestHelpers.github_headers(body, secret: ENDPOINT_SECRET, delivery: "d-42", event: "push")
     status, _, text = ep.call(rack_env(body, headers))
     expect([status, JSON.parse(text.join)]).to eq([200, { "status" => "accepted" }])
-    expect(inbox_rows(pg, scope)).to match([include(event_id: "d-42", event_type: "push", status: "quarantined",
+    expect(inbox_rows(pg, scope)).to match([include(event_id: Digest::SHA256.hexdigest(body), event_type: "push", status: "quarantined",
                                                     raw_body: "{truncated", payload: "",
                                                     last_error: "payload is not valid JSON")])
     expect(ep.call(rack_env(body, headers)).first).to eq(200)

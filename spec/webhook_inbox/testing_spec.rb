@@ -12,7 +12,7 @@ require_relative "../support/receiver_helpers"
 # the sidecar's v4 dispatch inside the caller's transaction.
 RSpec.describe WebhookInbox::Testing do
   body = JSON.generate(id: "evt_kit_1", type: "payment_intent.succeeded", event_id: "evt_kit_1",
-                       webhook_type: "status.updated", data: { object: { amount: 100 } })
+                       webhook_type: "status.updated", timestamp: Time.now.to_i, data: { object: { amount: 100 } })
   signers = {
     stripe: [{ secret: "whsec_kit" }, {}],
     didit: [{ secret: "didit_kit" }, {}],

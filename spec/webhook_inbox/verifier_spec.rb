@@ -75,7 +75,7 @@ RSpec.describe WebhookInbox::Verifier do
       expect(ev.("paddle").event_id).to eq("evt_01h")
       expect(ev.("paddle").event_type).to eq("transaction.completed")
       expect(ev.("standard_webhooks").event_id).to eq("msg_p5jXN8AQM9LWM0D4loKWxJek")
-      expect(ev.("shopify").event_id).to eq("b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
+      expect(ev.("shopify").event_id).to eq(OpenSSL::Digest::SHA256.hexdigest(by.fetch("shopify")["body"])) # issue 16 item 10
       expect(ev.("shopify").event_type).to eq("orders/create")
       expect(ev.("github").event_id).to eq(OpenSSL::Digest::SHA256.hexdigest("Hello, World!"))
       expect(ev.("github").timestamp).to be_nil
@@ -91,7 +91,15 @@ RSpec.describe WebhookInbox::Verifier do
         %w[raw v2 simple].each do |kind|
           it "#{name}: #{kind} verifies" do
             event = verifier.verify(c["body"], { header[kind] => c["signatures"][kind] }, now: didit["timestamp"])
-            expect(event.event_id).to eq("9c0c8b8a-1111-4222-9333-444444444444")
+            if kind == "simple" # the id comes from the four fields Simple signs, never the body's event_id
+              o = JSON.parse(c["body"])
+              signed = o.values_at("timestamp", "session_id", "status", "webhook_type").join(":")
+              expect(event.event_id).to eq(OpenSSL::Digest::SHA256.hexdigest(signed))
+              expect(event.body_signed).to be(false)
+            else
+              expect(event.event_id).to eq("9c0c8b8a-1111-4222-9333-444444444444")
+              expect([event.body, event.body_signed]).to eq([c["body"], true])
+            end
             expect(event.event_type).to eq("status.updated")
             expect(event.timestamp).to eq(didit["timestamp"])
           end
@@ -174,12 +182,23 @@ RSpec.describe WebhookInbox::Verifier do
     let(:secret) { "didit_secret" }
     let(:verifier) { described_class.new(:didit, secrets: secret) }
 
-    it "falls back to X-Timestamp when the body has no timestamp" do
+    # issue 16 item 8: X-Timestamp is covered by no Didit signature. The body used to fall
+    # back to it, so a captured delivery verified again a year later with a fresh header.
+    it "never takes the time from X-Timestamp: a body without a timestamp is :missing_timestamp" do
       body = '{"event_id":"e1","webhook_type":"status.updated"}'
-      h = { "X-Signature" => hmac_hex(secret, body), "X-Timestamp" => NOW.to_s }
-      expect(verifier.verify(body, h, now: NOW).timestamp).to eq(NOW)
+      year_later = NOW + (365 * 86_400)
+      h = { "X-Signature" => hmac_hex(secret, body), "X-Timestamp" => year_later.to_s }
+      expect(reason_of { verifier.verify(body, h, now: year_later) }).to eq(:missing_timestamp)
       expect(reason_of { verifier.verify(body, h.except("X-Timestamp"), now: NOW) }).to eq(:missing_timestamp)
-      expect(reason_of { verifier.verify(body, h, now: NOW + 1000) }).to eq(:timestamp_out_of_tolerance)
+      v2 = { "X-Signature-V2" => hmac_hex(secret, described_class.didit_canonical_json(body)), "X-Timestamp" => year_later.to_s }
+      expect(reason_of { verifier.verify(body, v2, now: year_later) }).to eq(:missing_timestamp)
+      simple = described_class.new(:didit, secrets: secret, allow_simple: true)
+      sh = { "X-Signature-Simple" => hmac_hex(secret, ":::status.updated"), "X-Timestamp" => year_later.to_s }
+      expect(reason_of { simple.verify(body, sh, now: year_later) }).to eq(:missing_timestamp)
+      # with the time check off (tolerance: nil) it is accepted, and no unsigned time is reported
+      unchecked = described_class.new(:didit, secrets: secret, tolerance: nil).verify(body, h, now: year_later)
+      expect([unchecked.event_id, unchecked.timestamp]).to eq(["e1", nil])
+      expect(verifier.header_names).not_to include("x-timestamp")
     end
 
     it "reports :malformed_payload when V2 is the only signature and the body is not JSON" do
@@ -276,10 +295,13 @@ RSpec.describe WebhookInbox::Verifier do
       fresh = %({"event_id":"e1","timestamp":#{NOW},"webhook_type":"status.updated"})
       h2 = { "X-Signature-V2" => hmac_hex(secret, described_class.didit_canonical_json(fresh)) }
       [%({"event_id":"e2",#{fresh[1..]}), %({"webhook_type":"x",#{fresh[1..]}),
-       %({"event\\u005fid":"e1","timestamp":#{NOW},"webhook_type":"status.updated"})].each do |forged|
+       %({"event_id":"e2","event\\u005fid":"e1","timestamp":#{NOW},"webhook_type":"status.updated"})].each do |forged|
         r = reason_of { verifier.verify(forged, h2, now: NOW) }
-        expect(r).to eq(:malformed_payload), forged
+        expect(r).to eq(:duplicate_key), forged # issue 16 item 12
       end
+      # an escaped key alone is the key it decodes to (for the scan as for jsonb): the signed id
+      escaped = %({"event\\u005fid":"e1","timestamp":#{NOW},"webhook_type":"status.updated"})
+      expect(verifier.verify(escaped, h2, now: NOW).event_id).to eq("e1")
       expect(verifier.verify(fresh, h2, now: NOW).event_id).to eq("e1")
     end
   end
@@ -428,8 +450,8 @@ RSpec.describe WebhookInbox::Verifier do
   describe ":github, :shopify, :slack, :paddle" do
     let(:secret) { "s3cr3t-#{SecureRandom.hex(4)}" }
 
-    it ":github needs the sha256= prefix and takes id/type from headers" do
-      v = described_class.new(:github, secrets: ["old", secret])
+    it ":github needs the sha256= prefix and (event_id: :provider) takes id/type from headers" do
+      v = described_class.new(:github, secrets: ["old", secret], event_id: :provider)
       body = '{"action":"opened"}'
       h = { "X-Hub-Signature-256" => "sha256=#{hmac_hex(secret, body)}", "X-GitHub-Delivery" => "d-1", "X-GitHub-Event" => "pull_request" }
       e = v.verify(body, h, now: NOW)
@@ -442,7 +464,7 @@ RSpec.describe WebhookInbox::Verifier do
     # The inbox refuses text that is not UTF-8 or holds NUL (ArgumentError, a 500 from the
     # endpoint): a verified delivery with such an id or type is a malformed request instead.
     it "rejects an event id or type that is not UTF-8 or holds NUL (headers and JSON bodies)" do
-      v = described_class.new(:github, secrets: secret)
+      v = described_class.new(:github, secrets: secret, event_id: :provider)
       body = '{"action":"opened"}'
       h = { "X-Hub-Signature-256" => "sha256=#{hmac_hex(secret, body)}", "X-GitHub-Delivery" => "d-1", "X-GitHub-Event" => "push" }
       [{ "X-GitHub-Delivery" => "d-\xff".b }, { "X-GitHub-Delivery" => "d\0-1" }, { "X-GitHub-Event" => "p\xc3".b },
@@ -457,8 +479,8 @@ RSpec.describe WebhookInbox::Verifier do
       end
     end
 
-    it ":shopify uses base64 and X-Shopify-Event-Id as a fallback id" do
-      v = described_class.new(:shopify, secrets: secret)
+    it ":shopify uses base64 and (event_id: :provider) X-Shopify-Event-Id as a fallback id" do
+      v = described_class.new(:shopify, secrets: secret, event_id: :provider)
       body = '{"id":820982911946154508}'
       h = { "X-Shopify-Hmac-Sha256" => hmac_b64(secret, body), "X-Shopify-Event-Id" => "ev-9", "X-Shopify-Topic" => "orders/paid" }
       e = v.verify(body, h, now: NOW)
@@ -472,7 +494,7 @@ RSpec.describe WebhookInbox::Verifier do
       digest = OpenSSL::Digest::SHA256.hexdigest(body)
       gh = described_class.new(:github, secrets: secret, event_id: :body_sha256)
       h = { "X-Hub-Signature-256" => "sha256=#{hmac_hex(secret, body)}", "X-GitHub-Delivery" => "d-1", "X-GitHub-Event" => "pull_request" }
-      expect(described_class.new(:github, secrets: secret).verify(body, h.merge("X-GitHub-Delivery" => "d-2"), now: NOW).event_id).to eq("d-2")
+      expect(described_class.new(:github, secrets: secret, event_id: :provider).verify(body, h.merge("X-GitHub-Delivery" => "d-2"), now: NOW).event_id).to eq("d-2")
       %w[d-1 d-2].each do |delivery|
         e = gh.verify(body, h.merge("X-GitHub-Delivery" => delivery), now: NOW)
         expect([e.event_id, e.event_type]).to eq([digest, "pull_request"])
@@ -661,6 +683,91 @@ RSpec.describe WebhookInbox::Verifier do
       expect(described_class.jsonb_safe?('{"a":1}x')).to be(false)
       expect(described_class.jsonb_safe?('{"a":1e999999}')).to be(false)
       expect(described_class.jsonb_safe?("")).to be(false)
+    end
+  end
+
+  # Issue 16: what the signature does not cover never decides an event's identity, type or time.
+  describe "unsigned data" do
+    let(:secret) { "unsigned_data_secret" }
+
+    # item 2: X-Signature-Simple signs timestamp, session_id, status and webhook_type only.
+    it "Didit Simple: a body re-sent with a new event_id and another decision is the same event, and only the signed fields are exposed" do
+      v = described_class.new(:didit, secrets: secret, allow_simple: true)
+      signed = "#{NOW}:sess_1:Approved:status.updated"
+      h = { "X-Signature-Simple" => hmac_hex(secret, signed) }
+      original = %({"decision":{"status":"Approved"},"event_id":"e1","session_id":"sess_1","status":"Approved","timestamp":#{NOW},"webhook_type":"status.updated"})
+      forged = original.sub('"event_id":"e1"', '"event_id":"e2"').sub('{"status":"Approved"}', '{"status":"Declined"}')
+      first = v.verify(original, h, now: NOW)
+      again = v.verify(forged, h, now: NOW)
+      expect(first.event_id).to eq(OpenSSL::Digest::SHA256.hexdigest(signed))
+      expect(again.event_id).to eq(first.event_id)
+      expect(first.event_type).to eq("status.updated")
+      expect(again.body).to eq(%({"session_id":"sess_1","status":"Approved","timestamp":#{NOW},"webhook_type":"status.updated"}))
+      expect(again.body).to eq(first.body)
+      expect(again.body_signed).to be(false)
+      expect(JSON.parse(again.body)).not_to have_key("decision")
+      # the raw signature still covers the whole body: its id and body are the body's own
+      raw = v.verify(original, { "X-Signature" => hmac_hex(secret, original) }, now: NOW)
+      expect([raw.event_id, raw.body, raw.body_signed]).to eq(["e1", original, true])
+      # escaped values and a string timestamp are kept as the body wrote them (valid JSON)
+      esc = %({"session_id":"s\u00e9","status":"A","timestamp":"#{NOW}","webhook_type":"t"})
+      e = v.verify(esc, { "X-Signature-Simple" => hmac_hex(secret, "#{NOW}:sé:A:t") }, now: NOW)
+      expect(JSON.parse(e.body)).to eq("session_id" => "sé", "status" => "A", "timestamp" => NOW.to_s, "webhook_type" => "t")
+    end
+
+    # item 10: GitHub's and Shopify's id and type come from headers no signature covers.
+    it "GitHub and Shopify by default: a captured body re-sent with a new delivery id and another type is a duplicate" do
+      body = '{"action":"opened","number":7}'
+      digest = OpenSSL::Digest::SHA256.hexdigest(body)
+      gh = described_class.new(:github, secrets: secret)
+      expect(gh.event_id).to eq(:body_sha256)
+      h = { "X-Hub-Signature-256" => "sha256=#{hmac_hex(secret, body)}", "X-GitHub-Delivery" => "d-1", "X-GitHub-Event" => "pull_request" }
+      replay = h.merge("X-GitHub-Delivery" => "d-2", "X-GitHub-Event" => "issues")
+      expect(gh.verify(body, h, now: NOW).event_id).to eq(digest)
+      expect(gh.verify(body, replay, now: NOW).event_id).to eq(digest)
+      expect(gh.verify(body, replay, now: NOW).event_type).to eq("issues") # a hint, never proof
+      sh = described_class.new(:shopify, secrets: secret)
+      expect(sh.event_id).to eq(:body_sha256)
+      hs = { "X-Shopify-Hmac-Sha256" => hmac_b64(secret, body), "X-Shopify-Webhook-Id" => "w-1", "X-Shopify-Topic" => "orders/paid" }
+      expect(sh.verify(body, hs.merge("X-Shopify-Webhook-Id" => "w-2", "X-Shopify-Topic" => "orders/cancelled"), now: NOW).event_id).to eq(digest)
+      # :hmac with an id header its template does not sign: the same default
+      hm = described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", id_header: "X-Id")
+      expect(hm.event_id).to eq(:body_sha256)
+      expect(hm.verify("b", { "X-Sig" => hmac_hex("k", "b"), "X-Id" => "i-2" }, now: NOW).event_id).to eq(OpenSSL::Digest::SHA256.hexdigest("b"))
+      # a signed id header, or ids from the signed body, stay the provider's
+      signed_id = described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", id_header: "X-Id", template: "{id}.{body}")
+      expect(signed_id.event_id).to eq(:provider)
+      expect(signed_id.verify("b", { "X-Sig" => hmac_hex("k", "i-1.b"), "X-Id" => "i-1" }, now: NOW).event_id).to eq("i-1")
+      expect(described_class.new(:hmac, secrets: "k", signature_header: "X-Sig").event_id).to eq(:provider)
+      expect(described_class.new(:stripe, secrets: "k").event_id).to eq(:provider)
+    end
+
+    # item 12: jsonb keeps the last of duplicate keys; the scan read the first.
+    it "refuses a signed body whose id, type or timestamp key occurs twice at the top level (:duplicate_key)" do
+      stripe = described_class.new(:stripe, secrets: secret)
+      sign = ->(b) { { "Stripe-Signature" => "t=#{NOW},v1=#{hmac_hex(secret, "#{NOW}.#{b}")}" } }
+      ['{"id":"evt_A","type":"charge.succeeded","data":{},"id":"evt_B"}',
+       '{"id":"evt_A","\\u0069d":"evt_B","type":"charge.succeeded"}',
+       '{"id":"evt_A","type":"charge.succeeded","type":"charge.refunded"}'].each do |b|
+        expect(reason_of { stripe.verify(b, sign.(b), now: NOW) }).to eq(:duplicate_key), b
+      end
+      # nested duplicates and other keys are jsonb's business: the event's metadata agrees with it
+      ok = '{"id":"evt_A","type":"t","data":{"id":"x","id":"y"},"note":1,"note":2}'
+      expect(stripe.verify(ok, sign.(ok), now: NOW).event_id).to eq("evt_A")
+      # an escaped key alone is the key it decodes to, as for jsonb
+      esc = '{"\\u0069d":"evt_C","type":"t"}'
+      expect(stripe.verify(esc, sign.(esc), now: NOW).event_id).to eq("evt_C")
+      # unsigned: the signature is checked first
+      expect(reason_of { stripe.verify('{"id":"a","id":"b"}', sign.("{}"), now: NOW) }).to eq(:signature_mismatch)
+      didit = described_class.new(:didit, secrets: secret)
+      d = %({"event_id":"e1","timestamp":#{NOW},"event_id":"e2"})
+      expect(reason_of { didit.verify(d, { "X-Signature" => hmac_hex(secret, d) }, now: NOW) }).to eq(:duplicate_key)
+      dt = %({"event_id":"e1","timestamp":#{NOW - 86_400},"timestamp":#{NOW}})
+      expect(reason_of { didit.verify(dt, { "X-Signature" => hmac_hex(secret, dt) }, now: NOW) }).to eq(:duplicate_key)
+      paddle = described_class.new(:paddle, secrets: secret)
+      pb = '{"event_id":"a","event_type":"x","event_id":"b"}'
+      expect(reason_of { paddle.verify(pb, { "Paddle-Signature" => "ts=#{NOW};h1=#{hmac_hex(secret, "#{NOW}:#{pb}")}" }, now: NOW) })
+        .to eq(:duplicate_key)
     end
   end
 

@@ -1,6 +1,8 @@
 /* fuzz_canon.c - libFuzzer entry point for the JSON scanner and the Didit V2
  * canonicalizer. Checks: canonical output is a fixed point (canon(canon(x)) == canon(x)),
- * is itself valid JSON, and canonicalization succeeds only on input the scanner accepts. */
+ * is itself valid JSON, and canonicalization succeeds only on input the scanner accepts;
+ * on valid JSON the fast duplicate scan (STOP_EARLY | DUPLICATES) finds the same fields
+ * and the same duplicates as the full scan. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     int valid = wi_json_scan(s, size, 0, f, 3, NULL, &err) == 0;
     (void)wi_json_jsonb_safe(s, size);
+    if (valid) {
+        struct wi_json_field d[3] = {{.name = "id"}, {.name = "type"}, {.name = "timestamp"}};
+        if (wi_json_scan(s, size, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, d, 3, NULL, &err) != 0) abort();
+        for (int i = 0; i < 3; i++)
+            if (d[i].kind != f[i].kind || d[i].duplicate != f[i].duplicate || d[i].value.p != f[i].value.p) abort();
+    }
     for (int i = 0; i < 3; i++)
         if (f[i].kind == WI_JSON_STRING) {
             char *buf = malloc(f[i].value.n + 1);

@@ -210,6 +210,27 @@ static void test_json(void)
     struct wi_json_field g[1] = {{.name = "id"}};
     const char *early = "{\"id\":\"a\", garbage";
     CHECK(wi_json_scan(early, strlen(early), WI_JSON_STOP_EARLY, g, 1, NULL, NULL) == 0 && g[0].value.n == 1, "stop early");
+    CHECK(f[0].duplicate && !f[1].duplicate, "a full scan meets the second id");
+
+    /* issue 16 item 12: a key met twice at the top level (raw or escaped) marks its field;
+     * nested keys and other keys do not; the first value stays. */
+    static const struct { const char *doc; int dup_id, dup_type; } dups[] = {
+        {"{\"id\":\"A\",\"type\":\"t\",\"data\":{\"id\":\"x\"},\"id\":\"B\"}", 1, 0},
+        {"{\"id\":\"A\",\"\\u0069d\":\"B\",\"type\":\"t\"}", 1, 0},
+        {"{\"\\u0069d\":\"A\",\"type\":1,\"type\":\"t\"}", 0, 1},
+        {"{\"id\":\"A\",\"type\":\"t\",\"data\":{\"id\":\"x\",\"id\":\"y\"},\"ids\":[\"id\"]}", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof dups / sizeof *dups; i++) {
+        struct wi_json_field h[2] = {{.name = "id"}, {.name = "type"}};
+        size_t n = strlen(dups[i].doc);
+        char *b = exact(dups[i].doc, n);
+        CHECK(wi_json_scan(b, n, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, h, 2, NULL, NULL) == 0, "dup scan %zu", i);
+        CHECK(h[0].duplicate == dups[i].dup_id && h[1].duplicate == dups[i].dup_type, "dup flags %zu", i);
+        CHECK(h[0].kind == WI_JSON_STRING && h[0].value.n == 1 && h[0].value.p[0] == 'A', "first id stays %zu", i);
+        for (size_t cut = 0; cut < n; cut++) /* every truncation: no read past the end */
+            (void)wi_json_scan(b, cut, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, h, 2, NULL, NULL);
+        free(b);
+    }
 }
 
 static void test_canon(void)
@@ -535,16 +556,20 @@ static void test_didit_v2_fields(void)
     static const char *const renamed[] = {
         "{\"event_id\":\"e2\",\"event_id\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}",
         "{\"webhook_type\":\"x\",\"event_id\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}",
-        "{\"event\\u005fid\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}",
+        "{\"event_id\":\"e2\",\"event\\u005fid\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}",
     };
+    /* an escaped key is the key it decodes to, for the scan as for jsonb and the canonical form */
+    const char *escaped_key = "{\"event\\u005fid\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}";
     didit_v2_sig("didit_secret", old, sig);
     didit_v2_sig("didit_secret", fresh, fresh_sig);
     CHECK(verify1(v, old, NULL, sig, 1700000000, &ev) == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "didit v2 stale");
     for (size_t i = 0; i < sizeof replays / sizeof *replays; i++)
         CHECK(verify1(v, replays[i], NULL, sig, 1700000000, &ev) != 0, "didit v2 replay %zu accepted", i);
     for (size_t i = 0; i < sizeof renamed / sizeof *renamed; i++)
-        CHECK(verify1(v, renamed[i], NULL, fresh_sig, 1700000000, &ev) == WI_SIG_E_MALFORMED_PAYLOAD,
+        CHECK(verify1(v, renamed[i], NULL, fresh_sig, 1700000000, &ev) == WI_SIG_E_DUPLICATE_KEY,
               "didit v2 renamed %zu", i);
+    CHECK(verify1(v, escaped_key, NULL, fresh_sig, 1700000000, &ev) == 0 && strcmp(last_id, "e1") == 0,
+          "didit v2 escaped key");
     CHECK(verify1(v, fresh, NULL, fresh_sig, 1700000000, &ev) == 0 && strcmp(last_id, "e1") == 0, "didit v2 fresh");
     /* issue 9 item 2: an escaped string timestamp is the signed time, not "absent" */
     const char *str_ts = "{\"event_id\":\"e1\",\"timestamp\":\"1699996400\"}";

@@ -37,7 +37,8 @@ module WebhookInbox
       end
 
       # Didit: X-Signature (raw body), X-Timestamp. The verifier checks the body's own
-      # timestamp field when it has one.
+      # timestamp field, which the body must carry: X-Timestamp is sent as Didit sends it,
+      # and never read (no Didit signature covers it).
       def didit_headers(body, secret:, timestamp: Time.now.to_i)
         { "X-Signature" => hmac_hex(secret, body), "X-Timestamp" => timestamp.to_s,
           "Content-Type" => "application/json" }
