@@ -39,10 +39,11 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
 
   let(:admin) { DashboardClient.new(@puma.port, user: "ops", password: "correct horse") }
 
+  # payload: a Hash, or JSON text as is (e.g. nested deeper than JSON.generate goes).
   def insert(id, status: "pending", type: "invoice.paid", scope: "dash:a", error: nil, received: "now()", payload: {})
     db_psql(<<~SQL)
       INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, last_error, received_at, processed_at)
-      VALUES ('#{scope}', '#{id}', '#{type}', '#{JSON.generate(payload)}', '#{status}', #{error ? "'#{error}'" : 'NULL'},
+      VALUES ('#{scope}', '#{id}', '#{type}', '#{payload.is_a?(String) ? payload : JSON.generate(payload)}', '#{status}', #{error ? "'#{error}'" : 'NULL'},
               #{received}, CASE WHEN '#{status}' <> 'pending' THEN now() END)
     SQL
   end
@@ -133,6 +134,37 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     expect(body).not_to include("pi_123_secret_abc", "4242424242424242", "sk_live_x", "Bearer y", "hunter2", "&quot;123&quot;")
     expect(body).to include("someone@example.com", "[REDACTED]", "12.5", "boom", "Requeue…")
     expect(admin.get("/webhook_inbox/event?scope=dash:a&id=nope").first).to eq(404)
+  end
+
+  # Issue 16 item 6: JSON.parse's 100-level limit answered 500 for a payload that the verifier
+  # and jsonb accept (jsonb takes 10,000 levels with the default max_stack_depth, not 20,000).
+  it "shows any payload jsonb accepts: nested 150 or 10,000 levels deep (cut at 100, still redacted), numbers as stored" do
+    [150, 10_000].each do |depth|
+      inner = %({"note": "level 50", "password": "hunter2", "d": #{'[' * depth}{"token": "tok_deep"}#{']' * depth}})
+      insert("evt_deep_#{depth}", payload: %({"id": "evt_deep", "api_key": "sk_live_deep", "d": #{'[' * 48}#{inner}#{']' * 48}}))
+      status, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_deep_#{depth}")
+      expect(status).to eq(200)
+      pre = CGI.unescapeHTML(body[%r{<pre id="payload">(.*?)</pre>}m, 1])
+      expect(pre).to include('"level 50"', "[nested deeper than 100 levels: not shown]", "[REDACTED]")
+      expect(pre).not_to include("sk_live_deep", "hunter2", "tok_deep")
+      expect(pre.count("[") - pre.scan("[REDACTED]").size - 1).to eq(100 - 2) # 2 objects above the arrays
+      expect(body).to include("Nested deeper than 100 levels")
+    end
+    # As a Float, "huge" is Infinity (JSON.generate refuses it) and "tiny" 0.0.
+    insert("evt_num", payload: %({"amount": 12.50, "huge": 1#{'0' * 400}.5, "tiny": 1e-400, "big": #{'9' * 500}}))
+    status, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_num")
+    expect(status).to eq(200)
+    expect(CGI.unescapeHTML(body)).to include('"amount": 12.50', %("huge": 1#{'0' * 400}.5), %("tiny": 0.#{'0' * 399}1), "9" * 500)
+    expect(body).not_to include("Nested deeper")
+  end
+
+  it "shows an event whose attempt_log was written by hand as something else than an array of runs" do
+    insert("evt_log")
+    ['{"at": "2026-01-01"}', '"text"', '[1, "two"]'].each do |log|
+      db_psql("UPDATE webhook_inbox SET attempt_log = '#{log}' WHERE event_id = 'evt_log'")
+      status, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_log")
+      expect([status, body[/Runs \(\d+/]]).to eq([200, "Runs (0"])
+    end
   end
 
   it "shows the request headers kept with an event (names sorted, redacted like the payload), or says none were kept" do

@@ -26,10 +26,23 @@ module WebhookInbox
       return head(:not_found) unless @event
 
       @notice = take_notice
-      @payload = @event["payload"] && JSON.pretty_generate(Redactor.new.redact(JSON.parse(@event["payload"])))
-      @attempts = JSON.parse(@event["attempt_log"].to_s.empty? ? "[]" : @event["attempt_log"])
+      view = PayloadView.new
+      @payload = @event["payload"] && view.render(@event["payload"])
+      @payload_cut = view.cut?
+      @attempts = attempts(@event["attempt_log"])
       headers = @event["request_headers"] && JSON.parse(@event["request_headers"])
       @headers = headers.is_a?(Hash) ? Redactor.new.redact(headers).sort : nil # an object, unless written by hand
+    end
+
+    private
+
+    # attempt_log's runs (objects), oldest first; none from a value written by hand that is
+    # not an array of objects.
+    def attempts(text)
+      runs = text.to_s.empty? ? [] : JSON.parse(text)
+      runs.is_a?(Array) ? runs.grep(Hash) : []
+    rescue JSON::NestingError
+      []
     end
   end
 end
