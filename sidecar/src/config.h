@@ -40,6 +40,8 @@ struct wi_config {
     int once;             /* run: drain what is due, then exit */
     int json;             /* stats: JSON output */
     int all;              /* requeue: every quarantined event */
+    int replay;           /* requeue: done events back to pending (run again) instead of quarantined ones */
+    char *actor;          /* requeue, prune: who acts, for webhook_inbox_actions (default $USER@host) */
     int effects;          /* requeue: outbox effects instead of inbox events */
     char *operation_id;   /* requeue --effects: one effect */
     char *effects_destination; /* requeue --effects --destination NAME (a flag without =URL): one destination */

@@ -13,6 +13,7 @@
 
 #include <libpq-fe.h>
 
+#include "audit.h"
 #include "config.h"
 #include "exporter.h"
 #include "listener.h"
@@ -61,6 +62,7 @@ static void usage(FILE *out)
           "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99,\n"
           "            events waiting for a route (--json)\n"
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all;\n"
+          "            --replay: done -> pending, with a filter; recorded in webhook_inbox_actions with --actor;\n"
           "            outbox effects: --effects with --operation-id ID, --destination NAME (or both), or --all)\n"
           "  prune     retention: delete done events and delivered effects older than --older-than\n"
           "            (>= 3d; optional --scope); run --retain 30d does it on a schedule\n"
@@ -229,6 +231,7 @@ int main(int argc, char **argv)
 {
     struct wi_config cfg;
     struct wi_err err;
+    char actor[512]; /* requeue, prune: --actor or $USER@host (audit.c) */
     const char *cmd = argc > 1 ? argv[1] : "";
     int rc = 0, first;
 
@@ -307,21 +310,32 @@ int main(int argc, char **argv)
             scope = split;
             event_id = split + (slash - cfg.id) + 1;
         }
-        n = wi_requeue(cfg.database_url, scope, event_id, cfg.type, cfg.all, &err);
+        wi_audit_actor(cfg.actor, actor, sizeof actor);
+        n = wi_requeue(cfg.database_url, cfg.replay, scope, event_id, cfg.type, cfg.all, actor, &err);
         free(split);
         if (n < 0) {
-            fprintf(stderr, "webhook-inbox-sidecar requeue: %s\n", err.msg);
+            const char *problem = wi_schema_err_problem(&err);
+            if (problem)
+                fprintf(stderr, "webhook-inbox-sidecar requeue: %s (%s)\n", problem, err.msg);
+            else
+                fprintf(stderr, "webhook-inbox-sidecar requeue: %s\n", err.msg);
             rc = err.code == WI_ERR_ARG ? 2 : 1;
         } else {
-            printf("requeued %ld\n", n);
+            printf("%s %ld\n", cfg.replay ? "replayed" : "requeued", n);
         }
     } else if (!strcmp(cmd, "prune")) {
-        long effects, n = wi_prune(cfg.database_url, cfg.older_than, cfg.scope, &effects, &err);
+        long effects, n;
+        int audited;
+        wi_audit_actor(cfg.actor, actor, sizeof actor);
+        n = wi_prune(cfg.database_url, cfg.older_than, cfg.scope, actor, &effects, &audited, &err);
         if (n < 0) {
             fprintf(stderr, "webhook-inbox-sidecar prune: %s\n", err.msg);
             rc = err.code == WI_ERR_ARG ? 2 : 1;
         } else {
             printf("pruned %ld (and %ld delivered effects)\n", n, effects);
+            if (!audited)
+                fprintf(stderr, "webhook-inbox-sidecar prune: not recorded in webhook_inbox_actions "
+                                "(the schema is older than v%d: run migrate)\n", WI_AUDIT_PRUNE_SCHEMA);
         }
     }
 out:

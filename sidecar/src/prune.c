@@ -1,11 +1,12 @@
 /* prune.c - retention: delete old done events, and old delivered outbox effects, in small
- * batches. */
+ * batches; `prune` records what it deleted in webhook_inbox_actions (audit.c). */
 #define _POSIX_C_SOURCE 200809L
 #include "prune.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "audit.h"
 #include "schema.h"
 
 const struct wi_pg_stmt wi_prune_stmt = {
@@ -65,7 +66,19 @@ long wi_prune_effects_step(struct wi_pg *pg, double older_than, const char *scop
     return step(pg, wi_prune_effects_stmt.name, older_than, scope, limit, err);
 }
 
-long wi_prune(const char *conninfo, double older_than, const char *scope, long *effects, struct wi_err *err)
+/* The audit row of a prune that deleted events or effects before failing: best effort (the
+ * connection may be the failure), and the first error is the one reported. */
+static void record_partial(struct wi_pg *pg, int audited, const char *actor, double older_than, const char *scope,
+                           long total, long effects)
+{
+    struct wi_err ignored;
+
+    if (audited && (total > 0 || effects > 0) && wi_pg_ok(pg))
+        wi_audit_prune(pg, actor, older_than, scope, total, effects, &ignored);
+}
+
+long wi_prune(const char *conninfo, double older_than, const char *scope, const char *actor, long *effects,
+              int *audited, struct wi_err *err)
 {
     struct wi_pg *pg;
     struct wi_schema found;
@@ -73,16 +86,20 @@ long wi_prune(const char *conninfo, double older_than, const char *scope, long *
     int rc;
 
     *effects = 0;
+    *audited = 0;
     if (older_than <= 0)
         return wi_err_set(err, WI_ERR_ARG, "prune needs --older-than (e.g. 30d)");
     if (older_than < WI_PRUNE_MIN_AGE)
         return wi_err_set(err, WI_ERR_ARG, "--older-than must be at least 3d (keep done events longer than providers retry)");
     if (!(pg = wi_pg_connect(conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
         return -1;
-    /* Any schema with an inbox prunes events; effects from v6 on (the outbox and its index). */
+    /* Any schema with an inbox prunes events; effects from v6 on (the outbox and its index);
+     * the audit row from v7 on (webhook_inbox_actions takes 'prune'). */
     if ((rc = wi_schema_check(pg, &found, err)) < 0 || wi_pg_prepare(pg, &wi_prune_stmt, 1, err) < 0 ||
-        (found.version >= WI_PRUNE_EFFECTS_SCHEMA && wi_pg_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0))
+        (found.version >= WI_PRUNE_EFFECTS_SCHEMA && wi_pg_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0) ||
+        (found.version >= WI_AUDIT_PRUNE_SCHEMA && wi_pg_prepare(pg, &wi_audit_prune_stmt, 1, err) < 0))
         goto fail;
+    *audited = found.version >= WI_AUDIT_PRUNE_SCHEMA;
     do {
         if ((n = wi_prune_step(pg, older_than, scope, 5000, err)) < 0)
             goto fail;
@@ -95,9 +112,15 @@ long wi_prune(const char *conninfo, double older_than, const char *scope, long *
             *effects += n;
         } while (n > 0);
     }
+    if (*audited && wi_audit_prune(pg, actor, older_than, scope, total, *effects, err) < 0) {
+        *audited = 0;
+        goto fail_recorded;
+    }
     wi_pg_free(pg);
     return total;
 fail:
+    record_partial(pg, *audited, actor, older_than, scope, total, *effects);
+fail_recorded:
     wi_pg_free(pg);
     return -1;
 }

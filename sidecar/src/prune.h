@@ -34,8 +34,12 @@ long wi_prune_effects_step(struct wi_pg *pg, double older_than, const char *scop
 
 /* `prune`: connects to conninfo and runs batches of 5000 until none is left, so no
  * transaction holds many row locks: events, then (schema v6 on) delivered effects, whose
- * count goes to *effects. Refuses older_than < WI_PRUNE_MIN_AGE. Returns the number of
- * events deleted, or -1 with *err (*effects then counts what was deleted before). */
-long wi_prune(const char *conninfo, double older_than, const char *scope, long *effects, struct wi_err *err);
+ * count goes to *effects. Then (schema v7 on) records one webhook_inbox_actions row
+ * (action prune, by actor: see audit.h), also after a failure that came once something was
+ * deleted; *audited says whether the row was written. Refuses older_than <
+ * WI_PRUNE_MIN_AGE. Returns the number of events deleted, or -1 with *err (*effects then
+ * counts what was deleted before). */
+long wi_prune(const char *conninfo, double older_than, const char *scope, const char *actor, long *effects,
+              int *audited, struct wi_err *err);
 
 #endif

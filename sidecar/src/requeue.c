@@ -1,37 +1,38 @@
-/* requeue.c - quarantined -> pending (attempts 0, due now), filtered by scope/id/type. */
+/* requeue.c - quarantined -> pending (requeue) or done -> pending (replay), filtered by
+ * scope/id/type, through webhook_inbox_requeue(): audited in webhook_inbox_actions with the
+ * actor, as the dashboard's actions are. */
 #define _POSIX_C_SOURCE 200809L
 #include "requeue.h"
 
 #include <stdlib.h>
 
 #include "pgw.h"
+#include "schema.h"
 
+/* The filter holds only the keys given (jsonb_strip_nulls): '{}' for --all. */
 static const struct wi_pg_stmt stmts[] = {
     {"wi_requeue",
-     "WITH moved AS ("
-     " UPDATE webhook_inbox SET status = 'pending', attempts = 0, next_attempt_at = now(),"
-     "  last_error = NULL, outcome = NULL, processed_at = NULL"
-     " WHERE status = 'quarantined'"
-     "  AND ($1::text IS NULL OR source_scope = $1) AND ($2::text IS NULL OR event_id = $2)"
-     "  AND ($3::text IS NULL OR event_type = $3)"
-     " RETURNING 1)"
-     " SELECT count(*), pg_notify('webhook_inbox', '') FROM moved"},
+     "SELECT moved FROM webhook_inbox_requeue($1, jsonb_strip_nulls(jsonb_build_object("
+     "'scope', $2::text, 'event_id', $3::text, 'type', $4::text)), $5)"},
 };
 
-long wi_requeue(const char *conninfo, const char *scope, const char *event_id, const char *type, int all,
-                struct wi_err *err)
+long wi_requeue(const char *conninfo, int replay, const char *scope, const char *event_id, const char *type, int all,
+                const char *actor, struct wi_err *err)
 {
-    const char *params[3] = {scope, event_id, type};
+    const char *params[5] = {replay ? "replay" : "requeue", scope, event_id, type, actor};
     struct wi_pg *pg;
     PGresult *res;
     long n;
 
     if (!all && !scope && !event_id && !type)
-        return wi_err_set(err, WI_ERR_ARG, "requeue needs --id, --event-id, --type, --scope or --all");
-    if (!(pg = wi_pg_connect(conninfo, stmts, 1, err)))
+        return wi_err_set(err, WI_ERR_ARG, "%s needs --id, --event-id, --type, --scope%s", replay ? "replay" : "requeue",
+                          replay ? "" : " or --all");
+    if (replay && all)
+        return wi_err_set(err, WI_ERR_ARG, "--replay --all would run every done event again: give a filter");
+    if (!(pg = wi_pg_connect(conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
         return -1;
-    res = wi_pg_exec(pg, "wi_requeue", 3, params, PGRES_TUPLES_OK, err);
-    if (!res) {
+    if (wi_schema_require(pg, err) < 0 || wi_pg_prepare(pg, stmts, 1, err) < 0 ||
+        !(res = wi_pg_exec(pg, "wi_requeue", 5, params, PGRES_TUPLES_OK, err))) {
         wi_pg_free(pg);
         return -1;
     }

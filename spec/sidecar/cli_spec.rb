@@ -106,12 +106,31 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     SQL
     expect(sidecar("requeue", "--database-url", db.url)[0].exitstatus).to eq(2) # needs a filter or --all
     expect(sidecar("requeue", "--id", "a/1", "--database-url", db.url)[1]).to eq("requeued 1\n")
-    expect(db.event("1", scope: "a")).to include(status: "pending", attempts: 0, last_error: "")
+    # As the dashboard's requeue: last_error stays until the next run settles the event.
+    expect(db.event("1", scope: "a")).to include(status: "pending", attempts: 0, last_error: "boom")
     expect(sidecar("requeue", "--type", "x.two", "--scope", "b", "--database-url", db.url)[1]).to eq("requeued 1\n")
     expect(sidecar("requeue", "--event-id", "2", "--database-url", db.url)[1]).to eq("requeued 1\n")
     expect(sidecar("requeue", "--all", "--database-url", db.url)[1]).to eq("requeued 1\n")
     expect(db.value("SELECT string_agg(event_id || status, ',' ORDER BY event_id) FROM webhook_inbox"))
       .to eq("1pending,2pending,3pending,4pending,5done")
+  end
+
+  # Issue 17 item 5: the CLI's requeues (and rake's, which run it) were not in the audit trail.
+  it "records every requeue and replay in webhook_inbox_actions, as the dashboard does, with the actor" do
+    db.psql(<<~SQL)
+      INSERT INTO webhook_inbox (source_scope, event_id, event_type, status, attempts, last_error, processed_at) VALUES
+        ('a', '1', 'invoice.paid', 'quarantined', 10, 'boom', now()), ('a', '2', 'invoice.sent', 'done', 0, NULL, now()),
+        ('a', '3', 'charge.ok', 'done', 0, NULL, now())
+    SQL
+    host = Socket.gethostname
+    expect(sidecar("requeue", "--type", "invoice.*", "--database-url", db.url, env: { "USER" => "deploy" })[1]).to eq("requeued 1\n")
+    status, out, = sidecar("requeue", "--replay", "--id", "a/2", "--actor", "ops@example.com", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "replayed 1\n"])
+    status, _, err = sidecar("requeue", "--replay", "--all", "--database-url", db.url) # every done event: refused
+    expect([status.exitstatus, err]).to match([2, include("give a filter")])
+    expect(db.value("SELECT string_agg(event_id || status, ',' ORDER BY event_id) FROM webhook_inbox")).to eq("1pending,2pending,3done")
+    expect(db.value("SELECT string_agg(concat_ws(' ', actor, action, filter::text, count), E'\\n' ORDER BY id) FROM webhook_inbox_actions").lines.map(&:strip))
+      .to eq(["deploy@#{host} requeue {\"type\": \"invoice.*\"} 1", %(ops@example.com replay {"scope": "a", "event_id": "2"} 1)])
   end
 
   it "reloads the configuration on SIGHUP and keeps the old one when the new one is bad" do

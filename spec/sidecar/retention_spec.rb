@@ -73,8 +73,12 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
     expect(plan).to include("webhook_inbox_outbox_delivered_idx")
     status, out, = sidecar("prune", "--older-than", "30d", "--scope", "elsewhere", "--database-url", db.url)
     expect([status.exitstatus, out]).to eq([0, "pruned 0 (and 0 delivered effects)\n"]) # --scope: its events' effects only
-    status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url)
+    status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url, "--actor", "ops@example.com")
     expect([status.exitstatus, out]).to eq([0, "pruned 2500 (and 1200 delivered effects)\n"])
+    # Each prune is in the audit trail with its actor ($USER@host without --actor), as requeues are.
+    expect(db.value("SELECT string_agg(concat_ws(' ', actor, action, filter::text, count), E'\\n' ORDER BY id) FROM webhook_inbox_actions").lines.map(&:strip))
+      .to eq([%(#{ENV.fetch('USER', 'unknown')}@#{Socket.gethostname} prune {"scope": "elsewhere", "older_than_s": 2592000, "effects_deleted": 0} 0),
+              %(ops@example.com prune {"older_than_s": 2592000, "effects_deleted": 1200} 2500)])
     expect(effects).to eq("old-pending,old-quarantined,recent-delivered")
     # the app's dedupe rows go with their pruned effects only (a re-emitted id runs again)
     expect(db.value("SELECT string_agg(operation_id, ',' ORDER BY operation_id) FROM webhook_inbox_effects_received"))

@@ -53,7 +53,7 @@ module SidecarHelper
     # Empties the inbox and the example tables; restores the example routes.
     def reset!
       psql(<<~SQL)
-        TRUNCATE webhook_inbox, orders, payments, refunds, order_transitions, identity_checks;
+        TRUNCATE webhook_inbox, webhook_inbox_actions, orders, payments, refunds, order_transitions, identity_checks;
         DELETE FROM webhook_inbox_routes;
       SQL
       pg.psql_file(EXAMPLES, db: name)

@@ -5,8 +5,11 @@
 #   bin/rails webhook_inbox:stats                 (JSON=1 for --json)
 #   bin/rails webhook_inbox:migrate               (the gem's schema; db:migrate does the same)
 #   bin/rails webhook_inbox:requeue ID=scope/event_id | TYPE=... | SCOPE=... | EVENT_ID=... | ALL=1
+#   bin/rails webhook_inbox:replay  ID=... | TYPE=... | SCOPE=... | EVENT_ID=...  (done events run again)
 #   bin/rails webhook_inbox:prune OLDER_THAN=30d
+# Requeues, replays and prunes are recorded in webhook_inbox_actions with ACTOR= (default $USER@host).
 #   bin/rails webhook_inbox:sidecar               (run; ARGS="--concurrency 2" for more flags)
+#   bin/rails webhook_inbox:doctor                (what is configured and missing; exits 1 if something is)
 # For a long-running sidecar prefer bin/webhook-inbox-sidecar: it takes flags directly.
 namespace :webhook_inbox do
   sidecar = lambda do |*args|
@@ -28,18 +31,38 @@ namespace :webhook_inbox do
     sidecar.call("migrate")
   end
 
-  desc "Move quarantined events back to pending: ID=scope/event_id, TYPE=, SCOPE=, EVENT_ID= or ALL=1"
+  actor = -> { flags.call("ACTOR" => "--actor") }
+  filters = -> { flags.call("ID" => "--id", "TYPE" => "--type", "SCOPE" => "--scope", "EVENT_ID" => "--event-id") }
+
+  desc "Move quarantined events back to pending: ID=scope/event_id, TYPE=, SCOPE=, EVENT_ID= or ALL=1 (ACTOR= for the audit)"
   task requeue: :environment do
-    args = flags.call("ID" => "--id", "TYPE" => "--type", "SCOPE" => "--scope", "EVENT_ID" => "--event-id")
+    args = filters.call
     args << "--all" if ENV["ALL"]
     abort "webhook_inbox:requeue needs ID=, TYPE=, SCOPE=, EVENT_ID= or ALL=1" if args.empty?
-    sidecar.call("requeue", *args)
+    sidecar.call("requeue", *args, *actor.call)
   end
 
-  desc "Delete done events received before OLDER_THAN (e.g. 30d; at least 3d)"
+  desc "Run done events again (after fixing a handler): ID=scope/event_id, TYPE=, SCOPE= or EVENT_ID= (ACTOR= for the audit)"
+  task replay: :environment do
+    args = filters.call
+    abort "webhook_inbox:replay needs ID=, TYPE=, SCOPE= or EVENT_ID= (every done event at once is refused)" if args.empty?
+    sidecar.call("requeue", "--replay", *args, *actor.call)
+  end
+
+  desc "Delete done events received before OLDER_THAN (e.g. 30d; at least 3d) (ACTOR= for the audit)"
   task prune: :environment do
     abort "webhook_inbox:prune needs OLDER_THAN= (e.g. 30d)" if ENV["OLDER_THAN"].to_s.empty?
-    sidecar.call("prune", "--older-than", ENV["OLDER_THAN"])
+    sidecar.call("prune", "--older-than", ENV["OLDER_THAN"], *actor.call)
+  end
+
+  desc "What is configured and what is missing: schema version, routes, sidecar, endpoint secrets (never printed)"
+  task doctor: :environment do
+    require "webhook_inbox/rails/doctor"
+    lines, ok = ActiveRecord::Base.connection_pool.with_connection do |conn|
+      WebhookInbox::Rails::Doctor.new(connection: conn).report
+    end
+    puts lines
+    exit 1 unless ok
   end
 
   desc "Run the sidecar in the foreground (ARGS=\"--concurrency 2\")"
