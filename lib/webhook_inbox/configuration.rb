@@ -82,6 +82,15 @@ module WebhookInbox
       @endpoints.keys
     end
 
+    # Endpoint name's provider and scope and how many of its secrets are set (non-empty
+    # Strings) out of how many given, for diagnostics: never the secrets themselves.
+    def endpoint_summary(name)
+      s = @endpoints.fetch(name.to_sym)
+      secrets = Array(s[:secrets])
+      { provider: s[:provider], scope: s[:source_scope],
+        secrets_present: secrets.count { |v| v.is_a?(String) && !v.strip.empty? }, secrets_given: secrets.size }
+    end
+
     # What is wrong with the configured endpoints, one line each, naming the endpoint (and
     # the secret entry): ["endpoint :stripe: secrets[0] is nil (...)"], [] when every endpoint
     # builds the Receiver a request would. Never prints a secret.

@@ -1,0 +1,78 @@
+# frozen_string_literal: true
+
+require "open3"
+require "json"
+require "bundler"
+require "fileutils"
+require "tmpdir"
+require_relative "receiver_helpers"
+
+# GeneratedRailsApp - a freshly generated Rails 7.2 app (rails new --api --database=postgresql)
+# with the gem built and installed as a user gets it (gem build + gem install: the C extension
+# and the sidecar compiled by RubyGems) and the app's Gemfile naming it exactly as the README
+# does, on a throwaway PostgreSQL. The database comes from config/database.yml and libpq's PG*
+# variables: DATABASE_URL is never set. Include it in an example group and call
+# create_generated_app in before(:all) (one app for the group: generating takes a minute),
+# remove_generated_app in after(:all).
+module GeneratedRailsApp
+  def create_generated_app(name = "shop")
+    root = ReceiverHelpers::ROOT
+    @pg = ThrowawayPostgres.new
+    @work = Dir.mktmpdir("wi-rails-app-")
+    @gems = File.join(@work, "gems")
+    @app = File.join(@work, name)
+    @env = { "PGHOST" => @pg.socket_dir, "PGPORT" => @pg.port.to_s, "PGUSER" => @pg.url[/user=(\S+)/, 1],
+             "GEM_HOME" => @gems, "GEM_PATH" => [@gems, *Gem.path].join(":"), "DATABASE_URL" => nil,
+             "BUNDLE_GEMFILE" => nil, "RUBYOPT" => nil, "RUBYLIB" => nil, "DISABLE_DATABASE_ENVIRONMENT_CHECK" => "1" }
+    install_gem(root)
+    generate_app(root)
+  end
+
+  def remove_generated_app
+    @pg&.destroy
+    FileUtils.rm_rf(@work) if @work
+  end
+
+  def sh(*cmd, env: {}, ok: true)
+    out, status = Bundler.with_unbundled_env { Open3.capture2e(@env.merge(env), *cmd, chdir: @app) }
+    expect(status.success?).to eq(ok), "#{cmd.join(' ')} exited #{status.exitstatus}:\n#{out}"
+    out
+  end
+
+  def write(path, text)
+    full = File.join(@app, path)
+    FileUtils.mkdir_p(File.dirname(full))
+    File.write(full, text)
+  end
+
+  def psql(sql, db: "#{File.basename(@app)}_development")
+    @pg.psql(sql, db: db).strip
+  end
+
+  private
+
+  def install_gem(root)
+    out, st = Bundler.with_unbundled_env { Open3.capture2e("gem", "build", "webhook_inbox.gemspec", "-o", File.join(@work, "wi.gem"), chdir: root) }
+    raise "gem build failed: #{out}" unless st.success?
+
+    out, st = Bundler.with_unbundled_env do
+      Open3.capture2e("gem", "install", "--local", "--ignore-dependencies", "--no-document", "--install-dir", @gems, File.join(@work, "wi.gem"))
+    end
+    raise "gem install failed: #{out}" unless st.success?
+  end
+
+  def generate_app(root)
+    out, st = Bundler.with_unbundled_env do
+      Open3.capture2e({ "BUNDLE_GEMFILE" => File.join(root, "Gemfile") }, "bundle", "exec", "rails", "new", @app, "--api", "--minimal",
+                      "--database=postgresql", "--skip-bundle", "--skip-git", chdir: @work)
+    end
+    raise "rails new failed: #{out}" unless st.success?
+
+    gemfile = File.read(File.join(@app, "Gemfile")).lines.reject { |l| l =~ /gem "(debug|brakeman|rubocop-rails-omakase|bootsnap)"/ }
+    File.write(File.join(@app, "Gemfile"), gemfile.join + %(gem "webhook_inbox_pg"\n))
+    # The newest Rails 7.2 app boots bootsnap when present; it was removed from the Gemfile.
+    boot = File.join(@app, "config/boot.rb")
+    File.write(boot, File.read(boot).sub(/^require "bootsnap\/setup".*$/, ""))
+    sh("bundle", "install", "--local")
+  end
+end
