@@ -44,7 +44,8 @@ module WebhookInbox
       connection = ::ActiveRecord::Base.connection
       key = Effects.secret(secret)
       Effects.pending(connection, destination).map do |operation_id, payload|
-        post(to, params: payload, headers: Signing.standard_webhooks_headers(payload, secret: key, id: operation_id))
+        webhook_id = "#{Effects.path(to)} #{operation_id}" # as the sidecar signs it: the endpoint, then the operation
+        post(to, params: payload, headers: Signing.standard_webhooks_headers(payload, secret: key, id: webhook_id))
         Effects.save(connection, operation_id, response.status, response.body)
         Effects::Delivery.new(operation_id: operation_id, status: response.status, body: response.body)
       end

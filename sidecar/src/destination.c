@@ -61,6 +61,22 @@ static size_t authority_len(const char *a, size_t n)
     return i;
 }
 
+const char *wi_dest_path(const char *url, size_t *len)
+{
+    const char *a = strstr(url, "://"), *p;
+    size_t n;
+    a = a ? a + 3 : url;
+    p = a + authority_len(a, strlen(a));
+    for (n = 0; p[n] && p[n] != '?' && p[n] != '#'; n++)
+        ;
+    if (!n || p[0] != '/') {
+        *len = 1;
+        return "/";
+    }
+    *len = n;
+    return p;
+}
+
 /* 1 when the authority a[0..n) names a loopback host (localhost, 127.0.0.1, [::1]). */
 static int loopback_host(const char *a, size_t n)
 {

@@ -39,6 +39,10 @@ struct wi_dest_list {
  * frees with wi_dest_clear(). Borrows spec. */
 int wi_dest_parse(const char *spec, size_t len, int secrets_allowed, struct wi_dest *out, struct wi_err *err);
 
+/* The path of a parsed destination URL (after the authority, before any '?' or '#'; "/"
+ * when empty) as a slice of url: what an effect's webhook-id names (see outbox.c). */
+const char *wi_dest_path(const char *url, size_t *len);
+
 /* 1 when name is a destination name ([a-z][a-z0-9_]{0,62}, the outbox's CHECK), else 0. */
 int wi_dest_name_ok(const char *name);
 

@@ -144,7 +144,10 @@ void wi_outbox_text_sanitize(char *s, size_t n)
     }
 }
 
-/* "v1,<base64 HMAC-SHA256(key, id.ts.body)>" into out (at least 64 bytes). */
+/* "v1,<base64 HMAC-SHA256(key, id.ts.body)>" into out (at least 64 bytes). id is the
+ * webhook-id "<destination path> <operation id>": every destination of an app may share one
+ * secret, so the signed content names the endpoint and an effect captured on its way to one
+ * cannot be replayed to another (a URL path holds no space: wi_dest_parse refuses it). */
 static int sign(const struct dstate *ds, const char *id, const char *ts, const char *body, size_t len, char *out,
                 struct wi_err *err)
 {
@@ -163,7 +166,7 @@ static int sign(const struct dstate *ds, const char *id, const char *ts, const c
 static int start(struct wi_outbox *o, struct delivery *dl, const char *payload, size_t len)
 {
     struct dstate *ds = &o->ds[dl->dest];
-    char idem[240], wid[240], wts[48], wsig[128] = "webhook-signature: ";
+    char idem[240], *wid = NULL, wts[48], wsig[128] = "webhook-signature: ";
     const char *headers[5];
     int nh = 0;
     struct wi_http_req req;
@@ -175,10 +178,17 @@ static int start(struct wi_outbox *o, struct delivery *dl, const char *payload, 
         headers[nh++] = ds->auth;
     if (ds->key) {
         char ts[24];
+        size_t plen, n;
+        const char *path = wi_dest_path(ds->d->url, &plen);
         snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
-        snprintf(wid, sizeof wid, "webhook-id: %s", dl->operation_id);
+        n = sizeof "webhook-id: " + plen + 1 + strlen(dl->operation_id);
+        if (!(wid = malloc(n))) {
+            wi_err_set(&err, WI_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        snprintf(wid, n, "webhook-id: %.*s %s", (int)plen, path, dl->operation_id);
         snprintf(wts, sizeof wts, "webhook-timestamp: %s", ts);
-        if (sign(ds, dl->operation_id, ts, payload, len, wsig + strlen(wsig), &err) < 0)
+        if (sign(ds, wid + strlen("webhook-id: "), ts, payload, len, wsig + strlen(wsig), &err) < 0)
             goto fail;
         headers[nh++] = wid;
         headers[nh++] = wts;
@@ -193,13 +203,15 @@ static int start(struct wi_outbox *o, struct delivery *dl, const char *payload, 
     req.connect_timeout_ms = ds->connect_ms;
     req.timeout_ms = ds->timeout_ms;
     req.user = dl;
-    if (wi_http_start(o->http, &req, &err) < 0)
+    if (wi_http_start(o->http, &req, &err) < 0) /* copies the headers */
         goto fail;
+    free(wid);
     dl->started = wi_clock_s();
     ds->in_flight++;
     return 0;
 fail: {
     char id[160];
+    free(wid);
     log_warnx("effect_start_failed", "operation_id=%s destination=%s error=%s",
               wi_log_quote(id, sizeof id, dl->operation_id, 120), ds->d->name, WI_LOG_Q(err.msg));
     free(dl->operation_id);

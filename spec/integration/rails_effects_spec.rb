@@ -7,7 +7,7 @@ require "webhook_inbox/testing/signing"
 require_relative "../support/receiver_helpers"
 
 # Issue 11 item 3: the Rails app as an outbox destination. A real sidecar signs each effect
-# with Standard Webhooks (webhook-id = operation id) and POSTs it to spec/rails_app under
+# with Standard Webhooks (webhook-id "<destination path> <operation id>") and POSTs it to spec/rails_app under
 # Puma, where receive_effect(:send_receipt) runs the block once per operation id, its writes
 # committed with the dedupe row: a redelivery is answered "duplicate" without running it.
 RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
@@ -88,7 +88,7 @@ RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
   it "concurrent redeliveries of one operation: one run, the others wait and answer duplicate" do
     op = "receipt:pi_#{SecureRandom.hex(4)}"
     body = JSON.generate("payment_id" => "pi_2", "sleep" => 0.3)
-    headers = WebhookInbox::Testing::Signing.standard_webhooks_headers(body, secret: EFFECTS_SECRET, id: op)
+    headers = WebhookInbox::Testing::Signing.standard_webhooks_headers(body, secret: EFFECTS_SECRET, id: "/effects/send_receipt #{op}")
                                             .merge("Content-Type" => "application/json")
     answers = 3.times.map { Thread.new { @puma.post("/effects/send_receipt", body, headers) } }.map(&:value)
     expect(answers.map(&:first)).to all(eq(200))
@@ -109,7 +109,7 @@ RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
     expect(sql("SELECT count(*) FROM webhook_inbox_effects_received WHERE operation_id IN (#{q(failing)}, #{q(refused)})")).to eq("0")
 
     body = JSON.generate("payment_id" => "pi_4")
-    headers = WebhookInbox::Testing::Signing.standard_webhooks_headers(body, secret: "whsec_#{['x' * 24].pack('m0')}", id: "op_forged")
+    headers = WebhookInbox::Testing::Signing.standard_webhooks_headers(body, secret: "whsec_#{['x' * 24].pack('m0')}", id: "/effects/send_receipt op_forged")
     expect(@puma.post("/effects/send_receipt", body, headers.merge("Content-Type" => "application/json")).first).to eq(401)
     expect(runs("op_forged")).to eq(0)
   end
@@ -142,5 +142,23 @@ RSpec.describe "Ruby side effects: receive_effect in a Rails app" do
     wait_until { sql("SELECT status || ' ' || attempts FROM webhook_inbox_outbox WHERE operation_id = #{q(op)}") == "delivered 2" }
     expect(runs(op)).to eq(1)
     expect(calls).to eq(before)
+  end
+
+  # Issue 16 item 12: every endpoint shares one secret, and the signature did not say which
+  # endpoint an effect was for, so one captured on its way to identity_event ran
+  # send_receipt's block when replayed there (within the tolerance; say identity's block had
+  # refused it, so no dedupe row stood in the way).
+  it "an effect signed for one endpoint is refused at another (401 wrong_endpoint), and runs there only when signed for it" do
+    op = "identity:#{SecureRandom.hex(4)}"
+    body = JSON.generate("payment_id" => "pi_cross")
+    sign = lambda do |id|
+      WebhookInbox::Testing::Signing.standard_webhooks_headers(body, secret: EFFECTS_SECRET, id: id).merge("Content-Type" => "application/json")
+    end
+    status, _, text = @puma.post("/effects/send_receipt", body, sign.("/effects/identity_event #{op}"))
+    expect([status, JSON.parse(text)]).to eq([401, { "status" => "rejected", "reason" => "wrong_endpoint" }])
+    [op, "/effects/identity_event #{op}"].each { |id| expect(runs(id)).to eq(0) }
+    expect(@puma.post("/effects/send_receipt", body, sign.(op)).first).to eq(401) # an id naming no endpoint
+    expect(@puma.post("/effects/send_receipt", body, sign.("/effects/send_receipt #{op}")).first).to eq(200)
+    expect(runs(op)).to eq(1)
   end
 end

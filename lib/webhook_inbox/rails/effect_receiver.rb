@@ -19,7 +19,11 @@ module WebhookInbox
 
   # EffectReceiver - receive_effect for controllers (included by WebhookInbox::Controller):
   # the Rails app as an outbox destination, for side effects that must run in Ruby (mailers,
-  # SDKs). The sidecar signs each delivery with Standard Webhooks (webhook-id = operation id);
+  # SDKs). The sidecar signs each delivery with Standard Webhooks, webhook-id
+  # "<destination path> <operation id>": every endpoint shares one secret, so the signed id
+  # names the endpoint, and an effect for /effects/a is refused at /effects/b (401
+  # :wrong_endpoint) instead of running b's block with a's payload. The path compared is
+  # request.path; behind a proxy that rewrites paths pass endpoint: "/the/path/the/sidecar/posts/to".
   #
   #   class EffectsController < ActionController::API
   #     include WebhookInbox::Controller
@@ -37,7 +41,8 @@ module WebhookInbox
   # writes and that row commit together. A redelivery (the sidecar died before saving the
   # 200, or a lost answer) finds the row and is answered 200 "duplicate" without running the
   # block; a concurrent one waits for the first transaction's outcome. Answers: 200
-  # done/duplicate; 401 a bad signature or stale timestamp; 400 a body that is not JSON;
+  # done/duplicate; 401 a bad signature, a stale timestamp or another endpoint's effect;
+  # 400 a body that is not JSON;
   # 422 the block raised EffectRejected (quarantined); any other exception propagates (500:
   # the sidecar retries with backoff, and the block's writes were rolled back). Work the
   # block does outside the database (an email) is not rolled back: it is at least once, so
@@ -54,12 +59,13 @@ module WebhookInbox
 
     private
 
-    def receive_effect(name, secrets: nil, tolerance: Verifier::DEFAULT_TOLERANCE)
+    def receive_effect(name, secrets: nil, tolerance: Verifier::DEFAULT_TOLERANCE, endpoint: nil)
       raise ArgumentError, "receive_effect needs a block" unless block_given?
 
       raw = request.raw_post.to_s
       event = WebhookInbox.configuration.effect_verifier(secrets, tolerance).verify(raw, request.env)
-      effect = Effect.new(name: name.to_sym, operation_id: event.event_id, payload: JSON.parse(raw), body: raw)
+      operation_id = effect_operation_id(event.event_id, endpoint || request.path)
+      effect = Effect.new(name: name.to_sym, operation_id: operation_id, payload: JSON.parse(raw), body: raw)
       outcome = ::ActiveRecord::Base.transaction do
         fresh = claim_effect(effect)
         yield effect if fresh
@@ -72,6 +78,17 @@ module WebhookInbox
       render_effect(400, status: "rejected", reason: "malformed_payload")
     rescue EffectRejected => e
       render_effect(422, status: "rejected", reason: e.message)
+    end
+
+    # The operation id from a signed webhook-id "<path> <operation id>", when path is this
+    # endpoint's; else VerificationError :wrong_endpoint.
+    def effect_operation_id(webhook_id, path)
+      prefix = "#{path} "
+      unless webhook_id.start_with?(prefix) && webhook_id.bytesize > prefix.bytesize
+        raise VerificationError.new(:wrong_endpoint, "the effect was signed for another endpoint")
+      end
+
+      webhook_id.byteslice(prefix.bytesize..)
     end
 
     def claim_effect(effect)

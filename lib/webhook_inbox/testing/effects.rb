@@ -6,7 +6,7 @@ module WebhookInbox
   module Testing
     # Effects - what the sidecar's deliverer does for a destination that is this app, done
     # synchronously in an integration test: every pending effect of the destination is signed
-    # as the sidecar signs it (Standard Webhooks, webhook-id = operation id), POSTed through the
+    # as the sidecar signs it (Standard Webhooks, webhook-id "<path> <operation id>"), POSTed through the
     # test's own session, and saved as the sidecar saves it: 2xx delivered; 408, 429 and 5xx
     # still pending with the attempt counted; any other status quarantined. Rows are read and
     # written on ActiveRecord's connection, so they roll back with the test.
@@ -41,6 +41,12 @@ module WebhookInbox
                                       connection.quote(error), connection.quote(state), connection.quote(operation_id)),
                                "webhook_inbox effects")
         connection.clear_query_cache
+      end
+
+      # The path part of to: (a path or URL), as the sidecar takes it from a destination URL.
+      def path(to)
+        path = to.to_s.sub(%r{\A[a-z][a-z0-9+.-]*://[^/?#]*}i, "").split(/[?#]/, 2).first.to_s
+        path.start_with?("/") ? path : "/"
       end
 
       def secret(given)
