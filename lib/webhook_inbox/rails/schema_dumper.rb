@@ -3,17 +3,19 @@
 module WebhookInbox
   module Rails
     # SchemaDumper - db/schema.rb keeps the inbox (prepended to ActiveRecord::SchemaDumper).
-    # Rails cannot dump the inbox's functions, trigger or regproc column, nor route rows, so
-    # the gem's tables are left out of the table list and one section is written after the
-    # app's tables instead:
+    # Rails cannot dump the inbox's functions, trigger or regproc column, nor route rows, nor
+    # the triggers a migration puts on the app's tables, so the gem's tables are left out of
+    # the table list and one section is written after the app's tables instead:
     #
     #   load_webhook_inbox_schema version: 4          # the gem's objects, from the gem
     #   webhook_inbox_functions <<-'WEBHOOK_INBOX_SQL'  # the app's SQL functions (handlers)
+    #   webhook_inbox_triggers <<-'WEBHOOK_INBOX_SQL'   # the app's triggers (CREATE TRIGGER ...)
     #   add_webhook_inbox_route "payment_intent.succeeded", "orders_on_payment_succeeded"
     #   add_webhook_inbox_route "status.*", destination: "app_identity"
     #
     # so db:schema:load, db:prepare and the test databases get a working inbox back.
-    # WebhookInbox.configuration.dump_functions = false leaves functions to another tool (fx).
+    # WebhookInbox.configuration.dump_functions = false leaves functions and triggers to
+    # another tool (fx dumps both).
     module SchemaDumper
       TERMINATOR = "WEBHOOK_INBOX_SQL"
 
@@ -35,7 +37,10 @@ module WebhookInbox
         stream.puts
         stream.puts "  # webhook_inbox: the gem's schema, the app's SQL functions and the event routes"
         stream.puts "  load_webhook_inbox_schema version: #{version}"
-        functions(stream) if WebhookInbox.configuration.dump_functions
+        if WebhookInbox.configuration.dump_functions
+          functions(stream)
+          triggers(stream)
+        end
         @connection.webhook_inbox_route_rows.each do |type, handler, destination|
           stream.puts "  add_webhook_inbox_route #{type.inspect}, #{destination ? "destination: #{destination.inspect}" : handler.inspect}"
         end
@@ -43,12 +48,22 @@ module WebhookInbox
 
       def functions(stream)
         defs = @connection.webhook_inbox_app_functions
-        return if defs.empty?
+        sql_section(stream, :webhook_inbox_functions, "a SQL function", defs.map { |d| "#{d.rstrip};\n" }.join("\n"))
+      end
 
-        sql = defs.map { |d| "#{d.rstrip};\n" }.join("\n")
-        raise ActiveRecord::ActiveRecordError, "a SQL function contains the line #{TERMINATOR}" if sql.match?(/^\s*#{TERMINATOR}$/)
+      # Triggers on tables this dump leaves out (ignore_tables) would not load: skipped too.
+      def triggers(stream)
+        defs = @connection.webhook_inbox_app_triggers.reject do |table, _|
+          ignored?(table) && !WebhookInbox::Schema::TABLES.include?(table)
+        end
+        sql_section(stream, :webhook_inbox_triggers, "a trigger", defs.map { |_, d| "#{d}\n" }.join)
+      end
 
-        stream.puts "  webhook_inbox_functions <<-'#{TERMINATOR}'"
+      def sql_section(stream, method, what, sql)
+        return if sql.empty?
+        raise ActiveRecord::ActiveRecordError, "#{what} contains the line #{TERMINATOR}" if sql.match?(/^\s*#{TERMINATOR}$/)
+
+        stream.puts "  #{method} <<-'#{TERMINATOR}'"
         stream.print sql
         stream.puts "  #{TERMINATOR}"
       end

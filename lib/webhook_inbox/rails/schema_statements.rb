@@ -11,8 +11,10 @@ module WebhookInbox
     #   add_webhook_inbox_route "status.*", destination: :app_identity  # v7: to an outbox destination
     #   remove_webhook_inbox_route "payment_intent.succeeded"
     #   webhook_inbox_functions sql                    # CREATE FUNCTION ... (schema.rb's dump)
+    #   webhook_inbox_triggers sql                     # CREATE TRIGGER ... on the app's tables (ditto)
     #
-    # Plus the two reads the dumpers need: webhook_inbox_route_rows, webhook_inbox_app_functions.
+    # Plus the reads the dumpers need: webhook_inbox_route_rows, webhook_inbox_app_functions,
+    # webhook_inbox_app_triggers.
     # Migrations get them through MigrationMethods.
     module SchemaStatements
       ROUTE_UPSERT = <<~SQL.tr("\n", " ").freeze
@@ -40,6 +42,35 @@ module WebhookInbox
            AND NOT EXISTS (SELECT 1 FROM pg_depend d
                             WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
          ORDER BY n.nspname, p.proname, p.oid::regprocedure::text
+      SQL
+
+      # The app's own triggers: every trigger a user created on a table (or partitioned table)
+      # in the search path, one row each, [table, definition]: pg_get_triggerdef's CREATE TRIGGER
+      # plus the ALTER TABLE that puts back a trigger not enabled as usual. Left out: internal
+      # ones (foreign keys), the clones a partition gets of its parent's (recreated with it),
+      # extension-owned ones, and the gem's (webhook_inbox_* on its tables, recreated by
+      # load_webhook_inbox_schema).
+      APP_TRIGGERS = <<~SQL.freeze
+        SELECT c.relname,
+               pg_get_triggerdef(t.oid) || ';' ||
+               CASE t.tgenabled
+                 WHEN 'D' THEN format(E'\\nALTER TABLE %s DISABLE TRIGGER %I;', t.tgrelid::regclass, t.tgname)
+                 WHEN 'R' THEN format(E'\\nALTER TABLE %s ENABLE REPLICA TRIGGER %I;', t.tgrelid::regclass, t.tgname)
+                 WHEN 'A' THEN format(E'\\nALTER TABLE %s ENABLE ALWAYS TRIGGER %I;', t.tgrelid::regclass, t.tgname)
+                 ELSE ''
+               END
+          FROM pg_trigger t
+          JOIN pg_class c ON c.oid = t.tgrelid
+          JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = ANY (current_schemas(false))
+           AND c.relkind IN ('r', 'p')
+           AND NOT t.tgisinternal
+           AND t.tgparentid = 0
+           AND NOT (c.relname IN (#{WebhookInbox::Schema::TABLES.map { |t| "'#{t}'" }.join(', ')})
+                AND t.tgname LIKE 'webhook\\_inbox\\_%')
+           AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                            WHERE d.classid = 'pg_trigger'::regclass AND d.objid = t.oid AND d.deptype = 'e')
+         ORDER BY n.nspname, c.relname, t.tgname
       SQL
 
       # Brings the inbox schema up to version (1..WebhookInbox::Schema::VERSION) by running the
@@ -89,6 +120,11 @@ module WebhookInbox
         execute("RESET check_function_bodies")
       end
 
+      # Runs trigger definitions (schema.rb's dump: after the tables and the functions they call).
+      def webhook_inbox_triggers(sql)
+        execute(sql, "webhook_inbox triggers")
+      end
+
       # [[event_type, handler, destination or nil], ...] in event_type order.
       def webhook_inbox_route_rows
         return [] unless select_value("SELECT to_regclass('webhook_inbox_routes') IS NOT NULL")
@@ -121,6 +157,11 @@ module WebhookInbox
       def webhook_inbox_app_functions
         select_values(APP_FUNCTIONS, "webhook_inbox functions")
       end
+
+      # [[table, trigger definition], ...] for the app's triggers, see APP_TRIGGERS.
+      def webhook_inbox_app_triggers
+        select_rows(APP_TRIGGERS, "webhook_inbox triggers")
+      end
     end
   end
 end
@@ -131,9 +172,12 @@ module WebhookInbox
     # ActiveRecord::Schema, db/schema.rb's class). Migration#method_missing would turn the
     # first argument into a table name; these forward as given and print one short line.
     module MigrationMethods
-      %i[load_webhook_inbox_schema add_webhook_inbox_route remove_webhook_inbox_route webhook_inbox_functions].each do |name|
+      SQL_TEXT = %i[webhook_inbox_functions webhook_inbox_triggers].freeze
+
+      %i[load_webhook_inbox_schema add_webhook_inbox_route remove_webhook_inbox_route webhook_inbox_functions
+         webhook_inbox_triggers].each do |name|
         define_method(name) do |*args, **options|
-          shown = name == :webhook_inbox_functions ? "" : [*args.map(&:inspect), *options.map { |k, v| "#{k}: #{v.inspect}" }].join(", ")
+          shown = SQL_TEXT.include?(name) ? "" : [*args.map(&:inspect), *options.map { |k, v| "#{k}: #{v.inspect}" }].join(", ")
           say_with_time("#{name}(#{shown})") { connection.public_send(name, *args, **options) }
         end
       end
