@@ -169,18 +169,41 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
         end
       end
     RUBY
+    # A trigger on an app table, written in SQL the way db/examples/receipts.sql writes its own,
+    # and one the app keeps disabled: schema.rb must bring both back as they are.
+    write("db/migrate/#{(Time.now.utc + 120).strftime("%Y%m%d%H%M%S")}_add_order_triggers.rb", <<~RUBY)
+      class AddOrderTriggers < ActiveRecord::Migration[7.2]
+        def up
+          execute <<~'SQL'
+            CREATE OR REPLACE FUNCTION shop_orders_touch() RETURNS trigger
+            LANGUAGE plpgsql AS $$ BEGIN NEW.updated_at := now(); RETURN NEW; END $$;
+            CREATE TRIGGER shop_orders_touch BEFORE UPDATE OF status ON orders
+                FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION shop_orders_touch();
+            CREATE TRIGGER shop_orders_touch_paused BEFORE UPDATE OF amount ON orders FOR EACH ROW EXECUTE FUNCTION shop_orders_touch();
+            ALTER TABLE orders DISABLE TRIGGER shop_orders_touch_paused;
+          SQL
+        end
+      end
+    RUBY
+    app_triggers = "SELECT string_agg(pg_get_triggerdef(oid) || ' ' || tgenabled::text, E'\\n' ORDER BY tgname) FROM pg_trigger " \
+                   "WHERE tgrelid = 'orders'::regclass AND NOT tgisinternal"
 
     sh("bin/rails", "db:create")
     # The boot check (development and test): an app whose inbox schema is missing says so.
     expect(sh("bin/rails", "runner", "puts :booted")).to include("webhook_inbox: the inbox schema is missing", "db:migrate", "booted")
     out = sh("bin/rails", "db:migrate")
     expect(out).not_to match(/unknown OID|WARNING|CREATE TABLE/i) # no warnings, and the gem's SQL is not echoed
+    triggers = psql(app_triggers)
+    expect(triggers.lines.size).to eq(2)
     schema = File.read(File.join(@app, "db/schema.rb"))
     expect(schema).to include("load_webhook_inbox_schema version: #{WebhookInbox::Schema::VERSION}",
                               "FUNCTION public.shop_on_payment", "FUNCTION public.shop_order_id",
                               %(add_webhook_inbox_route "payment_intent.succeeded", "shop_on_payment"),
                               %(add_webhook_inbox_route "payment_intent.legacy", "shop_on_payment"),
-                              %(add_webhook_inbox_route "identity.*", destination: "app_identity"))
+                              %(add_webhook_inbox_route "identity.*", destination: "app_identity"),
+                              "webhook_inbox_triggers", "CREATE TRIGGER shop_orders_touch ",
+                              "ALTER TABLE orders DISABLE TRIGGER shop_orders_touch_paused;")
+    expect(schema).not_to include("CREATE TRIGGER webhook_inbox_") # the gem's own come with load_webhook_inbox_schema
     expect(schema).not_to include(%(create_table "webhook_inbox"))
 
     # What every new developer, CI and db:prepare do: the database from db/schema.rb alone.
@@ -188,6 +211,7 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     expect(out).not_to match(/unknown OID|WARNING/i)
     expect(psql("SELECT webhook_inbox_route('payment_intent.succeeded')::text")).to eq("shop_on_payment")
     expect(psql("SELECT count(*) FROM pg_trigger WHERE tgname = 'webhook_inbox_notify_insert'")).to eq("1")
+    expect(psql(app_triggers)).to eq(triggers) # the app's triggers, the disabled one disabled
 
     # The test database, as maintain_test_schema and CI build it.
     sh("bin/rails", "db:prepare", env: { "RAILS_ENV" => "test" })
@@ -196,6 +220,7 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
                 db: "shop_test")).to eq("webhook_inbox_deliver app_identity")
     expect(psql("SELECT count(*) FROM pg_trigger WHERE tgname = 'webhook_inbox_notify_insert'", db: "shop_test")).to eq("1")
     expect(psql("SELECT count(*) FROM pg_proc WHERE proname IN ('shop_on_payment', 'shop_order_id')", db: "shop_test")).to eq("2")
+    expect(psql(app_triggers, db: "shop_test")).to eq(triggers)
 
     # bin/rails runner without DATABASE_URL: the inbox uses config/database.yml.
     out = sh("bin/rails", "runner", <<~RUBY)
@@ -265,18 +290,40 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
       expect(out).to match(/2 runs, \d+ assertions, 0 failures, 0 errors/)
     end
     expect(psql("SELECT count(*) FROM webhook_inbox", db: "shop_test")).to eq("0")
-    # Parallel test databases (shop_test-0, -1) are built from db/schema.rb by each worker.
+    # Parallel test databases (shop_test-0, -1) are built from db/schema.rb by each worker the
+    # first time, and truncated by every later run once their schema is current: the routes
+    # must survive that, db:truncate_all and db:seed:replant, as schema_migrations does.
     helper = File.join(@app, "test/test_helper.rb")
-    File.write(helper, File.read(helper).sub(/parallelize\(workers: :number_of_processors\)/, "parallelize(workers: 2, threshold: 0)"))
-    out = sh("bin/rails", "test")
-    expect(out).to match(/Running 2 tests in parallel using 2 processes/).and match(/0 failures, 0 errors/)
+    File.write(helper, File.read(helper).sub(/parallelize\(workers: :number_of_processors\)/, "parallelize(workers: 2, threshold: 1)"))
+    routes = "SELECT count(*) FROM webhook_inbox_routes"
+    3.times do |run|
+      out = sh("bin/rails", "test")
+      expect(out).to match(/Running 2 tests in parallel using 2 processes/)
+      expect(out).to match(/0 failures, 0 errors/), "run #{run + 1}:\n#{out}"
+    end
     expect(psql("SELECT webhook_inbox_route('payment_intent.succeeded')::text", db: "shop_test-1")).to eq("shop_on_payment")
+    sh("bin/rails", "db:truncate_all", env: { "RAILS_ENV" => "test" })
+    sh("bin/rails", "db:truncate_all")
+    expect([psql("SELECT count(*) FROM orders"), psql(routes), psql(routes, db: "shop_test")]).to eq(%w[0 3 3])
+    out = sh("bin/rails", "test")
+    expect(out).to match(/Running 2 tests in parallel/).and match(/0 failures, 0 errors/)
+    write("db/seeds.rb", "ActiveRecord::Base.connection.execute(\"INSERT INTO orders (amount, created_at, updated_at) VALUES (5, now(), now())\")\n")
+    sh("bin/rails", "db:seed:replant")
+    expect([psql("SELECT count(*) FROM orders"), psql(routes)]).to eq(%w[1 3])
+    # A route that goes missing all the same (a DELETE) is named at boot, not left to wait.
+    psql("DELETE FROM webhook_inbox_routes WHERE event_type = 'payment_intent.legacy'")
+    expect(sh("bin/rails", "runner", "puts :booted")).to include("1 of the 3 event routes in schema.rb are missing from the " \
+                                                              "database (payment_intent.legacy)", "booted")
+    psql("INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('payment_intent.legacy', 'shop_on_payment')")
+    expect(sh("bin/rails", "runner", "puts :booted")).not_to include("webhook_inbox:")
 
     # structure.sql keeps the routes too.
     write("config/initializers/schema_format.rb", "Rails.application.config.active_record.schema_format = :sql\n")
     sh("bin/rails", "db:schema:dump")
-    expect(File.read(File.join(@app, "db/structure.sql"))).to include("INSERT INTO webhook_inbox_routes")
+    expect(File.read(File.join(@app, "db/structure.sql"))).to include("INSERT INTO webhook_inbox_routes", "CREATE TRIGGER shop_orders_touch ")
     sh("bin/rails", "db:drop", "db:create", "db:schema:load", env: { "RAILS_ENV" => "test" })
+    # (as the development database has them now: Rails' truncation above re-enabled every trigger)
+    expect(psql(app_triggers, db: "shop_test")).to eq(psql(app_triggers)).and include("shop_orders_touch_paused")
     expect(psql("SELECT webhook_inbox_route('payment_intent.succeeded')::text", db: "shop_test")).to eq("shop_on_payment")
     expect(psql("SELECT webhook_inbox_route_destination('identity.verified')", db: "shop_test")).to eq("app_identity")
 

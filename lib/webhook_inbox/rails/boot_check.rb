@@ -4,7 +4,8 @@ module WebhookInbox
   module Rails
     # BootCheck - what the app's boot checks:
     # - run (development and test): says when the inbox schema is missing or older than this
-    #   gem expects (after a gem upgrade), with the command that fixes it. Warns, never
+    #   gem expects (after a gem upgrade), or when routes the schema file declares are missing
+    #   (RouteCheck), with the command that fixes it. Warns, never
     #   raises: db:create and friends must boot before the database exists, so rake tasks,
     #   generators and an unreachable database are skipped silently;
     # - check_configuration! (every environment): raises ConfigurationError naming each
@@ -29,12 +30,12 @@ module WebhookInbox
         io&.puts(message)
       end
 
-      # The Schema.problem text for the app's database, or nil (current, or unreachable).
+      # The Schema.problem text for the app's database, else RouteCheck's, or nil (current, or unreachable).
       def problem
-        version = ::ActiveRecord::Base.connection_pool.with_connection do |conn|
-          WebhookInbox::Schema.installed_version(->(sql) { conn.select_value(sql, "webhook_inbox boot check") })
+        ::ActiveRecord::Base.connection_pool.with_connection do |conn|
+          version = WebhookInbox::Schema.installed_version(->(sql) { conn.select_value(sql, "webhook_inbox boot check") })
+          WebhookInbox::Schema.problem(version) || RouteCheck.problem(conn)
         end
-        WebhookInbox::Schema.problem(version)
       rescue ::ActiveRecord::ActiveRecordError, ArgumentError
         nil
       end

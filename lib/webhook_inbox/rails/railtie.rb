@@ -3,9 +3,11 @@
 require "rails/railtie"
 require_relative "boot_check"
 require_relative "database_config"
+require_relative "route_check"
 require_relative "schema_dumper"
 require_relative "schema_statements"
 require_relative "structure_dump"
+require_relative "truncation"
 
 module WebhookInbox
   module Rails
@@ -13,6 +15,7 @@ module WebhookInbox
     # - database: ActiveRecord's configuration unless WebhookInbox.configure sets database_url;
     # - schema: migrations and db/schema.rb get load_webhook_inbox_schema and the route
     #   helpers; schema.rb and structure.sql keep the inbox (see SchemaDumper, StructureDump);
+    # - truncation (db:truncate_all, parallel test databases, DatabaseCleaner) keeps the routes;
     # - test environment: receipts go through ActiveRecord's connection (they roll back with
     #   transactional tests), unless the app sets WebhookInbox.configuration.store;
     # - boot: endpoints that cannot receive (a nil secret) stop it; in development and test a
@@ -40,16 +43,21 @@ module WebhookInbox
       end
 
       initializer "webhook_inbox.schema" do
-        ActiveSupport.on_load(:active_record_postgresqladapter) { include SchemaStatements }
+        ActiveSupport.on_load(:active_record_postgresqladapter) do
+          include SchemaStatements
+          prepend Truncation::Adapter
+        end
         ActiveSupport.on_load(:active_record) do
           require "active_record/schema_dumper"
           ::ActiveRecord::Migration.include(MigrationMethods)
           ::ActiveRecord::SchemaDumper.prepend(SchemaDumper)
           ::ActiveRecord::Tasks::DatabaseTasks.singleton_class.prepend(StructureDump)
+          Truncation.database_cleaner! # after DatabaseCleaner's own on_load, when the Gemfile loads it
         end
       end
 
       config.after_initialize do
+        Truncation.database_cleaner!
         BootCheck.check_configuration! # every environment: a nil secret stops boot, naming the endpoint
         BootCheck.run if ::Rails.env.development? || ::Rails.env.test?
       end
