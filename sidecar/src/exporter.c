@@ -27,13 +27,17 @@
 #include "pgw.h"
 #include "schema.h"
 
-enum { C_FREE = 0, C_READ, C_WRITE, C_DRAIN };
+/* C_WAIT: a GET /metrics that found the gauges older than the refresh interval waits for
+ * the stats thread's next read (at most WI_EXPORTER_WAIT_S), then is answered. */
+enum { C_FREE = 0, C_READ, C_WAIT, C_WRITE, C_DRAIN };
 
 /* Invariant: fd >= 0 exactly when state != C_FREE; resp is owned and set in C_WRITE/C_DRAIN. */
 struct conn {
     int state;
     int fd;
-    double deadline;   /* monotonic seconds: the connection is dropped at this time */
+    double deadline;   /* monotonic seconds: the connection is dropped (C_WAIT: answered) at this time */
+    double active;     /* monotonic seconds of the last byte read or sent (or the accept) */
+    int head_only;     /* C_WAIT: a HEAD request */
     size_t got;        /* bytes of head[] received */
     char *resp;        /* status line, headers and body */
     size_t resp_len, sent;
@@ -44,6 +48,7 @@ struct wi_exporter {
     int listen_fd;
     int stop_pipe[2];          /* written once by wi_exporter_stop: both threads end */
     int wake_pipe[2];          /* a scrape that found stale gauges pokes the stats thread */
+    int fresh_pipe[2];         /* the stats thread ends each read with a byte: waiting scrapes go on */
     const char *conninfo;      /* borrowed */
     /* The --destination names configured here (copied at start): always in the effects
      * gauges, at 0 when the outbox has no row for them, so an alert never sees them vanish. */
@@ -51,9 +56,10 @@ struct wi_exporter {
     int ndest_names;
     pthread_t http_thread, stats_thread;
     int http_started, stats_started;
-    pthread_mutex_t mu;        /* guards gauges, read_at */
+    pthread_mutex_t mu;        /* guards gauges, read_at, tried_at */
     struct wi_metrics_gauges gauges;
     double read_at;            /* monotonic time of the last successful read */
+    double tried_at;           /* monotonic time the last read ended, failed or not; -INFINITY before the first */
     _Atomic long long last_scrape_ms; /* monotonic ms of the last GET /metrics; 0 = none yet */
     struct conn conns[WI_EXPORTER_MAX_CONNS];
 };
@@ -196,64 +202,74 @@ static int read_outbox(const struct wi_exporter *ex, struct wi_pg *pg, struct wi
     return 0;
 }
 
-/* One read of the gauges; *pg is (re)connected as needed and freed on a connection error. */
-static void refresh(struct wi_exporter *ex, struct wi_pg **pg)
+/* One read of the gauges into *g; *pg is (re)connected as needed and freed on a connection
+ * error. Returns 0, or -1 with *err (g->valid is then 0). */
+static int read_gauges(struct wi_exporter *ex, struct wi_pg **pg, struct wi_metrics_gauges *g, struct wi_err *err)
 {
-    struct wi_metrics_gauges g;
-    struct wi_err err;
     PGresult *res = NULL;
 
-    memset(&g, 0, sizeof g);
+    memset(g, 0, sizeof *g);
     if (!*pg) {
-        if (!(*pg = wi_pg_connect(ex->conninfo, wi_schema_stmts, wi_schema_stmts_count, &err)))
-            goto failed;
-        if (wi_schema_require(*pg, &err) < 0 ||
-            wi_pg_prepare(*pg, stats_stmts, (int)(sizeof stats_stmts / sizeof stats_stmts[0]), &err) < 0 ||
-            wi_pg_cmd(*pg, "wi_metrics_timeout", 0, NULL, &err) < 0) {
+        if (!(*pg = wi_pg_connect(ex->conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
+            return -1;
+        if (wi_schema_require(*pg, err) < 0 ||
+            wi_pg_prepare(*pg, stats_stmts, (int)(sizeof stats_stmts / sizeof stats_stmts[0]), err) < 0 ||
+            wi_pg_cmd(*pg, "wi_metrics_timeout", 0, NULL, err) < 0) {
             wi_pg_free(*pg);
             *pg = NULL;
-            goto failed;
+            return -1;
         }
     }
-    if (!(res = wi_pg_exec(*pg, "wi_metrics_stats", 0, NULL, PGRES_TUPLES_OK, &err)) || PQntuples(res) != 1) {
+    if (!(res = wi_pg_exec(*pg, "wi_metrics_stats", 0, NULL, PGRES_TUPLES_OK, err)) || PQntuples(res) != 1) {
         if (res)
-            wi_err_set(&err, WI_ERR_PG, "webhook_inbox_stats() returned %d rows", PQntuples(res));
-        if (!res || !wi_pg_ok(*pg) || wi_schema_require(*pg, &err) < 0) { /* a dropped schema: connect again later */
+            wi_err_set(err, WI_ERR_PG, "webhook_inbox_stats() returned %d rows", PQntuples(res));
+        PQclear(res);
+        if (!res || !wi_pg_ok(*pg) || wi_schema_require(*pg, err) < 0) { /* a dropped schema: connect again later */
             wi_pg_free(*pg);
             *pg = NULL;
         }
-        goto failed;
+        return -1;
     }
-    g.valid = 1;
-    g.pending = atol(PQgetvalue(res, 0, 0));
-    g.oldest_pending_age_s = PQgetisnull(res, 0, 1) ? 0 : atof(PQgetvalue(res, 0, 1));
-    g.quarantined = atol(PQgetvalue(res, 0, 2));
-    g.retrying = atol(PQgetvalue(res, 0, 3));
-    g.waiting_for_route = atol(PQgetvalue(res, 0, 4));
+    g->valid = 1;
+    g->pending = atol(PQgetvalue(res, 0, 0));
+    g->oldest_pending_age_s = PQgetisnull(res, 0, 1) ? 0 : atof(PQgetvalue(res, 0, 1));
+    g->quarantined = atol(PQgetvalue(res, 0, 2));
+    g->retrying = atol(PQgetvalue(res, 0, 3));
+    g->waiting_for_route = atol(PQgetvalue(res, 0, 4));
     PQclear(res);
-    if (read_outbox(ex, *pg, &g, &err) < 0) {
+    if (read_outbox(ex, *pg, g, err) < 0) {
         if (wi_log_every("metrics_outbox_failed", 60))
             log_warnx("metrics_outbox_failed", "error=%s note=\"serving the inbox gauges with webhook_inbox_effects_stats_up 0\"",
-                      WI_LOG_Q(err.msg));
+                      WI_LOG_Q(err->msg));
         if (!wi_pg_ok(*pg)) { /* lost meanwhile: connect again next time; this read's inbox gauges stand */
             wi_pg_free(*pg);
             *pg = NULL;
         }
     }
-    pthread_mutex_lock(&ex->mu);
-    ex->gauges = g;
-    ex->read_at = wi_clock_s();
-    pthread_mutex_unlock(&ex->mu);
-    return;
-failed:
-    PQclear(res);
-    if (wi_log_every("metrics_stats_failed", 60))
+    return 0;
+}
+
+/* Reads the gauges and publishes them (or their failure) for the scrapes, then wakes the
+ * scrapes that wait. A connection found lost (PostgreSQL restarted since the last read) is
+ * replaced at once and read again, so the first scrape after a restart gets values. */
+static void refresh(struct wi_exporter *ex, struct wi_pg **pg)
+{
+    struct wi_metrics_gauges g;
+    struct wi_err err;
+    int had = *pg != NULL, rc = read_gauges(ex, pg, &g, &err);
+
+    if (rc < 0 && had && !*pg)
+        rc = read_gauges(ex, pg, &g, &err);
+    if (rc < 0 && wi_log_every("metrics_stats_failed", 60))
         log_warnx("metrics_stats_failed", "error=%s note=\"serving the process counters with webhook_inbox_stats_up 0\"",
                   WI_LOG_Q(err.msg));
     pthread_mutex_lock(&ex->mu);
-    ex->gauges.valid = 0;
-    ex->gauges.outbox_valid = 0;
+    ex->gauges = g; /* valid = 0 after a failure: the gauges are left out */
+    ex->tried_at = wi_clock_s();
+    if (rc == 0)
+        ex->read_at = ex->tried_at;
     pthread_mutex_unlock(&ex->mu);
+    (void)!write(ex->fresh_pipe[1], "f", 1);
 }
 
 static void *stats_main(void *arg)
@@ -333,7 +349,19 @@ static void respond_text(struct conn *c, int status, const char *reason, const c
     respond(c, status, reason, "text/plain; charset=utf-8", extra, body, body ? strlen(body) : 0, 0);
 }
 
-static void serve_metrics(struct wi_exporter *ex, struct conn *c, int head_only)
+/* 1 when the last read of the gauges (failed or not) ended within the refresh interval. */
+static int gauges_fresh(struct wi_exporter *ex, double now)
+{
+    int fresh;
+    pthread_mutex_lock(&ex->mu);
+    fresh = now - ex->tried_at <= WI_EXPORTER_REFRESH_S;
+    pthread_mutex_unlock(&ex->mu);
+    return fresh;
+}
+
+/* Answers GET /metrics with the cached gauges, or without them (webhook_inbox_stats_up 0)
+ * when they are older than the refresh interval: never old values as current ones. */
+static void answer_metrics(struct wi_exporter *ex, struct conn *c, int head_only)
 {
     struct wi_metrics_gauges g;
     char *body = NULL;
@@ -341,13 +369,12 @@ static void serve_metrics(struct wi_exporter *ex, struct conn *c, int head_only)
     double now = wi_clock_s();
     FILE *f;
 
-    atomic_store(&ex->last_scrape_ms, (long long)(now * 1000));
     pthread_mutex_lock(&ex->mu);
     g = ex->gauges;
     g.age_s = now - ex->read_at;
+    if (now - ex->tried_at > WI_EXPORTER_REFRESH_S)
+        g.valid = g.outbox_valid = 0;
     pthread_mutex_unlock(&ex->mu);
-    if (!g.valid || g.age_s > 2 * WI_EXPORTER_REFRESH_S)
-        (void)!write(ex->wake_pipe[1], "w", 1); /* the stats thread may be idle: a fresh read for the next scrape */
     if (!(f = open_memstream(&body, &len))) {
         respond_text(c, 500, "Internal Server Error", NULL, "out of memory\n");
         return;
@@ -359,6 +386,23 @@ static void serve_metrics(struct wi_exporter *ex, struct conn *c, int head_only)
         return;
     }
     respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, body, len, head_only);
+}
+
+/* A scrape: answered now when the gauges are fresh, else it waits for the read it asks the
+ * stats thread for (idle since the last scrape, or its last read is late). */
+static void serve_metrics(struct wi_exporter *ex, struct conn *c, int head_only)
+{
+    double now = wi_clock_s();
+
+    atomic_store(&ex->last_scrape_ms, (long long)(now * 1000));
+    if (gauges_fresh(ex, now)) {
+        answer_metrics(ex, c, head_only);
+        return;
+    }
+    (void)!write(ex->wake_pipe[1], "w", 1);
+    c->state = C_WAIT;
+    c->head_only = head_only;
+    c->deadline = now + WI_EXPORTER_WAIT_S;
 }
 
 /* Reads what arrived; answers once the head is complete, malformed or too large. */
@@ -376,6 +420,7 @@ static void on_readable(struct wi_exporter *ex, struct conn *c)
     if (n < 0)
         return;
     c->got += (size_t)n;
+    c->active = wi_clock_s();
     r = wi_http_parse(c->head, c->got, &req);
     if (r < 0)
         respond_text(c, 400, "Bad Request", NULL, "bad request\n");
@@ -400,6 +445,7 @@ static void on_writable(struct conn *c)
         return;
     }
     c->sent += (size_t)n;
+    c->active = wi_clock_s();
     if (c->sent < c->resp_len)
         return;
     /* Sent: half-close, then read until the client closes (closing with unread bytes would
@@ -415,6 +461,15 @@ static void on_drain(struct conn *c)
     ssize_t n = read(c->fd, buf, sizeof buf);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
         conn_close(c);
+}
+
+/* When a full table must give a slot away: a connection whose response is all sent first
+ * (C_DRAIN only waits for the client's close), else the one idle the longest - a head that
+ * stopped coming, a response the client does not read. A scrape waiting for fresh gauges
+ * counts as active: it is answered within WI_EXPORTER_WAIT_S. */
+static double idle_since(const struct conn *c)
+{
+    return c->state == C_DRAIN ? -INFINITY : c->state == C_WAIT ? INFINITY : c->active;
 }
 
 static void accept_all(struct wi_exporter *ex, double now)
@@ -433,38 +488,39 @@ static void accept_all(struct wi_exporter *ex, double now)
             struct conn *c = &ex->conns[i];
             if (c->state == C_FREE)
                 slot = c;
-            else if (c->state == C_READ && (!oldest || c->deadline < oldest->deadline))
+            else if (!oldest || idle_since(c) < idle_since(oldest))
                 oldest = c;
         }
-        if (!slot && oldest) { /* full: the slowest head gives way (a slowloris cannot hold every slot) */
+        if (!slot) { /* full: the idlest gives way (no client holds every slot, reading or not) */
             conn_close(oldest);
             slot = oldest;
-        }
-        if (!slot) {
-            close(fd);
-            continue;
         }
         slot->fd = fd;
         slot->state = C_READ;
         slot->got = 0;
         slot->deadline = now + WI_EXPORTER_READ_TIMEOUT_S;
+        slot->active = now;
     }
 }
 
 static void *http_main(void *arg)
 {
     struct wi_exporter *ex = arg;
-    struct pollfd p[WI_EXPORTER_MAX_CONNS + 2];
-    int idx[WI_EXPORTER_MAX_CONNS + 2];
+    struct pollfd p[WI_EXPORTER_MAX_CONNS + 3];
+    int idx[WI_EXPORTER_MAX_CONNS + 3];
 
     for (;;) {
         double now = wi_clock_s(), next = INFINITY;
-        int n = 2, i, timeout;
+        int n = 3, i, timeout, fresh = gauges_fresh(ex, now);
+        char buf[64];
 
         p[0] = (struct pollfd){ex->stop_pipe[0], POLLIN, 0};
         p[1] = (struct pollfd){ex->listen_fd, POLLIN, 0};
+        p[2] = (struct pollfd){ex->fresh_pipe[0], POLLIN, 0};
         for (i = 0; i < WI_EXPORTER_MAX_CONNS; i++) {
             struct conn *c = &ex->conns[i];
+            if (c->state == C_WAIT && (fresh || c->deadline <= now))
+                answer_metrics(ex, c, c->head_only); /* fresh, or left out at the deadline */
             if (c->state == C_FREE)
                 continue;
             if (c->deadline <= now) {
@@ -474,7 +530,7 @@ static void *http_main(void *arg)
             if (c->deadline < next)
                 next = c->deadline;
             idx[n] = i;
-            p[n++] = (struct pollfd){c->fd, (short)(c->state == C_WRITE ? POLLOUT : POLLIN), 0};
+            p[n++] = (struct pollfd){c->fd, (short)(c->state == C_WRITE ? POLLOUT : c->state == C_WAIT ? 0 : POLLIN), 0};
         }
         timeout = next == INFINITY ? -1 : (int)((next - now) * 1000) + 1;
         if (poll(p, (nfds_t)n, timeout) < 0) {
@@ -485,11 +541,15 @@ static void *http_main(void *arg)
         }
         if (p[0].revents)
             break;
-        for (i = 2; i < n; i++) {
+        while (p[2].revents && read(ex->fresh_pipe[0], buf, sizeof buf) > 0)
+            ;
+        for (i = 3; i < n; i++) {
             struct conn *c = &ex->conns[idx[i]];
             if (!p[i].revents)
                 continue;
-            if (c->state == C_READ)
+            if (c->state == C_WAIT)
+                conn_close(c); /* gone meanwhile (POLLHUP, POLLERR) */
+            else if (c->state == C_READ)
                 on_readable(ex, c);
             else if (c->state == C_WRITE)
                 on_writable(c);
@@ -512,17 +572,18 @@ struct wi_exporter *wi_exporter_start(const char *listen_addr, const char *conni
         wi_err_set(err, WI_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    ex->stop_pipe[0] = ex->stop_pipe[1] = ex->wake_pipe[0] = ex->wake_pipe[1] = -1;
+    ex->stop_pipe[0] = ex->stop_pipe[1] = ex->wake_pipe[0] = ex->wake_pipe[1] = ex->fresh_pipe[0] = ex->fresh_pipe[1] = -1;
     for (i = 0; i < WI_EXPORTER_MAX_CONNS; i++)
         ex->conns[i].fd = -1;
     ex->conninfo = conninfo;
     for (i = 0; dests && i < dests->n && ex->ndest_names < WI_METRICS_MAX_DESTS; i++)
         snprintf(ex->dest_names[ex->ndest_names++], sizeof ex->dest_names[0], "%s", dests->v[i].name);
     ex->read_at = wi_clock_s();
+    ex->tried_at = -INFINITY; /* the first scrape waits for the first read */
     pthread_mutex_init(&ex->mu, NULL);
     if ((ex->listen_fd = bind_listener(listen_addr, err)) < 0)
         goto fail;
-    if (make_pipe(ex->stop_pipe) < 0 || make_pipe(ex->wake_pipe) < 0) {
+    if (make_pipe(ex->stop_pipe) < 0 || make_pipe(ex->wake_pipe) < 0 || make_pipe(ex->fresh_pipe) < 0) {
         wi_err_set(err, WI_ERR_IO, "pipe: %s", strerror(errno));
         goto fail;
     }
@@ -561,6 +622,8 @@ void wi_exporter_stop(struct wi_exporter *ex)
             close(ex->stop_pipe[i]);
         if (ex->wake_pipe[i] >= 0)
             close(ex->wake_pipe[i]);
+        if (ex->fresh_pipe[i] >= 0)
+            close(ex->fresh_pipe[i]);
     }
     if (ex->listen_fd >= 0)
         close(ex->listen_fd);

@@ -11,14 +11,20 @@
 struct wi_exporter;
 
 /* The inbox gauges are read at most this often, whatever the scrape rate, and only while
- * someone scrapes (WI_EXPORTER_IDLE_S after the last scrape they stop). */
+ * someone scrapes (WI_EXPORTER_IDLE_S after the last scrape they stop). A scrape never shows
+ * gauges whose read is older than WI_EXPORTER_REFRESH_S as current: it waits for a fresh
+ * read (after an idle spell, a slow or failed one, a PostgreSQL restart) at most
+ * WI_EXPORTER_WAIT_S, then leaves them out (webhook_inbox_stats_up 0). */
 #define WI_EXPORTER_REFRESH_S 5.0
 #define WI_EXPORTER_IDLE_S 600.0
+#define WI_EXPORTER_WAIT_S 2.0
 
 /* Limits of the listener: a request head larger than this gets 431; one not complete this
  * long after its connection was accepted is dropped (slowloris); a response not taken by the
  * client in WI_EXPORTER_WRITE_TIMEOUT_S is dropped; at most WI_EXPORTER_MAX_CONNS open
- * connections (when full, the one reading its head the longest is dropped for a new one). */
+ * connections. When full, a new connection takes the slot of one whose response is all sent,
+ * else of the one idle the longest (a stalled head, a response its client does not read),
+ * so no client holds every slot, whether it sends or reads or not. */
 #define WI_EXPORTER_MAX_HEAD 8192
 #define WI_EXPORTER_READ_TIMEOUT_S 5.0
 #define WI_EXPORTER_WRITE_TIMEOUT_S 10.0

@@ -87,6 +87,90 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     expect(admin.get("/webhook_inbox/bulk?kind=delete&scope=dash:a").first).to eq(422)
   end
 
+  # Issue 16 item 7: year 0000, a negative year, a +23:59 offset or a NUL in a date or a
+  # cursor reached PostgreSQL and answered 500. Each value below, in each place, is 200 or 400
+  # (404 for an event page naming no event).
+  NASTY_TIMES = ["0000-01-01T00:00:00Z", "-0001-01-01T00:00:00Z", "2026-01-01T00:00:00+23:59", "2026-01-01T00:00:00+24:00",
+                 "10000-01-01T00:00:00Z", "294277-01-01T00:00:00Z", "#{'9' * 40}-01-01T00:00:00Z", "2026-13-01T00:00",
+                 "2026-02-30T00:00", "2026-01-01T24:00:00Z", "2026-01-01T00:00:00.#{'9' * 30}Z", "2026-01-01", "1e400",
+                 "infinity", "-infinity", "epoch", "now", "allballs", "\0", "2026-01-01T00:00\0", " ", "\u00e9", "\u202e",
+                 "\xFF".b, "%", "'; SELECT 1 --", "2026-01-01T00:00:00Z" * 200].freeze
+  NASTY_TEXTS = ["\0", "a\0b", "\xFF\xFE".b, "\xC0\x80".b, "*", "%", "_", "\\", "'", "\u0000".b, "x" * 4000, "\u{1F600}"].freeze
+
+  def query(pairs) = pairs.map { |k, v| "#{k}=#{CGI.escape(v)}" }.join("&")
+
+  # A cursor as the list writes one (Base64 of a JSON array), of any values; bytes that are
+  # not UTF-8 go into the JSON text as they are.
+  def cursor(values)
+    text = if values.is_a?(String) then values
+           elsif values.all? { |v| v.dup.force_encoding("UTF-8").valid_encoding? } then JSON.generate(values.map { |v| v.dup.force_encoding("UTF-8") })
+           else "[#{values.map { |v| %("#{v.b.gsub(/["\\]/) { |c| "\\#{c}" }}") }.join(',')}]"
+           end
+    [text].pack("m0").tr("+/", "-_").delete("=")
+  end
+
+  it "answers 200 or 400, never 500, to a nasty date, text or cursor in any parameter" do
+    insert("evt_n1", status: "done")
+    got = Hash.new { |h, k| h[k] = [] }
+    try = ->(path) { got[admin.get(path).first] << path }
+    NASTY_TIMES.each do |t|
+      %w[from to].each do |k|
+        try.("/webhook_inbox/events?#{query(k => t)}")
+        try.("/webhook_inbox/bulk?#{query('kind' => 'replay', 'scope' => 'dash:a', k => t)}")
+      end
+      try.("/webhook_inbox/events?#{query('cursor' => cursor([t, 'dash:a', 'evt_n1']))}")
+    end
+    NASTY_TEXTS.each do |v|
+      %w[scope event_id type error status].each do |k|
+        try.("/webhook_inbox/events?#{query(k => v)}")
+        try.("/webhook_inbox/bulk?#{query('kind' => 'replay', 'scope' => 'dash:a', k => v)}")
+      end
+      try.("/webhook_inbox/event?#{query('scope' => v, 'id' => 'evt_n1')}")
+      try.("/webhook_inbox/event?#{query('scope' => 'dash:a', 'id' => v)}")
+      try.("/webhook_inbox/events?#{query('cursor' => cursor(['2026-01-01T00:00:00.000000Z', v, v]))}")
+      try.("/webhook_inbox/events?#{query('cursor' => v)}")
+    end
+    [%(["2026-01-01T00:00:00Z", "\\ud800", "x"]), "[" * 10_000, %({"a": 1}), "[1, 2, 3]", "\xFF\xFE".b, ""].each do |c|
+      try.("/webhook_inbox/events?#{query('cursor' => cursor(c))}")
+    end
+    %w[from[]=x from[a]=b scope[]=a&scope[]=b cursor[]=x status[]=done].each do |q|
+      try.("/webhook_inbox/events?#{q}")
+      try.("/webhook_inbox/event?id=evt_n1&#{q.sub(/\A\w+/, 'scope')}")
+    end
+    expect(got.keys - [200, 400, 404]).to eq([]), got.except(200, 400, 404).transform_values { |v| v.first(3) }.inspect
+    expect(got[404].grep_v(%r{\A/webhook_inbox/event\?})).to eq([]) # an event that does not exist
+    expect(got[400]).to include("/webhook_inbox/events?#{query('from' => '0000-01-01T00:00:00Z')}",
+                                "/webhook_inbox/event?#{query('scope' => "\0", 'id' => 'evt_n1')}")
+    # a cursor this list did not write is the first page
+    expect(event_ids(admin.get("/webhook_inbox/events?#{query('cursor' => cursor(['0000-01-01T00:00:00Z', 'dash:a', 'x']))}").last))
+      .to include("evt_n1")
+    expect(admin.get("/webhook_inbox/events?#{query('from' => '0000-01-01T00:00:00Z')}").last).to include("from: not a time")
+  end
+
+  # Issue 16 item 7: type=* and from=1970 passed the guard against a bulk action on every event.
+  it "refuses a bulk action whose filter leaves out none of the events: type *, or a time range holding them all" do
+    insert("evt_g1", status: "done", received: "now() - interval '2 days'")
+    insert("evt_g2", status: "done", type: "charge.paid")
+    iso = ->(sql) { db_psql("SELECT to_char((#{sql}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')").strip }
+    oldest = db_psql("SELECT min(received_at) FROM webhook_inbox WHERE status = 'done'").strip
+    newest = db_psql("SELECT max(received_at) FROM webhook_inbox WHERE status = 'done'").strip
+    every = [{ "type" => "*" }, { "from" => "1970-01-01T00:00" }, { "to" => "9999-12-31T00:00" },
+             { "from" => iso.("'#{oldest}'::timestamptz") }, { "type" => "*", "from" => "0001-01-01T00:00:00Z", "to" => "9999-01-01T00:00" },
+             { "to" => iso.("'#{newest}'::timestamptz + interval '1 microsecond'") }]
+    every.each do |f|
+      expect([f, admin.get("/webhook_inbox/bulk?#{query(f.merge('kind' => 'replay'))}").first]).to eq([f, 422])
+    end
+    admin.get("/webhook_inbox/bulk?kind=replay&scope=dash:a&event_id=evt_g1") # a page, for the CSRF token
+    expect(admin.post("/webhook_inbox/bulk", { "kind" => "replay", "type" => "*" }).first).to eq(422)
+    expect(db_psql("SELECT count(*) FROM webhook_inbox WHERE event_id LIKE 'evt_g%' AND status = 'done'").to_i).to eq(2)
+    narrow = [{ "type" => "charge.*" }, { "from" => iso.("'#{oldest}'::timestamptz + interval '1 microsecond'") },
+              { "to" => iso.("'#{newest}'::timestamptz") }, { "scope" => "dash:a", "type" => "*" }]
+    narrow.each do |f|
+      status, _, body = admin.get("/webhook_inbox/bulk?#{query(f.merge('kind' => 'replay'))}")
+      expect([f, status, body[%r{<strong>(\d+)</strong>}, 1]]).to eq([f, 200, f.key?("scope") ? "2" : "1"])
+    end
+  end
+
   it "filters by status, scope, type prefix, time range and error text; bulk replay counts the filter" do
     insert("evt_1", status: "done", type: "invoice.paid", received: "now() - interval '3 hours'")
     insert("evt_2", status: "quarantined", type: "invoice.failed", error: "WIR01: upstream TIMEOUT")

@@ -203,6 +203,83 @@ RSpec.describe "webhook-inbox-sidecar /metrics", :sidecar do
     slow&.each(&:close)
   end
 
+  # Issue 16 item 5: 64 connections that each sent a whole GET /metrics and never read their
+  # answer made 50 of 50 real scrapes fail (every slot held by a response not taken).
+  it "serves real scrapes while one client keeps every slot full of requests whose answers it never reads" do
+    _pid, _log, host, port = start
+    hog = lambda do
+      s = Socket.new(:INET, :STREAM)
+      s.setsockopt(:SOCKET, :RCVBUF, 1024)
+      s.connect(Socket.sockaddr_in(port, host))
+      s.write("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+      expect(s.wait_readable(10)).to be_truthy # answered (never read): past its request
+      s
+    end
+    hogs = Array.new(64) { hog.call }
+    codes = Array.new(50) do
+      hogs << hog.call # one more for each scrape: the table stays full of them
+      get(host, port).code
+    rescue EOFError, SystemCallError, Net::ReadTimeout => e
+      e.class.name
+    end
+    expect(codes.tally).to eq("200" => 50)
+  ensure
+    hogs&.each(&:close)
+  end
+
+  # Issue 17 item 6: gauges read minutes earlier were served as current (300 pending while
+  # the table had 12). Here the stats read is held up by a lock: a scrape shows gauges no
+  # older than the refresh interval, or leaves them out with webhook_inbox_stats_up 0.
+  it "never serves gauges older than the refresh interval as current: it leaves them out, then reads them again" do
+    3.times { |i| db.insert_event("st#{i}", "no.route.here", {}) }
+    _pid, _log, host, port = start
+    wait_for(20, 0.2, "the first read") { PrometheusText.value(scrape(host, port), "webhook_inbox_events_pending") == 3.0 }
+    inserts = Array.new(9) { |i| "('#{SidecarHelper::SCOPE}', 'st_l#{i}', 'no.route.here', '{}')" }.join(", ")
+    locker = Thread.new do
+      db.psql("BEGIN; LOCK TABLE webhook_inbox IN ACCESS EXCLUSIVE MODE; " \
+              "INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES #{inserts}; " \
+              "SELECT pg_sleep(9); COMMIT")
+    end
+    wait_for(10, 0.05, "the lock") do
+      db.psql("SELECT count(*) FROM pg_locks WHERE relation = 'webhook_inbox'::regclass AND mode = 'AccessExclusiveLock' " \
+              "AND granted").to_i == 1
+    end
+    seen = []
+    while locker.alive?
+      f = scrape(host, port)
+      up = PrometheusText.value(f, "webhook_inbox_stats_up")
+      if up == 1.0
+        expect(PrometheusText.value(f, "webhook_inbox_stats_age_seconds")).to be <= 5.0 # WI_EXPORTER_REFRESH_S
+        expect([3.0, 12.0]).to include(PrometheusText.value(f, "webhook_inbox_events_pending")) # before, after the commit
+      else
+        expect(f).not_to have_key("webhook_inbox_events_pending")
+        expect(f).not_to have_key("webhook_inbox_stats_age_seconds")
+      end
+      seen << up
+      sleep 0.3
+    end
+    locker.join
+    expect(seen).to include(0.0) # the read was held up past the interval: left out, not shown old
+    wait_for(15, 0.3, "read again once the lock is gone") do
+      PrometheusText.value(scrape(host, port), "webhook_inbox_events_pending") == 12.0
+    end
+  ensure
+    locker&.join
+  end
+
+  it "reads the gauges again at once over a new connection when the old one was lost (a PostgreSQL restart)" do
+    _pid, _log, host, port = start
+    wait_for(20, 0.2, "the first read") { PrometheusText.value(scrape(host, port), "webhook_inbox_stats_up") == 1.0 }
+    killed = db.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity " \
+                     "WHERE query ~ 'FROM webhook_inbox_outbox_stats\\(\\)$|webhook_inbox_unrouted\\(\\) u' AND pid <> pg_backend_pid()").to_i
+    expect(killed).to eq(1)
+    ups = Array.new(25) do
+      sleep 0.3
+      PrometheusText.value(scrape(host, port), "webhook_inbox_stats_up")
+    end
+    expect(ups.uniq).to eq([1.0]) # 7.5 s: past the next read, which found the connection gone
+  end
+
   it "keeps serving the process counters with webhook_inbox_stats_up 0 when the inbox cannot be read" do
     empty = "metrics_empty_#{SecureRandom.hex(3)}"
     TestDatabase.cluster.psql("CREATE DATABASE #{empty}", db: "postgres")

@@ -11,6 +11,8 @@ module WebhookInbox
      ::ActionController::Helpers].each { |m| include m unless self < m }
 
     protect_from_forgery with: :exception, prepend: true
+    # A parameter the dashboard cannot use (see EventList) is the client's error: 400, never 500.
+    rescue_from(EventList::BadFilter) { |e| render plain: e.message, status: :bad_request }
     layout "webhook_inbox/application"
     helper WebhookInbox::DashboardHelper
 

@@ -4,9 +4,10 @@ module WebhookInbox
   # Requeue (quarantined -> pending) and replay (done -> pending), for one event or a filter:
   # GET shows how many events would move now (webhook_inbox_requeue_count) and asks to
   # confirm; POST (CSRF-checked) runs webhook_inbox_requeue, which records who and when in
-  # webhook_inbox_actions. An empty filter (every quarantined or done event) is refused.
+  # webhook_inbox_actions. A filter that leaves out none of the quarantined or done events
+  # (empty, a type of "*", a time range holding them all: EventList#every_event?) is refused.
   class BulkController < ApplicationController
-    ACTIONS = %w[requeue replay].freeze
+    ACTIONS = { "requeue" => "quarantined", "replay" => "done" }.freeze # each action and the status it moves
 
     def new
       @kind, @list = kind_and_list
@@ -44,9 +45,10 @@ module WebhookInbox
       if !ACTIONS.include?(kind)
         render plain: "kind must be requeue or replay", status: :unprocessable_entity
         nil
-      elsif list.to_requeue_filter.empty?
-        render plain: "give a filter (scope, event id, type, time range or error text): a bulk action on every " \
-                      "#{kind == 'requeue' ? 'quarantined' : 'done'} event is refused here", status: :unprocessable_entity
+      elsif dashboard_connection { |c| list.every_event?(c, ACTIONS[kind]) }
+        render plain: "give a filter that leaves some out (scope, event id, type, a time range inside the stored " \
+                      "events, or error text): a bulk action on every #{ACTIONS[kind]} event is refused here",
+               status: :unprocessable_entity
         nil
       else
         [kind, list]

@@ -13,7 +13,7 @@ module WebhookInbox
 
     def show
       @event = dashboard_connection do |c|
-        c.select_one(<<~SQL.squish, "WebhookInbox event", [params[:scope].to_s, params[:id].to_s])
+        c.select_one(<<~SQL.squish, "WebhookInbox event", [EventList.text(params, :scope).to_s, EventList.text(params, :id).to_s])
           SELECT source_scope, event_id, event_type, status, attempts, last_error, outcome, payload::text AS payload,
                  octet_length(raw_body) AS raw_bytes, attempt_log::text AS attempt_log, request_headers::text AS request_headers,
                  to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS received_at,

@@ -14,7 +14,14 @@ module WebhookInbox
   # quarantined), scope, event_id, type (exact, or 'prefix*'), from/to (received_at, UTC,
   # [from, to)), error (case-insensitive text in last_error). to_requeue_filter gives the
   # same filter as webhook_inbox_requeue() reads it, so a bulk action moves what the list shows.
+  #
+  # Parameters are the client's: a value that is not one string of UTF-8 text without NUL, a
+  # status not listed or a time outside 0001-9999 raises BadFilter (a 400, never a filter
+  # silently wider than asked). A cursor that is not one this list wrote gives the first page.
   class EventList
+    # A filter parameter the list cannot use; the message names it, never echoes its value.
+    class BadFilter < ArgumentError; end
+
     STATUSES = %w[pending retrying done quarantined].freeze
     KEYS = %w[status scope event_id type from to error].freeze
     COLUMNS = <<~SQL.squish
@@ -25,18 +32,48 @@ module WebhookInbox
 
     attr_reader :filter
 
-    # params: a Hash-like of strings; unknown keys, bad statuses and unparsable times are dropped.
+    # params: a Hash-like of strings; unknown keys are ignored, empty values are no filter.
+    # Raises BadFilter (see above).
     def initialize(params)
       @filter = {}
       KEYS.each do |k|
-        v = params[k].to_s.strip
+        v = self.class.text(params, k).to_s.strip
         next if v.empty?
 
-        v = parse_time(v) if %w[from to].include?(k)
-        next if v.nil? || (k == "status" && !STATUSES.include?(v))
-
+        if %w[from to].include?(k)
+          v = self.class.parse_time(v) or raise BadFilter, "#{k}: not a time from 0001 to 9999 (ISO 8601, or 2026-01-31T00:00 read as UTC)"
+        elsif k == "status" && !STATUSES.include?(v)
+          raise BadFilter, "status: one of #{STATUSES.join(', ')}"
+        end
         @filter[k] = v
       end
+    end
+
+    # params[key] as one String of UTF-8 text without NUL (what PostgreSQL's text takes), or
+    # nil when absent; raises BadFilter for anything else (a list, a hash, a NUL, bad UTF-8).
+    def self.text(params, key)
+      v = params[key]
+      return nil if v.nil?
+      raise BadFilter, "#{key}: one value expected" unless v.is_a?(String)
+      raise BadFilter, "#{key}: not UTF-8 text without NUL" unless text?(v)
+
+      v
+    end
+
+    def self.text?(value)
+      value.is_a?(String) && value.dup.force_encoding(Encoding::UTF_8).valid_encoding? && !value.include?("\0")
+    end
+
+    # ISO 8601 or the browser's datetime-local ("2026-01-02T03:04"), read as UTC, as UTC ISO
+    # 8601 text with microseconds; nil if neither, or outside 0001-9999 (PostgreSQL refuses
+    # year 0, and a wider range says nothing more).
+    def self.parse_time(text)
+      text = "#{text}:00" if text.match?(/\A\d{4}-\d\d-\d\dT\d\d:\d\d\z/)
+      text = "#{text}Z" if text.match?(/\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\z/)
+      t = Time.iso8601(text).utc
+      (1..9999).cover?(t.year) ? t.iso8601(6) : nil
+    rescue ArgumentError, RangeError
+      nil
     end
 
     # [rows (Hashes), next cursor or nil] for the page after cursor (nil: the first page).
@@ -59,6 +96,22 @@ module WebhookInbox
     # The filter for webhook_inbox_requeue / _count (status left out: the action decides it).
     def to_requeue_filter
       @filter.except("status")
+    end
+
+    # Whether the filter leaves out none of the stored events of status, so that a bulk action
+    # would move every one of them: no scope, event id or error text, a type of at most "*",
+    # and no time range or one that holds them all (from at or before the oldest, to after
+    # the newest; one indexed min and max).
+    def every_event?(connection, status)
+      f = to_requeue_filter
+      return false if f.key?("scope") || f.key?("event_id") || f.key?("error") || f.fetch("type", "*") != "*"
+      return true unless f.key?("from") || f.key?("to")
+
+      connection.select_value(<<~SQL.squish, "WebhookInbox filter range", [f["from"], f["to"], status]).to_i == 1
+        SELECT CASE WHEN (($1::timestamptz IS NULL OR $1::timestamptz <= min(received_at))
+                      AND ($2::timestamptz IS NULL OR $2::timestamptz > max(received_at))) IS NOT FALSE THEN 1 ELSE 0 END
+          FROM webhook_inbox WHERE status = $3
+      SQL
     end
 
     # The action a bulk change of this list would be: requeue (quarantined), replay (done), or nil.
@@ -95,25 +148,20 @@ module WebhookInbox
       [where, binds]
     end
 
-    # ISO 8601 or the browser's datetime-local ("2026-01-02T03:04"), read as UTC; nil if neither.
-    def parse_time(text)
-      text = "#{text}:00" if text.match?(/\A\d{4}-\d\d-\d\dT\d\d:\d\d\z/)
-      text = "#{text}Z" if text.match?(/\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\z/)
-      Time.iso8601(text).utc.iso8601(6)
-    rescue ArgumentError
-      nil
-    end
-
     def encode_cursor(row)
       Base64.urlsafe_encode64(JSON.generate(row.values_at("received_at", "source_scope", "event_id")), padding: false)
     end
 
+    # [received_at, scope, event id] from a cursor this list wrote, else nil (the first page).
     def decode_cursor(cursor)
-      return nil if cursor.to_s.empty?
+      return nil unless cursor.is_a?(String) && !cursor.empty?
 
-      values = JSON.parse(Base64.urlsafe_decode64(cursor.to_s))
-      values.is_a?(Array) && values.size == 3 && values.all?(String) && Time.iso8601(values[0]) ? values : nil
-    rescue ArgumentError, JSON::ParserError
+      values = JSON.parse(Base64.urlsafe_decode64(cursor))
+      return nil unless values.is_a?(Array) && values.size == 3 && values.all? { |v| self.class.text?(v) }
+
+      at = self.class.parse_time(values[0])
+      at && [at, *values.drop(1)]
+    rescue ArgumentError, EncodingError, JSON::ParserError
       nil
     end
   end
