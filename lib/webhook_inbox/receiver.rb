@@ -157,8 +157,11 @@ module WebhookInbox
       return reject(400, too_long) if too_long
 
       headers = @keep_headers ? { headers: RequestHeaders.from_env(env) } : NO_HEADERS
+      # The stored payload is what the signature covers: the raw body, or (a signature over a
+      # few fields only, Didit's X-Signature-Simple) the signed fields alone.
+      payload = event.body_signed == false ? event.body : body
       receipt = @inbox.insert(source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s,
-                              payload: body, raw: form, **headers)
+                              payload: payload, raw: form, **headers)
       Result.new(http_status: 200, status: receipt.status, receipt: receipt, event: event)
     rescue VerificationError => e
       status = if e.reason == :payload_too_large then 413

@@ -222,4 +222,20 @@ RSpec.describe WebhookInbox::Endpoint do
   it "inspect shows no secret" do
     expect(endpoint.inspect).not_to include(ENDPOINT_SECRET)
   end
+
+  it "stores only what the signature covers: a Didit Simple delivery keeps its four signed fields, never the body's decision" do
+    didit = described_class.new(provider: :didit, secrets: [ENDPOINT_SECRET], source_scope: scope, inbox: inbox,
+                                allow_simple: true)
+    now = Time.now.to_i
+    signed = "#{now}:sess_1:Approved:status.updated"
+    body = %({"decision":{"status":"Declined"},"event_id":"e1","session_id":"sess_1","status":"Approved",) +
+           %("timestamp":#{now},"webhook_type":"status.updated"})
+    sig = OpenSSL::HMAC.hexdigest("SHA256", ENDPOINT_SECRET, signed)
+    status, = didit.call(rack_env(body, { "Content-Type" => "application/json", "X-Signature-Simple" => sig }))
+    expect(status).to eq(200)
+    row = inbox_rows(pg, scope).first
+    expect(row[:event_id]).to eq(Digest::SHA256.hexdigest(signed))
+    expect(JSON.parse(row[:payload])).to eq("session_id" => "sess_1", "status" => "Approved", "timestamp" => now,
+                                            "webhook_type" => "status.updated")
+  end
 end
