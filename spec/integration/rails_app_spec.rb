@@ -91,6 +91,12 @@ RSpec.describe "Rails app with WebhookInbox::Controller" do
     expect(post_stripe("/webhooks/stripe_tx", stripe_body("evt_tx_ok")).values_at(0, 2)).to eq([200, %({"status":"duplicate"})])
     expect(@pg.psql("SELECT count(*) FROM tx_effects WHERE event_id = 'evt_tx_ok'").to_i).to eq(1)
 
+    # Concurrent deliveries of one event: the second insert waits for the first transaction,
+    # then is a duplicate; the block ran once.
+    answers = Array.new(4) { Thread.new { post_stripe("/webhooks/stripe_tx", stripe_body("evt_tx_race")) } }.map(&:value)
+    expect(answers.map { |a| JSON.parse(a[2])["status"] }.sort).to eq(%w[accepted duplicate duplicate duplicate])
+    expect(@pg.psql("SELECT count(*) FROM tx_effects WHERE event_id = 'evt_tx_race'").to_i).to eq(1)
+
     # A failing block rolls back both and its exception reaches Rails (500; Rails answers
     # RecordNotFound 404): the sender retries. Its own ActiveRecord errors are not a store
     # outage (503), and a Rollback is no 200.
