@@ -1,34 +1,21 @@
 # frozen_string_literal: true
 
 require "spec_helper"
-require "open3"
-require "json"
-require "bundler"
-require_relative "../support/receiver_helpers"
+require_relative "../support/generated_rails_app"
 require "webhook_inbox/testing/signing"
 
-# A freshly generated Rails 7.2 app (rails new --api --database=postgresql) going through the
-# README's steps and the ordinary Rails lifecycle, with the gem built and installed as a user
-# gets it (gem build + gem install: the C extension and the sidecar compiled by RubyGems) and
-# the app's Gemfile naming it exactly as the README does. The database comes from
-# config/database.yml and libpq's PG* variables: DATABASE_URL is never set.
+# A freshly generated Rails 7.2 app (GeneratedRailsApp: rails new --api --database=postgresql,
+# the gem built and installed as a user gets it) going through the README's steps and the
+# ordinary Rails lifecycle.
 RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
+  include GeneratedRailsApp
+
   root = ReceiverHelpers::ROOT
   secret = LIFECYCLE_SECRET = "whsec_lifecycle"
   effect_secret = "whsec_#{['lifecycle-effects-key'].pack('m0')}"
   scope = "stripe:acct_1:test"
 
-  before(:all) do
-    @pg = ThrowawayPostgres.new
-    @work = Dir.mktmpdir("wi-rails-app-")
-    @gems = File.join(@work, "gems")
-    @app = File.join(@work, "shop")
-    @env = { "PGHOST" => @pg.socket_dir, "PGPORT" => @pg.port.to_s, "PGUSER" => @pg.url[/user=(\S+)/, 1],
-             "GEM_HOME" => @gems, "GEM_PATH" => [@gems, *Gem.path].join(":"), "DATABASE_URL" => nil,
-             "BUNDLE_GEMFILE" => nil, "RUBYOPT" => nil, "RUBYLIB" => nil, "DISABLE_DATABASE_ENVIRONMENT_CHECK" => "1" }
-    install_gem(root)
-    generate_app(root)
-  end
+  before(:all) { create_generated_app }
 
   # The example starts Puma and the sidecar: its own ivars, which after(:all) cannot see (it
   # left both running after every run).
@@ -40,51 +27,7 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     @puma&.stop
   end
 
-  after(:all) do
-    @pg&.destroy
-    FileUtils.rm_rf(@work) if @work
-  end
-
-  def sh(*cmd, env: {}, ok: true)
-    out, status = Bundler.with_unbundled_env { Open3.capture2e(@env.merge(env), *cmd, chdir: @app) }
-    expect(status.success?).to eq(ok), "#{cmd.join(' ')} exited #{status.exitstatus}:\n#{out}"
-    out
-  end
-
-  def install_gem(root)
-    out, st = Bundler.with_unbundled_env { Open3.capture2e("gem", "build", "webhook_inbox.gemspec", "-o", File.join(@work, "wi.gem"), chdir: root) }
-    raise "gem build failed: #{out}" unless st.success?
-
-    out, st = Bundler.with_unbundled_env do
-      Open3.capture2e("gem", "install", "--local", "--ignore-dependencies", "--no-document", "--install-dir", @gems, File.join(@work, "wi.gem"))
-    end
-    raise "gem install failed: #{out}" unless st.success?
-  end
-
-  def generate_app(root)
-    out, st = Bundler.with_unbundled_env do
-      Open3.capture2e({ "BUNDLE_GEMFILE" => File.join(root, "Gemfile") }, "bundle", "exec", "rails", "new", @app, "--api", "--minimal",
-                      "--database=postgresql", "--skip-bundle", "--skip-git", chdir: @work)
-    end
-    raise "rails new failed: #{out}" unless st.success?
-
-    gemfile = File.read(File.join(@app, "Gemfile")).lines.reject { |l| l =~ /gem "(debug|brakeman|rubocop-rails-omakase|bootsnap)"/ }
-    File.write(File.join(@app, "Gemfile"), gemfile.join + %(gem "webhook_inbox_pg"\n))
-    # The newest Rails 7.2 app boots bootsnap when present; it was removed from the Gemfile.
-    boot = File.join(@app, "config/boot.rb")
-    File.write(boot, File.read(boot).sub(/^require "bootsnap\/setup".*$/, ""))
-    sh("bundle", "install", "--local")
-  end
-
-  def write(path, text)
-    full = File.join(@app, path)
-    FileUtils.mkdir_p(File.dirname(full))
-    File.write(full, text)
-  end
-
-  def psql(sql, db: "shop_development")
-    @pg.psql(sql, db: db).strip
-  end
+  after(:all) { remove_generated_app }
 
   def signed_payment(event_id, order_id, amount)
     body = JSON.generate(id: event_id, type: "payment_intent.succeeded",
