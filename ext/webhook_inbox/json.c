@@ -311,9 +311,14 @@ static int value(struct scan *s, int depth, struct wi_json_field *f)
     }
     switch (*s->p) {
     case '{':
-    case '[':
-        if ((s->flags & WI_JSON_STOP_EARLY) && depth > 0) return skip_container(s);
-        return *s->p == '{' ? object(s, depth) : array(s, depth);
+    case '[': {
+        const char *start = s->p;
+        int r = (s->flags & WI_JSON_STOP_EARLY) && depth > 0 ? skip_container(s)
+                : *s->p == '{'                               ? object(s, depth)
+                                                             : array(s, depth);
+        if (!r && f) f->value = (struct wi_slice){start, (size_t)(s->p - start)};
+        return r;
+    }
     case '"': {
         unsigned sflags = 0;
         struct wi_slice v;

@@ -23,8 +23,8 @@ enum wi_json_kind { WI_JSON_ABSENT = 0, WI_JSON_STRING, WI_JSON_NUMBER, WI_JSON_
 struct wi_json_field {
     const char *name;      /* in: key to find (compared to the raw, unescaped key bytes) */
     int kind;              /* out: enum wi_json_kind of the first member with that key */
-    struct wi_slice value; /* out: string contents between the quotes (escapes kept), or
-                              the number's text */
+    struct wi_slice value; /* out: string contents between the quotes (escapes kept), the
+                              number's text, or an object's or array's whole text */
     int escaped;           /* out: 1 when the string holds backslash escapes */
     int duplicate;         /* out: 1 when the scan met the key again at the top level (a
                               scan with STOP_EARLY alone may stop before) */

@@ -1,46 +1,15 @@
-/* sig.c - signature scheme dispatch and rules: body limit first, any secret may match,
- * constant-time comparison, timestamp tolerance, event id/type extraction. */
+/* sig.c - the verification engine: reads a provider entry (provider.h) and applies the same
+ * rules to every provider - body limit first, any secret may match, constant-time HMAC
+ * comparison or an EVP public-key check, timestamp tolerance, id/type/time extraction,
+ * challenges. Secrets are parsed once, when added. */
 #include "sig.h"
 
 #include <openssl/crypto.h>
 #include <stdlib.h>
 #include <string.h>
-#include "canon.h"
 #include "json.h"
+#include "sig_engine.h"
 #include "sig_header.h"
-
-#define MAX_CANDIDATES 16 /* signatures considered per header; more are ignored */
-#define MAX_PARTS 16
-#define MAX_TOKENS 15
-
-enum tok_kind { TOK_LIT, TOK_TS, TOK_ID, TOK_BODY };
-
-struct tok {
-    enum tok_kind kind;
-    struct wi_slice lit; /* TOK_LIT: slice of v->tmpl */
-};
-
-/* Invariant: keys[0..nkeys) all use alg; names[] hold the header slots of the scheme. */
-struct wi_sig_verifier {
-    struct wi_sig_config cfg;     /* string fields point at the owned copies below */
-    char *prefix, *sig_header, *ts_header, *id_header, *tmpl;
-    struct tok tokens[MAX_TOKENS]; /* generic scheme: parsed template */
-    size_t ntokens;
-    enum wi_hmac_alg alg;
-    size_t dlen;                   /* digest length */
-    struct wi_hmac_key **keys;
-    size_t nkeys, capkeys;
-    const char *names[WI_SIG_MAX_HEADERS];
-    size_t nnames;
-};
-
-/* Signatures offered for one signed content, decoded to bytes. */
-struct group {
-    struct wi_slice parts[MAX_PARTS];
-    size_t nparts;
-    unsigned char sig[MAX_CANDIDATES][WI_HMAC_MAX];
-    size_t nsig;
-};
 
 static char *dup_or_null(const char *s, int *oom)
 {
@@ -50,20 +19,29 @@ static char *dup_or_null(const char *s, int *oom)
     return d;
 }
 
+static int is_hmac(enum wi_alg a) { return a <= WI_ALG_HMAC_SHA512; }
+
+static enum wi_hmac_alg hmac_alg(enum wi_alg a)
+{
+    return a == WI_ALG_HMAC_SHA1 ? WI_HMAC_SHA1 : a == WI_ALG_HMAC_SHA512 ? WI_HMAC_SHA512 : WI_HMAC_SHA256;
+}
+
+/* Parses v->p.tmpl into v->tokens and checks it against the entry's headers. */
 static int parse_template(struct wi_sig_verifier *v, struct wi_err *err)
 {
-    const char *p = v->tmpl, *end = v->tmpl + strlen(v->tmpl);
+    const char *p = v->p.tmpl, *end = p + strlen(p);
     int bodies = 0, signs_ts = 0;
+    int has_ts = v->p.ts_slot != WI_NO_SLOT || v->p.kv_ts, has_id = v->p.id_slots[0] != WI_NO_SLOT;
     while (p < end) {
-        if (v->ntokens >= MAX_TOKENS)
+        if (v->ntokens >= WI_SIG_MAX_TOKENS)
             return wi_err_set(err, WI_ERR_ARG, "signed-content template has too many parts");
-        struct tok *t = &v->tokens[v->ntokens++];
+        struct wi_tok *t = &v->tokens[v->ntokens++];
         if (*p == '{') {
             const char *close = memchr(p, '}', (size_t)(end - p));
             size_t n = close ? (size_t)(close - p + 1) : 0;
-            if (n == 11 && !memcmp(p, "{timestamp}", 11)) t->kind = TOK_TS;
-            else if (n == 4 && !memcmp(p, "{id}", 4)) t->kind = TOK_ID;
-            else if (n == 6 && !memcmp(p, "{body}", 6)) t->kind = TOK_BODY, bodies++;
+            if (n == 11 && !memcmp(p, "{timestamp}", 11)) t->kind = WI_TOK_TS;
+            else if (n == 4 && !memcmp(p, "{id}", 4)) t->kind = WI_TOK_ID;
+            else if (n == 6 && !memcmp(p, "{body}", 6)) t->kind = WI_TOK_BODY, bodies++;
             else
                 return wi_err_set(err, WI_ERR_ARG,
                                   "signed-content template: unknown placeholder (use {timestamp}, {id}, {body})");
@@ -71,7 +49,7 @@ static int parse_template(struct wi_sig_verifier *v, struct wi_err *err)
         } else {
             const char *brace = memchr(p, '{', (size_t)(end - p));
             const char *stop = brace ? brace : end;
-            t->kind = TOK_LIT;
+            t->kind = WI_TOK_LIT;
             t->lit = (struct wi_slice){p, (size_t)(stop - p)};
             p = stop;
         }
@@ -79,42 +57,59 @@ static int parse_template(struct wi_sig_verifier *v, struct wi_err *err)
     if (bodies != 1)
         return wi_err_set(err, WI_ERR_ARG, "signed-content template must contain {body} exactly once");
     for (size_t i = 0; i < v->ntokens; i++) {
-        if (v->tokens[i].kind == TOK_TS && !v->ts_header)
+        if (v->tokens[i].kind == WI_TOK_TS && !has_ts)
             return wi_err_set(err, WI_ERR_ARG, "template uses {timestamp} but no timestamp header is set");
-        if (v->tokens[i].kind == TOK_ID && !v->id_header)
+        if (v->tokens[i].kind == WI_TOK_ID && !has_id)
             return wi_err_set(err, WI_ERR_ARG, "template uses {id} but no id header is set");
-        signs_ts |= v->tokens[i].kind == TOK_TS;
+        signs_ts |= v->tokens[i].kind == WI_TOK_TS;
     }
     /* A time check on a header the signature does not cover stops no replay: the sender of a
      * replay writes a fresh value. Refused rather than offered as protection. (An unsigned
      * id header is how GitHub and Shopify work; it stays allowed, and id_from_body offers
      * deduplication on the signed body instead.) */
-    if (v->ts_header && !signs_ts)
+    if (v->p.ts_slot != WI_NO_SLOT && !signs_ts)
         return wi_err_set(err, WI_ERR_ARG,
                           "timestamp header is set but the template does not sign {timestamp}: its time "
                           "check would not stop replays (add {timestamp} to the template, or drop the header)");
     return 0;
 }
 
+/* "hmac": the entry's headers, algorithm and template come from the configuration. */
+static int configure_generic(struct wi_sig_verifier *v, const struct wi_sig_config *cfg, struct wi_err *err)
+{
+    int oom = 0;
+    if ((unsigned)cfg->alg > WI_HMAC_SHA512 || (unsigned)cfg->encoding > WI_SIG_BASE64)
+        return wi_err_set(err, WI_ERR_ARG, "unknown HMAC algorithm or encoding");
+    if (!cfg->signature_header || !*cfg->signature_header)
+        return wi_err_set(err, WI_ERR_ARG, "generic HMAC needs a signature header name");
+    v->prefix = dup_or_null(cfg->prefix, &oom);
+    v->sig_header = dup_or_null(cfg->signature_header, &oom);
+    v->ts_header = dup_or_null(cfg->timestamp_header, &oom);
+    v->id_header = dup_or_null(cfg->id_header, &oom);
+    v->tmpl = dup_or_null(cfg->template ? cfg->template : "{body}", &oom);
+    if (oom) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    v->p.headers[0] = v->sig_header;
+    v->p.headers[1] = v->ts_header;
+    v->p.headers[2] = v->id_header;
+    v->p.sig_slot = 0;
+    v->p.ts_slot = v->ts_header ? 1 : WI_NO_SLOT;
+    v->p.id_slots[0] = v->id_header ? 2 : WI_NO_SLOT;
+    v->p.id_required = v->id_header != NULL;
+    v->p.prefix = v->prefix && *v->prefix ? v->prefix : NULL;
+    v->p.enc = cfg->encoding;
+    v->p.versions[0].alg = cfg->alg == WI_HMAC_SHA1 ? WI_ALG_HMAC_SHA1
+                           : cfg->alg == WI_HMAC_SHA512 ? WI_ALG_HMAC_SHA512 : WI_ALG_HMAC_SHA256;
+    v->p.tmpl = v->tmpl;
+    v->nnames = 3;
+    return 0;
+}
+
 struct wi_sig_verifier *wi_sig_verifier_new(const struct wi_sig_config *cfg, struct wi_err *err)
 {
-    static const char *const sets[][WI_SIG_MAX_HEADERS] = {
-        [WI_SCHEME_STRIPE] = {"stripe-signature"},
-        [WI_SCHEME_STANDARD] = {"webhook-id", "webhook-timestamp", "webhook-signature", "svix-id",
-                                "svix-timestamp", "svix-signature"},
-        [WI_SCHEME_GITHUB] = {"x-hub-signature-256", "x-github-delivery", "x-github-event"},
-        [WI_SCHEME_SHOPIFY] = {"x-shopify-hmac-sha256", "x-shopify-webhook-id",
-                               "x-shopify-event-id", "x-shopify-topic"},
-        [WI_SCHEME_SLACK] = {"x-slack-signature", "x-slack-request-timestamp"},
-        [WI_SCHEME_PADDLE] = {"paddle-signature"},
-        /* not X-Timestamp: no Didit signature covers it, so it is never read */
-        [WI_SCHEME_DIDIT] = {"x-signature", "x-signature-v2", "x-signature-simple"},
-        [WI_SCHEME_HMAC] = {NULL},
-    };
+    const struct wi_provider *p = wi_provider_find(cfg->provider);
     struct wi_sig_verifier *v;
-    int oom = 0;
 
-    if ((unsigned)cfg->scheme > WI_SCHEME_HMAC) {
+    if (!p) {
         wi_err_set(err, WI_ERR_ARG, "unknown signature scheme");
         return NULL;
     }
@@ -123,35 +118,11 @@ struct wi_sig_verifier *wi_sig_verifier_new(const struct wi_sig_config *cfg, str
         return NULL;
     }
     v->cfg = *cfg;
-    v->alg = cfg->scheme == WI_SCHEME_HMAC ? cfg->alg : WI_HMAC_SHA256;
-    v->dlen = wi_hmac_size(v->alg);
-    if (cfg->scheme != WI_SCHEME_HMAC) {
-        for (size_t i = 0; i < WI_SIG_MAX_HEADERS; i++)
-            if ((v->names[i] = sets[cfg->scheme][i])) v->nnames = i + 1;
-        return v;
-    }
-    if ((unsigned)cfg->alg > WI_HMAC_SHA512 || (unsigned)cfg->encoding > WI_SIG_BASE64) {
-        wi_err_set(err, WI_ERR_ARG, "unknown HMAC algorithm or encoding");
-        goto fail;
-    }
-    if (!cfg->signature_header || !*cfg->signature_header) {
-        wi_err_set(err, WI_ERR_ARG, "generic HMAC needs a signature header name");
-        goto fail;
-    }
-    v->prefix = dup_or_null(cfg->prefix, &oom);
-    v->sig_header = dup_or_null(cfg->signature_header, &oom);
-    v->ts_header = dup_or_null(cfg->timestamp_header, &oom);
-    v->id_header = dup_or_null(cfg->id_header, &oom);
-    v->tmpl = dup_or_null(cfg->template ? cfg->template : "{body}", &oom);
-    if (oom) {
-        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    v->names[0] = v->sig_header;
-    v->names[1] = v->ts_header;
-    v->names[2] = v->id_header;
-    v->nnames = 3;
-    if (parse_template(v, err)) goto fail;
+    v->p = *p;
+    if (!strcmp(p->name, "hmac") && configure_generic(v, cfg, err)) goto fail;
+    for (size_t i = 0; i < WI_SIG_MAX_HEADERS; i++)
+        if ((v->names[i] = v->p.headers[i])) v->nnames = i + 1;
+    if (!v->p.custom && parse_template(v, err)) goto fail;
     return v;
 fail:
     wi_sig_verifier_free(v);
@@ -161,7 +132,10 @@ fail:
 void wi_sig_verifier_free(struct wi_sig_verifier *v)
 {
     if (!v) return;
-    for (size_t i = 0; i < v->nkeys; i++) wi_hmac_key_free(v->keys[i]);
+    for (size_t i = 0; i < v->nkeys; i++) {
+        wi_hmac_key_free(v->keys[i].hmac);
+        wi_pkey_free(v->keys[i].pk);
+    }
     free(v->keys);
     free(v->prefix);
     free(v->sig_header);
@@ -171,15 +145,63 @@ void wi_sig_verifier_free(struct wi_sig_verifier *v)
     free(v);
 }
 
+const struct wi_provider *wi_sig_verifier_provider(const struct wi_sig_verifier *v)
+{
+    return &v->p;
+}
+
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
+
+/* The version a secret is for: the first whose key_prefix it starts with, else the first
+ * without one; -1 when none takes it. */
+static int version_of(const struct wi_provider *p, const char *s, size_t n)
+{
+    for (int i = 0; i < 2 && (i == 0 || p->versions[i].tag); i++) {
+        const char *kp = p->versions[i].key_prefix;
+        if (kp && n >= strlen(kp) && !memcmp(s, kp, strlen(kp))) return i;
+    }
+    for (int i = 0; i < 2 && (i == 0 || p->versions[i].tag); i++)
+        if (!p->versions[i].key_prefix) return i;
+    return -1;
+}
+
+/* Decodes secret s[0..n) in the version's key form into out (cap bytes). Returns its length,
+ * or -1 and fills *err. */
+static long decode_key(const struct wi_sig_version *ver, const char *s, size_t n, unsigned char *out,
+                       size_t cap, size_t idx, struct wi_err *err)
+{
+    struct wi_slice rest = {s, n};
+    long dl;
+    if (ver->key_prefix) wi_slice_strip_prefix(rest, ver->key_prefix, &rest);
+    switch (ver->key) {
+    case WI_KEY_RAW:
+        return -2; /* the secret itself */
+    case WI_KEY_WHSEC:
+        wi_slice_strip_prefix(rest, "whsec_", &rest);
+        if ((dl = wi_b64_decode(rest.p, rest.n, out, cap)) <= 0)
+            return wi_err_set(err, WI_ERR_ARG, "secret #%zu is not base64 after the whsec_ prefix", idx);
+        return dl;
+    case WI_KEY_HEX:
+        if ((dl = wi_hex_decode(rest.p, rest.n, out, cap)) <= 0)
+            return wi_err_set(err, WI_ERR_ARG, "secret #%zu is not a hex public key", idx);
+        return dl;
+    case WI_KEY_BASE64:
+    case WI_KEY_B64_DER:
+        if ((dl = wi_b64_decode(rest.p, rest.n, out, cap)) <= 0)
+            return wi_err_set(err, WI_ERR_ARG, "secret #%zu is not a base64 public key", idx);
+        return dl;
+    }
+    return wi_err_set(err, WI_ERR_ARG, "unknown key form");
+}
 
 int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t n,
                                struct wi_err *err)
 {
-    unsigned char decoded[256];
-    const void *key = s;
-    size_t klen = n, idx = v->nkeys + 1;
-    struct wi_hmac_key *k;
+    unsigned char decoded[512];
+    size_t idx = v->nkeys + 1;
+    struct wi_sig_key k = {0};
+    long dl;
+    int rc = -1;
 
     if (n == 0) return wi_err_set(err, WI_ERR_ARG, "secret #%zu is empty", idx);
     if (is_space(s[0]) || is_space(s[n - 1]))
@@ -187,34 +209,35 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
                           "secret #%zu has leading or trailing whitespace (often a newline from a "
                           "file or ENV); strip it before passing it",
                           idx);
-    if (v->cfg.scheme == WI_SCHEME_STANDARD) {
-        struct wi_slice rest = {s, n};
-        long dl;
-        wi_slice_strip_prefix(rest, "whsec_", &rest);
-        dl = wi_b64_decode(rest.p, rest.n, decoded, sizeof decoded);
-        if (dl <= 0) {
-            OPENSSL_cleanse(decoded, sizeof decoded);
-            return wi_err_set(err, WI_ERR_ARG,
-                              "secret #%zu is not base64 after the whsec_ prefix", idx);
-        }
-        key = decoded;
-        klen = (size_t)dl;
-    }
+    if ((k.version = version_of(&v->p, s, n)) < 0)
+        return wi_err_set(err, WI_ERR_ARG, "secret #%zu has none of the key prefixes this provider takes", idx);
+    const struct wi_sig_version *ver = &v->p.versions[k.version];
+    if ((dl = decode_key(ver, s, n, decoded, sizeof decoded, idx, err)) == -1) goto out;
     if (v->nkeys == v->capkeys) {
         size_t cap = v->capkeys ? v->capkeys * 2 : 2;
-        struct wi_hmac_key **nk = realloc(v->keys, cap * sizeof *nk);
+        struct wi_sig_key *nk = realloc(v->keys, cap * sizeof *nk);
         if (!nk) {
-            OPENSSL_cleanse(decoded, sizeof decoded);
-            return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+            wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+            goto out;
         }
         v->keys = nk;
         v->capkeys = cap;
     }
-    k = wi_hmac_key_new(v->alg, key, klen, err);
-    OPENSSL_cleanse(decoded, sizeof decoded);
-    if (!k) return -1;
+    if (is_hmac(ver->alg))
+        k.hmac = dl == -2 ? wi_hmac_key_new(hmac_alg(ver->alg), s, n, err)
+                          : wi_hmac_key_new(hmac_alg(ver->alg), decoded, (size_t)dl, err);
+    else
+        k.pk = wi_pkey_new(ver->alg == WI_ALG_ED25519 ? WI_PKEY_ED25519 : WI_PKEY_ECDSA_P256, decoded,
+                           (size_t)dl, err);
+    if (!k.hmac && !k.pk) {
+        if (err && err->code == WI_ERR_ARG) wi_err_set(err, WI_ERR_ARG, "secret #%zu: %s", idx, err->msg);
+        goto out;
+    }
     v->keys[v->nkeys++] = k;
-    return 0;
+    rc = 0;
+out:
+    OPENSSL_cleanse(decoded, sizeof decoded);
+    return rc;
 }
 
 size_t wi_sig_verifier_secret_count(const struct wi_sig_verifier *v)
@@ -229,36 +252,53 @@ size_t wi_sig_verifier_headers(const struct wi_sig_verifier *v,
     return v->nnames;
 }
 
-/* Decodes one offered signature into g; ignores it when it has the wrong shape.
- * Returns 1 when it was added. */
-static int offer(const struct wi_sig_verifier *v, struct group *g, struct wi_slice s,
-                 enum wi_sig_encoding enc)
+int wi_sig_offer(const struct wi_sig_verifier *v, struct wi_sig_group *g, struct wi_slice s,
+                 enum wi_sig_encoding enc, int version)
 {
+    enum wi_alg alg = v->p.versions[version].alg;
     long n;
-    if (!s.p || g->nsig >= MAX_CANDIDATES) return 0;
-    if (enc == WI_SIG_HEX) n = wi_hex_decode(s.p, s.n, g->sig[g->nsig], WI_HMAC_MAX);
-    else n = wi_b64_decode(s.p, s.n, g->sig[g->nsig], WI_HMAC_MAX);
-    if (n != (long)v->dlen) return 0;
-    g->nsig++;
+    if (!s.p || g->nsig >= WI_SIG_MAX_CANDIDATES) return 0;
+    if (!is_hmac(alg) && g->npk >= WI_SIG_MAX_PK_CANDIDATES) return 0;
+    if (enc == WI_SIG_HEX) n = wi_hex_decode(s.p, s.n, g->sig[g->nsig], WI_SIG_SIG_MAX);
+    else n = wi_b64_decode(s.p, s.n, g->sig[g->nsig], WI_SIG_SIG_MAX);
+    if (is_hmac(alg) ? n != (long)wi_hmac_size(hmac_alg(alg))
+                     : alg == WI_ALG_ED25519 ? n != 64 : (n < 8 || n > WI_PKEY_SIG_MAX))
+        return 0;
+    g->len[g->nsig] = (size_t)n;
+    g->version[g->nsig++] = version;
+    if (!is_hmac(alg)) g->npk++;
     return 1;
 }
 
-/* 1 when some secret signs g's content as one of g's signatures, 0 when none, -1 on a
- * crypto failure. Compares every candidate in constant time. */
-static int match(const struct wi_sig_verifier *v, const struct group *g, struct wi_err *err)
+int wi_sig_match(const struct wi_sig_verifier *v, const struct wi_sig_group *g, size_t *key,
+                 struct wi_err *err)
 {
     unsigned char mac[WI_HMAC_MAX];
     int found = 0;
     for (size_t k = 0; k < v->nkeys && !found; k++) {
-        if (wi_hmac_compute(v->keys[k], g->parts, g->nparts, mac, err) < 0) return -1;
-        for (size_t i = 0; i < g->nsig; i++) found |= wi_ct_equal(mac, g->sig[i], v->dlen);
+        const struct wi_sig_key *sk = &v->keys[k];
+        int n = -1;
+        for (size_t i = 0; i < g->nsig && !found; i++) {
+            if (g->version[i] != sk->version) continue;
+            if (sk->hmac) { /* one HMAC per secret, compared with every candidate */
+                if (n < 0 && (n = wi_hmac_compute(sk->hmac, g->parts, g->nparts, mac, err)) < 0) return -1;
+                for (size_t j = i; j < g->nsig; j++)
+                    if (g->version[j] == sk->version && g->len[j] == (size_t)n)
+                        found |= wi_ct_equal(mac, g->sig[j], (size_t)n);
+                break;
+            }
+            int r = wi_pkey_verify(sk->pk, g->parts, g->nparts, g->sig[i], g->len[i], err);
+            if (r < 0) return -1;
+            found = r;
+        }
+        if (found && key) *key = k;
     }
     OPENSSL_cleanse(mac, sizeof mac);
     return found;
 }
 
-static int check_time(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
-                      int64_t ts, struct wi_err *err)
+int wi_sig_check_time(const struct wi_sig_verifier *v, const struct wi_sig_request *req, int64_t ts,
+                      struct wi_err *err)
 {
     int64_t d = req->now - ts;
     if (v->cfg.tolerance >= 0 && (d > v->cfg.tolerance || -d > v->cfg.tolerance))
@@ -269,65 +309,23 @@ static int check_time(const struct wi_sig_verifier *v, const struct wi_sig_reque
     return 0;
 }
 
-static int header_ts(struct wi_slice h, int64_t *ts, struct wi_err *err)
+/* A header's unix time (milliseconds when ms) as seconds. */
+static int header_ts(struct wi_slice h, int ms, int64_t *ts, struct wi_err *err)
 {
     if (!h.p || !wi_slice_trim(h).n)
         return wi_err_set(err, WI_SIG_E_MISSING_TIMESTAMP, "timestamp header is missing");
     if (wi_parse_unix_ts(wi_slice_trim(h), ts))
-        return wi_err_set(err, WI_SIG_E_MALFORMED_TIMESTAMP, "timestamp is not unix seconds");
+        return wi_err_set(err, WI_SIG_E_MALFORMED_TIMESTAMP, "timestamp is not unix %s", ms ? "milliseconds" : "seconds");
+    if (ms) *ts /= 1000;
     return 0;
 }
 
-/* Stripe "t=..,v1=.." and Paddle "ts=..;h1=..": the timestamp key and signature key. */
-static int kv_scheme(const struct wi_sig_verifier *v, struct wi_slice h, char sep,
-                     const char *tkey, const char *skey, const char *joiner, struct group *g,
-                     int64_t *ts, struct wi_err *err)
-{
-    struct wi_kv_iter it;
-    struct wi_slice k, val, t = {NULL, 0};
-    size_t offered = 0;
-    if (!h.p || !wi_slice_trim(h).n)
-        return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE, "signature header is missing");
-    wi_kv_init(&it, h.p, h.n, sep, '=');
-    while (wi_kv_next(&it, &k, &val)) {
-        if (wi_slice_eq(k, tkey) && val.p) t = val;
-        else if (wi_slice_eq(k, skey)) offered++, offer(v, g, val, WI_SIG_HEX);
-    }
-    if (!t.p || wi_parse_unix_ts(t, ts))
-        return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE,
-                          "signature header has no valid %s= timestamp", tkey);
-    if (!offered)
-        return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE, "signature header has no %s= signature", skey);
-    if (!g->nsig)
-        return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "no %s= signature is well-formed hex", skey);
-    g->parts[0] = t;
-    g->parts[1] = (struct wi_slice){joiner, 1};
-    g->nparts = 2; /* the caller appends the body */
-    return 0;
-}
-
-static int one_signature(const struct wi_sig_verifier *v, struct wi_slice h, const char *prefix,
-                         enum wi_sig_encoding enc, struct group *g, struct wi_err *err)
-{
-    struct wi_slice s = wi_slice_trim(h);
-    if (!h.p || !s.n) return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE, "signature header is missing");
-    if (prefix && *prefix && !wi_slice_strip_prefix(s, prefix, &s))
-        return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature lacks the %s prefix", prefix);
-    if (!offer(v, g, s, enc))
-        return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature is not a well-formed %s digest",
-                          enc == WI_SIG_HEX ? "hex" : "base64");
-    return 0;
-}
-
-static int mismatch(struct wi_err *err)
+int wi_sig_mismatch(struct wi_err *err)
 {
     return wi_err_set(err, WI_SIG_E_SIGNATURE_MISMATCH, "no secret produced a matching signature");
 }
 
-/* 0 when no key of f[0..n) occurs twice at the top level, else -1 with
- * WI_SIG_E_DUPLICATE_KEY: the inbox would store the first value as the event's id (type,
- * time) while jsonb, and so every handler, keeps the last. */
-static int unique(const struct wi_json_field *f, size_t n, struct wi_err *err)
+int wi_sig_unique(const struct wi_json_field *f, size_t n, struct wi_err *err)
 {
     for (size_t i = 0; i < n; i++)
         if (f[i].duplicate)
@@ -336,82 +334,13 @@ static int unique(const struct wi_json_field *f, size_t n, struct wi_err *err)
     return 0;
 }
 
-/* Fills ev->id/type from top-level JSON fields; first existing name in each list wins.
- * Returns 0, or -1 (WI_SIG_E_DUPLICATE_KEY) when one of the names occurs twice. */
-static int body_fields(struct wi_slice body, const char *const *ids, const char *const *types,
-                       struct wi_sig_event *ev, struct wi_json_field *f, size_t *nf, struct wi_err *err)
-{
-    size_t n = 0, i;
-    for (i = 0; ids && ids[i]; i++) f[n++].name = ids[i];
-    size_t nids = n;
-    for (i = 0; types && types[i]; i++) f[n++].name = types[i];
-    *nf = n;
-    if (!n) return 0;
-    const char *p = body.p;
-    size_t len = body.n;
-    while (len && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++, len--;
-    if (!len || *p != '{') return 0;
-    wi_json_scan(body.p, body.n, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, f, n, NULL, NULL);
-    if (unique(f, n, err)) return -1;
-    for (i = 0; i < n; i++) {
-        if (f[i].kind != WI_JSON_STRING || !f[i].value.n) continue;
-        if (i < nids && !ev->id.p) ev->id = f[i].value, ev->id_escaped = f[i].escaped;
-        if (i >= nids && !ev->type.p) ev->type = f[i].value, ev->type_escaped = f[i].escaped;
-    }
-    return 0;
-}
-
-static struct wi_slice present(struct wi_slice h)
+struct wi_slice wi_sig_present(struct wi_slice h)
 {
     struct wi_slice t = wi_slice_trim(h);
     return t.p && t.n ? t : (struct wi_slice){NULL, 0};
 }
 
-/* 1 when a and b (fields scanned from two JSON texts) hold the same value: strings
- * compared after unescaping, numbers by their text; 0 when not; -1 out of memory. */
-static int same_field(const struct wi_json_field *a, const struct wi_json_field *b)
-{
-    char *da, *db;
-    size_t na, nb;
-    int same;
-    if (a->kind != b->kind) return 0;
-    if (a->kind == WI_JSON_NUMBER)
-        return a->value.n == b->value.n && !memcmp(a->value.p, b->value.p, a->value.n);
-    if (a->kind != WI_JSON_STRING) return 1;
-    if (!a->escaped && !b->escaped)
-        return a->value.n == b->value.n && !memcmp(a->value.p, b->value.p, a->value.n);
-    if (!(da = malloc(a->value.n + b->value.n + 1))) return -1;
-    db = da + a->value.n;
-    na = wi_json_unescape(a->value.p, a->value.n, da);
-    nb = wi_json_unescape(b->value.p, b->value.n, db);
-    same = na == nb && !memcmp(da, db, na);
-    free(da);
-    return same;
-}
-
-/* V2 signs the canonical form, where the last of duplicate keys wins and escaped keys are
- * decoded; f[] comes from the raw body (first unescaped key wins). Returns 0 when the raw
- * body's event_id, webhook_type and timestamp are the ones the canonical form holds, else
- * -1 with *err filled: a replayed body must not bring its own id or a fresh timestamp. */
-static int v2_fields_signed(const char *canon, size_t cn, const struct wi_json_field *f,
-                            struct wi_err *err)
-{
-    struct wi_json_field c[3] = {{.name = f[0].name}, {.name = f[1].name}, {.name = f[2].name}};
-    wi_json_scan(canon, cn, WI_JSON_STOP_EARLY, c, 3, NULL, NULL);
-    for (int i = 0; i < 3; i++) {
-        int s = same_field(&f[i], &c[i]);
-        if (s < 0) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
-        if (!s)
-            return wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD,
-                              "body has a duplicate or escaped %s key: not the value X-Signature-V2 signs",
-                              f[i].name);
-    }
-    return 0;
-}
-
-/* The body's timestamp field as unix seconds: a number, or a string decoded the way the
- * signed forms decode it (Simple, V2), so "\u0031..." is the same time as "1...". */
-static int body_ts(const struct wi_json_field *f, int64_t *ts, struct wi_err *err)
+int wi_sig_body_ts(const struct wi_json_field *f, int64_t *ts, struct wi_err *err)
 {
     char buf[128]; /* 18 digits, each at most a 6-byte \uXXXX escape */
     struct wi_slice s = f->value;
@@ -426,8 +355,7 @@ static int body_ts(const struct wi_json_field *f, int64_t *ts, struct wi_err *er
     return 0;
 }
 
-/* Fills ev->body_sha256 with the hex SHA-256 of the signed content c. */
-static int signed_sha256(struct wi_slice c, struct wi_sig_event *ev, struct wi_err *err)
+int wi_sig_signed_sha256(struct wi_slice c, struct wi_sig_event *ev, struct wi_err *err)
 {
     unsigned char d[32];
     if (wi_sha256(c.p, c.n, d, err)) return -1;
@@ -435,252 +363,249 @@ static int signed_sha256(struct wi_slice c, struct wi_sig_event *ev, struct wi_e
     return 0;
 }
 
-/* Didit: X-Signature (raw body), X-Signature-V2 (canonical JSON), X-Signature-Simple (opt-in).
- * The raw signature is tried first and is cheapest; a raw mismatch does not stop V2, which
- * exists for bodies that something re-serialized on the way (providers.md). V2's pre-key
- * cost is bounded by wi_canon_didit's output limit instead. Without a string event_id the
- * fallback id is the SHA-256 of the content the matching signature covers (the canonical
- * form for V2), so a replay that only re-spaces the body keeps its id.
- * Simple signs timestamp, session_id, status and webhook_type only: its event id is always
- * the SHA-256 of that four-field string (never the unsigned event_id), so a body re-sent
- * with another event_id or decision is a duplicate, and ev->simple tells the caller that
- * nothing else in the body is verified.
- * The time is the body's timestamp field, which every Didit signature covers; X-Timestamp
- * is covered by none and never read: without the field the event is refused as
- * WI_SIG_E_MISSING_TIMESTAMP (unless the time check is off), as a captured delivery would
- * otherwise verify again whenever it is sent with a fresh header. */
-static int didit(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
-                 struct wi_sig_event *ev, struct wi_err *err)
+/* The signature header's candidates (and, for KV, its timestamp item) into g. */
+static int signatures(const struct wi_sig_verifier *v, struct wi_slice h, struct wi_sig_group *g,
+                      struct wi_slice *kv_ts, struct wi_err *err)
 {
-    static const char *const names[] = {"event_id", "webhook_type", "timestamp", "session_id", "status"};
-    struct wi_json_field f[5];
-    struct group g;
-    struct wi_slice raw = present(req->hdr[0]), v2 = present(req->hdr[1]),
-                    simple = present(req->hdr[2]);
-    int usable = 0, compared = 0, r = 0, bad_json = 0, rc = -1, simple_matched = 0;
-    char *canon = NULL, *buf = NULL;
-    struct wi_err cerr = {0};
+    const struct wi_provider *p = &v->p;
+    struct wi_kv_iter it;
+    struct wi_slice k, val;
+    size_t offered = 0;
+    const char *tag = p->versions[0].tag, *enc = p->enc == WI_SIG_HEX ? "hex" : "base64";
 
-    for (int i = 0; i < 5; i++) f[i].name = names[i];
-    if (!raw.p && !v2.p && !(simple.p && v->cfg.allow_simple))
-        return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE,
-                          simple.p ? "only X-Signature-Simple was sent and allow_simple is off"
-                                   : "no X-Signature or X-Signature-V2 header");
-    wi_json_scan(req->body.p, req->body.n, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, f, 5, NULL, NULL);
-
-    if (raw.p) {
-        memset(&g, 0, sizeof g);
-        if (offer(v, &g, raw, WI_SIG_HEX)) {
-            usable = compared = 1;
-            g.parts[0] = req->body;
-            g.nparts = 1;
-            if ((r = match(v, &g, err)) != 0) goto matched;
-        }
+    if (p->layout == WI_LAYOUT_ONE) {
+        struct wi_slice s = h;
+        if (p->prefix && !wi_slice_strip_prefix(s, p->prefix, &s))
+            return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature lacks the %s prefix", p->prefix);
+        if (!wi_sig_offer(v, g, s, p->enc, 0))
+            return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature is not a well-formed %s %s", enc,
+                              is_hmac(p->versions[0].alg) ? "digest" : "signature");
+        return 0;
     }
-    if (v2.p) {
-        memset(&g, 0, sizeof g);
-        if (offer(v, &g, v2, WI_SIG_HEX)) {
-            size_t cn;
-            usable = 1;
-            if (wi_canon_didit(req->body.p, req->body.n, WI_CANON_MAX_OUT(req->body.n), req->cancel,
-                               &canon, &cn, &cerr)) {
-                if (cerr.code == WI_ERR_NOMEM) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
-                if (cerr.code == WI_CANON_E_INTERRUPTED) {
-                    *err = cerr;
-                    return -1;
-                }
-                bad_json = 1;
+    if (p->layout == WI_LAYOUT_KV) wi_kv_init(&it, h.p, h.n, p->kv_sep, '=');
+    else wi_kv_init(&it, h.p, h.n, ' ', ',');
+    while (wi_kv_next(&it, &k, &val)) {
+        if (p->kv_ts && wi_slice_eq(k, p->kv_ts) && val.p) *kv_ts = val;
+        for (int i = 0; i < 2 && p->versions[i].tag; i++)
+            if (wi_slice_eq(k, p->versions[i].tag)) offered++, wi_sig_offer(v, g, val, p->enc, i);
+    }
+    if (p->layout == WI_LAYOUT_KV) {
+        int64_t ts;
+        if (!kv_ts->p || wi_parse_unix_ts(*kv_ts, &ts))
+            return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature header has no valid %s= timestamp", p->kv_ts);
+        if (!offered)
+            return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE, "signature header has no %s= signature", tag);
+        if (!g->nsig)
+            return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "no %s= signature is well-formed %s", tag, enc);
+        return 0;
+    }
+    if (!g->nsig)
+        return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE,
+                          offered ? "no signature in %s is well-formed %s" : "no known signature version in %s",
+                          p->headers[p->sig_slot], enc);
+    return 0;
+}
+
+/* Top-level body field path "a" or "a.b" (field b of object a): splits it into head (a
+ * NUL-terminated copy of "a", cap bytes) and tail ("b" or NULL). */
+static const char *split_path(const char *path, char *head, size_t cap)
+{
+    const char *dot = strchr(path, '.');
+    size_t n = dot ? (size_t)(dot - path) : strlen(path);
+    if (n >= cap) n = cap - 1;
+    memcpy(head, path, n);
+    head[n] = '\0';
+    return dot ? dot + 1 : NULL;
+}
+
+/* Reads into *out the field at path of the JSON object in text. Returns 0, or -1 with
+ * WI_SIG_E_DUPLICATE_KEY when a key on the path occurs twice. */
+static int field_at(struct wi_slice text, const char *path, struct wi_json_field *out, struct wi_err *err)
+{
+    char head[64];
+    const char *tail = split_path(path, head, sizeof head);
+    struct wi_json_field f = {.name = head};
+    wi_json_scan(text.p, text.n, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, &f, 1, NULL, NULL);
+    if (f.duplicate)
+        return wi_err_set(err, WI_SIG_E_DUPLICATE_KEY, "body has the key \"%s\" more than once", head);
+    if (tail) {
+        if (f.kind != WI_JSON_OTHER || !f.value.p || f.value.p[0] != '{') f.kind = WI_JSON_ABSENT;
+        else return field_at(f.value, tail, out, err);
+    }
+    *out = f;
+    out->name = path;
+    return 0;
+}
+
+static int is_object(struct wi_slice body)
+{
+    const char *p = body.p;
+    size_t len = body.n;
+    while (len && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++, len--;
+    return len && *p == '{';
+}
+
+/* Fills ev's id (unless a header gave it), type (unless the entry reads it from a header)
+ * and *ts from the entry's body fields; the first present name of each list wins. Every
+ * listed top-level key is read in one scan, and one that occurs twice is refused
+ * (WI_SIG_E_DUPLICATE_KEY) even when an earlier name of its list was found. */
+static int body_fields(const struct wi_sig_verifier *v, struct wi_slice body, struct wi_sig_event *ev,
+                       struct wi_json_field *ts, struct wi_err *err)
+{
+    const struct wi_provider *p = &v->p;
+    const char *paths[7];
+    char heads[7][64];
+    const char *tails[7];
+    struct wi_json_field f[7];
+    size_t n = 0, nids, ntypes;
+
+    ts->kind = WI_JSON_ABSENT;
+    for (int i = 0; !ev->id.p && i < 3 && p->id_fields[i]; i++) paths[n++] = p->id_fields[i];
+    nids = n;
+    for (int i = 0; p->type_slot == WI_NO_SLOT && i < 3 && p->type_fields[i]; i++) paths[n++] = p->type_fields[i];
+    ntypes = n;
+    if (p->ts_field) paths[n++] = p->ts_field;
+    if (!n || !is_object(body)) return 0;
+    for (size_t i = 0; i < n; i++) {
+        tails[i] = split_path(paths[i], heads[i], sizeof heads[i]);
+        memset(&f[i], 0, sizeof f[i]);
+        f[i].name = heads[i];
+    }
+    wi_json_scan(body.p, body.n, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, f, n, NULL, NULL);
+    if (wi_sig_unique(f, n, err)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (tails[i]) { /* "a.b": field b of object a */
+            if (f[i].kind == WI_JSON_OTHER && f[i].value.p && f[i].value.p[0] == '{') {
+                if (field_at(f[i].value, tails[i], &f[i], err)) return -1;
             } else {
-                compared = 1;
-                g.parts[0] = (struct wi_slice){canon, cn};
-                g.nparts = 1;
-                r = match(v, &g, err);
-                if (r > 0 && (unique(f, 5, err) || v2_fields_signed(canon, cn, f, err))) r = -1;
-                if (r) goto matched;
-                wi_canon_free(canon);
-                canon = NULL;
+                f[i].kind = WI_JSON_ABSENT;
             }
         }
+        if (i < nids && !ev->id.p && f[i].kind == WI_JSON_STRING && f[i].value.n)
+            ev->id = f[i].value, ev->id_escaped = f[i].escaped;
+        else if (i >= nids && i < ntypes && !ev->type.p && f[i].value.n &&
+                 (f[i].kind == WI_JSON_STRING || (p->type_numbers && f[i].kind == WI_JSON_NUMBER)))
+            ev->type = f[i].value, ev->type_escaped = f[i].kind == WI_JSON_STRING && f[i].escaped;
+        else if (i == ntypes)
+            *ts = f[i];
     }
-    if (simple.p && v->cfg.allow_simple) {
-        memset(&g, 0, sizeof g);
-        if (offer(v, &g, simple, WI_SIG_HEX)) {
-            /* "<timestamp>:<session_id>:<status>:<webhook_type>", missing fields empty */
-            static const int order[] = {2, 3, 4, 1};
-            size_t total = 0;
-            usable = compared = 1;
-            for (int i = 0; i < 4; i++) total += f[order[i]].value.n;
-            if (!(buf = malloc(total + 4))) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
-            char *o = buf;
-            for (int i = 0; i < 4; i++) {
-                const struct wi_json_field *x = &f[order[i]];
-                size_t n = 0;
-                if (x->kind == WI_JSON_STRING && x->escaped) n = wi_json_unescape(x->value.p, x->value.n, o);
-                else if (x->kind == WI_JSON_STRING || x->kind == WI_JSON_NUMBER) memcpy(o, x->value.p, n = x->value.n);
-                o += n;
-                if (i < 3) *o++ = ':';
-            }
-            g.parts[0] = (struct wi_slice){buf, (size_t)(o - buf)};
-            g.nparts = 1;
-            simple_matched = 1;
-            if ((r = match(v, &g, err)) != 0) goto matched;
-            simple_matched = 0;
-            free(buf);
-            buf = NULL;
-        }
+    return 0;
+}
+
+/* Sets ev->challenge when the verified request is the entry's challenge. */
+static int challenge(const struct wi_sig_verifier *v, const struct wi_sig_request *req, size_t key,
+                     struct wi_sig_event *ev, struct wi_err *err)
+{
+    static const char *const paths[] = {NULL, "type", "challenge", "payload.plainToken"};
+    enum wi_challenge c = v->p.challenge;
+    struct wi_json_field t, val;
+    if (c == WI_CHALLENGE_NONE || !is_object(req->body)) return 0;
+    if (field_at(req->body, c == WI_CHALLENGE_ZOOM_URL ? "event" : "type", &t, err)) return -1;
+    if (c == WI_CHALLENGE_DISCORD_PING) {
+        if (t.kind == WI_JSON_NUMBER && t.value.n == 1 && t.value.p[0] == '1') ev->challenge = c;
+        return 0;
     }
-    if (!usable) return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "no Didit signature is well-formed hex");
-    if (bad_json && cerr.code == WI_CANON_E_TOO_LARGE) {
-        *err = cerr;
-        err->code = WI_SIG_E_PAYLOAD_TOO_LARGE;
-        return -1;
+    if (t.kind != WI_JSON_STRING || t.escaped ||
+        !wi_slice_eq(t.value, c == WI_CHALLENGE_SLACK_URL ? "url_verification" : "endpoint.url_validation"))
+        return 0;
+    if (field_at(req->body, paths[c], &val, err)) return -1;
+    if (val.kind != WI_JSON_STRING || !val.value.n)
+        return wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "the challenge has no %s string", paths[c]);
+    ev->challenge = c;
+    ev->challenge_value = val.value;
+    if (c == WI_CHALLENGE_ZOOM_URL) {
+        unsigned char mac[WI_HMAC_MAX];
+        char *plain = malloc(val.value.n + 1);
+        struct wi_slice part;
+        int n;
+        if (!v->keys[key].hmac) return wi_err_set(err, WI_ERR_ARG, "the challenge needs an HMAC secret");
+        if (!plain) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        part = (struct wi_slice){plain, val.escaped ? wi_json_unescape(val.value.p, val.value.n, plain) : val.value.n};
+        if (!val.escaped) memcpy(plain, val.value.p, val.value.n);
+        n = wi_hmac_compute(v->keys[key].hmac, &part, 1, mac, err);
+        free(plain);
+        if (n != 32) return n < 0 ? -1 : wi_err_set(err, WI_ERR_ARG, "the challenge is answered with HMAC-SHA256");
+        wi_hex_encode(mac, 32, ev->challenge_hmac);
     }
-    if (!compared && bad_json)
-        return wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "X-Signature-V2 needs a JSON body; the body is not valid JSON");
-    return mismatch(err);
-matched:
-    if (r < 0 || unique(f, 5, err)) goto out;
-    if (simple_matched) {
-        static const int signed_order[] = {3, 4, 2, 1}; /* session_id, status, timestamp, webhook_type */
-        ev->simple = 1;
-        for (int i = 0; i < 4; i++) ev->simple_fields[i] = f[signed_order[i]];
-    } else if (f[0].kind == WI_JSON_STRING && f[0].value.n) {
-        ev->id = f[0].value, ev->id_escaped = f[0].escaped;
-    }
-    if (f[1].kind == WI_JSON_STRING && f[1].value.n) ev->type = f[1].value, ev->type_escaped = f[1].escaped;
-    if (f[2].kind != WI_JSON_ABSENT) {
-        if (body_ts(&f[2], &ev->timestamp, err)) goto out;
-        ev->has_timestamp = 1;
-    }
-    if (v->cfg.tolerance >= 0) {
-        if (!ev->has_timestamp) {
-            wi_err_set(err, WI_SIG_E_MISSING_TIMESTAMP,
-                       "no timestamp field in the body (X-Timestamp is covered by no Didit signature)");
-            goto out;
-        }
-        if (check_time(v, req, ev->timestamp, err)) goto out;
-    }
-    if ((!ev->id.p || v->cfg.id_from_body) && signed_sha256(g.parts[0], ev, err)) goto out;
-    rc = 0;
-out:
-    wi_canon_free(canon);
-    free(buf);
-    return rc;
+    return 0;
 }
 
 int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
                   struct wi_sig_event *ev, struct wi_err *err)
 {
-    static const char *const id_stripe[] = {"id", NULL}, *const type_std[] = {"type", NULL},
-                             *const id_paddle[] = {"event_id", NULL},
-                             *const type_paddle[] = {"event_type", NULL},
-                             *const id_any[] = {"event_id", "id", NULL},
-                             *const type_any[] = {"type", "event_type", NULL};
-    struct group g;
-    struct wi_json_field f[4];
-    size_t nf = 0;
-    int64_t ts = 0;
+    const struct wi_provider *p = &v->p;
+    struct wi_sig_group g;
+    struct wi_json_field tsf;
+    struct wi_slice h[WI_SIG_MAX_HEADERS], sig, kv_ts = {NULL, 0}, ts = {NULL, 0}, id = {NULL, 0};
+    int64_t t = 0;
     int has_ts = 0, r;
-    const char *const *ids = NULL, *const *types = NULL;
-    const struct wi_slice *h = req->hdr;
+    size_t key = 0;
 
     memset(ev, 0, sizeof *ev);
     if (req->body.n > v->cfg.max_body)
         return wi_err_set(err, WI_SIG_E_PAYLOAD_TOO_LARGE, "body is %zu bytes; the limit is %zu",
                           req->body.n, v->cfg.max_body);
     if (!v->nkeys) return wi_err_set(err, WI_SIG_E_NO_SECRET, "the verifier has no secret");
-    memset(&g, 0, sizeof g);
-
-    switch (v->cfg.scheme) {
-    case WI_SCHEME_STRIPE:
-        if (kv_scheme(v, h[0], ',', "t", "v1", ".", &g, &ts, err)) return -1;
-        has_ts = 1, ids = id_stripe, types = type_std;
-        break;
-    case WI_SCHEME_PADDLE:
-        if (kv_scheme(v, h[0], ';', "ts", "h1", ":", &g, &ts, err)) return -1;
-        has_ts = 1, ids = id_paddle, types = type_paddle;
-        break;
-    case WI_SCHEME_STANDARD: {
-        int base = present(h[2]).p || present(h[0]).p || present(h[1]).p ? 0 : 3;
-        struct wi_slice id = present(h[base]), sig = present(h[base + 2]);
-        struct wi_kv_iter it;
-        struct wi_slice k, val;
-        size_t offered = 0;
-        if (!sig.p) return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE, "webhook-signature header is missing");
-        if (!id.p) return wi_err_set(err, WI_SIG_E_MISSING_ID, "webhook-id header is missing");
-        if (header_ts(h[base + 1], &ts, err)) return -1;
-        wi_kv_init(&it, sig.p, sig.n, ' ', ',');
-        while (wi_kv_next(&it, &k, &val))
-            if (wi_slice_eq(k, "v1")) offered++, offer(v, &g, val, WI_SIG_BASE64);
-        if (!g.nsig)
-            return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE,
-                              offered ? "no v1 signature is well-formed base64" : "no v1 signature in webhook-signature");
-        g.parts[0] = id;
-        g.parts[1] = (struct wi_slice){".", 1};
-        g.parts[2] = wi_slice_trim(h[base + 1]);
-        g.parts[3] = (struct wi_slice){".", 1};
-        g.nparts = 4;
-        ev->id = id;
-        has_ts = 1, types = type_std;
-        break;
-    }
-    case WI_SCHEME_GITHUB:
-        if (one_signature(v, h[0], "sha256=", WI_SIG_HEX, &g, err)) return -1;
-        ev->id = present(h[1]);
-        ev->type = present(h[2]);
-        break;
-    case WI_SCHEME_SHOPIFY:
-        if (one_signature(v, h[0], NULL, WI_SIG_BASE64, &g, err)) return -1;
-        ev->id = present(h[1]).p ? present(h[1]) : present(h[2]);
-        ev->type = present(h[3]);
-        break;
-    case WI_SCHEME_SLACK:
-        if (one_signature(v, h[0], "v0=", WI_SIG_HEX, &g, err)) return -1;
-        if (header_ts(h[1], &ts, err)) return -1;
-        g.parts[0] = (struct wi_slice){"v0:", 3};
-        g.parts[1] = wi_slice_trim(h[1]);
-        g.parts[2] = (struct wi_slice){":", 1};
-        g.nparts = 3;
-        has_ts = 1, ids = id_paddle, types = type_std;
-        break;
-    case WI_SCHEME_DIDIT:
-        if (didit(v, req, ev, err)) return -1;
+    if (p->custom) {
+        if (p->custom(v, req, ev, err)) return -1;
         goto fallback_id;
-    case WI_SCHEME_HMAC: {
-        struct wi_slice id = present(h[2]);
-        if (one_signature(v, h[0], v->prefix, v->cfg.encoding, &g, err)) return -1;
-        if (v->ts_header) {
-            if (header_ts(h[1], &ts, err)) return -1;
-            has_ts = 1;
-        }
-        if (v->id_header) {
-            if (!id.p) return wi_err_set(err, WI_SIG_E_MISSING_ID, "id header is missing");
-            ev->id = id;
-        }
-        for (size_t i = 0; i < v->ntokens; i++) {
-            const struct tok *t = &v->tokens[i];
-            g.parts[g.nparts++] = t->kind == TOK_LIT  ? t->lit
-                                  : t->kind == TOK_TS ? wi_slice_trim(h[1])
-                                  : t->kind == TOK_ID ? id
+    }
+    memcpy(h, req->hdr, sizeof h);
+    if (p->alt_offset) { /* none of the first family present: read the second */
+        int any = 0;
+        for (int i = 0; i < p->alt_offset; i++) any |= wi_sig_present(h[i]).p != NULL;
+        if (!any)
+            for (int i = 0; i < p->alt_offset; i++) h[i] = h[i + p->alt_offset];
+    }
+    memset(&g, 0, sizeof g);
+    if (!(sig = wi_sig_present(h[p->sig_slot])).p)
+        return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE, "%s header is missing", p->headers[p->sig_slot]);
+    if (p->layout == WI_LAYOUT_KV) {
+        if (signatures(v, sig, &g, &kv_ts, err)) return -1;
+        ts = kv_ts, has_ts = 1;
+        wi_parse_unix_ts(ts, &t);
+        if (p->ts_ms) t /= 1000;
+    }
+    for (int i = 0; i < 2 && p->id_slots[i] != WI_NO_SLOT && !id.p; i++) id = wi_sig_present(h[p->id_slots[i]]);
+    if (p->id_required && !id.p)
+        return wi_err_set(err, WI_SIG_E_MISSING_ID, "%s header is missing", p->headers[p->id_slots[0]]);
+    if (p->ts_slot != WI_NO_SLOT) {
+        if (header_ts(h[p->ts_slot], p->ts_ms, &t, err)) return -1;
+        ts = wi_slice_trim(h[p->ts_slot]), has_ts = 1;
+    }
+    if (p->layout != WI_LAYOUT_KV && signatures(v, sig, &g, &kv_ts, err)) return -1;
+    for (size_t i = 0; i < v->ntokens; i++) {
+        const struct wi_tok *tk = &v->tokens[i];
+        g.parts[g.nparts++] = tk->kind == WI_TOK_LIT ? tk->lit
+                              : tk->kind == WI_TOK_TS ? ts
+                              : tk->kind == WI_TOK_ID ? id
                                                       : req->body;
-        }
-        ids = id_any, types = type_any;
-        goto compare;
     }
-    }
-    g.parts[g.nparts++] = req->body;
-compare:
-    if ((r = match(v, &g, err)) < 0) return -1;
-    if (!r) return mismatch(err);
+    if ((r = wi_sig_match(v, &g, &key, err)) < 0) return -1;
+    if (!r) return wi_sig_mismatch(err);
     if (has_ts) {
-        if (check_time(v, req, ts, err)) return -1;
+        if (wi_sig_check_time(v, req, t, err)) return -1;
         ev->has_timestamp = 1;
-        ev->timestamp = ts;
+        ev->timestamp = t;
     }
-    if (ev->id.p) ids = NULL;
-    if (body_fields(req->body, ids, types, ev, f, &nf, err)) return -1;
+    ev->id = id;
+    if (p->type_slot != WI_NO_SLOT) ev->type = wi_sig_present(h[p->type_slot]);
+    if (body_fields(v, req->body, ev, &tsf, err)) return -1;
+    if (p->ts_field) { /* a time inside the signed body */
+        if (tsf.kind != WI_JSON_ABSENT) {
+            if (wi_sig_body_ts(&tsf, &t, err)) return -1;
+            ev->has_timestamp = 1;
+            ev->timestamp = p->ts_ms ? t / 1000 : t;
+        }
+        if (v->cfg.tolerance >= 0) {
+            if (!ev->has_timestamp)
+                return wi_err_set(err, WI_SIG_E_MISSING_TIMESTAMP, "no %s field in the body", p->ts_field);
+            if (wi_sig_check_time(v, req, ev->timestamp, err)) return -1;
+        }
+    }
+    if (challenge(v, req, key, ev, err)) return -1;
 fallback_id:
     if (v->cfg.id_from_body) ev->id = (struct wi_slice){NULL, 0}, ev->id_escaped = 0;
-    if (!ev->id.p && !ev->body_sha256[0] && signed_sha256(req->body, ev, err)) return -1;
+    if (!ev->id.p && !ev->body_sha256[0] && wi_sig_signed_sha256(req->body, ev, err)) return -1;
     return 0;
 }

@@ -7,19 +7,9 @@
 #include <stdint.h>
 #include "hmac.h"
 #include "json.h"
+#include "provider.h"
 #include "sig_slice.h"
 #include "wi_err.h"
-
-enum wi_sig_scheme {
-    WI_SCHEME_STRIPE,
-    WI_SCHEME_STANDARD, /* Standard Webhooks / Svix */
-    WI_SCHEME_GITHUB,
-    WI_SCHEME_SHOPIFY,
-    WI_SCHEME_SLACK,
-    WI_SCHEME_PADDLE,
-    WI_SCHEME_DIDIT,
-    WI_SCHEME_HMAC /* generic, configured by the wi_sig_config hmac fields */
-};
 
 /* Verification failure codes (struct wi_err.code). */
 enum {
@@ -37,22 +27,19 @@ enum {
                               occurs twice: jsonb keeps the last, the scan the first */
 };
 
-enum wi_sig_encoding { WI_SIG_HEX, WI_SIG_BASE64 };
-
-#define WI_SIG_MAX_HEADERS 6
 #define WI_SIG_DEFAULT_TOLERANCE 300
 #define WI_SIG_DEFAULT_MAX_BODY (1u << 20)
 
 /* Construction parameters; strings are copied by wi_sig_verifier_new. */
 struct wi_sig_config {
-    enum wi_sig_scheme scheme;
+    const char *provider;     /* a wi_provider_find name: "stripe", "github", "hmac", ... */
     int64_t tolerance;        /* seconds, both directions; < 0 disables the time check */
     size_t max_body;          /* larger bodies fail with WI_SIG_E_PAYLOAD_TOO_LARGE */
     int allow_simple;         /* Didit: accept X-Signature-Simple (it signs four fields, not
                                  the body: see wi_sig_event.simple) */
     int id_from_body;         /* ignore provider ids (headers, body fields): the event id is
                                  the SHA-256 of the signed body (see wi_sig_event) */
-    /* WI_SCHEME_HMAC only: */
+    /* "hmac" only: */
     enum wi_hmac_alg alg;
     enum wi_sig_encoding encoding;
     const char *prefix;           /* signature prefix such as "sha256=", or NULL */
@@ -89,22 +76,32 @@ struct wi_sig_event {
     struct wi_json_field simple_fields[4]; /* when simple: session_id, status, timestamp,
                                               webhook_type as the body holds them (kind
                                               ABSENT or OTHER: signed as empty) */
+    enum wi_challenge challenge; /* not NONE: a verified challenge to answer, not an event */
+    struct wi_slice challenge_value; /* Slack's challenge, Zoom's plainToken: a JSON string
+                                        body (escapes kept) */
+    char challenge_hmac[65]; /* Zoom: hex HMAC-SHA256 of the unescaped plainToken under the
+                                secret that verified the request */
 };
 
 struct wi_sig_verifier;
 
-/* Returns a verifier without secrets, or NULL and fills *err (WI_ERR_ARG for a bad
- * configuration, WI_ERR_NOMEM). */
+/* Returns a verifier without secrets for cfg->provider, or NULL and fills *err
+ * (WI_ERR_ARG for an unknown provider or a bad configuration, WI_ERR_NOMEM). */
 struct wi_sig_verifier *wi_sig_verifier_new(const struct wi_sig_config *cfg, struct wi_err *err);
 
 /* Wipes every key and frees the verifier. Accepts NULL. */
 void wi_sig_verifier_free(struct wi_sig_verifier *v);
 
-/* Adds a secret (any may match: rotation). Returns 0, or -1 and fills *err (WI_ERR_ARG:
- * empty, surrounding whitespace, bad base64 for Standard Webhooks). The secret bytes are
- * not retained; only HMAC key states, wiped on free. Messages never quote the secret. */
+/* Adds a secret (any may match: rotation), parsed here once in the form its provider entry
+ * names: an HMAC key, or a public key (Ed25519, P-256). Returns 0, or -1 and fills *err
+ * (WI_ERR_ARG: empty, surrounding whitespace, bad base64 or hex, not such a public key).
+ * The secret bytes are not retained; only HMAC key states (wiped on free) or public keys.
+ * Messages never quote the secret. */
 int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *secret, size_t n,
                                struct wi_err *err);
+
+/* The provider entry the verifier runs (for "hmac", the configured copy). */
+const struct wi_provider *wi_sig_verifier_provider(const struct wi_sig_verifier *v);
 
 /* Number of secrets added. */
 size_t wi_sig_verifier_secret_count(const struct wi_sig_verifier *v);

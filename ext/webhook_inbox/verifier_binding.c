@@ -121,7 +121,7 @@ static char *opt_cstr(VALUE s)
     return NIL_P(s) ? NULL : StringValueCStr(s);
 }
 
-/* _setup(provider, scheme, tolerance, max_body, allow_simple, alg, encoding, prefix,
+/* _setup(provider, entry name, tolerance, max_body, allow_simple, alg, encoding, prefix,
  *        signature_header, timestamp_header, id_header, template, secrets, id_from_body) */
 static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
 {
@@ -133,7 +133,7 @@ static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
     rb_check_arity(argc, 14, 14);
     if (v->core) rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "verifier already set up");
     memset(&cfg, 0, sizeof cfg);
-    cfg.scheme = (enum wi_sig_scheme)NUM2INT(argv[1]);
+    cfg.provider = StringValueCStr(argv[1]);
     cfg.tolerance = NIL_P(argv[2]) ? -1 : NUM2LL(argv[2]);
     cfg.max_body = NUM2SIZET(argv[3]);
     cfg.allow_simple = RTEST(argv[4]);
@@ -167,6 +167,7 @@ static VALUE verifier_setup(int argc, VALUE *argv, VALUE self)
         rb_ary_push(cands, v->names[i] ? candidate_keys(v->names[i]) : Qnil);
     v->candidates = rb_obj_freeze(cands);
     RB_GC_GUARD(secrets);
+    RB_GC_GUARD(argv[1]);
     return self;
 }
 
@@ -307,6 +308,24 @@ static VALUE simple_body(const struct wi_sig_event *ev)
     return rb_obj_freeze(out);
 }
 
+/* The JSON a verified challenge is answered with, or nil. The values are JSON string bodies
+ * the scan validated, copied as they are. */
+static VALUE challenge_answer(const struct wi_sig_event *ev)
+{
+    VALUE out;
+    switch (ev->challenge) {
+    case WI_CHALLENGE_NONE: return Qnil;
+    case WI_CHALLENGE_DISCORD_PING: return rb_obj_freeze(rb_utf8_str_new_cstr("{\"type\":1}"));
+    case WI_CHALLENGE_SLACK_URL: out = rb_utf8_str_new_cstr("{\"challenge\":\""); break;
+    case WI_CHALLENGE_ZOOM_URL: out = rb_utf8_str_new_cstr("{\"plainToken\":\""); break;
+    default: return Qnil;
+    }
+    rb_str_cat(out, ev->challenge_value.p, (long)ev->challenge_value.n);
+    if (ev->challenge == WI_CHALLENGE_ZOOM_URL) rb_str_catf(out, "\",\"encryptedToken\":\"%s", ev->challenge_hmac);
+    rb_str_cat_cstr(out, "\"}");
+    return rb_obj_freeze(out);
+}
+
 /* _verify(body, headers, now) -> Event; raises VerificationError. */
 static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
 {
@@ -360,7 +379,7 @@ static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
     VALUE type = ev.type.p ? event_text(json_str(ev.type, ev.type_escaped), "type") : Qnil;
     VALUE ts = ev.has_timestamp ? LL2NUM(ev.timestamp) : Qnil;
     VALUE event = rb_struct_new(cEvent, v->provider, id, type, ts, ev.simple ? simple_body(&ev) : body,
-                                ev.simple ? Qfalse : Qtrue);
+                                ev.simple ? Qfalse : Qtrue, challenge_answer(&ev));
     RB_GC_GUARD(body);
     RB_GC_GUARD(snap);
     RB_GC_GUARD(headers);
@@ -421,6 +440,72 @@ static VALUE verifier_s_didit_canonical(VALUE klass, VALUE str)
     return rb_ensure(canon_to_str, (VALUE)bufs, canon_release, (VALUE)bufs);
 }
 
+static VALUE opt_str(const char *s)
+{
+    return s ? rb_obj_freeze(rb_utf8_str_new_cstr(s)) : Qnil;
+}
+
+static VALUE sym(const char *s)
+{
+    return ID2SYM(rb_intern(s));
+}
+
+/* One provider entry as a frozen Hash (Verifier.provider_table): what the Ruby side needs to
+ * configure it and what the README's provider table shows. */
+static VALUE provider_hash(const struct wi_provider *p)
+{
+    static const char *const algs[] = {"hmac_sha1", "hmac_sha256", "hmac_sha512", "ed25519", "ecdsa_p256"};
+    static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der"};
+    static const char *const layouts[] = {"one", "kv", "list"};
+    static const char *const challenges[] = {"none", "discord_ping", "slack_url_verification", "zoom_url_validation"};
+    VALUE h = rb_hash_new(), headers = rb_ary_new(), versions = rb_ary_new(), ids = rb_ary_new(), types = rb_ary_new();
+    for (int i = 0; i < WI_SIG_MAX_HEADERS; i++) rb_ary_push(headers, opt_str(p->headers[i]));
+    for (int i = 0; i < 2 && (i == 0 || p->versions[i].tag); i++) {
+        VALUE ver = rb_hash_new();
+        rb_hash_aset(ver, sym("tag"), opt_str(p->versions[i].tag));
+        rb_hash_aset(ver, sym("algorithm"), sym(algs[p->versions[i].alg]));
+        rb_hash_aset(ver, sym("key"), sym(keys[p->versions[i].key]));
+        rb_hash_aset(ver, sym("key_prefix"), opt_str(p->versions[i].key_prefix));
+        rb_ary_push(versions, rb_obj_freeze(ver));
+    }
+    for (int i = 0; i < 3 && p->id_fields[i]; i++) rb_ary_push(ids, opt_str(p->id_fields[i]));
+    for (int i = 0; i < 3 && p->type_fields[i]; i++) rb_ary_push(types, opt_str(p->type_fields[i]));
+    rb_hash_aset(h, sym("name"), sym(p->name));
+    rb_hash_aset(h, sym("title"), opt_str(p->title));
+    rb_hash_aset(h, sym("headers"), rb_obj_freeze(headers));
+    rb_hash_aset(h, sym("alt_offset"), INT2NUM(p->alt_offset));
+    rb_hash_aset(h, sym("sig_slot"), INT2NUM(p->sig_slot));
+    rb_hash_aset(h, sym("layout"), sym(layouts[p->layout]));
+    rb_hash_aset(h, sym("kv_sep"), p->kv_sep ? rb_obj_freeze(rb_str_new(&p->kv_sep, 1)) : Qnil);
+    rb_hash_aset(h, sym("kv_ts"), opt_str(p->kv_ts));
+    rb_hash_aset(h, sym("prefix"), opt_str(p->prefix));
+    rb_hash_aset(h, sym("encoding"), sym(p->enc == WI_SIG_HEX ? "hex" : "base64"));
+    rb_hash_aset(h, sym("versions"), rb_obj_freeze(versions));
+    rb_hash_aset(h, sym("template"), opt_str(p->tmpl));
+    rb_hash_aset(h, sym("ts_slot"), p->ts_slot == WI_NO_SLOT ? Qnil : INT2NUM(p->ts_slot));
+    rb_hash_aset(h, sym("ts_field"), opt_str(p->ts_field));
+    rb_hash_aset(h, sym("ts_ms"), p->ts_ms ? Qtrue : Qfalse);
+    rb_hash_aset(h, sym("id_slots"), rb_obj_freeze(rb_ary_new_from_args(2, p->id_slots[0] == WI_NO_SLOT ? Qnil : INT2NUM(p->id_slots[0]),
+                                                                     p->id_slots[1] == WI_NO_SLOT ? Qnil : INT2NUM(p->id_slots[1]))));
+    rb_hash_aset(h, sym("id_signed"), wi_provider_id_signed(p) ? Qtrue : Qfalse);
+    rb_hash_aset(h, sym("type_slot"), p->type_slot == WI_NO_SLOT ? Qnil : INT2NUM(p->type_slot));
+    rb_hash_aset(h, sym("id_fields"), rb_obj_freeze(ids));
+    rb_hash_aset(h, sym("type_fields"), rb_obj_freeze(types));
+    rb_hash_aset(h, sym("tolerance"), p->tolerance < 0 ? Qnil : LL2NUM(p->tolerance));
+    rb_hash_aset(h, sym("challenge"), p->challenge ? sym(challenges[p->challenge]) : Qnil);
+    rb_hash_aset(h, sym("content"), opt_str(p->content));
+    rb_hash_aset(h, sym("custom"), p->custom ? Qtrue : Qfalse);
+    return rb_obj_freeze(h);
+}
+
+/* Verifier.provider_table: every provider entry, in table order. */
+static VALUE verifier_s_provider_table(VALUE klass)
+{
+    VALUE a = rb_ary_new();
+    for (size_t i = 0; i < wi_provider_count(); i++) rb_ary_push(a, provider_hash(wi_provider_at(i)));
+    return rb_obj_freeze(a);
+}
+
 void wi_verifier_binding_init(VALUE mod)
 {
     static const char *const reasons[] = {
@@ -433,7 +518,7 @@ void wi_verifier_binding_init(VALUE mod)
     rb_gc_register_mark_object(str_request_method);
 
     cEvent = rb_struct_define_under(mod, "Event", "provider", "event_id", "event_type",
-                                    "timestamp", "body", "body_signed", NULL);
+                                    "timestamp", "body", "body_signed", "challenge", NULL);
     rb_gc_register_mark_object(cEvent);
     cVerifier = rb_define_class_under(mod, "Verifier", rb_cObject);
     rb_gc_register_mark_object(cVerifier);
@@ -444,4 +529,5 @@ void wi_verifier_binding_init(VALUE mod)
     rb_define_method(cVerifier, "header_names", verifier_header_names, 0);
     rb_define_singleton_method(cVerifier, "jsonb_safe?", verifier_s_jsonb_safe, 1);
     rb_define_singleton_method(cVerifier, "didit_canonical_json", verifier_s_didit_canonical, 1);
+    rb_define_singleton_method(cVerifier, "provider_table", verifier_s_provider_table, 0);
 }

@@ -7,11 +7,14 @@ module WebhookInbox
   #   event = v.verify(request.raw_post, request.headers, now: Time.now)
   #   event.provider, event.event_id, event.event_type, event.timestamp, event.body
   #
-  # Schemes: :stripe, :standard_webhooks (alias :svix), :github, :shopify, :slack, :paddle,
-  # :didit (allow_simple: true also accepts X-Signature-Simple) and :hmac (generic:
-  # algorithm:, encoding:, prefix:, signature_header:, timestamp_header:, id_header:,
-  # template: such as "{timestamp}.{body}"; a timestamp_header must be signed by the
-  # template, else ConfigurationError: an unsigned time check stops no replay).
+  # Providers are data: one entry each in ext/webhook_inbox/providers.c (headers, signed
+  # content, algorithm, key form, where id/type/time come from, tolerance, challenge), read
+  # here through Verifier.provider_table; the README's provider table is generated from it
+  # (ProviderTable). :svix is an alias of :standard_webhooks; :didit takes allow_simple:
+  # true to also accept X-Signature-Simple; :hmac is generic (algorithm:, encoding:,
+  # prefix:, signature_header:, timestamp_header:, id_header:, template: such as
+  # "{timestamp}.{body}"; a timestamp_header must be signed by the template, else
+  # ConfigurationError: an unsigned time check stops no replay).
   #
   # Nothing the signature does not cover decides an event's identity or time:
   # - event_id: :body_sha256 makes the id the SHA-256 of the signed body (for Didit V2, of
@@ -36,28 +39,30 @@ module WebhookInbox
   # verifier is collected) and are never kept in Ruby instance variables, messages or
   # #inspect. Failures raise VerificationError with a #reason Symbol.
   class Verifier
-    SCHEMES = { stripe: 0, standard_webhooks: 1, svix: 1, github: 2, shopify: 3, slack: 4,
-                paddle: 5, didit: 6, hmac: 7 }.freeze
+    PROVIDERS = provider_table.to_h { |p| [p[:name], p] }.freeze
+    ALIASES = { svix: :standard_webhooks }.freeze
+    SCHEMES = (PROVIDERS.keys + ALIASES.keys).freeze
     ALGORITHMS = { sha1: 0, sha256: 1, sha512: 2 }.freeze
     ENCODINGS = { hex: 0, base64: 1 }.freeze
     EVENT_IDS = %i[provider body_sha256].freeze
-    UNSIGNED_ID_SCHEMES = %i[github shopify].freeze
     DEFAULT_TOLERANCE = 300
     DEFAULT_MAX_BODY_BYTES = 1 << 20
 
     attr_reader :scheme, :tolerance, :max_body_bytes, :event_id
 
-    # tolerance: seconds either way, or nil to skip the time check (not recommended).
+    # tolerance: seconds either way, or nil to skip the time check (not recommended); by
+    # default the provider's (Linear 60, Calendly 180, else 300).
     # secrets: a String or an Array of Strings; any may match (rotation). [] is allowed
     # (every #verify then fails with :no_secret); an empty String or one with surrounding
     # whitespace raises ConfigurationError.
-    def initialize(scheme, secrets:, tolerance: DEFAULT_TOLERANCE, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+    def initialize(scheme, secrets:, tolerance: :provider, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                    allow_simple: false, algorithm: :sha256, encoding: :hex, prefix: nil,
                    signature_header: nil, timestamp_header: nil, id_header: nil, template: nil, event_id: nil)
-      code = SCHEMES.fetch(scheme) do
-        raise ConfigurationError, "unknown scheme #{scheme.inspect} (one of #{SCHEMES.keys.join(", ")})"
+      @scheme = ALIASES.fetch(scheme, scheme)
+      entry = PROVIDERS.fetch(@scheme) do
+        raise ConfigurationError, "unknown scheme #{scheme.inspect} (one of #{SCHEMES.join(", ")})"
       end
-      @scheme = scheme == :svix ? :standard_webhooks : scheme
+      tolerance = entry[:tolerance] || DEFAULT_TOLERANCE if tolerance == :provider
       unless tolerance.nil? || (tolerance.is_a?(Integer) && tolerance >= 0)
         raise ConfigurationError, "tolerance must be a non-negative Integer or nil"
       end
@@ -71,17 +76,17 @@ module WebhookInbox
       end
       alg = ALGORITHMS.fetch(algorithm) { raise ConfigurationError, "algorithm must be one of #{ALGORITHMS.keys.join(", ")}" }
       enc = ENCODINGS.fetch(encoding) { raise ConfigurationError, "encoding must be :hex or :base64" }
-      if code != SCHEMES[:hmac] && (signature_header || timestamp_header || id_header || template || prefix)
+      if @scheme != :hmac && (signature_header || timestamp_header || id_header || template || prefix)
         raise ConfigurationError, "signature_header, timestamp_header, id_header, template and prefix apply to :hmac only"
       end
-      event_id ||= default_event_id(id_header, template)
+      event_id ||= default_event_id(entry, id_header, template)
       unless EVENT_IDS.include?(event_id)
         raise ConfigurationError, "event_id must be :provider or :body_sha256"
       end
       @tolerance = tolerance
       @event_id = event_id
       @max_body_bytes = max_body_bytes
-      _setup(@scheme, code, tolerance, max_body_bytes, allow_simple, alg, enc, prefix,
+      _setup(@scheme, @scheme.to_s, tolerance, max_body_bytes, allow_simple, alg, enc, prefix,
              header_name(signature_header), header_name(timestamp_header), header_name(id_header),
              template, secrets, event_id == :body_sha256)
     end
@@ -108,8 +113,8 @@ module WebhookInbox
     private
 
     # :body_sha256 where the provider's id is in a header no signature covers.
-    def default_event_id(id_header, template)
-      unsigned = UNSIGNED_ID_SCHEMES.include?(@scheme) || (@scheme == :hmac && id_header && !template.to_s.include?("{id}"))
+    def default_event_id(entry, id_header, template)
+      unsigned = @scheme == :hmac ? id_header && !template.to_s.include?("{id}") : !entry[:id_signed]
       unsigned ? :body_sha256 : :provider
     end
 
@@ -118,3 +123,4 @@ module WebhookInbox
     end
   end
 end
+require_relative "provider_table"

@@ -773,7 +773,7 @@ RSpec.describe WebhookInbox::Verifier do
 
   it "raises ConfigurationError (never crashes) when used after a setup that raised midway" do
     v = WebhookInbox::Verifier.allocate
-    expect { v.send(:_setup, :hmac, 7, 300, 1 << 20, false, 1, 0, nil, "x" * 300, nil, nil, nil, ["k"], false) }
+    expect { v.send(:_setup, :hmac, "hmac", 300, 1 << 20, false, 1, 0, nil, "x" * 300, nil, nil, nil, ["k"], false) }
       .to raise_error(WebhookInbox::ConfigurationError)
     expect { v.verify("{}", {}) }.to raise_error(WebhookInbox::ConfigurationError, /not set up/)
   end

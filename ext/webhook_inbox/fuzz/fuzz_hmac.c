@@ -86,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!part[0].p) return 0;
     int a = (int)(opt % 3), b64 = (opt >> 2) & 1, has_ts = (opt >> 3) & 1, has_id = (opt >> 4) & 1;
     char *tmpl = cstr(part[0]), *prefix = part[1].p ? cstr(part[1]) : NULL;
-    struct wi_sig_config cfg = {.scheme = WI_SCHEME_HMAC, .tolerance = 300, .max_body = 1 << 16,
+    struct wi_sig_config cfg = {.provider = "hmac", .tolerance = 300, .max_body = 1 << 16,
                                 .alg = algs[a], .encoding = b64 ? WI_SIG_BASE64 : WI_SIG_HEX,
                                 .prefix = (opt >> 5) & 1 ? prefix : NULL, .signature_header = "x-sig",
                                 .timestamp_header = has_ts ? "x-ts" : NULL, .id_header = has_id ? "x-id" : NULL,

@@ -12,11 +12,10 @@ static struct wi_sig_verifier *verifiers[7];
 
 static void setup(void)
 {
-    static const enum wi_sig_scheme schemes[7] = {WI_SCHEME_STRIPE, WI_SCHEME_PADDLE, WI_SCHEME_STANDARD,
-                                                  WI_SCHEME_SLACK, WI_SCHEME_DIDIT, WI_SCHEME_GITHUB,
-                                                  WI_SCHEME_SHOPIFY};
+    static const char *const schemes[7] = {"stripe", "paddle", "standard_webhooks", "slack", "didit", "github",
+                                           "shopify"};
     for (int i = 0; i < 7; i++) {
-        struct wi_sig_config cfg = {.scheme = schemes[i], .tolerance = 300, .max_body = 1 << 16, .allow_simple = 1};
+        struct wi_sig_config cfg = {.provider = schemes[i], .tolerance = 300, .max_body = 1 << 16, .allow_simple = 1};
         struct wi_err err;
         verifiers[i] = wi_sig_verifier_new(&cfg, &err);
         if (!verifiers[i] || wi_sig_verifier_add_secret(verifiers[i], "whsec_c2VjcmV0", 14, &err)) abort();

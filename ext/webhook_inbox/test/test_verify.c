@@ -396,7 +396,7 @@ static void test_num(void)
     CHECK(wi_num_integral(1.7976931348623157e308, buf) == 309, "DBL_MAX has 309 digits");
 }
 
-static struct wi_sig_verifier *make(enum wi_sig_scheme s, const char *secret);
+static struct wi_sig_verifier *make(const char *s, const char *secret);
 
 /* Didit V2 runs before any key check: output at most WI_CANON_MAX_OUT(n), and a cancel
  * flag stops it (issue 9 item 1). */
@@ -423,7 +423,7 @@ static void test_canon_bounds(void)
     CHECK(wi_canon_didit("[1,2]", 5, 64, &cancel, &out, &on, &err) == 0, "small input finishes before the first poll");
     wi_canon_free(out);
 
-    struct wi_sig_verifier *v = make(WI_SCHEME_DIDIT, "didit_secret");
+    struct wi_sig_verifier *v = make("didit", "didit_secret");
     struct wi_sig_request req = {.now = 1700000000, .body = {body, n}};
     struct wi_sig_event ev;
     req.hdr[1] = (struct wi_slice){"0000000000000000000000000000000000000000000000000000000000000000", 64};
@@ -438,9 +438,9 @@ static void test_canon_bounds(void)
 
 /* ---- schemes ---- */
 
-static struct wi_sig_verifier *make(enum wi_sig_scheme s, const char *secret)
+static struct wi_sig_verifier *make(const char *s, const char *secret)
 {
-    struct wi_sig_config cfg = {.scheme = s, .tolerance = 300, .max_body = 1 << 20};
+    struct wi_sig_config cfg = {.provider = s, .tolerance = 300, .max_body = 1 << 20};
     struct wi_err err;
     struct wi_sig_verifier *v = wi_sig_verifier_new(&cfg, &err);
     if (!v || (secret && wi_sig_verifier_add_secret(v, secret, strlen(secret), &err))) abort();
@@ -473,7 +473,7 @@ static void test_schemes(void)
     struct wi_sig_event ev;
     const char *stripe_body = "{\"id\":\"evt_test_webhook\",\"object\":\"event\"}";
     const char *stripe_hdr = "t=1700000000,v1=d95c6b7477fbd7e9f90b1b0ef5f9c7ac25abca5382460e0d988c2b2a5b71b990";
-    struct wi_sig_verifier *v = make(WI_SCHEME_STRIPE, "whsec_test_secret");
+    struct wi_sig_verifier *v = make("stripe", "whsec_test_secret");
     CHECK(verify1(v, stripe_body, stripe_hdr, NULL, 1700000000, &ev) == 0, "stripe vector");
     CHECK(strcmp(last_id, "evt_test_webhook") == 0 && ev.has_timestamp && ev.timestamp == 1700000000, "stripe event");
     CHECK(verify1(v, stripe_body, stripe_hdr, NULL, 1700000301, &ev) == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "stripe late");
@@ -489,7 +489,7 @@ static void test_schemes(void)
     }
     wi_sig_verifier_free(v);
 
-    v = make(WI_SCHEME_GITHUB, "It's a Secret to Everybody");
+    v = make("github", "It's a Secret to Everybody");
     const char *gh = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
     CHECK(verify1(v, "Hello, World!", gh, NULL, 0, &ev) == 0 && !last_id[0] &&
               strcmp(ev.body_sha256, "dffd6021bb2bd5b0af676290809ec3a53191dd81c7f70a4b28688a362182986f") == 0, "github vector");
@@ -497,7 +497,7 @@ static void test_schemes(void)
     CHECK(verify1(v, "Hello, World!", NULL, NULL, 0, &ev) == WI_SIG_E_MISSING_SIGNATURE, "github missing");
     wi_sig_verifier_free(v);
 
-    v = make(WI_SCHEME_PADDLE, NULL);
+    v = make("paddle", NULL);
     CHECK(verify1(v, "{}", "ts=1;h1=00", NULL, 1, &ev) == WI_SIG_E_NO_SECRET, "no secret");
     struct wi_err err;
     CHECK(wi_sig_verifier_add_secret(v, "", 0, &err) == -1 && err.code == WI_ERR_ARG, "empty secret");
@@ -509,15 +509,15 @@ static void test_schemes(void)
                   NULL, 1671552777, &ev) == 0 && strcmp(last_id, "evt_01h") == 0, "paddle: second h1 matches");
     wi_sig_verifier_free(v);
 
-    struct wi_sig_config big = {.scheme = WI_SCHEME_GITHUB, .tolerance = 300, .max_body = 4};
+    struct wi_sig_config big = {.provider = "github", .tolerance = 300, .max_body = 4};
     v = wi_sig_verifier_new(&big, &err);
     CHECK(verify1(v, "12345", NULL, NULL, 0, &ev) == WI_SIG_E_PAYLOAD_TOO_LARGE, "size first, before no_secret");
     wi_sig_verifier_free(v);
     wi_sig_verifier_free(NULL);
 
-    struct wi_sig_config bad = {.scheme = WI_SCHEME_HMAC, .alg = WI_HMAC_SHA256, .signature_header = "x-sig", .template = "{id}.{body}"};
+    struct wi_sig_config bad = {.provider = "hmac", .alg = WI_HMAC_SHA256, .signature_header = "x-sig", .template = "{id}.{body}"};
     CHECK(wi_sig_verifier_new(&bad, &err) == NULL && err.code == WI_ERR_ARG, "template {id} without id header");
-    struct wi_sig_config unsigned_ts = {.scheme = WI_SCHEME_HMAC, .alg = WI_HMAC_SHA256, .signature_header = "x-sig",
+    struct wi_sig_config unsigned_ts = {.provider = "hmac", .alg = WI_HMAC_SHA256, .signature_header = "x-sig",
                                         .timestamp_header = "x-ts"};
     CHECK(wi_sig_verifier_new(&unsigned_ts, &err) == NULL && err.code == WI_ERR_ARG && strstr(err.msg, "{timestamp}"),
           "timestamp header the template does not sign");
@@ -546,7 +546,7 @@ static void test_didit_v2_fields(void)
 {
     struct wi_sig_event ev;
     char sig[65], fresh_sig[65];
-    struct wi_sig_verifier *v = make(WI_SCHEME_DIDIT, "didit_secret");
+    struct wi_sig_verifier *v = make("didit", "didit_secret");
     const char *old = "{\"event_id\":\"e1\",\"timestamp\":1699996400,\"webhook_type\":\"t\"}";
     const char *fresh = "{\"event_id\":\"e1\",\"timestamp\":1700000000,\"webhook_type\":\"t\"}";
     static const char *const replays[] = {
@@ -583,8 +583,28 @@ static void test_didit_v2_fields(void)
     wi_sig_verifier_free(v);
 }
 
+/* Every provider entry builds a verifier (its template parses and agrees with its headers)
+ * and takes a secret in its key form's shape. */
+static void test_provider_table(void)
+{
+    struct wi_err err;
+    CHECK(wi_provider_count() >= 8 && wi_provider_find("nope") == NULL, "table");
+    for (size_t i = 0; i < wi_provider_count(); i++) {
+        const struct wi_provider *p = wi_provider_at(i);
+        struct wi_sig_config cfg = {.provider = p->name, .tolerance = 300, .max_body = 1 << 20,
+                                    .alg = WI_HMAC_SHA256, .signature_header = "x-sig"};
+        struct wi_sig_verifier *v = wi_sig_verifier_new(&cfg, &err);
+        CHECK(v != NULL, "provider %s: %s", p->name, v ? "" : err.msg);
+        CHECK(wi_provider_find(p->name) == p, "provider %s found by name", p->name);
+        CHECK(p->custom || p->ts_slot == WI_NO_SLOT || strstr(p->tmpl, "{timestamp}"), "%s signs its timestamp", p->name);
+        CHECK(!p->id_required || wi_provider_id_signed(p), "%s: a required id header is signed", p->name);
+        wi_sig_verifier_free(v);
+    }
+}
+
 int main(void)
 {
+    test_provider_table();
     test_kv();
     test_ts_and_prefix();
     test_codecs();

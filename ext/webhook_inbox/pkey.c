@@ -1,0 +1,98 @@
+/* pkey.c - Ed25519 and ECDSA P-256 verification with OpenSSL EVP_DigestVerify; keys are
+ * parsed once per secret. */
+#include "pkey.h"
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct wi_pkey {
+    enum wi_pkey_alg alg;
+    EVP_PKEY *pk; /* owned */
+};
+
+struct wi_pkey *wi_pkey_new(enum wi_pkey_alg alg, const unsigned char *der, size_t n, struct wi_err *err)
+{
+    EVP_PKEY *pk = NULL;
+    struct wi_pkey *k;
+
+    if (alg == WI_PKEY_ED25519) {
+        if (n == 32) pk = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, der, n);
+        if (!pk) {
+            ERR_clear_error();
+            wi_err_set(err, WI_ERR_ARG, "an Ed25519 public key is 32 bytes");
+            return NULL;
+        }
+    } else {
+        const unsigned char *p = der;
+        pk = d2i_PUBKEY(NULL, &p, (long)n);
+        if (!pk || p != der + n || EVP_PKEY_get_base_id(pk) != EVP_PKEY_EC ||
+            EVP_PKEY_get_bits(pk) != 256) {
+            EVP_PKEY_free(pk);
+            ERR_clear_error();
+            wi_err_set(err, WI_ERR_ARG, "not a DER P-256 public key (SubjectPublicKeyInfo)");
+            return NULL;
+        }
+    }
+    if (!(k = calloc(1, sizeof *k))) {
+        EVP_PKEY_free(pk);
+        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    k->alg = alg;
+    k->pk = pk;
+    return k;
+}
+
+void wi_pkey_free(struct wi_pkey *k)
+{
+    if (!k) return;
+    EVP_PKEY_free(k->pk);
+    free(k);
+}
+
+int wi_pkey_verify(const struct wi_pkey *k, const struct wi_slice *parts, size_t nparts,
+                   const unsigned char *sig, size_t siglen, struct wi_err *err)
+{
+    EVP_MD_CTX *c;
+    int r = -1;
+    char *joined = NULL;
+
+    if (k->alg == WI_PKEY_ED25519 && siglen != 64) return 0;
+    if (!(c = EVP_MD_CTX_new())) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    if (EVP_DigestVerifyInit(c, NULL, k->alg == WI_PKEY_ED25519 ? NULL : EVP_sha256(), NULL, k->pk) != 1) {
+        wi_err_set(err, WI_ERR_CRYPTO, "signature verification setup failed");
+        goto out;
+    }
+    if (k->alg == WI_PKEY_ED25519) { /* one shot: Ed25519 hashes the message twice */
+        const unsigned char *m = (const unsigned char *)"";
+        size_t total = 0, o = 0;
+        for (size_t i = 0; i < nparts; i++) total += parts[i].n;
+        if (nparts == 1 && parts[0].p) {
+            m = (const unsigned char *)parts[0].p;
+        } else if (total) {
+            if (!(joined = malloc(total))) {
+                wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            for (size_t i = 0; i < nparts; i++)
+                if (parts[i].n) memcpy(joined + o, parts[i].p, parts[i].n), o += parts[i].n;
+            m = (const unsigned char *)joined;
+        }
+        r = EVP_DigestVerify(c, sig, siglen, m, total) == 1;
+    } else {
+        for (size_t i = 0; i < nparts; i++)
+            if (parts[i].n && EVP_DigestVerifyUpdate(c, parts[i].p, parts[i].n) != 1) {
+                wi_err_set(err, WI_ERR_CRYPTO, "signature verification failed");
+                goto out;
+            }
+        r = EVP_DigestVerifyFinal(c, sig, siglen) == 1; /* 0 or -1: a bad or malformed signature */
+    }
+out:
+    if (r != 1) ERR_clear_error(); /* a refused signature leaves OpenSSL errors queued */
+    free(joined);
+    EVP_MD_CTX_free(c);
+    return r;
+}

@@ -1,0 +1,106 @@
+/* provider.h - providers as data: every webhook sender is one struct wi_provider entry
+ * (providers.c) saying which headers it sends, what it signs, with which algorithm and key
+ * form, where the event's id, type and time come from, its tolerance and the challenge it
+ * expects answered. sig.c is the one engine that reads an entry. Pure C, no Ruby. */
+#ifndef WI_PROVIDER_H
+#define WI_PROVIDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WI_SIG_MAX_HEADERS 6
+#define WI_NO_SLOT (-1)
+
+enum wi_sig_encoding { WI_SIG_HEX, WI_SIG_BASE64 };
+
+enum wi_alg { WI_ALG_HMAC_SHA1, WI_ALG_HMAC_SHA256, WI_ALG_HMAC_SHA512, WI_ALG_ED25519, WI_ALG_ECDSA_P256 };
+
+/* What a configured secret is. */
+enum wi_key_form {
+    WI_KEY_RAW,     /* its bytes are the HMAC key */
+    WI_KEY_WHSEC,   /* base64 after an optional "whsec_" (Standard Webhooks) */
+    WI_KEY_HEX,     /* hex of a raw public key (Discord's application public key) */
+    WI_KEY_BASE64,  /* base64 of a raw public key (after key_prefix, e.g. "whpk_") */
+    WI_KEY_B64_DER  /* base64 of a DER SubjectPublicKeyInfo (SendGrid's verification key) */
+};
+
+/* How the signature header is laid out. */
+enum wi_layout {
+    WI_LAYOUT_ONE,  /* one signature, after prefix */
+    WI_LAYOUT_KV,   /* "t=<ts>,v1=<sig>,v1=<sig>": items split on kv_sep, '=' inside */
+    WI_LAYOUT_LIST  /* "v1,<sig> v1a,<sig>": items split on ' ', ',' inside */
+};
+
+/* A request the provider expects answered instead of stored (see wi_sig_event.challenge). */
+enum wi_challenge {
+    WI_CHALLENGE_NONE,
+    WI_CHALLENGE_DISCORD_PING, /* body "type":1 -> {"type":1} */
+    WI_CHALLENGE_SLACK_URL,    /* "type":"url_verification" -> {"challenge":<its challenge>} */
+    WI_CHALLENGE_ZOOM_URL      /* "event":"endpoint.url_validation" -> {"plainToken":..,
+                                  "encryptedToken": hex HMAC-SHA256(secret, plainToken)} */
+};
+
+/* One kind of signature a provider sends. A secret is for the first version whose
+ * key_prefix it starts with, else for the first version without a key_prefix. */
+struct wi_sig_version {
+    const char *tag;        /* its name in a KV or LIST header ("v1", "h1"); NULL for ONE */
+    enum wi_alg alg;
+    enum wi_key_form key;
+    const char *key_prefix; /* e.g. "whpk_", or NULL */
+};
+
+struct wi_sig_verifier;
+struct wi_sig_request;
+struct wi_sig_event;
+struct wi_err;
+
+/* One provider. Slots index headers[]; slot 0 of an entry without custom is not special:
+ * sig_slot names the signature header. Invariants (checked by the unit tests for every
+ * entry): tmpl signs {body} once; a ts_slot is signed by tmpl ({timestamp}) or kv_ts is
+ * set; an id from a header is trusted only when tmpl signs {id} (else the default event
+ * id is the body's SHA-256, see id_signed). */
+struct wi_provider {
+    const char *name;  /* Verifier.new(:name) */
+    const char *title; /* shown in the README's provider table */
+    const char *headers[WI_SIG_MAX_HEADERS]; /* slot names: lowercase, '-' separated */
+    int alt_offset;    /* > 0: slots [alt_offset, 2*alt_offset) repeat [0, alt_offset) under
+                          other names (svix-*), read when none of the first ones is present */
+    int sig_slot;
+    enum wi_layout layout;
+    char kv_sep;          /* KV: ',' or ';' */
+    const char *kv_ts;    /* KV: key of the timestamp item ("t") */
+    const char *prefix;   /* ONE: text before the signature ("sha256="), or NULL */
+    enum wi_sig_encoding enc;
+    struct wi_sig_version versions[2]; /* versions[1].tag == NULL: one version */
+    const char *tmpl;     /* signed content: literal text with {timestamp}, {id}, {body} */
+    int ts_slot;          /* header holding the timestamp, or WI_NO_SLOT */
+    const char *ts_field; /* or the body's top-level field holding it (signed with the body) */
+    int ts_ms;            /* the timestamp counts milliseconds */
+    int id_slots[2];      /* headers the id may come from, the first present wins */
+    int id_required;      /* a missing id header is WI_SIG_E_MISSING_ID */
+    int type_slot;        /* header holding the event type, or WI_NO_SLOT */
+    const char *id_fields[3];   /* else the body's top-level fields, first present wins; a
+                                   "a.b" path reads field b of object a */
+    const char *type_fields[3];
+    int type_numbers;     /* a number in a type field is the type too (Discord "type":1) */
+    int64_t tolerance;    /* default seconds either way; -1: the provider sends no time */
+    enum wi_challenge challenge;
+    const char *content;  /* README: the signed content in words, when tmpl does not say it */
+    /* A scheme too irregular for the fields above (Didit); NULL for the rest. Same
+     * contract as wi_sig_verify, called after the size and secret checks. */
+    int (*custom)(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
+                  struct wi_sig_event *ev, struct wi_err *err);
+};
+
+/* The entry named name (NUL-terminated), or NULL. */
+const struct wi_provider *wi_provider_find(const char *name);
+
+/* Entry i of the table (0 <= i < wi_provider_count()), in README order. */
+const struct wi_provider *wi_provider_at(size_t i);
+size_t wi_provider_count(void);
+
+/* 1 when the entry's event id is covered by its signature: from a header tmpl signs as
+ * {id}, or from the body; 0 when it comes from an unsigned header (GitHub, Shopify). */
+int wi_provider_id_signed(const struct wi_provider *p);
+
+#endif

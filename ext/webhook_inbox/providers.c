@@ -1,0 +1,75 @@
+/* providers.c - the provider table: one entry per webhook sender, read by sig.c's engine.
+ * Adding an HMAC provider is one entry here plus its vectors (spec/fixtures/vectors). */
+#include "provider.h"
+
+#include <string.h>
+#include "sig.h"
+#include "sig_didit.h"
+
+#define HMAC256(t) {{t, WI_ALG_HMAC_SHA256, WI_KEY_RAW, NULL}}
+#define NONE WI_NO_SLOT
+#define NO_IDS {NONE, NONE}
+
+static const struct wi_provider table[] = {
+    {.name = "stripe", .title = "Stripe", .headers = {"stripe-signature"}, .layout = WI_LAYOUT_KV,
+     .kv_sep = ',', .kv_ts = "t", .enc = WI_SIG_HEX, .versions = HMAC256("v1"),
+     .tmpl = "{timestamp}.{body}", .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE,
+     .id_fields = {"id"}, .type_fields = {"type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE},
+    {.name = "standard_webhooks", .title = "Standard Webhooks, Svix, Clerk, Resend",
+     .headers = {"webhook-id", "webhook-timestamp", "webhook-signature", "svix-id", "svix-timestamp", "svix-signature"},
+     .alt_offset = 3, .sig_slot = 2, .layout = WI_LAYOUT_LIST, .enc = WI_SIG_BASE64,
+     .versions = {{"v1", WI_ALG_HMAC_SHA256, WI_KEY_WHSEC, NULL}},
+     .tmpl = "{id}.{timestamp}.{body}", .ts_slot = 1, .id_slots = {0, NONE}, .id_required = 1,
+     .type_slot = NONE, .type_fields = {"type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE},
+    {.name = "github", .title = "GitHub", .headers = {"x-hub-signature-256", "x-github-delivery", "x-github-event"},
+     .prefix = "sha256=", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE,
+     .id_slots = {1, NONE}, .type_slot = 2, .tolerance = -1},
+    {.name = "shopify", .title = "Shopify",
+     .headers = {"x-shopify-hmac-sha256", "x-shopify-webhook-id", "x-shopify-event-id", "x-shopify-topic"},
+     .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE, .id_slots = {1, 2},
+     .type_slot = 3, .tolerance = -1},
+    {.name = "slack", .title = "Slack", .headers = {"x-slack-signature", "x-slack-request-timestamp"},
+     .prefix = "v0=", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "v0:{timestamp}:{body}", .ts_slot = 1,
+     .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id"}, .type_fields = {"type"},
+     .tolerance = WI_SIG_DEFAULT_TOLERANCE},
+    {.name = "paddle", .title = "Paddle Billing", .headers = {"paddle-signature"}, .layout = WI_LAYOUT_KV,
+     .kv_sep = ';', .kv_ts = "ts", .enc = WI_SIG_HEX, .versions = HMAC256("h1"), .tmpl = "{timestamp}:{body}",
+     .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id"},
+     .type_fields = {"event_type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE},
+    /* not X-Timestamp: no Didit signature covers it, so it is never read */
+    {.name = "didit", .title = "Didit", .headers = {"x-signature", "x-signature-v2", "x-signature-simple"},
+     .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE, .ts_field = "timestamp",
+     .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id"}, .type_fields = {"webhook_type"},
+     .tolerance = WI_SIG_DEFAULT_TOLERANCE,
+     .content = "`x-signature`: body; `x-signature-v2`: canonical JSON (sorted keys, integral floats as "
+                "integers); `x-signature-simple` (`allow_simple: true`): `timestamp:session_id:status:webhook_type`",
+     .custom = wi_sig_didit},
+    /* generic: the headers, prefix, encoding, algorithm and template come from wi_sig_config */
+    {.name = "hmac", .title = "anything else", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",
+     .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id", "id"},
+     .type_fields = {"type", "event_type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE,
+     .content = "`template:` e.g. `\"{timestamp}.{body}\"`"},
+};
+
+size_t wi_provider_count(void)
+{
+    return sizeof table / sizeof *table;
+}
+
+const struct wi_provider *wi_provider_at(size_t i)
+{
+    return i < wi_provider_count() ? &table[i] : NULL;
+}
+
+const struct wi_provider *wi_provider_find(const char *name)
+{
+    for (size_t i = 0; name && i < wi_provider_count(); i++)
+        if (!strcmp(table[i].name, name)) return &table[i];
+    return NULL;
+}
+
+int wi_provider_id_signed(const struct wi_provider *p)
+{
+    if (p->id_slots[0] == WI_NO_SLOT) return 1;
+    return p->tmpl && strstr(p->tmpl, "{id}") != NULL;
+}
