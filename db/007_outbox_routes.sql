@@ -13,17 +13,6 @@ LANGUAGE sql STABLE AS $$ SELECT 7 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
 
--- The audit trail takes the CLI's and rake's prunes beside requeues and replays (they come
--- with the actor: --actor, else $USER@host). Re-created, so a re-run keeps one constraint.
-ALTER TABLE webhook_inbox_actions DROP CONSTRAINT IF EXISTS webhook_inbox_actions_action_check;
-ALTER TABLE webhook_inbox_actions ADD CONSTRAINT webhook_inbox_actions_action_check
-    CHECK (action IN ('requeue', 'replay', 'prune'));
-COMMENT ON COLUMN webhook_inbox_actions.action IS
-    'requeue: quarantined -> pending; replay: done -> pending (e.g. after fixing a handler); prune: done events (and delivered effects) deleted by `webhook-inbox-sidecar prune` or rake webhook_inbox:prune.';
-COMMENT ON COLUMN webhook_inbox_actions.filter IS
-    'The filter as given: keys scope, event_id, type, from, to, error (see webhook_inbox_requeue); for prune older_than_s, scope, and effects_deleted (delivered effects deleted with the events).';
-COMMENT ON COLUMN webhook_inbox_actions.count IS 'Rows moved back to pending (prune: events deleted).';
-
 -- A route's destination: set (with handler webhook_inbox_deliver) for event types whose work
 -- is done by a destination (the Rails app's receive_effect, an internal service) instead of a
 -- SQL function. Adding a nullable column without a default rewrites nothing.

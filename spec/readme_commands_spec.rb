@@ -77,9 +77,11 @@ RSpec.describe "README commands" do
       expect(sql("SELECT status || ':' || attempts FROM webhook_inbox WHERE event_id = 'evt_1'").strip).to eq("pending:0")
       expect(sidecar("requeue", "--type", "payment_intent.succeeded")).to eq("requeued 1\n")
 
-      expect(sidecar("prune", "--older-than", "30d")).to eq("pruned 1 (and 0 delivered effects)\n")
-      expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox").strip)
-        .to eq("evt_1,evt_2,evt_new,evt_old_q") # pending and quarantined rows are never pruned
+      expect(sidecar("prune", "--older-than", "30d")).to eq("pruned 1 (and 0 delivered effects; 0 pruned keys forgotten)\n")
+      # evt_old is emptied, its key kept (--remember-pruned); pending and quarantined rows are never pruned
+      expect(sql("SELECT string_agg(event_id || CASE WHEN pruned_at IS NULL THEN '' ELSE ' (pruned)' END, ','" \
+                 " ORDER BY event_id) FROM webhook_inbox").strip)
+        .to eq("evt_1,evt_2,evt_new,evt_old (pruned),evt_old_q")
 
       config = sidecar("run", "--print-config")
       expect(config).to include("concurrency").and include("batch-size")

@@ -9,8 +9,8 @@
 #include "pgw.h"
 #include "wi_err.h"
 
-/* The schema version from which webhook_inbox_actions accepts 'prune' (db/007). */
-#define WI_AUDIT_PRUNE_SCHEMA 7
+/* The schema version from which webhook_inbox_actions accepts 'prune' (db/008). */
+#define WI_AUDIT_PRUNE_SCHEMA 8
 
 /* The record statement, prepared by whoever calls wi_audit_prune(). */
 extern const struct wi_pg_stmt wi_audit_prune_stmt;

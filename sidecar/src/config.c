@@ -64,10 +64,14 @@ static const struct cf_entry table[] = {
     {"metrics-listen", CF_STR, F(metrics_listen), NULL, 0, 0, 0, NULL,
      "run: serve GET /metrics (Prometheus text) on HOST:PORT, [IPv6]:PORT or :PORT (e.g. 127.0.0.1:9394)"},
     {"retain", CF_DURATION, F(retain), NULL, 0, 0, 36500L * 86400, NULL,
-     "run: delete done events received and delivered effects processed longer ago than this, every "
+     "run: prune done events received (their payloads; keys per --remember-pruned) and delete delivered "
+     "effects processed longer ago than this, every "
      "--retain-interval, on one sidecar of many (at least 3d; off when unset)"},
     {"retain-interval", CF_DURATION, F(retain_interval), "1h", 0, 1, 7 * 86400, NULL,
      "run --retain: how often (the first run comes 30s after start, or after the interval if shorter)"},
+    {"remember-pruned", CF_DURATION, F(remember_pruned), "30d", 0, 0, 36500L * 86400, NULL,
+     "run --retain, prune: how long a pruned event's key outlives its payload, so a redelivery or a "
+     "replayed capture of it is still a duplicate"},
     {"log-level", CF_ENUM, F(log_level), "info", CF_RELOAD, 0, 0, level_names,
      "debug, info, warn, error"},
     {"log-events", CF_BOOL, F(log_events), "true", CF_RELOAD, 0, 0, NULL,
@@ -98,7 +102,7 @@ static const struct cf_entry table[] = {
     {"effects", CF_BOOL, F(effects), "false", CF_CLI, 0, 0, NULL,
      "requeue: outbox effects (--operation-id, --destination NAME, both, or --all)"},
     {"operation-id", CF_STR, F(operation_id), NULL, CF_CLI, 0, 0, NULL, "requeue --effects: one effect"},
-    {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 36500L * 86400, NULL, "prune: delete done events received and delivered effects processed longer ago than this (at least 3d)"},
+    {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 36500L * 86400, NULL, "prune: prune done events received (payloads; keys per --remember-pruned) and delete delivered effects processed longer ago than this (at least 3d)"},
     {"print-config", CF_BOOL, F(print_config), "false", CF_CLI, 0, 0, NULL, "print the effective configuration"},
     {"help", CF_BOOL, F(help), "false", CF_CLI, 0, 0, NULL, "this text"},
 };

@@ -28,6 +28,7 @@ struct wi_config {
     char *metrics_listen; /* run: HOST:PORT of the /metrics listener; NULL/"" = none */
     double retain;        /* run: seconds; done events and delivered effects older than this are pruned on a schedule; 0 = off */
     double retain_interval; /* run --retain: seconds between prunes */
+    double remember_pruned; /* run --retain, prune: seconds a pruned event's key is kept after its payload */
     int log_level;        /* WI_LOG_* */
     int log_events;       /* 1: one info line per event */
     /* the outbox (db/006_outbox.sql): not reloadable */

@@ -64,8 +64,9 @@ static void usage(FILE *out)
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all;\n"
           "            --replay: done -> pending, with a filter; recorded in webhook_inbox_actions with --actor;\n"
           "            outbox effects: --effects with --operation-id ID, --destination NAME (or both), or --all)\n"
-          "  prune     retention: delete done events and delivered effects older than --older-than\n"
-          "            (>= 3d; optional --scope); run --retain 30d does it on a schedule\n"
+          "  prune     retention: empty done events and delete delivered effects older than --older-than\n"
+          "            (>= 3d; optional --scope; keys kept --remember-pruned more, 30d by default);\n"
+          "            run --retain 30d does it on a schedule\n"
           "\n"
           "options (flag > environment > --config file > default):\n",
           out);
@@ -159,7 +160,8 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     if (rt.cfg.retain > 0 && rt.cfg.once)
         log_info("retention_off", "note=\"--retain is ignored with --once (use the prune command)\"");
     else if (rt.cfg.retain > 0 &&
-             !(retention = wi_retention_start(rt.cfg.database_url, rt.cfg.retain, rt.cfg.retain_interval, &err)))
+             !(retention = wi_retention_start(rt.cfg.database_url, rt.cfg.retain, rt.cfg.remember_pruned,
+                                              rt.cfg.retain_interval, &err)))
         log_errorx("retention_failed", "error=%s note=\"running without scheduled retention\"", WI_LOG_Q(err.msg));
     for (i = 0; i < rt.cfg.concurrency; i++) {
         workers[i].id = i + 1;
@@ -324,15 +326,16 @@ int main(int argc, char **argv)
             printf("%s %ld\n", cfg.replay ? "replayed" : "requeued", n);
         }
     } else if (!strcmp(cmd, "prune")) {
-        long effects, n;
+        long effects, forgotten, n;
         int audited;
         wi_audit_actor(cfg.actor, actor, sizeof actor);
-        n = wi_prune(cfg.database_url, cfg.older_than, cfg.scope, actor, &effects, &audited, &err);
+        n = wi_prune(cfg.database_url, cfg.older_than, cfg.remember_pruned, cfg.scope, actor, &effects, &forgotten,
+                     &audited, &err);
         if (n < 0) {
             fprintf(stderr, "webhook-inbox-sidecar prune: %s\n", err.msg);
             rc = err.code == WI_ERR_ARG ? 2 : 1;
         } else {
-            printf("pruned %ld (and %ld delivered effects)\n", n, effects);
+            printf("pruned %ld (and %ld delivered effects; %ld pruned keys forgotten)\n", n, effects, forgotten);
             if (!audited)
                 fprintf(stderr, "webhook-inbox-sidecar prune: not recorded in webhook_inbox_actions "
                                 "(the schema is older than v%d: run migrate)\n", WI_AUDIT_PRUNE_SCHEMA);

@@ -335,7 +335,7 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
     counter(out, "webhook_inbox_reconnects_total", "Worker reconnections after a lost or failed connection",
             wi_metrics_get(WI_M_RECONNECTS));
     counter(out, "webhook_inbox_retention_deleted_total",
-            "Done events deleted by the scheduled retention (--retain) run by this process", wi_metrics_get(WI_M_PRUNED));
+            "Done events pruned (emptied; keys kept --remember-pruned) by the scheduled retention (--retain) run by this process", wi_metrics_get(WI_M_PRUNED));
     counter(out, "webhook_inbox_retention_effects_deleted_total",
             "Delivered outbox effects deleted by the scheduled retention (--retain) run by this process",
             wi_metrics_get(WI_M_PRUNED_EFFECTS));

@@ -1,5 +1,6 @@
-/* prune.c - retention: delete old done events, and old delivered outbox effects, in small
- * batches; `prune` records what it deleted in webhook_inbox_actions (audit.c). */
+/* prune.c - retention: empty old done events (their keys stay for --remember-pruned, then
+ * go), delete old delivered outbox effects, in small batches; `prune` records what it did in
+ * webhook_inbox_actions (audit.c). */
 #define _POSIX_C_SOURCE 200809L
 #include "prune.h"
 
@@ -14,6 +15,34 @@ const struct wi_pg_stmt wi_prune_stmt = {
     "WITH doomed AS ("
     " SELECT source_scope, event_id FROM webhook_inbox"
     " WHERE status = 'done' AND received_at < now() - $1::double precision * interval '1 second'"
+    "  AND ($2::text IS NULL OR source_scope = $2)"
+    " LIMIT $3::int FOR UPDATE SKIP LOCKED),"
+    " gone AS (DELETE FROM webhook_inbox w USING doomed d"
+    "  WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id RETURNING 1)"
+    " SELECT count(*) FROM gone"};
+
+/* From v8: the row stays, emptied, so its key still makes a redelivery a duplicate.
+ * Through webhook_inbox_prunable_idx (done rows not emptied yet, by received_at). */
+const struct wi_pg_stmt wi_prune_keep_stmt = {
+    "wi_prune_keep",
+    "WITH doomed AS ("
+    " SELECT source_scope, event_id FROM webhook_inbox"
+    " WHERE status = 'done' AND pruned_at IS NULL"
+    "  AND received_at < now() - $1::double precision * interval '1 second'"
+    "  AND ($2::text IS NULL OR source_scope = $2)"
+    " LIMIT $3::int FOR UPDATE SKIP LOCKED),"
+    " gone AS (UPDATE webhook_inbox w SET payload = NULL, raw_body = NULL, request_headers = NULL,"
+    "  attempt_log = '[]', outcome = NULL, last_error = NULL, pruned_at = now() FROM doomed d"
+    "  WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id RETURNING 1)"
+    " SELECT count(*) FROM gone"};
+
+/* Through webhook_inbox_pruned_idx. An emptied row is final (status done, never requeued:
+ * webhook_inbox_filter_sql leaves it out), so the lock only keeps two pruners apart. */
+const struct wi_pg_stmt wi_forget_stmt = {
+    "wi_forget",
+    "WITH doomed AS ("
+    " SELECT source_scope, event_id FROM webhook_inbox"
+    " WHERE pruned_at IS NOT NULL AND pruned_at < now() - $1::double precision * interval '1 second'"
     "  AND ($2::text IS NULL OR source_scope = $2)"
     " LIMIT $3::int FOR UPDATE SKIP LOCKED),"
     " gone AS (DELETE FROM webhook_inbox w USING doomed d"
@@ -37,17 +66,15 @@ const struct wi_pg_stmt wi_prune_effects_stmt = {
     " received AS (DELETE FROM webhook_inbox_effects_received r USING gone g WHERE r.operation_id = g.operation_id)"
     " SELECT count(*) FROM gone"};
 
-static long step(struct wi_pg *pg, const char *stmt, double older_than, const char *scope, int limit,
-                 struct wi_err *err)
+/* Runs one batch statement (age in seconds, scope, limit); returns its count or -1. */
+static long batch(struct wi_pg *pg, const char *stmt, double age_s, const char *scope, int limit, struct wi_err *err)
 {
     char age[32], lim[16];
     const char *params[3] = {age, scope, lim};
     PGresult *res;
     long n;
 
-    if (older_than < WI_PRUNE_MIN_AGE) /* also the last line of defence for --retain */
-        return wi_err_set(err, WI_ERR_ARG, "retention below 3d refused");
-    snprintf(age, sizeof age, "%.3f", older_than);
+    snprintf(age, sizeof age, "%.3f", age_s);
     snprintf(lim, sizeof lim, "%d", limit);
     if (!(res = wi_pg_exec(pg, stmt, 3, params, PGRES_TUPLES_OK, err)))
         return -1;
@@ -56,9 +83,25 @@ static long step(struct wi_pg *pg, const char *stmt, double older_than, const ch
     return n;
 }
 
-long wi_prune_step(struct wi_pg *pg, double older_than, const char *scope, int limit, struct wi_err *err)
+static long step(struct wi_pg *pg, const char *stmt, double older_than, const char *scope, int limit,
+                 struct wi_err *err)
 {
-    return step(pg, wi_prune_stmt.name, older_than, scope, limit, err);
+    if (older_than < WI_PRUNE_MIN_AGE) /* also the last line of defence for --retain */
+        return wi_err_set(err, WI_ERR_ARG, "retention below 3d refused");
+    return batch(pg, stmt, older_than, scope, limit, err);
+}
+
+long wi_prune_step(struct wi_pg *pg, int keep_keys, double older_than, const char *scope, int limit,
+                   struct wi_err *err)
+{
+    return step(pg, keep_keys ? wi_prune_keep_stmt.name : wi_prune_stmt.name, older_than, scope, limit, err);
+}
+
+long wi_forget_step(struct wi_pg *pg, double remember, const char *scope, int limit, struct wi_err *err)
+{
+    if (remember < 0)
+        return wi_err_set(err, WI_ERR_ARG, "--remember-pruned must not be negative");
+    return batch(pg, wi_forget_stmt.name, remember, scope, limit, err);
 }
 
 long wi_prune_effects_step(struct wi_pg *pg, double older_than, const char *scope, int limit, struct wi_err *err)
@@ -77,15 +120,16 @@ static void record_partial(struct wi_pg *pg, int audited, const char *actor, dou
         wi_audit_prune(pg, actor, older_than, scope, total, effects, &ignored);
 }
 
-long wi_prune(const char *conninfo, double older_than, const char *scope, const char *actor, long *effects,
-              int *audited, struct wi_err *err)
+long wi_prune(const char *conninfo, double older_than, double remember, const char *scope, const char *actor,
+              long *effects, long *forgotten, int *audited, struct wi_err *err)
 {
     struct wi_pg *pg;
     struct wi_schema found;
     long total = 0, n;
-    int rc;
+    int rc, keep_keys;
 
     *effects = 0;
+    *forgotten = 0;
     *audited = 0;
     if (older_than <= 0)
         return wi_err_set(err, WI_ERR_ARG, "prune needs --older-than (e.g. 30d)");
@@ -93,18 +137,30 @@ long wi_prune(const char *conninfo, double older_than, const char *scope, const 
         return wi_err_set(err, WI_ERR_ARG, "--older-than must be at least 3d (keep done events longer than providers retry)");
     if (!(pg = wi_pg_connect(conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
         return -1;
-    /* Any schema with an inbox prunes events; effects from v6 on (the outbox and its index);
-     * the audit row from v7 on (webhook_inbox_actions takes 'prune'). */
-    if ((rc = wi_schema_check(pg, &found, err)) < 0 || wi_pg_prepare(pg, &wi_prune_stmt, 1, err) < 0 ||
+    /* Any schema with an inbox prunes events (deleting them before v8, emptying them and
+     * forgetting their keys later from v8 on); effects from v6 on (the outbox and its index);
+     * the audit row from v8 on (webhook_inbox_actions takes 'prune'). */
+    if ((rc = wi_schema_check(pg, &found, err)) < 0)
+        goto fail;
+    keep_keys = found.version >= WI_PRUNE_KEYS_SCHEMA;
+    if (wi_pg_prepare(pg, keep_keys ? &wi_prune_keep_stmt : &wi_prune_stmt, 1, err) < 0 ||
+        (keep_keys && wi_pg_prepare(pg, &wi_forget_stmt, 1, err) < 0) ||
         (found.version >= WI_PRUNE_EFFECTS_SCHEMA && wi_pg_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0) ||
         (found.version >= WI_AUDIT_PRUNE_SCHEMA && wi_pg_prepare(pg, &wi_audit_prune_stmt, 1, err) < 0))
         goto fail;
     *audited = found.version >= WI_AUDIT_PRUNE_SCHEMA;
     do {
-        if ((n = wi_prune_step(pg, older_than, scope, 5000, err)) < 0)
+        if ((n = wi_prune_step(pg, keep_keys, older_than, scope, 5000, err)) < 0)
             goto fail;
         total += n;
     } while (n > 0);
+    while (keep_keys) {
+        if ((n = wi_forget_step(pg, remember, scope, 5000, err)) < 0)
+            goto fail;
+        *forgotten += n;
+        if (n == 0)
+            break;
+    }
     if (found.version >= WI_PRUNE_EFFECTS_SCHEMA) {
         do {
             if ((n = wi_prune_effects_step(pg, older_than, scope, 5000, err)) < 0)

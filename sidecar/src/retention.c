@@ -1,6 +1,6 @@
 /* retention.c - scheduled pruning for `run --retain`: sleep, take (or keep) the retention
- * lock, delete old done events, then old delivered effects, in batches of
- * WI_RETENTION_BATCH, log one line. */
+ * lock, empty old done events, delete the emptied ones older than --remember-pruned, then
+ * old delivered effects, in batches of WI_RETENTION_BATCH, log one line. */
 #define _POSIX_C_SOURCE 200809L
 #include "clock.h"
 #include "retention.h"
@@ -24,7 +24,7 @@
 /* Invariant: leader == 1 only while pg is open and its session holds the lock. */
 struct wi_retention {
     const char *conninfo;   /* borrowed */
-    double retain, interval;
+    double retain, remember, interval;
     int stop_pipe[2];
     atomic_int stopping;
     pthread_t thread;
@@ -55,7 +55,8 @@ static int lead(struct wi_retention *r, struct wi_err *err)
         if (!(r->pg = wi_pg_connect(r->conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
             return -1;
         if (wi_schema_require(r->pg, err) < 0 || wi_pg_prepare(r->pg, &lock_stmt, 1, err) < 0 ||
-            wi_pg_prepare(r->pg, &wi_prune_stmt, 1, err) < 0 || wi_pg_prepare(r->pg, &wi_prune_effects_stmt, 1, err) < 0) {
+            wi_pg_prepare(r->pg, &wi_prune_keep_stmt, 1, err) < 0 || wi_pg_prepare(r->pg, &wi_forget_stmt, 1, err) < 0 ||
+            wi_pg_prepare(r->pg, &wi_prune_effects_stmt, 1, err) < 0) {
             drop(r);
             return -1;
         }
@@ -74,10 +75,18 @@ static int lead(struct wi_retention *r, struct wi_err *err)
     return 1;
 }
 
+/* What one scheduled run did (also before a failure). */
+struct run_counts {
+    long pruned;    /* events emptied */
+    long forgotten; /* emptied events deleted: their keys are new again */
+    long effects;   /* delivered effects deleted */
+    int batches;    /* statements, all kinds */
+};
+
 /* One scheduled run: returns 1 when this sidecar pruned, 0 when another one holds the lock,
- * -1 with *err; *deleted (events), *effects and *batches (both kinds) count what was done
- * (also before a failure). lead() required the schema (v6 on): the outbox and its index exist. */
-static int run_once(struct wi_retention *r, long *deleted, long *effects, int *batches, struct wi_err *err)
+ * -1 with *err; *c counts what was done. lead() required the schema (ours, v8 on): emptied
+ * rows, the outbox and their indexes exist. */
+static int run_once(struct wi_retention *r, struct run_counts *c, struct wi_err *err)
 {
     long n;
     int rc = lead(r, err);
@@ -85,17 +94,23 @@ static int run_once(struct wi_retention *r, long *deleted, long *effects, int *b
     if (rc <= 0)
         return rc;
     do {
-        if ((n = wi_prune_step(r->pg, r->retain, NULL, WI_RETENTION_BATCH, err)) < 0)
+        if ((n = wi_prune_step(r->pg, 1, r->retain, NULL, WI_RETENTION_BATCH, err)) < 0)
             return -1;
-        *deleted += n;
-        (*batches)++;
+        c->pruned += n;
+        c->batches++;
         wi_metrics_add(WI_M_PRUNED, n);
+    } while (n == WI_RETENTION_BATCH && !atomic_load(&r->stopping));
+    do {
+        if ((n = wi_forget_step(r->pg, r->remember, NULL, WI_RETENTION_BATCH, err)) < 0)
+            return -1;
+        c->forgotten += n;
+        c->batches++;
     } while (n == WI_RETENTION_BATCH && !atomic_load(&r->stopping));
     while (!atomic_load(&r->stopping)) {
         if ((n = wi_prune_effects_step(r->pg, r->retain, NULL, WI_RETENTION_BATCH, err)) < 0)
             return -1;
-        *effects += n;
-        (*batches)++;
+        c->effects += n;
+        c->batches++;
         wi_metrics_add(WI_M_PRUNED_EFFECTS, n);
         if (n < WI_RETENTION_BATCH)
             break;
@@ -112,8 +127,8 @@ static void *retention_main(void *arg)
         struct pollfd p = {r->stop_pipe[0], POLLIN, 0};
         double wait = next - wi_clock_s(), t0;
         struct wi_err err;
-        long deleted = 0, effects = 0;
-        int batches = 0, was_leader, rc;
+        struct run_counts c = {0, 0, 0, 0};
+        int was_leader, rc;
 
         if (wait > 0 && poll(&p, 1, (int)(wait * 1000) + 1) < 0 && errno != EINTR)
             break;
@@ -126,19 +141,20 @@ static void *retention_main(void *arg)
             next = wi_clock_s() + r->interval;
         t0 = wi_clock_s();
         was_leader = r->leader;
-        rc = run_once(r, &deleted, &effects, &batches, &err);
-        if (rc < 0 && was_leader && batches == 0) {
+        rc = run_once(r, &c, &err);
+        if (rc < 0 && was_leader && c.batches == 0) {
             drop(r); /* the kept connection may have gone away meanwhile: once more, on a new one */
-            rc = run_once(r, &deleted, &effects, &batches, &err);
+            rc = run_once(r, &c, &err);
         }
         if (rc == 0)
             log_debug("retention_skipped", "note=\"another sidecar holds the retention lock\"");
         else if (rc > 0)
-            log_info("retention", "deleted=%ld effects_deleted=%ld older_than_s=%.0f batches=%d ms=%.0f", deleted, effects,
-                     r->retain, batches, (wi_clock_s() - t0) * 1000);
+            log_info("retention", "pruned=%ld forgotten=%ld effects_deleted=%ld older_than_s=%.0f remember_s=%.0f "
+                     "batches=%d ms=%.0f", c.pruned, c.forgotten, c.effects, r->retain, r->remember, c.batches,
+                     (wi_clock_s() - t0) * 1000);
         else {
-            log_warnx("retention_failed", "deleted=%ld effects_deleted=%ld error=%s note=\"trying again at the next interval\"",
-                      deleted, effects, WI_LOG_Q(err.msg));
+            log_warnx("retention_failed", "pruned=%ld forgotten=%ld effects_deleted=%ld error=%s "
+                      "note=\"trying again at the next interval\"", c.pruned, c.forgotten, c.effects, WI_LOG_Q(err.msg));
             drop(r);
         }
     }
@@ -146,7 +162,8 @@ static void *retention_main(void *arg)
     return NULL;
 }
 
-struct wi_retention *wi_retention_start(const char *conninfo, double retain, double interval, struct wi_err *err)
+struct wi_retention *wi_retention_start(const char *conninfo, double retain, double remember, double interval,
+                                        struct wi_err *err)
 {
     struct wi_retention *r = calloc(1, sizeof *r);
 
@@ -156,6 +173,7 @@ struct wi_retention *wi_retention_start(const char *conninfo, double retain, dou
     }
     r->conninfo = conninfo;
     r->retain = retain;
+    r->remember = remember;
     r->interval = interval;
     if (pipe(r->stop_pipe) < 0) {
         wi_err_set(err, WI_ERR_IO, "pipe: %s", strerror(errno));
@@ -170,8 +188,8 @@ struct wi_retention *wi_retention_start(const char *conninfo, double retain, dou
         free(r);
         return NULL;
     }
-    log_info("retention_scheduled", "older_than_s=%.0f interval_s=%.0f first_in_s=%.0f", retain, interval,
-             interval < WI_RETENTION_FIRST_S ? interval : WI_RETENTION_FIRST_S);
+    log_info("retention_scheduled", "older_than_s=%.0f remember_s=%.0f interval_s=%.0f first_in_s=%.0f", retain, remember,
+             interval, interval < WI_RETENTION_FIRST_S ? interval : WI_RETENTION_FIRST_S);
     return r;
 }
 

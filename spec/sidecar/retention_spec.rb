@@ -6,7 +6,9 @@ require_relative "../support/prometheus_text"
 
 # `run --retain AGE`: the sidecar prunes done events and delivered effects older than AGE by
 # itself, in batches, one sidecar of many at a time, never pending or quarantined rows, never
-# below 3 days. `prune --older-than` does the same once.
+# below 3 days. `prune --older-than` does the same once. A pruned event is emptied, and its
+# key is kept --remember-pruned longer (30 days by default) so that a redelivery or a
+# replayed capture is still a duplicate, then it is deleted.
 RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
   before(:all) { @db = SidecarHelper::DB.new(TestDatabase.cluster) }
   let(:db) { @db }
@@ -50,14 +52,14 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
     _pid, log = spawn_sidecar("run", "--database-url", db.url, "--retain", "30d", "--retain-interval", "1s",
                               "--metrics-listen", "127.0.0.1:0")
     line = wait_for(20, 0.1, "a retention run") { retention_lines(log).first }
-    # events 1000 + 1000 + 500, then effects 1000 + 200
-    expect(line).to match(/deleted=2500 effects_deleted=1200 older_than_s=2592000 batches=5 /)
-    expect(File.read(log)).to include("msg=retention_scheduled older_than_s=2592000 interval_s=1 first_in_s=1")
-    rows = db.value("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox")
+    # events emptied 1000 + 1000 + 500, none yet to forget (one batch), then effects 1000 + 200
+    expect(line).to match(/pruned=2500 forgotten=0 effects_deleted=1200 older_than_s=2592000 remember_s=2592000 batches=6 /)
+    expect(File.read(log)).to include("msg=retention_scheduled older_than_s=2592000 remember_s=2592000 interval_s=1 first_in_s=1")
+    rows = db.value("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox WHERE pruned_at IS NULL")
     expect(rows).to eq("old-pending,old-quarantined,recent-done")
     expect(effects).to eq("old-pending,old-quarantined,recent-delivered") # never pending or quarantined
     wait_for(10, 0.1, "the next run") { retention_lines(log).size >= 2 }
-    expect(retention_lines(log)[1]).to include("deleted=0 effects_deleted=0 ")
+    expect(retention_lines(log)[1]).to include("pruned=0 forgotten=0 effects_deleted=0 ")
     host, port = File.read(log)[/msg=metrics_listening address=(\S+)/, 1].split(":")
     fams = PrometheusText.parse(Net::HTTP.get(host, "/metrics", port.to_i))
     expect(PrometheusText.value(fams, "webhook_inbox_retention_deleted_total")).to eq(2500)
@@ -72,9 +74,9 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
     SQL
     expect(plan).to include("webhook_inbox_outbox_delivered_idx")
     status, out, = sidecar("prune", "--older-than", "30d", "--scope", "elsewhere", "--database-url", db.url)
-    expect([status.exitstatus, out]).to eq([0, "pruned 0 (and 0 delivered effects)\n"]) # --scope: its events' effects only
+    expect([status.exitstatus, out]).to eq([0, "pruned 0 (and 0 delivered effects; 0 pruned keys forgotten)\n"]) # --scope: its events' effects only
     status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url, "--actor", "ops@example.com")
-    expect([status.exitstatus, out]).to eq([0, "pruned 2500 (and 1200 delivered effects)\n"])
+    expect([status.exitstatus, out]).to eq([0, "pruned 2500 (and 1200 delivered effects; 0 pruned keys forgotten)\n"])
     # Each prune is in the audit trail with its actor ($USER@host without --actor), as requeues are.
     expect(db.value("SELECT string_agg(concat_ws(' ', actor, action, filter::text, count), E'\\n' ORDER BY id) FROM webhook_inbox_actions").lines.map(&:strip))
       .to eq([%(#{ENV.fetch('USER', 'unknown')}@#{Socket.gethostname} prune {"scope": "elsewhere", "older_than_s": 2592000, "effects_deleted": 0} 0),
@@ -95,8 +97,44 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
     sleep 1.5
     counts = logs.map { |l| retention_lines(l).size }
     expect(counts.count(&:positive?)).to eq(1), "retention lines per sidecar: #{counts}"
-    expect(logs.map { |l| retention_lines(l).sum { |x| x[/deleted=(\d+)/, 1].to_i } }.sum).to eq(2500)
-    expect(db.int("SELECT count(*) FROM webhook_inbox")).to eq(3)
+    expect(logs.map { |l| retention_lines(l).sum { |x| x[/pruned=(\d+)/, 1].to_i } }.sum).to eq(2500)
+    expect(db.int("SELECT count(*) FROM webhook_inbox WHERE pruned_at IS NULL")).to eq(3)
+  end
+
+  it "keeps a pruned event's key (payload gone) for --remember-pruned: a redelivery or replay is a duplicate, then the key is forgotten" do
+    status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "pruned 2500 (and 1200 delivered effects; 0 pruned keys forgotten)\n"])
+    # The rows stay, emptied: nothing of the payload, headers, history or outcome is left.
+    expect(db.value(<<~SQL)).to eq("2500|0|0")
+      SELECT count(*), count(*) FILTER (WHERE payload IS NOT NULL OR raw_body IS NOT NULL OR request_headers IS NOT NULL
+                                         OR outcome IS NOT NULL OR attempt_log <> '[]'),
+             count(*) FILTER (WHERE pruned_at IS NULL) FROM webhook_inbox WHERE event_id LIKE 'old-done-%'
+    SQL
+    # A captured delivery of a pruned event, sent again through the receipt path, is a duplicate.
+    inbox = WebhookInbox::Inbox.new(database_url: db.url)
+    expect(inbox.insert(source_scope: "s", event_id: "old-done-7", event_type: "x", payload: '{"replayed":true}').status)
+      .to eq(:duplicate)
+    # Replay and requeue never move an emptied row (there is nothing left to run).
+    status, out, = sidecar("requeue", "--replay", "--event-id", "old-done-7", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "replayed 0\n"])
+    # Past the window the keys are forgotten, and only then is the key new again.
+    db.psql("UPDATE webhook_inbox SET pruned_at = now() - interval '31 days' WHERE event_id LIKE 'old-done-%'")
+    status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "pruned 0 (and 0 delivered effects; 2500 pruned keys forgotten)\n"])
+    expect(db.value("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox"))
+      .to eq("old-pending,old-quarantined,recent-done")
+    expect(inbox.insert(source_scope: "s", event_id: "old-done-7", event_type: "x", payload: "{}").status).to eq(:accepted)
+  ensure
+    inbox&.close
+  end
+
+  it "prunes through the partial index of rows still holding a payload, and forgets through the index of emptied ones" do
+    plans = [
+      "SELECT 1 FROM webhook_inbox WHERE status = 'done' AND pruned_at IS NULL AND received_at < now() - interval '30 days' LIMIT 5000",
+      "SELECT 1 FROM webhook_inbox WHERE pruned_at IS NOT NULL AND pruned_at < now() - interval '30 days' LIMIT 5000"
+    ].map { |q| db.value("SET enable_seqscan = off; EXPLAIN #{q}") }
+    expect(plans[0]).to include("webhook_inbox_prunable_idx")
+    expect(plans[1]).to include("webhook_inbox_pruned_idx")
   end
 
   it "refuses a retention below 3 days, is ignored by --once, and reads both options from the config file" do
