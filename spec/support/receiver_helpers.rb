@@ -42,6 +42,17 @@ module ReceiverHelpers
                            "WI_POOL" => pool.to_s }.merge(env)).start
   end
 
+  # A Rack env for a request to path carrying body and headers (names as HTTP spells them).
+  def rack_request(path, body, headers, method: "POST", input: nil)
+    require "rack/mock"
+    env = Rack::MockRequest.env_for(path, method: method, input: input || body)
+    headers.each do |k, v|
+      key = k.upcase.tr("-", "_")
+      env[%w[CONTENT_TYPE CONTENT_LENGTH].include?(key) ? key : "HTTP_#{key}"] = v
+    end
+    env
+  end
+
   def unique_scope(prefix = "test")
     "#{prefix}:#{SecureRandom.hex(6)}:live"
   end

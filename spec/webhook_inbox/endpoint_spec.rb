@@ -31,12 +31,7 @@ RSpec.describe WebhookInbox::Endpoint do
   end
 
   def rack_env(body, headers = WebhookInbox::TestHelpers.stripe_headers(body, secret: ENDPOINT_SECRET), method: "POST", input: nil)
-    env = Rack::MockRequest.env_for("/webhooks/stripe", method: method, input: input || body)
-    headers.each do |k, v|
-      key = k.upcase.tr("-", "_")
-      env[%w[CONTENT_TYPE CONTENT_LENGTH].include?(key) ? key : "HTTP_#{key}"] = v
-    end
-    env
+    rack_request("/webhooks/stripe", body, headers, method: method, input: input)
   end
 
   def call(env)

@@ -21,13 +21,8 @@ RSpec.describe "Receipt bounds" do
   before(:all) { ReceiverHelpers.apply_schema(TestDatabase.cluster) }
 
   def github_env(body, delivery)
-    headers = WebhookInbox::TestHelpers.github_headers(body, secret: GITHUB_SECRET, delivery: delivery, event: "push")
-    env = Rack::MockRequest.env_for("/webhooks/github", method: "POST", input: body)
-    headers.each do |k, v|
-      key = k.upcase.tr("-", "_")
-      env[%w[CONTENT_TYPE CONTENT_LENGTH].include?(key) ? key : "HTTP_#{key}"] = v
-    end
-    env
+    rack_request("/webhooks/github", body,
+                 WebhookInbox::TestHelpers.github_headers(body, secret: GITHUB_SECRET, delivery: delivery, event: "push"))
   end
 
   it "answers 400 to a delivery whose (unsigned) id is too long, while the deliveries beside it are stored" do
