@@ -230,7 +230,11 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
         k.pk = wi_pkey_new(ver->alg == WI_ALG_ED25519 ? WI_PKEY_ED25519 : WI_PKEY_ECDSA_P256, decoded,
                            (size_t)dl, err);
     if (!k.hmac && !k.pk) {
-        if (err && err->code == WI_ERR_ARG) wi_err_set(err, WI_ERR_ARG, "secret #%zu: %s", idx, err->msg);
+        if (err && err->code == WI_ERR_ARG) {
+            char why[WI_ERR_MSG_MAX];
+            memcpy(why, err->msg, sizeof why);
+            wi_err_set(err, WI_ERR_ARG, "secret #%zu: %s", idx, why);
+        }
         goto out;
     }
     v->keys[v->nkeys++] = k;

@@ -7,7 +7,9 @@ module WebhookInbox
   # Endpoint and the Rails Controller: check method, content type and size, verify the
   # signature over the raw bytes, insert into the inbox, map the outcome to a status.
   #
-  #   200 accepted / duplicate (the row is committed before we answer)
+  #   200 accepted / duplicate (the row is committed before we answer); a verified challenge
+  #       (Discord PING, Slack url_verification, Zoom endpoint.url_validation) is answered
+  #       with what the provider expects (Event#challenge) and never stored
   #   400 malformed request (empty body, malformed payload; an event id, type or scope
   #       longer than Inbox::MAX_TEXT_BYTES: :event_id_too_long, :event_type_too_long,
   #       :source_scope_too_long)
@@ -46,6 +48,8 @@ module WebhookInbox
     # error: the StoreError message (logs only; it holds no secrets or payload).
     Result = Struct.new(:http_status, :status, :reason, :receipt, :event, :headers, :error, keyword_init: true) do
       def body
+        return event.challenge if status == :challenge
+
         common = !reason && COMMON_BODIES[status]
         return common[0] if common
 
@@ -153,6 +157,8 @@ module WebhookInbox
       return reject(400, :empty_body) if body.empty?
 
       event = @verifier.verify(body, env, now: Time.now)
+      return Result.new(http_status: 200, status: :challenge, event: event) if event.challenge
+
       too_long = oversized_key(event)
       return reject(400, too_long) if too_long
 

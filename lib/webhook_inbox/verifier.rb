@@ -56,10 +56,13 @@ module WebhookInbox
     # (every #verify then fails with :no_secret); an empty String or one with surrounding
     # whitespace raises ConfigurationError.
     def initialize(scheme, secrets:, tolerance: :provider, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-                   allow_simple: false, algorithm: :sha256, encoding: :hex, prefix: nil,
+                   allow_simple: false, legacy_sha1: false, algorithm: :sha256, encoding: :hex, prefix: nil,
                    signature_header: nil, timestamp_header: nil, id_header: nil, template: nil, event_id: nil)
       @scheme = ALIASES.fetch(scheme, scheme)
-      entry = PROVIDERS.fetch(@scheme) do
+      raise ConfigurationError, "legacy_sha1 applies to :github only" if legacy_sha1 && @scheme != :github
+
+      entry_name = legacy_sha1 ? :github_sha1 : @scheme
+      entry = PROVIDERS.fetch(entry_name) do
         raise ConfigurationError, "unknown scheme #{scheme.inspect} (one of #{SCHEMES.join(", ")})"
       end
       tolerance = entry[:tolerance] || DEFAULT_TOLERANCE if tolerance == :provider
@@ -86,7 +89,7 @@ module WebhookInbox
       @tolerance = tolerance
       @event_id = event_id
       @max_body_bytes = max_body_bytes
-      _setup(@scheme, @scheme.to_s, tolerance, max_body_bytes, allow_simple, alg, enc, prefix,
+      _setup(@scheme, entry_name.to_s, tolerance, max_body_bytes, allow_simple, alg, enc, prefix,
              header_name(signature_header), header_name(timestamp_header), header_name(id_header),
              template, secrets, event_id == :body_sha256)
     end

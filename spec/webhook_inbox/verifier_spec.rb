@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "spec_helper"
+require_relative "../support/verifier_helpers"
 require "json"
 require "openssl"
 require "base64"
@@ -12,12 +13,7 @@ RSpec.describe WebhookInbox::Verifier do
   def hmac_hex(key, data, alg = "SHA256") = OpenSSL::HMAC.hexdigest(alg, key, data)
   def hmac_b64(key, data, alg = "SHA256") = Base64.strict_encode64(OpenSSL::HMAC.digest(alg, key, data))
 
-  def reason_of
-    yield
-    nil
-  rescue WebhookInbox::VerificationError => e
-    e.reason
-  end
+  include VerifierHelpers
 
   # Flips one bit of byte i of s.
   def flip(s, i)

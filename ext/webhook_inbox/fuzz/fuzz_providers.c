@@ -1,0 +1,73 @@
+/* fuzz_providers.c - libFuzzer entry point for every provider entry through the generic
+ * engine (signature layouts, timestamp and id headers, body field paths such as
+ * "meta.event_name", challenges) and for secret parsing in each key form (hex and base64
+ * public keys, DER P-256, whsec_/whpk_). The first byte picks the entry; the second says
+ * whether the rest is a secret to add or a request: body, then header values split on 0xff. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../provider.h"
+#include "../sig.h"
+
+#define MAX_ENTRIES 64
+
+static struct wi_sig_verifier *verifiers[MAX_ENTRIES];
+static size_t nentries;
+
+/* One verifier per entry, with a secret of the entry's key form (a fixed valid key). */
+static void setup(void)
+{
+    static const char *const ed25519_hex = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+    static const char *const p256_der =
+        "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEVs/o5+uQbTjL3chynL4wXgUg2R9q9UU8I5mEovUf86QZ7kOBIjJwqnzD1omageEHWwHdBO6B+dFabmdT9POxg==";
+    nentries = wi_provider_count() < MAX_ENTRIES ? wi_provider_count() : MAX_ENTRIES;
+    for (size_t i = 0; i < nentries; i++) {
+        const struct wi_provider *p = wi_provider_at(i);
+        struct wi_sig_config cfg = {.provider = p->name, .tolerance = 300, .max_body = 1 << 16, .allow_simple = 1,
+                                    .alg = WI_HMAC_SHA256, .signature_header = "x-sig", .timestamp_header = "x-ts",
+                                    .template = "{timestamp}.{body}"};
+        struct wi_err err;
+        const char *secret = p->versions[0].key == WI_KEY_HEX       ? ed25519_hex
+                             : p->versions[0].key == WI_KEY_B64_DER ? p256_der
+                                                                    : "whsec_c2VjcmV0";
+        verifiers[i] = wi_sig_verifier_new(&cfg, &err);
+        if (!verifiers[i] || wi_sig_verifier_add_secret(verifiers[i], secret, strlen(secret), &err)) abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct wi_err err;
+    if (!nentries) setup();
+    if (size < 2) return 0;
+    const struct wi_provider *p = wi_provider_at(data[0] % nentries);
+    const char *s = (const char *)data + 2, *end = (const char *)data + size;
+    if (data[1] & 1) { /* a fuzzed secret in the entry's key form: refused with a message, or kept */
+        struct wi_sig_config cfg = {.provider = p->name, .tolerance = 300, .max_body = 1 << 16,
+                                    .alg = WI_HMAC_SHA256, .signature_header = "x-sig"};
+        struct wi_sig_verifier *v = wi_sig_verifier_new(&cfg, &err);
+        if (!v) abort();
+        if (wi_sig_verifier_add_secret(v, s, (size_t)(end - s), &err) && (err.code != WI_ERR_ARG || !err.msg[0])) abort();
+        wi_sig_verifier_free(v);
+        return 0;
+    }
+    struct wi_sig_request req = {.now = 1700000000};
+    struct wi_sig_event ev;
+    for (int slot = -1; slot < WI_SIG_MAX_HEADERS && s <= end; slot++) {
+        const char *q = memchr(s, 0xff, (size_t)(end - s));
+        if (!q) q = end;
+        struct wi_slice sl = {s, (size_t)(q - s)};
+        if (slot < 0) req.body = sl;
+        else req.hdr[slot] = sl;
+        s = q + 1;
+    }
+    if (wi_sig_verify(verifiers[data[0] % nentries], &req, &ev, &err) == 0) {
+        /* slices the event holds point into the input */
+        const struct wi_slice *sl[] = {&ev.id, &ev.type, &ev.challenge_value};
+        for (int i = 0; i < 3; i++)
+            if (sl[i]->p && (sl[i]->p < (const char *)data || sl[i]->p + sl[i]->n > end)) abort();
+    } else if (!err.msg[0]) {
+        abort(); /* every refusal says why */
+    }
+    return 0;
+}

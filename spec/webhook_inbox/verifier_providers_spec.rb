@@ -1,0 +1,228 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require_relative "../support/verifier_helpers"
+require "json"
+require "openssl"
+require "base64"
+
+# The providers added as table entries (ext/webhook_inbox/providers.c): for each, a valid
+# delivery, a tampered body, a wrong key, a stale timestamp (where the provider signs one)
+# and a replay. Asymmetric vectors come from the providers' SDKs
+# (spec/fixtures/vectors/generator, committed as sdk-signatures.json); the HMAC ones are
+# signed here the way each provider's docs say.
+RSpec.describe WebhookInbox::Verifier do
+  vectors_dir = ENV.fetch("WEBHOOK_VECTORS", File.expand_path("../fixtures/vectors", __dir__))
+  sdk = JSON.parse(File.read(File.join(vectors_dir, "sdk-signatures.json")))["cases"]
+  now = 1_700_000_000
+
+  include VerifierHelpers
+
+  def hmac(alg, key, data) = OpenSSL::HMAC.hexdigest(alg, key, data)
+
+  describe "SDK vectors" do
+    sdk.each do |c|
+      context "#{c["provider"]} #{c["name"]} (#{c["source"]})" do
+        let(:verifier) { described_class.new(c["provider"].to_sym, secrets: [c["secret"]]) }
+        let(:tolerance) { described_class::PROVIDERS.fetch(c["provider"].to_sym)[:tolerance] }
+
+        it "verifies" do
+          ev = verifier.verify(c["body"], c["headers"], now: c["now"])
+          expect(ev.provider).to eq(c["provider"].to_sym)
+          expect(ev.body).to eq(c["body"])
+        end
+
+        it "refuses a tampered body, signature or timestamp" do
+          expect(reason_of { verifier.verify(c["body"].sub(/.\z/m) { |x| x == "}" ? " }" : "#{x} " }, c["headers"], now: c["now"]) })
+            .to eq(:signature_mismatch)
+          c["headers"].each do |name, value|
+            next if name =~ /event-id/i
+
+            bad = value.dup
+            i = bad.rindex(/[0-9A-Za-z]/)
+            bad[i] = bad[i] == "A" ? "B" : "A"
+            expect(reason_of { verifier.verify(c["body"], c["headers"].merge(name => bad), now: c["now"]) })
+              .not_to be_nil, "#{name} altered still verified"
+          end
+        end
+
+        it "refuses the delivery under another key" do
+          wrong = described_class.new(c["provider"].to_sym, secrets: [c["wrong_secret"]])
+          expect(reason_of { wrong.verify(c["body"], c["headers"], now: c["now"]) }).to eq(:signature_mismatch)
+        end
+
+        it "refuses it when stale (where the provider signs a time), and a replay keeps its event id" do
+          first = verifier.verify(c["body"], c["headers"], now: c["now"])
+          expect(verifier.verify(c["body"], c["headers"], now: c["now"] + 1).event_id).to eq(first.event_id)
+          if tolerance
+            expect(reason_of { verifier.verify(c["body"], c["headers"], now: c["now"] + tolerance + 1) })
+              .to eq(:timestamp_out_of_tolerance)
+          end
+        end
+      end
+    end
+
+    it "covers the asymmetric schemes and Standard Webhooks v1a" do
+      expect(sdk.map { |c| [c["provider"], c["name"]] }).to include(%w[discord ping], %w[sendgrid processed], %w[standard_webhooks v1a])
+    end
+  end
+
+  describe ":discord" do
+    let(:ping) { sdk.find { |c| c["provider"] == "discord" && c["name"] == "ping" } }
+    let(:command) { sdk.find { |c| c["provider"] == "discord" && c["name"] == "command" } }
+    let(:verifier) { described_class.new(:discord, secrets: [ping["secret"]]) }
+
+    it "answers a signed PING with {\"type\":1} and reads an interaction's id and numeric type" do
+      expect(verifier.verify(ping["body"], ping["headers"], now: now).challenge).to eq('{"type":1}')
+      ev = verifier.verify(command["body"], command["headers"], now: now)
+      expect([ev.challenge, ev.event_id, ev.event_type]).to eq([nil, "1100000000000000002", "2"])
+    end
+
+    it "refuses a public key that is not 32 bytes of hex, without quoting it" do
+      expect { described_class.new(:discord, secrets: ["zz" * 32]) }
+        .to raise_error(WebhookInbox::ConfigurationError, /hex public key/) { |e| expect(e.message).not_to include("zz") }
+      expect { described_class.new(:discord, secrets: ["ab" * 31]) }.to raise_error(WebhookInbox::ConfigurationError, /32 bytes/)
+    end
+  end
+
+  describe ":sendgrid and Standard Webhooks v1a keys" do
+    it "refuses a key that is not a P-256 public key, and a whpk_ key that is not Ed25519" do
+      rsa = Base64.strict_encode64(OpenSSL::PKey::RSA.new(2048).public_to_der)
+      expect { described_class.new(:sendgrid, secrets: [rsa]) }.to raise_error(WebhookInbox::ConfigurationError, /P-256/)
+      expect { described_class.new(:standard_webhooks, secrets: ["whpk_#{Base64.strict_encode64("x" * 31)}"]) }
+        .to raise_error(WebhookInbox::ConfigurationError, /32 bytes/)
+    end
+
+    it "v1 and v1a secrets verify side by side (rotation from HMAC to Ed25519)" do
+      c = sdk.find { |x| x["name"] == "v1a" }
+      v1 = sdk.find { |x| x["name"] == "v1" }
+      both = described_class.new(:standard_webhooks, secrets: [v1["secret"], c["secret"]])
+      expect(both.verify(c["body"], c["headers"], now: now).event_id).to eq("msg_2")
+      expect(both.verify(v1["body"], v1["headers"], now: now).event_id).to eq("msg_1")
+    end
+  end
+
+  # HMAC providers signed as their docs say: [scheme, secret, body, headers for (body, ts, secret), tolerance or nil]
+  hmac_cases = {
+    zoom: ["zoom_secret_token", '{"event":"meeting.started","event_ts":1700000000000,"payload":{"object":{"id":"1"}}}',
+           ->(b, ts, k) { { "x-zm-signature" => "v0=#{OpenSSL::HMAC.hexdigest("SHA256", k, "v0:#{ts}:#{b}")}", "x-zm-request-timestamp" => ts.to_s } }],
+    linear: ["lin_wh_secret", ->(ts) { %({"action":"create","type":"Issue","data":{"id":"i1"},"webhookTimestamp":#{ts * 1000}}) },
+             ->(b, _ts, k) { { "Linear-Signature" => OpenSSL::HMAC.hexdigest("SHA256", k, b) } }],
+    calendly: ["calendly_signing_key", '{"event":"invitee.created","payload":{"uri":"u"}}',
+               ->(b, ts, k) { { "Calendly-Webhook-Signature" => "t=#{ts},v1=#{OpenSSL::HMAC.hexdigest("SHA256", k, "#{ts}.#{b}")}" } }],
+    intercom: ["intercom_client_secret", '{"type":"notification_event","id":"notif_1","topic":"conversation.user.created"}',
+               ->(b, _ts, k) { { "X-Hub-Signature" => "sha1=#{OpenSSL::HMAC.hexdigest("SHA1", k, b)}" } }],
+    razorpay: ["rzp_secret", '{"entity":"event","event":"payment.captured"}',
+               ->(b, _ts, k) { { "X-Razorpay-Signature" => OpenSSL::HMAC.hexdigest("SHA256", k, b), "X-Razorpay-Event-Id" => "e1" } }],
+    lemonsqueezy: ["ls_secret", '{"meta":{"event_name":"order_created"},"data":{"id":"1"}}',
+                   ->(b, _ts, k) { { "X-Signature" => OpenSSL::HMAC.hexdigest("SHA256", k, b), "X-Event-Name" => "order_refunded" } }],
+    coinbase_commerce: ["cc_secret", '{"id":"del_1","scheduled_for":"2023-11-14T22:13:20Z","event":{"id":"ev_1","type":"charge:confirmed"}}',
+                        ->(b, _ts, k) { { "X-CC-Webhook-Signature" => OpenSSL::HMAC.hexdigest("SHA256", k, b) } }],
+    github_legacy: ["It's a Secret to Everybody", "Hello, World!",
+                    ->(b, _ts, k) { { "X-Hub-Signature" => "sha1=#{OpenSSL::HMAC.hexdigest("SHA1", k, b)}", "X-GitHub-Delivery" => "d1" } }]
+  }
+  expected = { zoom: [nil, "meeting.started"], linear: [nil, "Issue"], calendly: [nil, "invitee.created"],
+               intercom: ["notif_1", "conversation.user.created"], razorpay: [nil, "payment.captured"],
+               lemonsqueezy: [nil, "order_created"], coinbase_commerce: ["del_1", "charge:confirmed"], github_legacy: [nil, nil] }
+
+  hmac_cases.each do |name, (secret, body, sign)|
+    describe ":#{name}" do
+      let(:scheme) { name == :github_legacy ? :github : name }
+      let(:opts) { name == :github_legacy ? { legacy_sha1: true } : {} }
+      let(:verifier) { described_class.new(scheme, secrets: [secret], **opts) }
+      let(:entry) { described_class::PROVIDERS.fetch(name == :github_legacy ? :github_sha1 : name) }
+      let(:tolerance) { entry[:tolerance] }
+      let(:body_at) { ->(ts) { body.respond_to?(:call) ? body.call(ts) : body } }
+      let(:b) { body_at.call(now) }
+      let(:h) { sign.call(b, now, secret) }
+
+      it "verifies and reads the signed id and type" do
+        ev = verifier.verify(b, h, now: now)
+        id, type = expected.fetch(name)
+        expect(ev.event_id).to eq(id || OpenSSL::Digest::SHA256.hexdigest(b))
+        expect(ev.event_type).to eq(type) unless name == :github_legacy
+      end
+
+      it "refuses a tampered body and a wrong key" do
+        expect(reason_of { verifier.verify("#{b} ", h, now: now) }).to eq(:signature_mismatch)
+        expect(reason_of { verifier.verify(b.sub(/[a-z]/) { |x| x.upcase }, h, now: now) }).to eq(:signature_mismatch)
+        wrong = described_class.new(scheme, secrets: ["#{secret}-other"], **opts)
+        expect(reason_of { wrong.verify(b, h, now: now) }).to eq(:signature_mismatch)
+      end
+
+      it "refuses a stale delivery where the provider signs a time, and a replay is the same event" do
+        expect(verifier.verify(b, h, now: now + 1).event_id).to eq(verifier.verify(b, h, now: now).event_id)
+        if tolerance
+          expect(reason_of { verifier.verify(b, h, now: now + tolerance + 1) }).to eq(:timestamp_out_of_tolerance)
+          old = body_at.call(now - tolerance - 1)
+          expect(reason_of { verifier.verify(old, sign.call(old, now - tolerance - 1, secret), now: now) })
+            .to eq(:timestamp_out_of_tolerance)
+        else
+          expect(tolerance).to be_nil # the provider signs no time: replays are caught by the event id
+        end
+      end
+    end
+  end
+
+  it ":linear refuses a body without its signed webhookTimestamp, and a duplicated one" do
+    v = described_class.new(:linear, secrets: ["k"])
+    body = '{"type":"Issue"}'
+    expect(reason_of { v.verify(body, { "Linear-Signature" => hmac("SHA256", "k", body) }, now: now) }).to eq(:missing_timestamp)
+    dup = %({"webhookTimestamp":#{now * 1000},"type":"Issue","webhookTimestamp":#{(now - 3600) * 1000}})
+    expect(reason_of { v.verify(dup, { "Linear-Signature" => hmac("SHA256", "k", dup) }, now: now) }).to eq(:duplicate_key)
+  end
+
+  it ":lemonsqueezy takes the type from the signed meta.event_name, never the X-Event-Name header" do
+    body = '{"meta":{"event_name":"order_created"}}'
+    ev = described_class.new(:lemonsqueezy, secrets: ["k"]).verify(body, { "X-Signature" => hmac("SHA256", "k", body), "X-Event-Name" => "x" }, now: now)
+    expect(ev.event_type).to eq("order_created")
+  end
+
+  describe "challenges" do
+    it ":zoom answers endpoint.url_validation with plainToken and its HMAC under the secret token" do
+      body = '{"event":"endpoint.url_validation","payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680}'
+      h = { "x-zm-signature" => "v0=#{hmac("SHA256", "tok", "v0:#{now}:#{body}")}", "x-zm-request-timestamp" => now.to_s }
+      ev = described_class.new(:zoom, secrets: ["tok"]).verify(body, h, now: now)
+      expect(JSON.parse(ev.challenge)).to eq("plainToken" => "qgg8vlvZRS6UYooatFL8Aw",
+                                             "encryptedToken" => hmac("SHA256", "tok", "qgg8vlvZRS6UYooatFL8Aw"))
+      expect(reason_of { described_class.new(:zoom, secrets: ["other"]).verify(body, h, now: now) }).to eq(:signature_mismatch)
+    end
+
+    it ":slack answers a signed url_verification with its challenge, and only a signed one" do
+      body = '{"token":"t","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}'
+      h = { "X-Slack-Signature" => "v0=#{hmac("SHA256", "ss", "v0:#{now}:#{body}")}", "X-Slack-Request-Timestamp" => now.to_s }
+      v = described_class.new(:slack, secrets: ["ss"])
+      expect(JSON.parse(v.verify(body, h, now: now).challenge)).to eq("challenge" => "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P")
+      expect(reason_of { v.verify(body, h.merge("X-Slack-Signature" => "v0=#{"0" * 64}"), now: now) }).to eq(:signature_mismatch)
+      other = '{"type":"event_callback","event_id":"Ev1"}'
+      expect(v.verify(other, h.merge("X-Slack-Signature" => "v0=#{hmac("SHA256", "ss", "v0:#{now}:#{other}")}"), now: now).challenge).to be_nil
+    end
+
+    it "the Receiver answers a challenge and stores nothing; other deliveries are stored" do
+      store = Class.new do
+        attr_reader :inserts
+
+        def initialize = @inserts = []
+
+        def insert(**kw)
+          @inserts << kw
+          Struct.new(:status, :quarantined).new(:accepted, false)
+        end
+      end.new
+      body = '{"token":"t","challenge":"abc","type":"url_verification"}'
+      ts = Time.now.to_i
+      env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/json",
+              "HTTP_X_SLACK_SIGNATURE" => "v0=#{hmac("SHA256", "ss", "v0:#{ts}:#{body}")}", "HTTP_X_SLACK_REQUEST_TIMESTAMP" => ts.to_s }
+      r = WebhookInbox::Receiver.new(provider: :slack, secrets: ["ss"], source_scope: "slack:T1:live", inbox: store)
+      status, headers, out = r.receive(body, env).to_rack
+      expect([status, headers["Content-Type"], JSON.parse(out.join)]).to eq([200, "application/json", { "challenge" => "abc" }])
+      expect(store.inserts).to be_empty
+      event = '{"type":"event_callback","event_id":"Ev1"}'
+      env2 = env.merge("HTTP_X_SLACK_SIGNATURE" => "v0=#{hmac("SHA256", "ss", "v0:#{ts}:#{event}")}")
+      expect(r.receive(event, env2).http_status).to eq(200)
+      expect(store.inserts.map { |i| i[:event_id] }).to eq(["Ev1"])
+      bad = env.merge("HTTP_X_SLACK_SIGNATURE" => "v0=#{"0" * 64}")
+      expect(r.receive(body, bad).http_status).to eq(401)
+    end
+  end
+end
