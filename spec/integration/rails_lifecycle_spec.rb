@@ -42,7 +42,14 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     migration = File.read(Dir[File.join(@app, "db/migrate/*_create_webhook_inbox.rb")].first)
     expect(migration).to include("load_webhook_inbox_schema version: #{WebhookInbox::Schema::VERSION}")
     expect(migration.lines.size).to be < 30 # loaded from the gem, not inlined
-    expect(sh("bin/rails", "generate", "webhook_inbox:install")).to include("already reach schema version")
+    # The app had no Procfile.dev: the generator writes one running the server and the
+    # sidecar, and a bin/dev to run it; run again, it leaves the line as it is.
+    expect(File.read(File.join(@app, "Procfile.dev"))).to eq("web: bin/rails server\nsidecar: bin/webhook-inbox-sidecar run\n")
+    expect(File.executable?(File.join(@app, "bin/dev"))).to be(true)
+    expect(File.read(File.join(@app, "bin/dev"))).to include("foreman start -f Procfile.dev")
+    again = sh("bin/rails", "generate", "webhook_inbox:install")
+    expect(again).to include("already reach schema version", "Procfile.dev runs the sidecar")
+    expect(File.read(File.join(@app, "Procfile.dev")).scan("webhook-inbox-sidecar run").size).to eq(1)
 
     write("config/initializers/webhook_inbox.rb", <<~RUBY)
       WebhookInbox.configure do |c|
