@@ -27,7 +27,13 @@ module WebhookInbox
     end
 
     # Replaces this process with the sidecar. database_url: nil keeps the environment's.
+    # `ruby` is not the binary's: it runs the app's Ruby handlers in this (booted) process
+    # (Handlers::Worker) and exits with its status.
     def exec(*args, database_url: nil)
+      if args.first.to_s == "ruby"
+        require_relative "handlers/worker"
+        Kernel.exit(Handlers::Worker.cli(args.drop(1).map(&:to_s)))
+      end
       env = database_url ? { "DATABASE_URL" => database_url.to_s } : {}
       Kernel.exec(env, binary, *args.map(&:to_s))
     end

@@ -15,7 +15,7 @@ module WebhookInbox
     # Events, effects and the audit rows are data: they are emptied as before. No trigger can
     # do this in the database: both tools disable every trigger while they clean.
     module Truncation
-      KEPT_TABLES = %w[webhook_inbox_routes].freeze
+      KEPT_TABLES = %w[webhook_inbox_routes webhook_inbox_ruby_handlers].freeze
 
       module_function
 

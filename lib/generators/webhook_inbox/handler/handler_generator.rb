@@ -10,6 +10,9 @@ module WebhookInbox
     # handler to fill in (the lock-first template; until it is written it raises, so events
     # stay pending and are retried, never marked done) and its route, plus a test that runs
     # it through the sidecar's dispatch (spec/ when the app has one, else test/).
+    # With --ruby: a Ruby handler class in app/webhooks/ instead (raising until written, so
+    # its runs are retried, never marked done), its test, and the Ruby worker's line in
+    # Procfile.dev; no migration (the worker registers the class when it starts).
     class HandlerGenerator < ::Rails::Generators::Base
       include ::ActiveRecord::Generators::Migration
       include MigrationVersion
@@ -18,13 +21,33 @@ module WebhookInbox
       desc "Creates a SQL handler migration (function + route) and a test for an event type."
       argument :event_type, type: :string, banner: "EVENT_TYPE (exact, or a prefix ending in *)"
       class_option :function, type: :string, desc: "SQL function name (default: handle_<event type>)"
+      class_option :ruby, type: :boolean, default: false, desc: "A Ruby handler class in app/webhooks/ instead of SQL"
+
+      PROCFILE_LINE = "handlers: bin/webhook-inbox-sidecar ruby\n"
+
+      def create_ruby_handler
+        return unless options[:ruby]
+
+        template "ruby_handler.rb.tt", "app/webhooks/#{slug}_handler.rb"
+        if File.directory?(File.join(destination_root, "spec"))
+          template "ruby_handler_spec.rb.tt", "spec/webhooks/#{slug}_handler_spec.rb"
+        else
+          template "ruby_handler_test.rb.tt", "test/webhooks/#{slug}_handler_test.rb"
+        end
+        procfile = File.join(destination_root, "Procfile.dev")
+        append_to_file "Procfile.dev", PROCFILE_LINE if File.file?(procfile) && !File.read(procfile).include?("webhook-inbox-sidecar ruby")
+      end
 
       def create_migration_file
+        return if options[:ruby]
+
         migration_template "handler_migration.rb.tt",
                            File.join(db_migrate_path, "add_webhook_inbox_handler_#{slug}.rb")
       end
 
       def create_test
+        return if options[:ruby]
+
         if File.directory?(File.join(destination_root, "spec"))
           template "handler_spec.rb.tt", "spec/webhook_inbox/#{function_name}_spec.rb"
         else
@@ -51,6 +74,8 @@ module WebhookInbox
       def sample_type
         event_type.end_with?("*") ? "#{event_type.chomp('*')}example" : event_type
       end
+
+      def handler_class_name = "#{slug.camelize}Handler"
 
       def class_name_for(prefix)
         "#{prefix}#{slug.camelize}"

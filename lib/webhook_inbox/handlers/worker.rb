@@ -1,0 +1,127 @@
+# frozen_string_literal: true
+
+require "optparse"
+
+module WebhookInbox
+  module Handlers
+    # Worker - the process that runs the app's Ruby handlers: `bin/webhook-inbox-sidecar ruby`
+    # (the app booted, its ActiveRecord connection). Beside Puma, never inside it: a backlog
+    # is worked through here at the worker's own pace, and web requests only share the
+    # database with it. Any number of workers on any number of hosts share the runs (SKIP
+    # LOCKED); each round is one transaction holding its runs' row locks, so a worker killed
+    # mid-handler applies nothing and its runs are due again at once.
+    #
+    # At start it registers the app's handlers (Handlers.register). It wakes on the outbox's
+    # NOTIFY, else every poll interval. The first SIGTERM/SIGINT finishes the round in flight
+    # and exits; a second exits at once. A lost database connection is retried with backoff.
+    class Worker
+      DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
+                   backoff_cap_ms: 3_600_000 }.freeze
+      RECONNECT_MIN_S = 0.1
+      RECONNECT_MAX_S = 5.0
+      CHANNEL = "webhook_inbox_outbox"
+
+      # `ruby [--concurrency N] [--batch-size N] [--poll-interval 1s] [--max-attempts N]
+      # [--backoff-base 1s] [--backoff-cap 1h]`. Returns the exit status.
+      def self.cli(argv, out: $stderr)
+        opts = DEFAULTS.dup
+        OptionParser.new do |o|
+          o.banner = "usage: bin/webhook-inbox-sidecar ruby [options]  (runs the app's Ruby handlers)"
+          o.on("--concurrency N", Integer, "threads, each with its own connection (1)") { |v| opts[:concurrency] = v }
+          o.on("--batch-size N", Integer, "runs per transaction (10)") { |v| opts[:batch_size] = v }
+          o.on("--poll-interval D", "look for due runs at least this often (1s)") { |v| opts[:poll_interval] = seconds(v) }
+          o.on("--max-attempts N", Integer, "quarantine a run after N failures (10)") { |v| opts[:max_attempts] = v }
+          o.on("--backoff-base D", "first retry delay (1s)") { |v| opts[:backoff_base_ms] = (seconds(v) * 1000).round }
+          o.on("--backoff-cap D", "longest retry delay (1h)") { |v| opts[:backoff_cap_ms] = (seconds(v) * 1000).round }
+        end.parse!(argv.dup)
+        new(**opts, out: out).run
+      rescue OptionParser::ParseError, ArgumentError => e
+        out.puts "webhook-inbox-sidecar ruby: #{e.message}"
+        2
+      end
+
+      # "200ms", "1.5s", "5m", "1h" or a number of seconds.
+      def self.seconds(text)
+        m = /\A(\d+(?:\.\d+)?)(ms|s|m|h)?\z/.match(text.to_s) or raise ArgumentError, "not a duration: #{text.inspect} (200ms, 1s, 5m, 1h)"
+        Float(m[1]) * { "ms" => 0.001, "s" => 1, nil => 1, "m" => 60, "h" => 3600 }.fetch(m[2])
+      end
+
+      def initialize(registry: Handlers.registry, out: $stderr, **opts)
+        @opts = DEFAULTS.merge(opts)
+        raise ArgumentError, "concurrency, batch size and max attempts must be >= 1" if %i[concurrency batch_size max_attempts].any? { |k| @opts[k] < 1 }
+
+        @registry = registry
+        @out = out
+        @stop = false
+        @runner = Runner.new(registry, max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
+                                       backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:log_result))
+      end
+
+      def run
+        Handlers.load_app_handlers
+        n = ::ActiveRecord::Base.connection_pool.with_connection { |c| Handlers.register(c, @registry) }
+        log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]}")
+        log("ruby_worker_no_handlers", %(note="nothing subscribed: WebhookInbox.subscribe or app/webhooks/")) if @registry.empty?
+        trap_signals
+        threads = Array.new(@opts[:concurrency]) { |i| Thread.new { work(i) } }
+        threads.each(&:join)
+        log("ruby_worker_stopped", "")
+        0
+      end
+
+      def stop = @stop = true
+
+      private
+
+      def trap_signals
+        %w[TERM INT].each do |sig|
+          Signal.trap(sig) { @stop ? exit!(1) : (@stop = true) }
+        end
+      end
+
+      def work(worker)
+        delay = RECONNECT_MIN_S
+        until @stop
+          begin
+            ::ActiveRecord::Base.connection_pool.with_connection { |c| round(c) }
+            delay = RECONNECT_MIN_S
+          rescue StandardError => e
+            log("ruby_worker_round_failed", %(worker=#{worker} error="#{e.class}: #{e.message.lines.first.to_s.strip[0, 200].delete('"')}" retry_in_s=#{delay.round(1)}))
+            sleep delay
+            delay = [delay * 2, RECONNECT_MAX_S].min
+          end
+        end
+      end
+
+      # One transaction: the runs it claims, their handlers and their results. A failure drops
+      # the connection (the next round connects again): it may be the one that broke.
+      def round(connection)
+        n = connection.transaction { @runner.run_batch(connection, @opts[:batch_size]).size }
+        wait(connection) if n.zero? && !@stop
+      rescue StandardError
+        (connection.disconnect! rescue nil) # rubocop:disable Style/RescueModifier
+        raise
+      end
+
+      # Waits for a NOTIFY on the outbox channel or the poll interval, whichever comes first.
+      def wait(connection)
+        raw = connection.raw_connection
+        raw.async_exec("LISTEN #{CHANNEL}")
+        raw.wait_for_notify(@opts[:poll_interval])
+        nil while raw.notifies # drain the others folded into this wake-up
+      end
+
+      def log_result(r)
+        outcome = { "delivered" => "done", "pending" => "retry", "quarantined" => "quarantined" }.fetch(r.status.to_s, "skipped")
+        err = r.error ? %( error="#{r.error.lines.first.to_s.strip[0, 200].delete('"')}") : ""
+        log("handler", "handler=#{r.handler} event_id=#{r.event_id} type=#{r.event_type} outcome=#{outcome} attempt=#{r.attempt} " \
+                       "duration_ms=#{r.duration_ms.round(1)}#{err}")
+      end
+
+      def log(event, fields)
+        @out.puts("#{Time.now.utc.strftime('%Y-%m-%dT%H:%M:%S.%LZ')} level=info event=#{event} #{fields}".rstrip)
+        @out.flush
+      end
+    end
+  end
+end

@@ -1,0 +1,178 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require_relative "../support/generated_rails_app"
+require "webhook_inbox/testing/signing"
+
+# Issue 18: Ruby handlers in a freshly generated Rails 7.2 app (one app for the group), with
+# Puma, the real sidecar and the Ruby worker (bin/webhook-inbox-sidecar ruby). The handler,
+# written into the class `rails g webhook_inbox:handler --ruby` generated, has no guard: it
+# marks the order paid (paid_count + 1) and records the receipt mail (a receipts row) every
+# time it runs, so any second run shows. Once per payment across duplicates, a replay, a
+# kill -9 of the worker mid-handler and a PostgreSQL restart mid-handler; a raise is retried
+# and then succeeds; WebhookInbox::Permanent quarantines.
+RSpec.describe "a generated Rails app: Ruby handlers" do
+  include GeneratedRailsApp
+
+  secret = "whsec_ruby_handlers"
+  scope = "stripe:acct_rb:test"
+
+  before(:all) do
+    create_generated_app
+    sh("bin/rails", "generate", "webhook_inbox:install")
+    out = sh("bin/rails", "generate", "webhook_inbox:handler", "payment_intent.succeeded", "--ruby")
+    expect(out).to include("app/webhooks/payment_intent_succeeded_handler.rb", "test/webhooks/payment_intent_succeeded_handler_test.rb")
+    expect(File.read(File.join(@app, "Procfile.dev"))).to include("handlers: bin/webhook-inbox-sidecar ruby")
+    expect(File.read(File.join(@app, "app/webhooks/payment_intent_succeeded_handler.rb"))).to include("raise NotImplementedError")
+    write("config/initializers/webhook_inbox.rb", <<~RUBY)
+      WebhookInbox.configure do |c|
+        c.endpoint(:stripe, secrets: [#{secret.inspect}], scope: #{scope.inspect})
+      end
+    RUBY
+    # The generated class, written: behaviour comes from the payment's metadata.
+    write("app/webhooks/payment_intent_succeeded_handler.rb", <<~'RUBY')
+      class PaymentIntentSucceededHandler < WebhookInbox::Handler
+        subscribe "payment_intent.succeeded"
+
+        def call(event)
+          meta = event.dig("data", "object", "metadata")
+          order = Order.lock.find(Integer(meta["order_id"]))
+          order.update!(status: "paid", paid_count: order.paid_count + 1)
+          Receipt.create!(order_id: order.id, operation_id: event.operation_id, attempt: event.attempt)
+          case meta["behaviour"]
+          when "fail_once" then raise "card network timeout" if event.attempt == 1
+          when "permanent" then raise WebhookInbox::Permanent, "amount mismatch"
+          when "pause"
+            flag = Rails.root.join("tmp", "paused_#{order.id}")
+            unless flag.exist? # the first run stops here, its writes made and not committed
+              FileUtils.touch(flag)
+              sleep 8
+            end
+          end
+        end
+      end
+    RUBY
+    write("config/routes.rb", <<~RUBY)
+      Rails.application.routes.draw do
+        post "/webhooks/stripe", to: WebhookInbox.endpoint(:stripe)
+      end
+    RUBY
+    write("db/migrate/#{(Time.now.utc + 60).strftime('%Y%m%d%H%M%S')}_create_orders.rb", <<~'RUBY') # after the gem's
+      class CreateOrders < ActiveRecord::Migration[7.2]
+        def change
+          create_table(:orders) { |t| t.string :status, null: false, default: "awaiting_payment"; t.integer :paid_count, null: false, default: 0 }
+          create_table(:receipts) { |t| t.bigint :order_id, null: false; t.string :operation_id, null: false; t.integer :attempt, null: false }
+        end
+      end
+    RUBY
+    write("app/models/order.rb", "class Order < ApplicationRecord; end\n")
+    write("app/models/receipt.rb", "class Receipt < ApplicationRecord; end\n")
+    sh("bin/rails", "db:create", "db:migrate")
+
+    @puma = PumaProcess.new(rackup: File.join(@app, "config.ru"), dir: @app, threads: "2:4",
+                            env: @env.merge("RAILS_ENV" => "development")).tap { |p| Bundler.with_unbundled_env { p.start } }
+    @sidecar_log = File.join(@work, "sidecar.log")
+    @sidecar = start_process("run", "--poll-interval", "200ms", log: @sidecar_log)
+    @worker_log = File.join(@work, "worker.log")
+    @worker = start_ruby_worker
+  end
+
+  after(:all) do
+    [@worker, @sidecar].compact.each do |pid|
+      (Process.kill("TERM", -pid) rescue nil)
+      (Process.wait(pid) rescue nil)
+    end
+    @puma&.stop
+    remove_generated_app
+  end
+
+  define_method(:start_process) do |*args, log:|
+    Bundler.with_unbundled_env do
+      Process.spawn(@env, "bin/webhook-inbox-sidecar", *args, chdir: @app, out: [log, "a"], err: [log, "a"], pgroup: true)
+    end
+  end
+
+  define_method(:start_ruby_worker) do
+    start_process("ruby", "--poll-interval", "200ms", "--backoff-base", "200ms", "--backoff-cap", "400ms", log: @worker_log)
+  end
+
+  define_method(:pay) do |id, order, behaviour = nil|
+    body = JSON.generate(id: id, type: "payment_intent.succeeded",
+                         data: { object: { id: "pi_#{id}", metadata: { order_id: order, behaviour: behaviour }.compact } })
+    JSON.parse(@puma.post("/webhooks/stripe", body, WebhookInbox::Testing::Signing.stripe_headers(body, secret: secret))[2])["status"]
+  end
+
+  define_method(:order!) { psql("INSERT INTO orders DEFAULT VALUES RETURNING id") }
+  define_method(:event_status) { |id| psql("SELECT status FROM webhook_inbox WHERE event_id = '#{id}'") }
+  define_method(:paid) { |order| psql("SELECT status || ' ' || paid_count || ' ' || (SELECT count(*) FROM receipts WHERE order_id = #{order}) FROM orders WHERE id = #{order}") }
+
+  define_method(:wait_for) do |what, timeout: 60, &cond|
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    sleep 0.1 until (cond.call rescue false) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    expect(cond.call).to be_truthy, "#{what}\nworker:\n#{File.read(@worker_log).lines.last(30).join}\nsidecar:\n#{File.read(@sidecar_log).lines.last(15).join}"
+  end
+
+  it "marks the order paid and sends the receipt once across duplicates and a replay" do
+    order = order!
+    expect([pay("evt_dup", order), pay("evt_dup", order)]).to eq(%w[accepted duplicate])
+    wait_for("evt_dup done") { event_status("evt_dup") == "done" }
+    expect(paid(order)).to eq("paid 1 1")
+    expect(psql("SELECT outcome FROM webhook_inbox WHERE event_id = 'evt_dup'")).to eq("Ruby handlers done")
+    op = psql("SELECT operation_id FROM receipts WHERE order_id = #{order}")
+    expect(op).to eq("handler_#{Digest::SHA256.hexdigest("#{scope}\nevt_dup\nPaymentIntentSucceededHandler")}")
+
+    expect(psql("SELECT moved FROM webhook_inbox_requeue('replay', '{\"event_id\": \"evt_dup\"}', 'ops')")).to eq("1") # the dashboard's replay
+    wait_for("replayed evt_dup done") { psql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_dup' AND processed_at > requeued_at") == "done" }
+    expect(pay("evt_dup", order)).to eq("duplicate")
+    expect(paid(order)).to eq("paid 1 1")
+  end
+
+  it "retries a raising handler with its writes rolled back, then succeeds once" do
+    order = order!
+    expect(pay("evt_flaky", order, "fail_once")).to eq("accepted")
+    wait_for("evt_flaky done") { event_status("evt_flaky") == "done" }
+    expect(paid(order)).to eq("paid 1 1")
+    expect(psql("SELECT attempt FROM receipts WHERE order_id = #{order}")).to eq("2")
+    expect(psql("SELECT string_agg(e->>'result', ',') FROM webhook_inbox, jsonb_array_elements(attempt_log) e WHERE event_id = 'evt_flaky'"))
+      .to eq("handed,retry,done")
+    expect(File.read(@worker_log)).to include("event_id=evt_flaky type=payment_intent.succeeded outcome=retry attempt=1")
+  end
+
+  it "quarantines the event on WebhookInbox::Permanent, with nothing of the handler's applied" do
+    order = order!
+    expect(pay("evt_refused", order, "permanent")).to eq("accepted")
+    wait_for("evt_refused quarantined") { event_status("evt_refused") == "quarantined" }
+    expect(psql("SELECT last_error FROM webhook_inbox WHERE event_id = 'evt_refused'"))
+      .to eq("Ruby handler PaymentIntentSucceededHandler: WebhookInbox::Permanent: amount mismatch")
+    expect(paid(order)).to eq("awaiting_payment 0 0")
+    expect(psql("SELECT status FROM webhook_inbox_outbox WHERE destination = 'ruby' AND source_event_id = 'evt_refused'")).to eq("quarantined")
+  end
+
+  it "applies the payment once across a kill -9 of the worker mid-handler" do
+    order = order!
+    expect(pay("evt_killed", order, "pause")).to eq("accepted")
+    wait_for("the handler paused") { File.exist?(File.join(@app, "tmp", "paused_#{order}")) }
+    Process.kill("KILL", -@worker)
+    Process.wait(@worker)
+    expect(event_status("evt_killed")).to eq("pending")
+    expect(paid(order)).to eq("awaiting_payment 0 0") # the killed run's writes never committed
+    @worker = start_ruby_worker
+    wait_for("evt_killed done") { event_status("evt_killed") == "done" }
+    expect(paid(order)).to eq("paid 1 1")
+  end
+
+  it "applies the payment once across a PostgreSQL restart mid-handler, and keeps working after it" do
+    order = order!
+    expect(pay("evt_restart", order, "pause")).to eq("accepted")
+    wait_for("the handler paused") { File.exist?(File.join(@app, "tmp", "paused_#{order}")) }
+    @pg.restart # its transaction is lost with the server; the worker reconnects
+    wait_for("evt_restart done") { event_status("evt_restart") == "done" }
+    expect(paid(order)).to eq("paid 1 1")
+
+    later = order!
+    wait_for("receipts stored again") { %w[accepted duplicate].include?(pay("evt_after_restart", later)) } # 503 while it starts
+    wait_for("evt_after_restart done") { event_status("evt_after_restart") == "done" }
+    expect(paid(later)).to eq("paid 1 1")
+    expect(File.read(@worker_log)).to include("ruby_worker_round_failed")
+  end
+end

@@ -1,0 +1,125 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "json"
+require "digest"
+require "active_record"
+require "webhook_inbox/testing/rspec"
+require_relative "../support/receiver_helpers"
+
+# Ruby handlers (db/009_ruby_handlers.sql, WebhookInbox::Handlers) through drain_webhook_inbox,
+# which runs them as the Ruby worker does, inside the example's transaction: once per
+# (event, handler) across duplicates and replays, a raise retried with its writes rolled
+# back, WebhookInbox::Permanent quarantined, unrouted types still waiting.
+RSpec.describe WebhookInbox::Handlers do
+  before(:all) do
+    pg = TestDatabase.cluster
+    @db = "handlers_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{@db}", db: "postgres")
+    ReceiverHelpers.schema_files.each { |f| pg.psql(File.read(f), db: @db) }
+    pg.psql(<<~SQL, db: @db)
+      CREATE TABLE calls (id bigserial PRIMARY KEY, handler text NOT NULL, event_id text NOT NULL, attempt int NOT NULL);
+      CREATE FUNCTION orders_route(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$
+        INSERT INTO calls (handler, event_id, attempt) VALUES ('sql', ev.event_id, 0); SELECT 'routed' $$;
+      INSERT INTO webhook_inbox_routes VALUES ('payment_intent.succeeded', 'orders_route');
+    SQL
+    ActiveRecord::Base.establish_connection(ReceiverHelpers.ar_url(pg).sub(pg.dbname, @db))
+  end
+
+  after(:all) { ActiveRecord::Base.remove_connection }
+
+  around do |example|
+    WebhookInbox::Handlers.registry.clear
+    ActiveRecord::Base.transaction do
+      example.run
+      raise ActiveRecord::Rollback
+    end
+  ensure
+    WebhookInbox::Handlers.registry.clear
+  end
+
+  def record(handler, event) = ActiveRecord::Base.connection.exec_insert(
+    "INSERT INTO calls (handler, event_id, attempt) VALUES ($1, $2, $3)", "spec", [handler, event.id, event.attempt]
+  )
+
+  def calls = ActiveRecord::Base.connection.select_rows("SELECT handler, event_id, attempt::text FROM calls ORDER BY id")
+  def sql(text) = ActiveRecord::Base.connection.select_value(text)
+
+  it "runs every matching handler once per event: exact, prefix, catch-all, beside the SQL route; not again on a duplicate or replay" do
+    seen = []
+    WebhookInbox.subscribe("payment_intent.succeeded", as: :mark_paid) { |e| seen << e; record("mark_paid", e) }
+    WebhookInbox.subscribe("payment_intent.*", as: :audit) { |e| record("audit", e) }
+    WebhookInbox.subscribe("*", as: :everything) { |e| record("everything", e) }
+    store_webhook_event(event_type: "payment_intent.succeeded", payload: { "id" => "evt_1", "amount" => 100 }, scope: "stripe:a")
+    store_webhook_event(event_type: "payment_intent.succeeded", payload: { "id" => "evt_1", "amount" => 100 }, scope: "stripe:a")
+    store_webhook_event(event_type: "customer.created", payload: { "id" => "evt_2" }, scope: "stripe:a")
+
+    outcomes = drain_webhook_inbox.sort_by(&:event_id)
+    expect(outcomes.map { |o| [o.event_id, o.result] }).to eq([%w[evt_1 done], %w[evt_2 done]])
+    expect(calls.sort).to eq([%w[audit evt_1 1], %w[everything evt_1 1], %w[everything evt_2 1], %w[mark_paid evt_1 1], %w[sql evt_1 0]])
+    e = seen.first
+    expect([e.scope, e.id, e.type, e.payload["amount"], e.attempt, e.received_at.class]).to eq(["stripe:a", "evt_1", "payment_intent.succeeded", 100, 1, Time])
+    expect(e.operation_id).to eq("handler_#{Digest::SHA256.hexdigest("stripe:a\nevt_1\nmark_paid")}")
+    expect(e.inspect).not_to include("100")
+
+    sql("SELECT moved FROM webhook_inbox_requeue('replay', '{\"event_id\": \"evt_1\"}', 'spec')")
+    expect(drain_webhook_inbox.map { |o| [o.event_id, o.result] }).to eq([%w[evt_1 done]])
+    expect(calls.size).to eq(5) # neither the Ruby handlers nor the SQL route ran again
+  end
+
+  it "retries a raising handler with its writes rolled back, then succeeds; other handlers of the event run once" do
+    failures = 1
+    WebhookInbox.subscribe("invoice.paid", as: :flaky) do |e|
+      record("flaky", e)
+      raise "upstream not ready" if (failures -= 1) >= 0
+    end
+    WebhookInbox.subscribe("invoice.paid", as: :steady) { |e| record("steady", e) }
+    store_webhook_event(event_type: "invoice.paid", payload: { "id" => "evt_f" })
+
+    first = drain_webhook_inbox
+    expect(first.map(&:result)).to eq(["retry"])
+    expect(first.first.detail).to include("flaky: RuntimeError: upstream not ready")
+    expect(calls).to eq([%w[steady evt_f 1]]) # flaky's insert rolled back with it
+    expect(sql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_f'")).to eq("pending")
+
+    sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() WHERE destination = 'ruby'") # its backoff, elapsed
+    expect(drain_webhook_inbox).to eq([]) # no event was due: the run was
+    expect(calls).to eq([%w[steady evt_f 1], %w[flaky evt_f 2]])
+    expect(sql("SELECT status || ' ' || outcome FROM webhook_inbox WHERE event_id = 'evt_f'")).to eq("done Ruby handlers done")
+  end
+
+  it "quarantines the run and the event on WebhookInbox::Permanent, rolling the handler's writes back; requeuing the event runs it again" do
+    refuse = true
+    WebhookInbox.subscribe("charge.refunded", as: :refund) do |e|
+      record("refund", e)
+      raise WebhookInbox::Permanent, "amount mismatch" if refuse
+    end
+    store_webhook_event(event_type: "charge.refunded", payload: { "id" => "evt_p" })
+    expect(drain_webhook_inbox.map { |o| [o.result, o.detail] }).to eq([["quarantined", "Ruby handler refund: WebhookInbox::Permanent: amount mismatch"]])
+    expect(calls).to eq([])
+
+    refuse = false
+    sql("SELECT moved FROM webhook_inbox_requeue('requeue', '{\"event_id\": \"evt_p\"}', 'spec')")
+    expect(drain_webhook_inbox.map(&:result)).to eq(["done"])
+    expect(calls).to eq([%w[refund evt_p 1]])
+  end
+
+  it "leaves types without a route or Ruby handler waiting (fail closed)" do
+    WebhookInbox.subscribe("invoice.*", as: :invoices) { |e| record("invoices", e) }
+    store_webhook_event(event_type: "payout.paid", payload: { "id" => "evt_u" })
+    expect(drain_webhook_inbox.map(&:result)).to eq(["waiting"])
+    expect(calls).to eq([])
+  end
+
+  it "names handlers stably: a second unnamed block on the same types is refused, classes go by their name" do
+    WebhookInbox.subscribe("a.b") { nil }
+    expect { WebhookInbox.subscribe("a.b") { nil } }.to raise_error(ArgumentError, /already subscribed.*as: :send_receipt/)
+    expect { WebhookInbox.subscribe("a*b") { nil } }.to raise_error(ArgumentError, /not an event type/)
+    expect { Class.new(WebhookInbox::Handler) { subscribe "a.b" } }.to raise_error(ArgumentError, /anonymous class/)
+    klass = stub_const("ReceiptHandler", Class.new(WebhookInbox::Handler))
+    klass.subscribe "a.b"
+    klass.subscribe "c.*"
+    expect(WebhookInbox::Handlers.registry["ReceiptHandler"].patterns).to eq(["a.b", "c.*"])
+    expect(WebhookInbox::Handlers.registry.names_for("c.d")).to eq(["ReceiptHandler"])
+  end
+end
