@@ -56,7 +56,7 @@ struct wi_err;
 
 /* One provider. Slots index headers[]; slot 0 of an entry without custom is not special:
  * sig_slot names the signature header. Invariants (checked by the unit tests for every
- * entry): tmpl signs {body} once; a ts_slot is signed by tmpl ({timestamp}) or kv_ts is
+ * entry): tmpl signs {body} or {params} once; a ts_slot is signed by tmpl ({timestamp}) or kv_ts is
  * set; an id from a header is trusted only when tmpl signs {id} (else the default event
  * id is the body's SHA-256, see id_signed). */
 struct wi_provider {
@@ -72,7 +72,16 @@ struct wi_provider {
     const char *prefix;   /* ONE: text before the signature ("sha256="), or NULL */
     enum wi_sig_encoding enc;
     struct wi_sig_version versions[2]; /* versions[1].tag == NULL: one version */
-    const char *tmpl;     /* signed content: literal text with {timestamp}, {id}, {body} */
+    const char *tmpl;     /* signed content: literal text with {timestamp}, {id}, {body}, and
+                             {url} (the public URL called), {method} (the request method),
+                             {params} (the form body as Twilio signs it: wi_form_sorted) */
+    const char *url_hash_param; /* {params}: a query parameter of the signed URL that, when
+                                   present, carries the hex SHA-256 of the body (Twilio's
+                                   bodySHA256 for JSON bodies); {params} is then empty */
+    int url_ports;        /* {url} is also tried with its scheme's default port added or
+                             removed (Twilio signs either form) */
+    const char *url_unescape; /* characters whose %XX escapes in {url} are decoded before
+                                 signing (HubSpot v3) */
     int ts_slot;          /* header holding the timestamp, or WI_NO_SLOT */
     const char *ts_field; /* or the body's top-level field holding it (signed with the body) */
     int ts_ms;            /* the timestamp counts milliseconds */

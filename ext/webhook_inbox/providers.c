@@ -83,6 +83,22 @@ static const struct wi_provider table[] = {
     {.name = "coinbase_commerce", .title = "Coinbase Commerce", .headers = {"x-cc-webhook-signature"},
      .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE, .id_slots = NO_IDS,
      .type_slot = NONE, .id_fields = {"id"}, .type_fields = {"event.type"}, .tolerance = -1},
+    /* URL-signed: {url} is the public URL the provider called (Verifier public_url:, else the
+     * Rack env's). Twilio signs it with the form's pairs sorted; a JSON body is signed
+     * through the URL's bodySHA256 instead. Neither Twilio nor Square signs a time. */
+    {.name = "twilio", .title = "Twilio", .headers = {"x-twilio-signature"}, .enc = WI_SIG_BASE64,
+     .versions = {{NULL, WI_ALG_HMAC_SHA1, WI_KEY_RAW, NULL}}, .tmpl = "{url}{params}", .url_hash_param = "bodySHA256",
+     .url_ports = 1, .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .tolerance = -1,
+     .content = "URL + form pairs sorted by name, each name+value (`{url}{params}`; the URL with or without its "
+                "default port); JSON: URL whose `bodySHA256` is the body's SHA-256"},
+    {.name = "square", .title = "Square", .headers = {"x-square-hmacsha256-signature"}, .enc = WI_SIG_BASE64,
+     .versions = HMAC256(NULL), .tmpl = "{url}{body}", .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE,
+     .id_fields = {"event_id"}, .type_fields = {"type"}, .tolerance = -1},
+    /* HubSpot v3: the URI with a few %XX escapes decoded, the timestamp in milliseconds */
+    {.name = "hubspot", .title = "HubSpot (v3)", .headers = {"x-hubspot-signature-v3", "x-hubspot-request-timestamp"},
+     .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{method}{url}{body}{timestamp}",
+     .url_unescape = ":/?@!$'()*,;", .ts_slot = 1, .ts_ms = 1, .id_slots = NO_IDS, .type_slot = NONE,
+     .tolerance = WI_SIG_DEFAULT_TOLERANCE},
     /* generic: the headers, prefix, encoding, algorithm and template come from wi_sig_config */
     {.name = "hmac", .title = "anything else", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id", "id"},

@@ -10,6 +10,7 @@
 #include "json.h"
 #include "sig_engine.h"
 #include "sig_header.h"
+#include "sig_url.h"
 
 static char *dup_or_null(const char *s, int *oom)
 {
@@ -42,9 +43,12 @@ static int parse_template(struct wi_sig_verifier *v, struct wi_err *err)
             if (n == 11 && !memcmp(p, "{timestamp}", 11)) t->kind = WI_TOK_TS;
             else if (n == 4 && !memcmp(p, "{id}", 4)) t->kind = WI_TOK_ID;
             else if (n == 6 && !memcmp(p, "{body}", 6)) t->kind = WI_TOK_BODY, bodies++;
+            else if (n == 5 && !memcmp(p, "{url}", 5)) t->kind = WI_TOK_URL, v->signs_url = 1;
+            else if (n == 8 && !memcmp(p, "{method}", 8)) t->kind = WI_TOK_METHOD, v->signs_method = 1;
+            else if (n == 8 && !memcmp(p, "{params}", 8)) t->kind = WI_TOK_PARAMS, v->signs_params = 1, bodies++;
             else
-                return wi_err_set(err, WI_ERR_ARG,
-                                  "signed-content template: unknown placeholder (use {timestamp}, {id}, {body})");
+                return wi_err_set(err, WI_ERR_ARG, "signed-content template: unknown placeholder (use {timestamp}, "
+                                                   "{id}, {body}, {url}, {method}, {params})");
             p += n;
         } else {
             const char *brace = memchr(p, '{', (size_t)(end - p));
@@ -54,8 +58,8 @@ static int parse_template(struct wi_sig_verifier *v, struct wi_err *err)
             p = stop;
         }
     }
-    if (bodies != 1)
-        return wi_err_set(err, WI_ERR_ARG, "signed-content template must contain {body} exactly once");
+    if (bodies != 1) /* {params} signs the form body as Twilio does */
+        return wi_err_set(err, WI_ERR_ARG, "signed-content template must contain {body} (or {params}) exactly once");
     for (size_t i = 0; i < v->ntokens; i++) {
         if (v->tokens[i].kind == WI_TOK_TS && !has_ts)
             return wi_err_set(err, WI_ERR_ARG, "template uses {timestamp} but no timestamp header is set");
@@ -534,8 +538,72 @@ static int challenge(const struct wi_sig_verifier *v, const struct wi_sig_reques
     return 0;
 }
 
+/* The entry's signed content for req into g->parts; url is {url} (one of its variants). */
+static void signed_content(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
+                           const struct wi_sig_url_parts *u, struct wi_slice url, struct wi_slice ts,
+                           struct wi_slice id, struct wi_sig_group *g)
+{
+    g->nparts = 0;
+    for (size_t i = 0; i < v->ntokens; i++) {
+        const struct wi_tok *tk = &v->tokens[i];
+        struct wi_slice part = req->body;
+        switch (tk->kind) {
+        case WI_TOK_LIT: part = tk->lit; break;
+        case WI_TOK_TS: part = ts; break;
+        case WI_TOK_ID: part = id; break;
+        case WI_TOK_URL: part = url; break;
+        case WI_TOK_METHOD: part = req->method; break;
+        case WI_TOK_PARAMS: part = u->params; break;
+        case WI_TOK_BODY: break;
+        }
+        g->parts[g->nparts++] = part;
+    }
+}
+
+/* 1 when a secret signs the content under {url} or its default-port variant, 0 when none,
+ * -1 on a crypto failure. */
+static int match_content(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
+                         const struct wi_sig_url_parts *u, struct wi_slice ts, struct wi_slice id,
+                         struct wi_sig_group *g, size_t *key, struct wi_err *err)
+{
+    int r;
+    signed_content(v, req, u, u->url, ts, id, g);
+    if ((r = wi_sig_match(v, g, key, err)) || !u->alt.p) return r;
+    signed_content(v, req, u, u->alt, ts, id, g);
+    return wi_sig_match(v, g, key, err);
+}
+
+static int verify_entry(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
+                        struct wi_sig_event *ev, struct wi_sig_url_parts *u, struct wi_err *err);
+
 int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
                   struct wi_sig_event *ev, struct wi_err *err)
+{
+    struct wi_sig_url_parts u;
+    int rc;
+
+    memset(ev, 0, sizeof *ev);
+    memset(&u, 0, sizeof u);
+    if (req->body.n > v->cfg.max_body)
+        return wi_err_set(err, WI_SIG_E_PAYLOAD_TOO_LARGE, "body is %zu bytes; the limit is %zu",
+                          req->body.n, v->cfg.max_body);
+    if (!v->nkeys) return wi_err_set(err, WI_SIG_E_NO_SECRET, "the verifier has no secret");
+    if (v->p.custom) {
+        if (v->p.custom(v, req, ev, err)) return -1;
+        rc = 0;
+    } else {
+        rc = verify_entry(v, req, ev, &u, err);
+        wi_sig_url_free(&u);
+        if (rc) return -1;
+    }
+    if (v->cfg.id_from_body) ev->id = (struct wi_slice){NULL, 0}, ev->id_escaped = 0;
+    if (!ev->id.p && !ev->body_sha256[0] && wi_sig_signed_sha256(req->body, ev, err)) return -1;
+    return 0;
+}
+
+/* wi_sig_verify for an entry without a custom scheme; u holds the request's URL parts. */
+static int verify_entry(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
+                        struct wi_sig_event *ev, struct wi_sig_url_parts *u, struct wi_err *err)
 {
     const struct wi_provider *p = &v->p;
     struct wi_sig_group g;
@@ -545,15 +613,6 @@ int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *
     int has_ts = 0, r;
     size_t key = 0;
 
-    memset(ev, 0, sizeof *ev);
-    if (req->body.n > v->cfg.max_body)
-        return wi_err_set(err, WI_SIG_E_PAYLOAD_TOO_LARGE, "body is %zu bytes; the limit is %zu",
-                          req->body.n, v->cfg.max_body);
-    if (!v->nkeys) return wi_err_set(err, WI_SIG_E_NO_SECRET, "the verifier has no secret");
-    if (p->custom) {
-        if (p->custom(v, req, ev, err)) return -1;
-        goto fallback_id;
-    }
     memcpy(h, req->hdr, sizeof h);
     if (p->alt_offset) { /* none of the first family present: read the second */
         int any = 0;
@@ -578,15 +637,13 @@ int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *
         ts = wi_slice_trim(h[p->ts_slot]), has_ts = 1;
     }
     if (p->layout != WI_LAYOUT_KV && signatures(v, sig, &g, &kv_ts, err)) return -1;
-    for (size_t i = 0; i < v->ntokens; i++) {
-        const struct wi_tok *tk = &v->tokens[i];
-        g.parts[g.nparts++] = tk->kind == WI_TOK_LIT ? tk->lit
-                              : tk->kind == WI_TOK_TS ? ts
-                              : tk->kind == WI_TOK_ID ? id
-                                                      : req->body;
-    }
-    if ((r = wi_sig_match(v, &g, &key, err)) < 0) return -1;
+    if (wi_sig_url_prepare(v, req, u, err)) return -1;
+    if ((r = match_content(v, req, u, ts, id, &g, &key, err)) < 0) return -1;
     if (!r) return wi_sig_mismatch(err);
+    if (wi_sig_url_check_body(u, req->body, err)) return -1;
+    /* a form signed as sorted pairs: its id is the hash of what was signed, so a replay with
+     * the pairs reordered or re-encoded (the same signature) is the same event */
+    if (v->signs_params && !u->body_hash.p && wi_sig_signed_sha256(u->params, ev, err)) return -1;
     if (has_ts) {
         if (wi_sig_check_time(v, req, t, err)) return -1;
         ev->has_timestamp = 1;
@@ -607,9 +664,5 @@ int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *
             if (wi_sig_check_time(v, req, ev->timestamp, err)) return -1;
         }
     }
-    if (challenge(v, req, key, ev, err)) return -1;
-fallback_id:
-    if (v->cfg.id_from_body) ev->id = (struct wi_slice){NULL, 0}, ev->id_escaped = 0;
-    if (!ev->id.p && !ev->body_sha256[0] && wi_sig_signed_sha256(req->body, ev, err)) return -1;
-    return 0;
+    return challenge(v, req, key, ev, err);
 }

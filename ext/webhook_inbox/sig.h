@@ -54,6 +54,9 @@ struct wi_sig_config {
 struct wi_sig_request {
     struct wi_slice body;
     struct wi_slice hdr[WI_SIG_MAX_HEADERS];
+    struct wi_slice url;    /* the public URL the provider called (scheme://host[:port]/path
+                               [?query]) when the template signs {url}; absent: WI_ERR_ARG */
+    struct wi_slice method; /* the request method when the template signs {method} */
     int64_t now; /* unix seconds */
     const _Atomic int *cancel; /* or NULL; set nonzero by another thread to abandon long work
                                   (Didit V2 canonicalization) with WI_CANON_E_INTERRUPTED */

@@ -13,7 +13,7 @@
 #define WI_SIG_MAX_TOKENS 15
 #define WI_SIG_SIG_MAX (WI_PKEY_SIG_MAX > WI_HMAC_MAX ? WI_PKEY_SIG_MAX : WI_HMAC_MAX)
 
-enum wi_tok_kind { WI_TOK_LIT, WI_TOK_TS, WI_TOK_ID, WI_TOK_BODY };
+enum wi_tok_kind { WI_TOK_LIT, WI_TOK_TS, WI_TOK_ID, WI_TOK_BODY, WI_TOK_URL, WI_TOK_METHOD, WI_TOK_PARAMS };
 
 struct wi_tok {
     enum wi_tok_kind kind;
@@ -35,6 +35,7 @@ struct wi_sig_verifier {
     char *prefix, *sig_header, *ts_header, *id_header, *tmpl; /* "hmac": owned copies */
     struct wi_tok tokens[WI_SIG_MAX_TOKENS];
     size_t ntokens;
+    int signs_url, signs_method, signs_params; /* tokens[] holds {url}, {method}, {params} */
     struct wi_sig_key *keys;
     size_t nkeys, capkeys;
     const char *names[WI_SIG_MAX_HEADERS];

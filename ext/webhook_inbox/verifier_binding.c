@@ -326,8 +326,18 @@ static VALUE challenge_answer(const struct wi_sig_event *ev)
     return rb_obj_freeze(out);
 }
 
-/* _verify(body, headers, now) -> Event; raises VerificationError. */
-static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
+/* The String s as a slice (a frozen snapshot when snap), or absent for nil. */
+static struct wi_slice opt_slice(VALUE *s, int snap)
+{
+    if (NIL_P(*s)) return (struct wi_slice){NULL, 0};
+    StringValue(*s);
+    if (snap) *s = rb_str_new_frozen(*s);
+    return (struct wi_slice){RSTRING_PTR(*s), (size_t)RSTRING_LEN(*s)};
+}
+
+/* _verify(body, headers, now, url, method) -> Event; raises VerificationError. url and
+ * method (Strings or nil) are what a template's {url} and {method} sign. */
+static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now, VALUE url, VALUE method)
 {
     struct verifier *v = get_verifier(self);
     struct wi_sig_request req;
@@ -369,6 +379,8 @@ static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
     for (size_t i = 0; i < v->nslots; i++)
         if (vals[i] != Qundef) req.hdr[i] = (struct wi_slice){RSTRING_PTR(vals[i]), (size_t)RSTRING_LEN(vals[i])};
     req.body = (struct wi_slice){RSTRING_PTR(snap), (size_t)RSTRING_LEN(snap)};
+    req.url = opt_slice(&url, nogvl);
+    req.method = opt_slice(&method, nogvl);
 
     struct verify_call call = {.core = v->core, .req = &req, .ev = &ev, .err = &err};
     if (nogvl) verify_interruptible(&call);
@@ -383,6 +395,8 @@ static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now)
     RB_GC_GUARD(body);
     RB_GC_GUARD(snap);
     RB_GC_GUARD(headers);
+    RB_GC_GUARD(url);
+    RB_GC_GUARD(method);
     for (size_t i = 0; i < v->nslots; i++) RB_GC_GUARD(vals[i]);
     return event;
 }
@@ -482,6 +496,8 @@ static VALUE provider_hash(const struct wi_provider *p)
     rb_hash_aset(h, sym("encoding"), sym(p->enc == WI_SIG_HEX ? "hex" : "base64"));
     rb_hash_aset(h, sym("versions"), rb_obj_freeze(versions));
     rb_hash_aset(h, sym("template"), opt_str(p->tmpl));
+    rb_hash_aset(h, sym("url_hash_param"), opt_str(p->url_hash_param));
+    rb_hash_aset(h, sym("url_unescape"), opt_str(p->url_unescape));
     rb_hash_aset(h, sym("ts_slot"), p->ts_slot == WI_NO_SLOT ? Qnil : INT2NUM(p->ts_slot));
     rb_hash_aset(h, sym("ts_field"), opt_str(p->ts_field));
     rb_hash_aset(h, sym("ts_ms"), p->ts_ms ? Qtrue : Qfalse);
@@ -524,7 +540,7 @@ void wi_verifier_binding_init(VALUE mod)
     rb_gc_register_mark_object(cVerifier);
     rb_define_alloc_func(cVerifier, verifier_alloc);
     rb_define_private_method(cVerifier, "_setup", verifier_setup, -1);
-    rb_define_private_method(cVerifier, "_verify", verifier_verify, 3);
+    rb_define_private_method(cVerifier, "_verify", verifier_verify, 5);
     rb_define_method(cVerifier, "secret_count", verifier_secret_count, 0);
     rb_define_method(cVerifier, "header_names", verifier_header_names, 0);
     rb_define_singleton_method(cVerifier, "jsonb_safe?", verifier_s_jsonb_safe, 1);

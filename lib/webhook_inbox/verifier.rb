@@ -35,6 +35,14 @@ module WebhookInbox
   #   a JSON object of those four alone, and Event#body_signed is false. Fetch anything
   #   else (the decision) from Didit's API.
   #
+  # URL-signed providers (:twilio, :square, :hubspot; :hmac with {url} or {method} in its
+  # template) sign the URL they called. Behind a proxy or a TLS terminator the Rack env's
+  # scheme, host and path are not that URL: give public_url: "https://example.com/hooks/twilio"
+  # (the URL as configured at the provider, without its query; the request's query string is
+  # appended). Without it the URL is rebuilt from the Rack env (rack.url_scheme, HTTP_HOST or
+  # SERVER_NAME/SERVER_PORT, SCRIPT_NAME + PATH_INFO, QUERY_STRING) and never from
+  # X-Forwarded-* headers, which the sender of a replay could set to another endpoint's URL.
+  #
   # Secrets are handed to the C core (which keeps only HMAC key states, wiped when the
   # verifier is collected) and are never kept in Ruby instance variables, messages or
   # #inspect. Failures raise VerificationError with a #reason Symbol.
@@ -57,7 +65,8 @@ module WebhookInbox
     # whitespace raises ConfigurationError.
     def initialize(scheme, secrets:, tolerance: :provider, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                    allow_simple: false, legacy_sha1: false, algorithm: :sha256, encoding: :hex, prefix: nil,
-                   signature_header: nil, timestamp_header: nil, id_header: nil, template: nil, event_id: nil)
+                   signature_header: nil, timestamp_header: nil, id_header: nil, template: nil, event_id: nil,
+                   public_url: nil)
       @scheme = ALIASES.fetch(scheme, scheme)
       raise ConfigurationError, "legacy_sha1 applies to :github only" if legacy_sha1 && @scheme != :github
 
@@ -86,6 +95,10 @@ module WebhookInbox
       unless EVENT_IDS.include?(event_id)
         raise ConfigurationError, "event_id must be :provider or :body_sha256"
       end
+      signed = @scheme == :hmac ? template.to_s : entry[:template].to_s
+      @signs_url = signed.include?("{url}")
+      @signs_method = signed.include?("{method}")
+      @public_url = checked_public_url(public_url)
       @tolerance = tolerance
       @event_id = event_id
       @max_body_bytes = max_body_bytes
@@ -97,9 +110,11 @@ module WebhookInbox
     # Verifies body (the raw bytes, String) against headers (a Hash with any key spelling,
     # a Rack env, or ActionDispatch::Http::Headers). now: Time, Integer or nil (Time.now).
     # Returns an Event; raises VerificationError.
+    # URL-signed providers need public_url: or a Rack env (ConfigurationError otherwise).
     def verify(body, headers, now: nil)
       headers = headers.env if !headers.is_a?(Hash) && headers.respond_to?(:env)
-      _verify(body, headers, now)
+      _verify(body, headers, now, (request_url(headers) if @signs_url),
+              (headers["REQUEST_METHOD"] || "POST" if @signs_method))
     end
 
     # The native state (HMAC keys) is not copyable; build another Verifier instead.
@@ -119,6 +134,35 @@ module WebhookInbox
     def default_event_id(entry, id_header, template)
       unsigned = @scheme == :hmac ? id_header && !template.to_s.include?("{id}") : !entry[:id_signed]
       unsigned ? :body_sha256 : :provider
+    end
+
+    def checked_public_url(url)
+      return nil if url.nil?
+      raise ConfigurationError, "public_url applies to providers that sign the URL" unless @signs_url
+      unless url.is_a?(String) && url.match?(%r{\Ahttps?://[^/?#\s]+[^?#\s]*\z}i)
+        raise ConfigurationError, "public_url must be an http(s) URL without query or fragment, as the provider calls it"
+      end
+
+      url.dup.freeze
+    end
+
+    # The URL the provider signed: public_url (or the Rack env's scheme, host and path) plus
+    # the request's query string.
+    def request_url(env)
+      query = env["QUERY_STRING"].to_s
+      query = "?#{query}" unless query.empty?
+      return "#{@public_url}#{query}" if @public_url
+      unless env.key?("REQUEST_METHOD")
+        raise ConfigurationError, "#{@scheme} signs the URL it called: give public_url: or verify with a Rack env"
+      end
+
+      scheme = env["rack.url_scheme"] || "http"
+      host = env["HTTP_HOST"] || begin
+        port = env["SERVER_PORT"].to_s
+        default = port.empty? || (scheme == "https" ? port == "443" : port == "80")
+        default ? env["SERVER_NAME"].to_s : "#{env["SERVER_NAME"]}:#{port}"
+      end
+      "#{scheme}://#{host}#{env["SCRIPT_NAME"]}#{env["PATH_INFO"]}#{query}"
     end
 
     def header_name(name)

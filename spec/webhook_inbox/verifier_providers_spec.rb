@@ -20,42 +20,59 @@ RSpec.describe WebhookInbox::Verifier do
 
   def hmac(alg, key, data) = OpenSSL::HMAC.hexdigest(alg, key, data)
 
+  # A URL-signed case (it names the URL the provider called) is verified as a Rack env
+  # whose query string is the URL's, by a verifier configured with the URL's public part.
+  def self.public_url_of(c) = c["url"]&.split("?", 2)&.first
+
+  def env_for(c, headers)
+    return headers unless c["url"]
+
+    headers.to_h { |k, v| ["HTTP_#{k.upcase.tr("-", "_")}", v] }
+           .merge("REQUEST_METHOD" => c["method"], "QUERY_STRING" => c["url"].split("?", 2)[1].to_s)
+  end
+
   describe "SDK vectors" do
     sdk.each do |c|
       context "#{c["provider"]} #{c["name"]} (#{c["source"]})" do
-        let(:verifier) { described_class.new(c["provider"].to_sym, secrets: [c["secret"]]) }
+        let(:opts) { c["url"] ? { public_url: self.class.public_url_of(c) } : {} }
+        let(:verifier) { described_class.new(c["provider"].to_sym, secrets: [c["secret"]], **opts) }
         let(:tolerance) { described_class::PROVIDERS.fetch(c["provider"].to_sym)[:tolerance] }
+        let(:headers) { env_for(c, c["headers"]) }
 
         it "verifies" do
-          ev = verifier.verify(c["body"], c["headers"], now: c["now"])
+          ev = verifier.verify(c["body"], headers, now: c["now"])
           expect(ev.provider).to eq(c["provider"].to_sym)
           expect(ev.body).to eq(c["body"])
         end
 
         it "refuses a tampered body, signature or timestamp" do
-          expect(reason_of { verifier.verify(c["body"].sub(/.\z/m) { |x| x == "}" ? " }" : "#{x} " }, c["headers"], now: c["now"]) })
+          expect(reason_of { verifier.verify(c["body"].sub(/.\z/m) { |x| x == "}" ? " }" : "#{x}1" }, headers, now: c["now"]) })
             .to eq(:signature_mismatch)
           c["headers"].each do |name, value|
-            next if name =~ /event-id/i
+            next if name =~ /event-id|content-type/i
 
             bad = value.dup
             i = bad.rindex(/[0-9A-Za-z]/)
             bad[i] = bad[i] == "A" ? "B" : "A"
-            expect(reason_of { verifier.verify(c["body"], c["headers"].merge(name => bad), now: c["now"]) })
+            expect(reason_of { verifier.verify(c["body"], env_for(c, c["headers"].merge(name => bad)), now: c["now"]) })
               .not_to be_nil, "#{name} altered still verified"
           end
         end
 
-        it "refuses the delivery under another key" do
-          wrong = described_class.new(c["provider"].to_sym, secrets: [c["wrong_secret"]])
-          expect(reason_of { wrong.verify(c["body"], c["headers"], now: c["now"]) }).to eq(:signature_mismatch)
+        it "refuses the delivery under another key#{" or for another URL" if c["url"]}" do
+          wrong = described_class.new(c["provider"].to_sym, secrets: [c["wrong_secret"]], **opts)
+          expect(reason_of { wrong.verify(c["body"], headers, now: c["now"]) }).to eq(:signature_mismatch)
+          if c["url"]
+            elsewhere = described_class.new(c["provider"].to_sym, secrets: [c["secret"]], public_url: "#{self.class.public_url_of(c)}/other")
+            expect(reason_of { elsewhere.verify(c["body"], headers, now: c["now"]) }).to eq(:signature_mismatch)
+          end
         end
 
         it "refuses it when stale (where the provider signs a time), and a replay keeps its event id" do
-          first = verifier.verify(c["body"], c["headers"], now: c["now"])
-          expect(verifier.verify(c["body"], c["headers"], now: c["now"] + 1).event_id).to eq(first.event_id)
+          first = verifier.verify(c["body"], headers, now: c["now"])
+          expect(verifier.verify(c["body"], headers, now: c["now"] + 1).event_id).to eq(first.event_id)
           if tolerance
-            expect(reason_of { verifier.verify(c["body"], c["headers"], now: c["now"] + tolerance + 1) })
+            expect(reason_of { verifier.verify(c["body"], headers, now: c["now"] + tolerance + 1) })
               .to eq(:timestamp_out_of_tolerance)
           end
         end
@@ -64,6 +81,7 @@ RSpec.describe WebhookInbox::Verifier do
 
     it "covers the asymmetric schemes and Standard Webhooks v1a" do
       expect(sdk.map { |c| [c["provider"], c["name"]] }).to include(%w[discord ping], %w[sendgrid processed], %w[standard_webhooks v1a])
+      expect(sdk.map { |c| c["provider"] }).to include("twilio", "square", "hubspot")
     end
   end
 
@@ -199,16 +217,7 @@ RSpec.describe WebhookInbox::Verifier do
     end
 
     it "the Receiver answers a challenge and stores nothing; other deliveries are stored" do
-      store = Class.new do
-        attr_reader :inserts
-
-        def initialize = @inserts = []
-
-        def insert(**kw)
-          @inserts << kw
-          Struct.new(:status, :quarantined).new(:accepted, false)
-        end
-      end.new
+      store = recording_store
       body = '{"token":"t","challenge":"abc","type":"url_verification"}'
       ts = Time.now.to_i
       env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/json",

@@ -2,7 +2,8 @@
  * engine (signature layouts, timestamp and id headers, body field paths such as
  * "meta.event_name", challenges) and for secret parsing in each key form (hex and base64
  * public keys, DER P-256, whsec_/whpk_). The first byte picks the entry; the second says
- * whether the rest is a secret to add or a request: body, then header values split on 0xff. */
+ * whether the rest is a secret to add or a request: body, then header values split on 0xff,
+ * then the URL ({url}: Twilio's sorted form and bodySHA256, Square, HubSpot's unescaping). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,13 +52,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         wi_sig_verifier_free(v);
         return 0;
     }
-    struct wi_sig_request req = {.now = 1700000000};
+    struct wi_sig_request req = {.now = 1700000000, .method = {"POST", 4}};
     struct wi_sig_event ev;
-    for (int slot = -1; slot < WI_SIG_MAX_HEADERS && s <= end; slot++) {
+    for (int slot = -1; slot <= WI_SIG_MAX_HEADERS && s <= end; slot++) {
         const char *q = memchr(s, 0xff, (size_t)(end - s));
         if (!q) q = end;
         struct wi_slice sl = {s, (size_t)(q - s)};
         if (slot < 0) req.body = sl;
+        else if (slot == WI_SIG_MAX_HEADERS) req.url = sl;
         else req.hdr[slot] = sl;
         s = q + 1;
     }
