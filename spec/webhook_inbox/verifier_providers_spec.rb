@@ -43,6 +43,7 @@ RSpec.describe WebhookInbox::Verifier do
           ev = verifier.verify(c["body"], headers, now: c["now"])
           expect(ev.provider).to eq(c["provider"].to_sym)
           expect(ev.body).to eq(c["body"])
+          expect([ev.event_id, ev.event_type]).to eq(c.values_at("event_id", "event_type")) if c["event_id"]
         end
 
         it "refuses a tampered body, signature or timestamp" do
@@ -82,6 +83,9 @@ RSpec.describe WebhookInbox::Verifier do
     it "covers the asymmetric schemes and Standard Webhooks v1a" do
       expect(sdk.map { |c| [c["provider"], c["name"]] }).to include(%w[discord ping], %w[sendgrid processed], %w[standard_webhooks v1a])
       expect(sdk.map { |c| c["provider"] }).to include("twilio", "square", "hubspot")
+      # Stripe v2 thin events: the event's id and type, never its related_object's (read first)
+      expect(sdk.find { |c| c["name"] == "v2 thin event" }.values_at("event_id", "event_type"))
+        .to eq(%w[evt_test_65RCGNFjMQYSqLmKh v1.billing.meter.error_report_triggered])
     end
   end
 
