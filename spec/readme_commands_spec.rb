@@ -22,7 +22,14 @@ RSpec.describe "README commands" do
     # In a freshly generated Rails app, with the gem built and installed as users get it:
     "bin/rails generate webhook_inbox:install" => "spec/integration/rails_lifecycle_spec.rb",
     "bin/rails db:migrate" => "spec/integration/rails_lifecycle_spec.rb",
-    "bin/failover --events 5000" => "spec/integration/failover_spec.rb"
+    "bin/failover --events 5000" => "spec/integration/failover_spec.rb",
+    # Against the fake provider APIs (their own endpoints, scopes and keys):
+    "webhook-inbox-sidecar reconcile --endpoint 'billing=stripe:stripe:acct_123:live' --endpoint billing --since 72h" =>
+      "spec/sidecar/reconcile_spec.rb",
+    "webhook-inbox-sidecar reconcile --endpoint 'gh=github:github:acme hook=repos/acme/app/hooks/42' --endpoint gh " \
+    "--since 72h" => "spec/sidecar/reconcile_spec.rb",
+    "webhook-inbox-sidecar run --endpoint 'billing=stripe:stripe:acct_123:live' --reconcile billing=1h" =>
+      "spec/sidecar/reconcile_spec.rb"
   }
   run_here = [
     "webhook-inbox-sidecar migrate", "webhook-inbox-sidecar stats", "webhook-inbox-sidecar stats --json",

@@ -15,7 +15,8 @@
 #include "prune.h"
 #include "redact.h"
 
-enum cf_type { CF_STR, CF_INT, CF_DURATION, CF_ENUM, CF_BOOL, CF_DEST }; /* CF_DEST: repeatable, destination.h */
+enum cf_type { CF_STR, CF_INT, CF_DURATION, CF_ENUM, CF_BOOL, CF_DEST, CF_LIST }; /* CF_DEST: repeatable, destination.h;
+                                                                             * CF_LIST: repeatable strings */
 
 enum { CF_RELOAD = 1, CF_CLI = 2 }; /* reloadable on SIGHUP; flag only (no env/file/print) */
 
@@ -80,6 +81,12 @@ static const struct cf_entry table[] = {
      "outbox: NAME=URL [concurrency=N timeout=D connect_timeout=D sign=standard_webhooks allow_http=true]; "
      "repeatable; credentials from WEBHOOK_INBOX_DEST_<NAME>_TOKEN/_SECRET or token=/secret= in the config file. "
      "requeue --effects --destination NAME (a flag without =URL): that destination's effects only"},
+    {"endpoint", CF_LIST, F(endpoints), NULL, 0, 0, 0, NULL,
+     "reconcile: NAME=PROVIDER:SCOPE [key=value ...] defines an endpoint to recover from its provider's API "
+     "(stripe, github; see README); repeatable; its API key from WEBHOOK_INBOX_<NAME>_API_KEY. "
+     "reconcile --endpoint NAME (without =): the endpoint to reconcile"},
+    {"reconcile", CF_LIST, F(reconciles), NULL, 0, 0, 0, NULL,
+     "run: NAME=INTERVAL reconciles that --endpoint every INTERVAL (at least 1m), on one sidecar of many; repeatable"},
     {"destination-concurrency", CF_INT, F(destination_concurrency), "4", 0, 1, 1024, NULL,
      "outbox: deliveries in flight per destination"},
     {"destination-timeout", CF_DURATION, F(destination_timeout), "30s", 0, 0, 3600, NULL,
@@ -102,6 +109,8 @@ static const struct cf_entry table[] = {
     {"effects", CF_BOOL, F(effects), "false", CF_CLI, 0, 0, NULL,
      "requeue: outbox effects (--operation-id, --destination NAME, both, or --all)"},
     {"operation-id", CF_STR, F(operation_id), NULL, CF_CLI, 0, 0, NULL, "requeue --effects: one effect"},
+    {"since", CF_DURATION, F(since), "72h", CF_CLI, 0, 90L * 86400, NULL,
+     "reconcile: how far back to list; run --reconcile: how far back its first walk goes"},
     {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 36500L * 86400, NULL, "prune: prune done events received (payloads; keys per --remember-pruned) and delete delivered effects processed longer ago than this (at least 3d)"},
     {"print-config", CF_BOOL, F(print_config), "false", CF_CLI, 0, 0, NULL, "print the effective configuration"},
     {"help", CF_BOOL, F(help), "false", CF_CLI, 0, 0, NULL, "this text"},
@@ -214,6 +223,18 @@ static int set(struct wi_config *cfg, const struct cf_entry *e, const char *val,
             return wi_err_set(err, err->code, "%s: %s", src, msg);
         }
         return wi_dest_list_put((struct wi_dest_list *)p, &d, err);
+    }
+    case CF_LIST: {
+        struct wi_strlist *l = (struct wi_strlist *)p;
+        char **v = realloc(l->v, (size_t)(l->n + 1) * sizeof *v);
+        if (!v || !(v[l->n] = strdup(val))) {
+            if (v)
+                l->v = v;
+            return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        }
+        l->v = v;
+        l->n++;
+        return 0;
     }
     case CF_BOOL:
         if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes") || !strcmp(val, "on"))
@@ -400,6 +421,17 @@ fail:
     return -1;
 }
 
+static int strlist_equal(const struct wi_strlist *a, const struct wi_strlist *b)
+{
+    int i;
+    if (a->n != b->n)
+        return 0;
+    for (i = 0; i < a->n; i++)
+        if (strcmp(a->v[i], b->v[i]))
+            return 0;
+    return 1;
+}
+
 void wi_config_apply_reload(struct wi_config *dst, const struct wi_config *src)
 {
     size_t i;
@@ -413,6 +445,8 @@ void wi_config_apply_reload(struct wi_config *dst, const struct wi_config *src)
             int changed;
             if (e->type == CF_DEST) {
                 changed = !wi_dest_list_equal((const struct wi_dest_list *)d, (const struct wi_dest_list *)s);
+            } else if (e->type == CF_LIST) {
+                changed = !strlist_equal((const struct wi_strlist *)d, (const struct wi_strlist *)s);
             } else if (e->type == CF_STR) {
                 const char *a = *(char *const *)d, *b = *(char *const *)s;
                 changed = (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
@@ -447,6 +481,12 @@ void wi_config_free(struct wi_config *cfg)
             free(*(char **)((char *)cfg + table[i].offset));
         else if (table[i].type == CF_DEST)
             wi_dest_list_free((struct wi_dest_list *)((char *)cfg + table[i].offset));
+        else if (table[i].type == CF_LIST) {
+            struct wi_strlist *l = (struct wi_strlist *)((char *)cfg + table[i].offset);
+            while (l->n > 0)
+                free(l->v[--l->n]);
+            free(l->v);
+        }
     free(cfg->effects_destination); /* not in the table: the bare-NAME form of --destination */
     memset(cfg, 0, sizeof *cfg);
 }
@@ -530,6 +570,12 @@ void wi_config_print(const struct wi_config *cfg, FILE *out)
             wi_dest_list_print((const struct wi_dest_list *)p, out);
             continue;
         }
+        if (e->type == CF_LIST) { /* one line each; these hold no credentials (the environment does) */
+            const struct wi_strlist *l = (const struct wi_strlist *)p;
+            for (int k = 0; k < l->n; k++)
+                fprintf(out, "%s = %s  # restart to change\n", e->name, l->v[k]);
+            continue;
+        }
         fprintf(out, "%s = ", e->name);
         switch (e->type) {
         case CF_STR:
@@ -551,6 +597,7 @@ void wi_config_print(const struct wi_config *cfg, FILE *out)
             fputs(*(const int *)p ? "true" : "false", out);
             break;
         case CF_DEST:
+        case CF_LIST:
             break;
         }
         fprintf(out, "%s\n", e->flags & CF_RELOAD ? "" : "  # restart to change");

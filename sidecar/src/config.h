@@ -10,6 +10,12 @@
 /* What happens to an event whose type has no route (the SQL's p_unrouted, by name). */
 enum { WI_UNROUTED_WAIT = 0, WI_UNROUTED_IGNORE = 1, WI_UNROUTED_QUARANTINE = 2, WI_UNROUTED_RETRY = 3 };
 
+/* A repeatable option's values in the order given (file, environment, flags); heap-owned. */
+struct wi_strlist {
+    char **v;
+    int n;
+};
+
 /* Invariant after a successful wi_config_load(): every value is within its table bounds,
  * backoff_cap >= backoff_base, strings are heap-owned by the struct (or NULL). */
 struct wi_config {
@@ -37,6 +43,9 @@ struct wi_config {
     double destination_timeout;         /* seconds, whole request */
     double destination_connect_timeout; /* seconds */
     double destination_lease;           /* seconds a claimed effect is owned (at least timeout + 1s) */
+    /* recovery from providers' APIs (reconcile.h): not reloadable */
+    struct wi_strlist endpoints;        /* --endpoint NAME=PROVIDER:SCOPE ... (reconcile: bare NAMEs select) */
+    struct wi_strlist reconciles;       /* run --reconcile NAME=INTERVAL */
     /* command options (flags only, not reloaded, not printed) */
     int once;             /* run: drain what is due, then exit */
     int json;             /* stats: JSON output */
@@ -50,6 +59,7 @@ struct wi_config {
     char *event_id;       /* requeue: event id in any scope */
     char *type;           /* requeue: event type */
     char *scope;          /* requeue, prune: source scope */
+    double since;         /* reconcile: seconds back to list (run --reconcile: the first walk's reach) */
     double older_than;    /* prune: seconds; done rows received (delivered effects processed) before now - older_than go */
     int print_config;     /* print the effective configuration and exit */
     int help;             /* print usage and exit */

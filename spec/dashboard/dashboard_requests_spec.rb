@@ -251,6 +251,16 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     end
   end
 
+  it "says when an event was recovered from the provider's API by reconcile, and nothing for a delivered one" do
+    insert("evt_rec")
+    insert("evt_del")
+    db_psql("UPDATE webhook_inbox SET recovered_at = '2026-02-03 04:05:06+00' WHERE event_id = 'evt_rec'")
+    _, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_rec")
+    expect(body[%r{<td id="event-recovered">[^<]*</td>}]).to include("reconcile, 2026-02-03 04:05:06.000Z")
+    _, _, body = admin.get("/webhook_inbox/event?scope=dash:a&id=evt_del")
+    expect(body).not_to include("event-recovered")
+  end
+
   it "shows the request headers kept with an event (names sorted, redacted like the payload), or says none were kept" do
     insert("evt_hdr")
     db_psql(%(UPDATE webhook_inbox SET request_headers = '{"user-agent": "Stripe/1.0", "stripe-signature": "t=1,v1=ab", "x-client-secret": "cs_live_q"}' WHERE event_id = 'evt_hdr'))

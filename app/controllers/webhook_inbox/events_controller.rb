@@ -19,6 +19,7 @@ module WebhookInbox
                  to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS received_at,
                  to_char(processed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS processed_at,
                  to_char(requeued_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS requeued_at,
+                 to_char(recovered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS recovered_at,
                  to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS"Z"') AS next_attempt_at
             FROM webhook_inbox WHERE source_scope = $1 AND event_id = $2
         SQL

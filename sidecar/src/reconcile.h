@@ -1,0 +1,115 @@
+/* reconcile.h - recovery from providers' APIs: endpoints (`--endpoint NAME=PROVIDER:SCOPE
+ * [key=value ...]`), one provider API shape per file (reconcile_<provider>.c), and the walk
+ * over a provider's pages that inserts what the inbox lacks (or asks for a redelivery),
+ * resumable through webhook_inbox_reconcile_cursors (db/010_reconcile.sql). */
+#ifndef WI_RECONCILE_H
+#define WI_RECONCILE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include "config.h"
+#include "wi_err.h"
+
+#define WI_RC_SCHEMA 10              /* db/010_reconcile.sql: cursors, recovered_at */
+#define WI_RC_GRACE_S 300            /* events younger than this are left to their delivery */
+#define WI_RC_MAX_WAIT_S 60          /* a longer Retry-After stops the walk (resumed next run) */
+#define WI_RC_TRIES 4                /* answers 5xx / none, per page, before the walk stops */
+#define WI_RC_LOCK_CLASS "73105820"  /* pg_try_advisory_lock(class, hashtext(endpoint)) */
+
+struct wi_rc_endpoint;
+struct wi_rc_res;
+
+/* What a walk does with a page. */
+enum { WI_RC_INSERT = 0,   /* the page holds the events: insert what the inbox lacks */
+       WI_RC_REDELIVER = 1 /* the page lists deliveries: ask the provider to redeliver the failed */ };
+
+/* One provider's API shape. The page statement takes $1 the page (jsonb), $2 the scope,
+ * $3 the Link header's next cursor (or NULL), $4/$5 the walk's since/until (unix seconds)
+ * and, with page_nparams 7, $6 a jsonb every event must contain and $7 text[] keys it must
+ * not have; it returns one row: shape_ok boolean, listed, recovered, skipped (bigint), the
+ * next page's cursor (NULL: the walk ends), and for WI_RC_REDELIVER "id guid" lines to
+ * redeliver. */
+struct wi_rc_api {
+    const char *name;              /* the PROVIDER of --endpoint */
+    const char *base;              /* https://... (no trailing '/') */
+    const char *test_base_env;     /* env var naming a loopback base URL instead: specs only */
+    const char *const *options;    /* the key=value options it takes, NULL-terminated */
+    int mode;                      /* WI_RC_INSERT or WI_RC_REDELIVER */
+    const char *page_sql;
+    int page_nparams;
+    /* Checks the options and the key (never quoting it). Returns 0 or -1 with *err. */
+    int (*check)(struct wi_rc_endpoint *ep, const char *key, struct wi_err *err);
+    /* The page's URL from base, the walk and the cursor (NULL: the first page). 0 or -1. */
+    int (*page_url)(const struct wi_rc_endpoint *ep, const char *base, double since, double until, const char *cursor,
+                    char *url, size_t n);
+    /* A redelivery call's URL for delivery id (WI_RC_REDELIVER only). 0 or -1. */
+    int (*redeliver_url)(const struct wi_rc_endpoint *ep, const char *base, const char *id, char *url, size_t n);
+    /* Fills headers[0..) (Authorization from key) and returns how many, at most 6; -1 when
+     * a line does not fit. Each line is n bytes. */
+    int (*headers)(const struct wi_rc_endpoint *ep, const char *key, char (*lines)[512], int n);
+    /* $6 and $7 of the page statement (page_nparams 7), as text. */
+    void (*filters)(const struct wi_rc_endpoint *ep, char *contains, size_t cn, char *absent, size_t an);
+};
+
+extern const struct wi_rc_api wi_rc_stripe, wi_rc_github;
+
+/* Invariant after wi_rc_endpoint_parse(): name matches [a-z][a-z0-9_]{0,62}, api is set,
+ * scope is 1..255 bytes; strings heap-owned. live: -1 until check() sets it from the key. */
+struct wi_rc_endpoint {
+    char name[64];
+    const struct wi_rc_api *api;
+    char *scope;
+    char *account;      /* stripe: a Connect account (acct_...), sent as Stripe-Account */
+    int live;           /* stripe: mode=live (1) or test (0); the key's mode must agree */
+    int failed_only;    /* stripe: failed_only=true lists delivery_success=false only */
+    char *hook;         /* github: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID */
+    double rate;        /* requests per second at most (rate=N, default 5) */
+};
+
+/* Parses "NAME=PROVIDER:SCOPE [key=value ...]" into *ep. Returns 0, or -1 with *err (ep is
+ * then cleared). Borrows spec. */
+int wi_rc_endpoint_parse(const char *spec, struct wi_rc_endpoint *ep, struct wi_err *err);
+
+/* Frees ep's strings; accepts NULL. */
+void wi_rc_endpoint_clear(struct wi_rc_endpoint *ep);
+
+/* Finds endpoint name among cfg's --endpoint definitions and parses it into *ep. Returns 0,
+ * or -1 with *err (none by that name, or a bad definition). */
+int wi_rc_endpoint_find(const struct wi_config *cfg, const char *name, struct wi_rc_endpoint *ep, struct wi_err *err);
+
+/* What one walk did. */
+struct wi_rc_counts {
+    long pages;       /* pages read (and committed) */
+    long listed;      /* events or deliveries the provider listed */
+    long recovered;   /* inserted (WI_RC_INSERT) or redeliveries asked for (WI_RC_REDELIVER) */
+    long skipped;     /* listed but outside the scope, the window, or malformed */
+    long waits;       /* Retry-After waits honoured */
+    int resumed;      /* the walk continued one stopped before */
+    int complete;     /* the walk reached its end */
+};
+
+/* One walk for ep: resumes the endpoint's walk in progress when it covers since_s (seconds
+ * back from now; <= 0: from where the last complete walk ended, else up to 72h back), else
+ * starts one; under pg_try_advisory_lock so one sidecar walks an endpoint at a time.
+ * Returns 1 (the walk ended, or stopped with the cursor saved: see c->complete), 0 when
+ * another session holds the endpoint's lock, -1 with *err (a failed query, refused
+ * credentials, a Retry-After beyond WI_RC_MAX_WAIT_S, answers that kept failing: the cursor
+ * is kept, and the next walk resumes there). stopping: set to stop after the page in flight. */
+int wi_reconcile(const char *conninfo, const struct wi_rc_endpoint *ep, double since_s, atomic_int *stopping,
+                 struct wi_rc_counts *c, struct wi_err *err);
+
+/* `reconcile --endpoint NAME [--since 72h]`: one walk for each endpoint named (a bare
+ * --endpoint NAME), one line each on out, problems on errout. Returns the exit code: 0 every
+ * walk ended, 1 one stopped (run it again: it resumes) or another sidecar holds its lock,
+ * 2 a usage or configuration error. */
+int wi_rc_command(const struct wi_config *cfg, FILE *out, FILE *errout);
+
+/* `run --reconcile NAME=INTERVAL ...`: a thread walking each named endpoint every interval
+ * (first after 5s). Returns NULL with *err for a bad entry or when no thread could start. */
+struct wi_rc_sched;
+struct wi_rc_sched *wi_rc_sched_start(const struct wi_config *cfg, struct wi_err *err);
+/* Stops after the page in flight and frees; accepts NULL. */
+void wi_rc_sched_stop(struct wi_rc_sched *s);
+
+#endif

@@ -1,0 +1,71 @@
+/* test_reconcile.c - the --endpoint parser, the providers' checks and URLs, and the query
+ * parameter reader that takes GitHub's Link cursor. */
+#define _POSIX_C_SOURCE 200809L
+#include <string.h>
+
+#include "minitest.h"
+#include "reconcile.h"
+#include "reconcile_http.h"
+
+static int parses(const char *spec)
+{
+    struct wi_rc_endpoint ep;
+    struct wi_err err;
+    int rc = wi_rc_endpoint_parse(spec, &ep, &err);
+    wi_rc_endpoint_clear(&ep);
+    return rc == 0;
+}
+
+int main(void)
+{
+    struct wi_rc_endpoint ep;
+    struct wi_err err;
+    char url[512], v[64];
+
+    CHECK(wi_rc_endpoint_parse("billing=stripe:stripe:acct_1:live account=acct_1 mode=live rate=2", &ep, &err) == 0);
+    CHECK(!strcmp(ep.name, "billing") && ep.api == &wi_rc_stripe && !strcmp(ep.scope, "stripe:acct_1:live"));
+    CHECK(!strcmp(ep.account, "acct_1") && ep.live == 1 && ep.rate == 2 && !ep.failed_only);
+    CHECK(wi_rc_stripe.check(&ep, "sk_live_x", &err) == 0);
+    CHECK(wi_rc_stripe.check(&ep, "sk_test_x", &err) < 0 && strstr(err.msg, "mode=live but the API key is a test key"));
+    CHECK(wi_rc_stripe.check(&ep, "pk_live_x", &err) < 0 && !strstr(err.msg, "pk_live_x")); /* never quotes the key */
+    CHECK(wi_rc_stripe.page_url(&ep, "https://api.stripe.com", 100, 200, "evt_1", url, sizeof url) == 0);
+    CHECK(!strcmp(url, "https://api.stripe.com/v1/events?limit=100&created%5Bgte%5D=100&created%5Blte%5D=200"
+                       "&starting_after=evt_1"));
+    CHECK(wi_rc_stripe.page_url(&ep, "https://api.stripe.com", 100, 200, "evt_1&x=1", url, sizeof url) < 0);
+    wi_rc_endpoint_clear(&ep);
+
+    CHECK(wi_rc_endpoint_parse("gh=github:github:acme hook=repos/acme/app/hooks/42", &ep, &err) == 0);
+    CHECK(wi_rc_github.check(&ep, "t", &err) == 0);
+    CHECK(wi_rc_github.page_url(&ep, "https://api.github.com", 0, 0, "v1_9", url, sizeof url) == 0);
+    CHECK(!strcmp(url, "https://api.github.com/repos/acme/app/hooks/42/deliveries?per_page=100&cursor=v1_9"));
+    CHECK(wi_rc_github.redeliver_url(&ep, "https://api.github.com", "77", url, sizeof url) == 0);
+    CHECK(!strcmp(url, "https://api.github.com/repos/acme/app/hooks/42/deliveries/77/attempts"));
+    CHECK(wi_rc_github.redeliver_url(&ep, "https://api.github.com", "7/../1", url, sizeof url) < 0);
+    wi_rc_endpoint_clear(&ep);
+    for (const char *const *h = (const char *const[]){"repos/acme/hooks/1", "repos/a/b/hooks/x", "orgs/../hooks/1",
+                                                       "users/a/hooks/1", "repos/a/b/hooks/1?x", NULL};
+         *h; h++) {
+        char spec[128];
+        snprintf(spec, sizeof spec, "gh=github:s hook=%s", *h);
+        CHECK(wi_rc_endpoint_parse(spec, &ep, &err) == 0);
+        CHECK(wi_rc_github.check(&ep, "t", &err) < 0);
+        wi_rc_endpoint_clear(&ep);
+    }
+    CHECK(parses("o=github:s hook=orgs/acme/hooks/1"));
+
+    CHECK(!parses("billing"));                       /* no =PROVIDER:SCOPE */
+    CHECK(!parses("Billing=stripe:s"));              /* a name names an env var: [a-z][a-z0-9_]* */
+    CHECK(!parses("b=paypal:s"));                    /* no such provider API */
+    CHECK(!parses("b=stripe:"));                     /* an empty scope */
+    CHECK(!parses("b=stripe:s hook=repos/a/b/hooks/1")); /* another provider's option */
+    CHECK(!parses("b=stripe:s mode=prod"));
+    CHECK(!parses("b=stripe:s rate=0"));
+    CHECK(!parses("b=stripe:s token=sk_live_1"));    /* credentials are no option */
+
+    CHECK(wi_rc_query_param("https://x/a?per_page=100&cursor=v1_12%3D", "cursor", v, sizeof v) == 0 &&
+          !strcmp(v, "v1_12%3D"));
+    CHECK(wi_rc_query_param("https://x/a?cursor=a\"b", "cursor", v, sizeof v) < 0);
+    CHECK(wi_rc_query_param("https://x/a?xcursor=1", "cursor", v, sizeof v) < 0);
+    CHECK(wi_rc_query_param("https://x/a", "cursor", v, sizeof v) < 0);
+    DONE("test_reconcile");
+}

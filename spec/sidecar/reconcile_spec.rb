@@ -1,0 +1,224 @@
+# frozen_string_literal: true
+
+require "openssl"
+require_relative "sidecar_helper"
+require_relative "../support/fake_provider_apis"
+require_relative "../support/receiver_helpers"
+
+# `webhook-inbox-sidecar reconcile --endpoint NAME --since 72h` (and `run --reconcile
+# NAME=INTERVAL`) against local fake provider APIs: what the provider sent and the inbox
+# lacks is inserted once, under the endpoint's scope, with the key its delivery has (so a
+# late delivery is a duplicate), marked recovered_at; a walk stopped by a 429 resumes at the
+# page it stopped on; GitHub's failed deliveries are redelivered and stored by the receiver.
+RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
+  include ReceiverHelpers
+
+  STRIPE_KEY = "sk_test_reconcile_#{SecureRandom.hex(8)}".freeze
+  GITHUB_TOKEN = "ghp_reconcile_#{SecureRandom.hex(8)}".freeze
+  WHSEC = "whsec_reconcile_secret"
+  GH_SECRET = "github-hook-secret"
+
+  before(:all) { @db = SidecarHelper::DB.new(TestDatabase.cluster) }
+  before do
+    @api = FakeProviderApis.new(stripe_key: STRIPE_KEY, github_token: GITHUB_TOKEN)
+    db.psql("TRUNCATE webhook_inbox_reconcile_cursors, webhook_inbox_redeliveries")
+  end
+  after { @api.stop }
+  let(:db) { @db }
+  let(:api) { @api }
+  let(:scope) { "stripe:#{SecureRandom.hex(4)}:test" }
+  let(:env) do
+    { "WEBHOOK_INBOX_TEST_STRIPE_API" => api.url, "WEBHOOK_INBOX_TEST_GITHUB_API" => api.url,
+      "WEBHOOK_INBOX_BILLING_API_KEY" => STRIPE_KEY, "WEBHOOK_INBOX_GH_API_KEY" => GITHUB_TOKEN }
+  end
+
+  def endpoint_flags(name = "billing", spec = "billing=stripe:#{scope}")
+    ["--endpoint", spec, "--endpoint", name]
+  end
+
+  def reconcile(*extra, e: env)
+    sidecar("reconcile", "--database-url", db.url, *extra, env: e)
+  end
+
+  # A Stripe event as GET /v1/events lists it and a webhook delivers it.
+  def stripe_event(id, created, livemode: false, account: nil)
+    e = { "id" => id, "object" => "event", "type" => "payment_intent.succeeded", "created" => created,
+          "livemode" => livemode, "api_version" => "2024-06-20", "pending_webhooks" => 1,
+          "data" => { "object" => { "id" => "pi_#{id}", "object" => "payment_intent", "amount" => 100 } } }
+    e["account"] = account if account
+    e
+  end
+
+  def deliver_stripe(event)
+    body = JSON.generate(event)
+    t = Time.now.to_i
+    sig = OpenSSL::HMAC.hexdigest("SHA256", WHSEC, "#{t}.#{body}")
+    receiver = WebhookInbox::Endpoint.new(provider: :stripe, secrets: [WHSEC], source_scope: scope, database_url: db.url)
+    status, _h, out = receiver.call(rack_request("/webhooks/stripe", body, { "Stripe-Signature" => "t=#{t},v1=#{sig}",
+                                                                             "Content-Type" => "application/json" }))
+    [status, JSON.parse(out.join)["status"]]
+  end
+
+  def rows(where = "true")
+    db.value("SELECT count(*) FROM webhook_inbox WHERE source_scope = #{db.q(scope)} AND #{where}").to_i
+  end
+
+  def recovered_ids
+    db.value("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox " \
+             "WHERE source_scope = #{db.q(scope)} AND recovered_at IS NOT NULL").split(",")
+  end
+
+  # n events of one connected-nothing test account, one a minute going back from 1h ago.
+  def seed_stripe(n, prefix)
+    base = Time.now.to_i - 3600
+    Array.new(n) { |i| stripe_event(format("evt_%s_%04d", prefix, i), base - (i * 60)).tap { |e| api.add_event(e) } }
+  end
+
+  describe "Stripe" do
+    it "recovers a 50-event gap exactly once; the 10 of them that then arrive as deliveries are duplicates" do
+      events = seed_stripe(250, "gap#{SecureRandom.hex(3)}")
+      gap = events[100, 50]
+      (events - gap).each { |e| db.insert_event(e["id"], e["type"], e, scope: scope) } # delivered before
+      # not this endpoint's scope: a live event, and one of a connected account
+      api.add_event(stripe_event("evt_live_#{SecureRandom.hex(3)}", Time.now.to_i - 4000, livemode: true))
+
+      st, out, err = reconcile(*endpoint_flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/reconcile billing: pages=3 listed=251 recovered=50 skipped=1 /)
+      expect(rows).to eq(250)
+      expect(recovered_ids).to eq(gap.map { |e| e["id"] }.sort)
+      stored = JSON.parse(db.value("SELECT payload FROM webhook_inbox WHERE source_scope = #{db.q(scope)} " \
+                                   "AND event_id = #{db.q(gap[0]["id"])}"))
+      expect(stored).to eq(gap[0]) # what a delivery stores: the event object
+
+      late = gap.first(10).map { |e| deliver_stripe(e) }
+      expect(late).to all(eq([200, "duplicate"]))
+      expect(deliver_stripe(stripe_event("evt_new_#{SecureRandom.hex(3)}", Time.now.to_i))).to eq([200, "accepted"])
+
+      st, out, err = reconcile(*endpoint_flags, "--since", "72h") # again: nothing is missing
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/recovered=0 /)
+      expect(rows).to eq(251)
+      expect(rows("recovered_at IS NOT NULL")).to eq(50)
+      expect(err).not_to include(STRIPE_KEY)
+    end
+
+    it "resumes a walk a 429 stopped at the page it stopped on, and waits out a short Retry-After in place" do
+      events = seed_stripe(250, "rl#{SecureRandom.hex(3)}")
+      page2 = ->(r) { r.path == "/v1/events" && r.params["starting_after"] == events[99]["id"] }
+      page3 = ->(r) { r.path == "/v1/events" && r.params["starting_after"] == events[199]["id"] }
+      api.fault(status: 429, retry_after: 1, &page2)     # waited out: the same page again
+      api.fault(status: 429, retry_after: 3600, &page3)  # beyond 60s: the walk stops, cursor kept
+      before = api.requests_to("/v1/events").size
+
+      st, _out, err = reconcile(*endpoint_flags, "--since", "72h")
+      expect(st.exitstatus).to eq(1)
+      expect(err).to include("rate limited (HTTP 429, Retry-After 3600s)").and include("run it again to resume")
+      expect(rows).to eq(200) # pages 1 and 2 committed
+      cursor = db.value("SELECT walk_after || '|' || coalesce(last_error, '') FROM webhook_inbox_reconcile_cursors " \
+                        "WHERE endpoint = 'billing'")
+      expect(cursor).to start_with("#{events[199]["id"]}|rate limited")
+
+      st, out, err = reconcile(*endpoint_flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/pages=1 listed=50 recovered=50 .*resumed a walk stopped before/)
+      afters = api.requests_to("/v1/events")[before..].map { |r| r.params["starting_after"] }
+      expect(afters).to eq([nil, events[99]["id"], events[99]["id"], events[199]["id"], events[199]["id"]])
+      expect(rows).to eq(250)
+      expect(rows("recovered_at IS NOT NULL")).to eq(250)
+    end
+
+    it "asks again for a page that answered 5xx or was cut off halfway, and inserts each event once" do
+      events = seed_stripe(150, "cut#{SecureRandom.hex(3)}")
+      page2 = ->(r) { r.path == "/v1/events" && r.params["starting_after"] == events[99]["id"] }
+      api.fault(status: 503, &page2)
+      api.fault(cut: true, &page2)
+      st, out, err = reconcile(*endpoint_flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/pages=2 listed=150 recovered=150 /)
+      expect(err).to include("msg=reconcile_retry").and include("status=503")
+      expect(rows).to eq(150)
+    end
+
+    it "lists a Connect account's events with Stripe-Account and takes only that account's, in its mode" do
+      acct = "acct_#{SecureRandom.hex(6)}"
+      mine = stripe_event("evt_acct_#{SecureRandom.hex(3)}", Time.now.to_i - 4000, account: acct)
+      api.add_event(mine, account: acct)
+      api.add_event(stripe_event("evt_other_#{SecureRandom.hex(3)}", Time.now.to_i - 4000, account: "acct_other"),
+                    account: acct)
+      st, out, err = reconcile(*endpoint_flags("billing", "billing=stripe:#{scope} account=#{acct} mode=test"))
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/listed=2 recovered=1 skipped=1 /)
+      expect(recovered_ids).to eq([mine["id"]])
+      expect(api.requests_to("/v1/events").last.account).to eq(acct)
+    end
+
+    it "refuses a refused key, a key of the other mode, a missing key and a non-loopback test API, never printing a key" do
+      st, _o, err = reconcile(*endpoint_flags, e: env.merge("WEBHOOK_INBOX_BILLING_API_KEY" => "sk_test_wrong"))
+      expect([st.exitstatus, err]).to match([2, /refused the API key of endpoint billing \(HTTP 401\)/])
+      expect(err).not_to include("sk_test_wrong")
+      st, _o, err = reconcile(*endpoint_flags("billing", "billing=stripe:#{scope} mode=live"))
+      expect([st.exitstatus, err]).to match([2, /mode=live but the API key is a test key/])
+      st, _o, err = reconcile(*endpoint_flags, e: env.merge("WEBHOOK_INBOX_BILLING_API_KEY" => nil))
+      expect([st.exitstatus, err]).to match([2, /no API key: set WEBHOOK_INBOX_BILLING_API_KEY/])
+      st, _o, err = reconcile(*endpoint_flags, e: env.merge("WEBHOOK_INBOX_TEST_STRIPE_API" => "https://api.example.com"))
+      expect([st.exitstatus, err]).to match([2, /must be a loopback http:\/\/ URL/])
+      expect(err).not_to include(STRIPE_KEY)
+    end
+
+    it "runs on a schedule with run --reconcile NAME=INTERVAL, one sidecar of two walking it at a time" do
+      events = seed_stripe(120, "sch#{SecureRandom.hex(3)}")
+      events.drop(20).each { |e| db.insert_event(e["id"], e["type"], e, scope: scope) }
+      logs = Array.new(2) do
+        spawn_sidecar("run", "--database-url", db.url, "--endpoint", "billing=stripe:#{scope}",
+                      "--reconcile", "billing=1m", "--unrouted", "wait", env: env)[1]
+      end
+      wait_for(30, 0.2, "the scheduled walk") { logs.any? { |l| File.read(l).include?("msg=reconcile endpoint=billing") } }
+      expect(rows("recovered_at IS NOT NULL")).to eq(20)
+      expect(rows).to eq(120)
+      walks = logs.sum { |l| File.read(l).scan(/msg=reconcile endpoint=billing .*recovered=(\d+)/).flatten.map(&:to_i).sum }
+      expect(walks).to eq(20) # whoever walked, each event once
+    end
+  end
+
+  describe "GitHub" do
+    let(:scope) { "github:#{SecureRandom.hex(4)}" }
+    let(:receiver) do
+      WebhookInbox::Endpoint.new(provider: :github, secrets: [GH_SECRET], source_scope: scope, database_url: db.url)
+    end
+
+    def github_request(guid, payload)
+      body = JSON.generate(payload)
+      headers = { "X-GitHub-Delivery" => guid, "X-GitHub-Event" => "issues", "Content-Type" => "application/json",
+                  "X-Hub-Signature-256" => "sha256=#{OpenSSL::HMAC.hexdigest("SHA256", GH_SECRET, body)}" }
+      [body, headers]
+    end
+
+    it "asks GitHub to redeliver a failed delivery; the receiver stores it under its body's SHA-256, marked recovered" do
+      hook = "repos/acme/app/hooks/#{rand(1..99_999)}"
+      ok_body, ok_headers = github_request("g-ok-#{SecureRandom.hex(3)}", { "action" => "opened", "n" => 1 })
+      bad_body, bad_headers = github_request("g-bad-#{SecureRandom.hex(3)}", { "action" => "closed", "n" => 2 })
+      receiver.call(rack_request("/gh", ok_body, ok_headers))
+      api.add_delivery(guid: ok_headers["X-GitHub-Delivery"], event: "issues", body: ok_body, headers: ok_headers,
+                       status_code: 200, delivered_at: Time.now - 3600)
+      failed_id = api.add_delivery(guid: bad_headers["X-GitHub-Delivery"], event: "issues", body: bad_body,
+                                   headers: bad_headers, status_code: 500, delivered_at: Time.now - 3500)
+      api.deliver = ->(body, headers) { receiver.call(rack_request("/gh", body, headers))[0] }
+      flags = ["--endpoint", "gh=github:#{scope} hook=#{hook}", "--endpoint", "gh"]
+
+      st, out, err = reconcile(*flags)
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/reconcile gh: pages=1 listed=2 recovered=1 /)
+      posts = api.requests_to("/#{hook}/deliveries/").select { |r| r.method == "POST" }
+      expect(posts.map(&:path)).to eq(["/#{hook}/deliveries/#{failed_id}/attempts"])
+      expect(rows).to eq(2)
+      expect(recovered_ids).to eq([Digest::SHA256.hexdigest(bad_body)]) # the key its delivery would have had
+
+      st, out, err = reconcile(*flags) # the redelivery succeeded: nothing to ask for
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/recovered=0 /)
+      expect(api.requests_to("/#{hook}/deliveries/").count { |r| r.method == "POST" }).to eq(1)
+      expect(receiver.call(rack_request("/gh", bad_body, bad_headers))[2].join).to include("duplicate")
+    end
+  end
+end

@@ -1,0 +1,188 @@
+# frozen_string_literal: true
+
+require "webrick"
+require "json"
+require "uri"
+
+# FakeProviderApis - local stand-ins for the providers' "what we sent" APIs, following their
+# documented shapes, pagination and errors, for the reconcile specs (the sidecar is pointed
+# at them with WEBHOOK_INBOX_TEST_<PROVIDER>_API, which it takes for loopback URLs only).
+#
+#   Stripe  GET /v1/events: Bearer key; newest first; limit (<= 100), starting_after,
+#           created[gte]/[lte], delivery_success; Stripe-Account selects a connected
+#           account's events; {"object": "list", "data": [...], "has_more": bool}.
+#   GitHub  GET /repos/O/R/hooks/ID/deliveries: Bearer token; newest first; per_page,
+#           cursor, Link: <...&cursor=...>; rel="next"; POST .../deliveries/:id/attempts
+#           answers 202 and redelivers the stored request (deliver.call(body, headers) ->
+#           HTTP status), recorded as a new attempt with redelivery: true.
+#
+# #fault(status:, retry_after:, cut:, times:, &match) scripts errors: the next `times`
+# requests match.call(request) is true for answer `status` (with Retry-After), or, with
+# cut: true, a 200 whose body stops halfway (the connection closes mid-answer). #requests
+# records every request (method, path, query params) in order; never the key.
+class FakeProviderApis
+  Request = Struct.new(:method, :path, :params, :account, keyword_init: true)
+  Fault = Struct.new(:match, :status, :retry_after, :cut, :times)
+
+  attr_reader :requests
+  attr_accessor :deliver
+
+  def initialize(stripe_key: "sk_test_fake", github_token: "ghp_fake")
+    @stripe_key = stripe_key
+    @github_token = github_token
+    @events = Hash.new { |h, k| h[k] = [] } # account (nil: the platform) => events, any order
+    @deliveries = []                        # GitHub attempts, any order
+    @payloads = {}                          # delivery id => [body, headers]
+    @faults = []
+    @requests = []
+    @lock = Mutex.new
+    @next_id = 1000
+    @server = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: 0, Logger: WEBrick::Log.new(File::NULL),
+                                      AccessLog: [])
+    @server.mount_proc("/") { |req, res| route(req, res) }
+    @thread = Thread.new { @server.start }
+  end
+
+  def url
+    "http://127.0.0.1:#{@server.config[:Port]}"
+  end
+
+  def stop
+    @server.shutdown
+    @thread.join
+  end
+
+  def add_event(event, account: nil)
+    @lock.synchronize { @events[account] << event }
+  end
+
+  # A GitHub attempt: the request GitHub sent (body, headers) and the answer it got.
+  def add_delivery(guid:, event:, body:, headers:, status_code:, delivered_at:, redelivery: false)
+    @lock.synchronize do
+      id = (@next_id += 1)
+      @deliveries << { "id" => id, "guid" => guid, "delivered_at" => delivered_at.utc.iso8601,
+                       "redelivery" => redelivery, "duration" => 0.1, "status" => status_code.between?(200, 299) ? "OK" : "failed",
+                       "status_code" => status_code, "event" => event, "action" => nil, "installation_id" => nil,
+                       "repository_id" => 1 }
+      @payloads[id] = [body, headers]
+      id
+    end
+  end
+
+  def deliveries
+    @lock.synchronize { @deliveries.map(&:dup) }
+  end
+
+  def fault(status: 200, retry_after: nil, cut: false, times: 1, &match)
+    @lock.synchronize { @faults << Fault.new(match, status, retry_after, cut, times) }
+  end
+
+  def requests_to(path_prefix)
+    @lock.synchronize { @requests.select { |r| r.path.start_with?(path_prefix) } }
+  end
+
+  private
+
+  def route(req, res)
+    params = URI.decode_www_form(req.query_string.to_s).to_h
+    r = Request.new(method: req.request_method, path: req.path, params: params, account: req["Stripe-Account"])
+    @lock.synchronize { @requests << r }
+    res["Content-Type"] = "application/json"
+    fault = take_fault(r)
+    return answer_fault(fault, res) if fault && !fault.cut
+
+    case [req.request_method, req.path]
+    in ["GET", "/v1/events"] then stripe_events(req, r, res, fault)
+    in ["GET", %r{\A/(repos/[^/]+/[^/]+|orgs/[^/]+)/hooks/\d+/deliveries\z}] then github_list(req, r, res, fault)
+    in ["POST", %r{\A/(?:repos/[^/]+/[^/]+|orgs/[^/]+)/hooks/\d+/deliveries/(\d+)/attempts\z}]
+      github_redeliver(req, Integer(Regexp.last_match(1)), res)
+    else
+      res.status = 404
+      res.body = JSON.generate(message: "Not Found")
+    end
+  end
+
+  def take_fault(r)
+    @lock.synchronize do
+      f = @faults.find { |x| x.times.positive? && x.match.call(r) }
+      f&.times -= 1
+      f
+    end
+  end
+
+  def answer_fault(fault, res)
+    res.status = fault.status
+    res["Retry-After"] = fault.retry_after.to_s if fault.retry_after
+    res.body = JSON.generate(error: { type: "api_error", message: "fault #{fault.status}" })
+  end
+
+  def bearer?(req, key)
+    req["Authorization"] == "Bearer #{key}"
+  end
+
+  def unauthorized(res, message)
+    res.status = 401
+    res.body = JSON.generate(error: { type: "invalid_request_error", message: message })
+  end
+
+  def send_body(res, body, fault)
+    return (res.body = body) unless fault&.cut
+
+    # Half the answer, then the connection closes: chunked, and the body's writer fails.
+    res.chunked = true
+    res.body = proc do |out|
+      out << body[0, body.bytesize / 2]
+      raise IOError, "cut halfway"
+    end
+  end
+
+  def stripe_events(req, r, res, fault)
+    return unauthorized(res, "Invalid API Key provided") unless bearer?(req, @stripe_key)
+
+    p = r.params
+    limit = Integer(p.fetch("limit", "10")).clamp(1, 100)
+    list = @lock.synchronize { @events[r.account].dup }
+    list.select! { |e| e["created"] >= Integer(p["created[gte]"]) } if p["created[gte]"]
+    list.select! { |e| e["created"] <= Integer(p["created[lte]"]) } if p["created[lte]"]
+    list.select! { |e| e["pending_webhooks"].to_i.positive? } if p["delivery_success"] == "false"
+    list.sort_by! { |e| [-e["created"], e["id"]] }
+    if p["starting_after"]
+      i = list.index { |e| e["id"] == p["starting_after"] }
+      unless i
+        res.status = 400
+        return res.body = JSON.generate(error: { type: "invalid_request_error", message: "No such event" })
+      end
+      list = list[(i + 1)..]
+    end
+    page = list.first(limit)
+    send_body(res, JSON.generate(object: "list", url: "/v1/events", has_more: list.size > limit, data: page), fault)
+  end
+
+  def github_list(req, r, res, fault)
+    return unauthorized(res, "Bad credentials") unless bearer?(req, @github_token)
+
+    per_page = Integer(r.params.fetch("per_page", "30")).clamp(1, 100)
+    # a cursor stands for a position (the last id shown), stable while attempts are added
+    before = r.params["cursor"] ? Integer(r.params["cursor"].delete_prefix("v1_")) : Float::INFINITY
+    rest = deliveries.select { |d| d["id"] < before }.sort_by { |d| -d["id"] }
+    page = rest.first(per_page)
+    if rest.size > per_page
+      res["Link"] = "<#{url}#{req.path}?per_page=#{per_page}&cursor=v1_#{page.last["id"]}>; rel=\"next\""
+    end
+    send_body(res, JSON.generate(page), fault)
+  end
+
+  def github_redeliver(req, id, res)
+    return unauthorized(res, "Bad credentials") unless bearer?(req, @github_token)
+
+    original = deliveries.find { |d| d["id"] == id }
+    return (res.status = 404) unless original
+
+    body, headers = @lock.synchronize { @payloads[id] }
+    status = deliver ? deliver.call(body, headers) : 502
+    add_delivery(guid: original["guid"], event: original["event"], body: body, headers: headers,
+                 status_code: status, delivered_at: Time.now, redelivery: true)
+    res.status = 202
+    res.body = "{}"
+  end
+end
