@@ -23,6 +23,7 @@
 #include "outbox.h"
 #include "outbox_admin.h"
 #include "prune.h"
+#include "reconcile.h"
 #include "requeue.h"
 #include "retention.h"
 #include "schema.h"
@@ -67,6 +68,8 @@ static void usage(FILE *out)
           "  prune     retention: empty done events and delete delivered effects older than --older-than\n"
           "            (>= 3d; optional --scope; keys kept --remember-pruned more, 30d by default);\n"
           "            run --retain 30d does it on a schedule\n"
+          "  reconcile recover what a provider sent and the inbox lacks, from its API (--endpoint NAME, --since 72h;\n"
+          "            endpoints defined by --endpoint NAME=PROVIDER:SCOPE ...); run --reconcile NAME=1h does it on a schedule\n"
           "\n"
           "options (flag > environment > --config file > default):\n",
           out);
@@ -111,6 +114,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     struct wi_worker *workers;
     struct wi_exporter *exporter = NULL;
     struct wi_retention *retention = NULL;
+    struct wi_rc_sched *reconciler = NULL;
     struct wi_err err;
     struct wi_outbox *outbox = NULL;
     struct wi_listener *listener = NULL;
@@ -163,6 +167,8 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
              !(retention = wi_retention_start(rt.cfg.database_url, rt.cfg.retain, rt.cfg.remember_pruned,
                                               rt.cfg.retain_interval, &err)))
         log_errorx("retention_failed", "error=%s note=\"running without scheduled retention\"", WI_LOG_Q(err.msg));
+    if (rt.cfg.reconciles.n > 0 && !rt.cfg.once && !(reconciler = wi_rc_sched_start(&rt.cfg, &err)))
+        log_errorx("reconcile_failed", "error=%s note=\"running without scheduled reconcile\"", WI_LOG_Q(err.msg));
     for (i = 0; i < rt.cfg.concurrency; i++) {
         workers[i].id = i + 1;
         workers[i].rt = &rt;
@@ -213,6 +219,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     }
     wi_outbox_join(outbox);
     wi_retention_stop(retention); /* a delete batch in flight finishes first */
+    wi_rc_sched_stop(reconciler); /* a page in flight commits first */
     wi_exporter_stop(exporter);   /* serves the final counts until the workers are done */
     wi_metrics_log_summary();
     rc = atomic_load(&rt.failed) ? 1 : 0;
@@ -243,7 +250,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "run") && strcmp(cmd, "migrate") && strcmp(cmd, "stats") && strcmp(cmd, "requeue") &&
-        strcmp(cmd, "prune") && strcmp(cmd, "--print-config")) {
+        strcmp(cmd, "prune") && strcmp(cmd, "reconcile") && strcmp(cmd, "--print-config")) {
         usage(stderr);
         fprintf(stderr, "\nwebhook-inbox-sidecar: unknown command '%s'\n", cmd);
         return 2;
@@ -325,6 +332,8 @@ int main(int argc, char **argv)
         } else {
             printf("%s %ld\n", cfg.replay ? "replayed" : "requeued", n);
         }
+    } else if (!strcmp(cmd, "reconcile")) {
+        rc = wi_rc_command(&cfg, stdout, stderr);
     } else if (!strcmp(cmd, "prune")) {
         long effects, forgotten, n;
         int audited;
