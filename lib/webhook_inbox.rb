@@ -13,7 +13,8 @@ rescue LoadError => e
       From a `path:` checkout or a clone (Bundler does not compile path gems): run
         bundle exec rake compile   # in #{File.expand_path("..", __dir__)}
       Installed as a gem: reinstall it (`gem pristine webhook_inbox_pg`). Building needs a C compiler and
-      the libpq and OpenSSL headers (Debian: apt-get install build-essential libpq-dev libssl-dev).
+      the libpq, OpenSSL and libcurl headers (Debian: apt-get install build-essential pkg-config libpq-dev
+      libssl-dev libcurl4-openssl-dev; macOS: brew install pkg-config libpq openssl curl).
   MSG
 end
 require_relative "webhook_inbox/verifier"

@@ -22,7 +22,8 @@ module WebhookInbox
           From a `path:` checkout or a clone (Bundler does not compile path gems): run
             bundle exec rake compile   # in #{ROOT}
           Installed as a gem: reinstall it (`gem pristine #{GEM_NAME}`); its build needs a C compiler and the
-          libpq and OpenSSL headers (Debian: apt-get install build-essential libpq-dev libssl-dev).
+          libpq, OpenSSL and libcurl headers (Debian: apt-get install build-essential pkg-config libpq-dev
+          libssl-dev libcurl4-openssl-dev; macOS: brew install pkg-config libpq openssl curl).
       MSG
     end
 
