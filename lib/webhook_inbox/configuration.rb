@@ -39,7 +39,7 @@ module WebhookInbox
 
     attr_accessor :database_url, :pool_size, :connect_timeout, :statement_timeout, :logger,
                   :max_body_bytes, :retry_after, :dump_functions, :default_database_url, :group_commit,
-                  :group_leaders
+                  :group_leaders, :group_by_scope
     # Standard Webhooks secrets ("whsec_...") of effects the sidecar delivers to this app
     # (receive_effect); default: ENV["WEBHOOK_INBOX_EFFECT_SECRET"].
     attr_writer :effect_secrets
@@ -53,6 +53,7 @@ module WebhookInbox
       @dump_functions = true # db/schema.rb also keeps the app's SQL functions (false: fx does it)
       @group_commit = true   # concurrent receipts of one process share a statement and a commit (Inbox)
       @group_leaders = 2     # group-commit batches in flight at once per process (at most pool_size)
+      @group_by_scope = false # true on Citus: one source_scope (one shard) per batch (Inbox)
       @pool_size = 5
       @connect_timeout = 5
       @statement_timeout = 5
@@ -229,7 +230,8 @@ module WebhookInbox
         raise ConfigurationError, "no database: set DATABASE_URL, configure ActiveRecord, or WebhookInbox.configure { |c| c.database_url = ... }"
 
       Inbox.new(database_url: url, pool_size: pool_size, connect_timeout: connect_timeout,
-                statement_timeout: statement_timeout, group_commit: group_commit, group_leaders: group_leaders)
+                statement_timeout: statement_timeout, group_commit: group_commit, group_leaders: group_leaders,
+                group_by_scope: group_by_scope)
     end
   end
 

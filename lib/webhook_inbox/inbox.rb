@@ -62,6 +62,11 @@ module WebhookInbox
   # leader (ON CONFLICT: a row the abandoned statement did commit answers :duplicate). A
   # failed batch (server down, timeout) raises StoreError in every caller of that batch.
   #
+  # On a Citus cluster (the inbox distributed by source_scope: `migrate --citus`), pass
+  # group_by_scope: true: a batch then takes only rows of its leader's source_scope, so
+  # each statement and commit touch one shard (one node, no two-phase commit); rows of
+  # other scopes wait for the next leader, in their order.
+  #
   # Deadlines: each wait for an answer ends after statement_timeout + connect_timeout, even
   # when the server accepts TCP but never answers (a frozen host, a stopped postmaster);
   # Thread#raise, Thread#kill and Timeout end it within ~50 ms. Giving up closes the
@@ -93,9 +98,10 @@ module WebhookInbox
     # (plus connect_timeout) bounds each wait for an answer. checkout_timeout: how long
     # #insert waits for a free connection when all pool_size are busy (and, with group commit,
     # for its batch to start). group_commit: coalesce concurrent inserts (above); group_leaders:
-    # batches in flight at once (at most pool_size).
+    # batches in flight at once (at most pool_size); group_by_scope: one source_scope per
+    # batch (Citus, above).
     def initialize(database_url:, pool_size: 5, connect_timeout: 5, statement_timeout: 5, checkout_timeout: nil,
-                   group_commit: true, group_leaders: 2)
+                   group_commit: true, group_leaders: 2, group_by_scope: false)
       raise ConfigurationError, "database_url is required" if database_url.nil? || database_url.to_s.empty?
       raise ConfigurationError, "pool_size must be >= 1" unless pool_size.is_a?(Integer) && pool_size >= 1
       raise ConfigurationError, "group_leaders must be >= 1" unless group_leaders.is_a?(Integer) && group_leaders >= 1
@@ -107,6 +113,7 @@ module WebhookInbox
       @checkout_timeout = checkout_timeout ? positive(checkout_timeout, :checkout_timeout) : @connect_timeout
       @group_commit = group_commit ? true : false
       @group_leaders = [group_leaders, pool_size].min
+      @group_by_scope = group_by_scope ? true : false
       reset_pool
       @created = 1
       checkin(new_connection) # parses database_url now: a bad one fails here, not on the first webhook
@@ -172,6 +179,11 @@ module WebhookInbox
 
     def group_commit?
       @group_commit
+    end
+
+    # true: a group-commit batch holds rows of one source_scope only (Citus).
+    def group_by_scope?
+      @group_by_scope
     end
 
     # Server process ids of the idle connections (tests and diagnostics).
@@ -361,13 +373,26 @@ module WebhookInbox
     # Called holding @group_mutex: entry, then the oldest queued rows up to the limits,
     # marked :sent. Each follower may now wait as long as the leader's call can take:
     # connecting, and two round trips (the one reconnect).
+    # With group_by_scope, rows of other scopes are passed over and stay queued in order.
     def take_batch(entry)
       @queue.delete(entry)
       batch = [entry]
       bytes = entry.bytes
-      while (nxt = @queue.first) && batch.size < GROUP_MAX_ROWS && bytes + nxt.bytes <= GROUP_MAX_BYTES
-        batch << @queue.shift
-        bytes += nxt.bytes
+      if @group_by_scope
+        scope = entry.row[0]
+        @queue.each do |nxt|
+          next unless nxt.row[0] == scope
+          break if batch.size >= GROUP_MAX_ROWS || bytes + nxt.bytes > GROUP_MAX_BYTES
+
+          batch << nxt
+          bytes += nxt.bytes
+        end
+        @queue.reject! { |e| batch.any? { |b| b.equal?(e) } }
+      else
+        while (nxt = @queue.first) && batch.size < GROUP_MAX_ROWS && bytes + nxt.bytes <= GROUP_MAX_BYTES
+          batch << @queue.shift
+          bytes += nxt.bytes
+        end
       end
       deadline = monotonic + (@connect_timeout * 3) + (@statement_timeout * 2)
       batch.each do |e|
