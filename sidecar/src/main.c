@@ -59,7 +59,8 @@ static void usage(FILE *out)
           "\n"
           "commands:\n"
           "  run       process pending inbox events (--once: drain what is due, then exit)\n"
-          "  migrate   apply the embedded schema (idempotent, advisory-locked)\n"
+          "  migrate   apply the embedded schema (idempotent, advisory-locked); migrate --citus: and\n"
+          "            the Citus layout (inbox distributed by source_scope; see docs/capacity.md)\n"
           "  stats     pending count, oldest pending age, attempts, quarantined, done, latency p50/p95/p99,\n"
           "            events waiting for a route (--json)\n"
           "  requeue   quarantined -> pending with attempts reset (--id SCOPE/ID, --event-id, --type, --scope, --all;\n"
@@ -242,7 +243,7 @@ int main(int argc, char **argv)
     struct wi_err err;
     char actor[512]; /* requeue, prune: --actor or $USER@host (audit.c) */
     const char *cmd = argc > 1 ? argv[1] : "";
-    int rc = 0, first;
+    int rc = 0, first, citus = 0;
 
     signal(SIGPIPE, SIG_IGN);
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
@@ -256,6 +257,10 @@ int main(int argc, char **argv)
         return 2;
     }
     first = strcmp(cmd, "--print-config") ? 2 : 1; /* --print-config is allowed without a command */
+    if (!strcmp(cmd, "migrate") && argc > 2 && !strcmp(argv[2], "--citus")) { /* migrate's own flag, first */
+        citus = 1;
+        first = 3;
+    }
     if (wi_config_load(&cfg, argc - first, argv + first, &err) < 0) {
         fprintf(stderr, "webhook-inbox-sidecar: %s\n", err.msg);
         return 2;
@@ -280,7 +285,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "run")) {
         rc = cmd_run(&cfg, argc - first, argv + first);
     } else if (!strcmp(cmd, "migrate")) {
-        if (wi_migrate(cfg.database_url, stdout, &err) < 0) {
+        if (wi_migrate(cfg.database_url, citus, stdout, &err) < 0) {
             fprintf(stderr, "webhook-inbox-sidecar migrate: %s\n", err.msg);
             rc = 1;
         }

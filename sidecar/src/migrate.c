@@ -1,8 +1,10 @@
 /* migrate.c - `migrate`: the embedded db/NNN_*.sql files, in order, one transaction each,
- * serialized across processes by a session advisory lock; never over a newer schema. */
+ * serialized across processes by a session advisory lock; never over a newer schema; then,
+ * on a Citus cluster (`--citus`, or a layout already there), db/citus/NNN_*.sql. */
 #define _POSIX_C_SOURCE 200809L
 #include "migrate.h"
 
+#include "citus.h"
 #include "log.h"
 #include "pgw.h"
 #include "schema.h"
@@ -14,15 +16,46 @@ static const struct wi_pg_stmt stmts[] = {
     {"wi_commit", "COMMIT"},
     {"wi_rollback", "ROLLBACK"},
     {"wi_quiet", "SET client_min_messages = warning"},
+    {"wi_citus_triggers", "SET citus.enable_unsafe_triggers = on"},
+    /* Before the layout, Citus warns about every function over a table still local. */
+    {"wi_citus_quiet", "SET client_min_messages = error"},
+    /* DDL on a distributed table and then CREATE FUNCTION in one transaction: Citus needs
+     * the shards' DDL on the one connection per node that the function goes through. */
+    {"wi_citus_sequential", "SET citus.multi_shard_modify_mode = sequential"},
 };
 
-int wi_migrate(const char *conninfo, FILE *out, struct wi_err *err)
+/* Applies files[0..n) in order, one transaction each (on Citus one statement at a time:
+ * citus.h); dir prefixes their names in logs.
+ * Returns 0 or -1 with *err (the failing file rolled back). */
+static int apply(struct wi_pg *pg, const struct wi_migration *files, int n, const char *dir, int citus,
+                 struct wi_err *err)
+{
+    struct wi_err ignore;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        /* Static file text compiled into the binary: no values, so no parameters needed. */
+        if (wi_pg_cmd(pg, "wi_begin", 0, NULL, err) < 0)
+            return -1;
+        if ((citus ? wi_citus_script(pg, files[i].sql, err) : wi_pg_script(pg, files[i].sql, err)) < 0) {
+            log_warnx("migration_failed", "file=%s%s error=%s", dir, files[i].name, WI_LOG_Q(err->msg));
+            (void)wi_pg_cmd(pg, "wi_rollback", 0, NULL, &ignore);
+            return -1;
+        }
+        if (wi_pg_cmd(pg, "wi_commit", 0, NULL, err) < 0)
+            return -1;
+        log_debug("migrated", "file=%s%s", dir, files[i].name);
+    }
+    return 0;
+}
+
+int wi_migrate(const char *conninfo, int citus, FILE *out, struct wi_err *err)
 {
     const char *key[1] = {WI_MIGRATE_LOCK_KEY};
     struct wi_pg *pg = wi_pg_connect(conninfo, stmts, (int)(sizeof stmts / sizeof stmts[0]), err);
     struct wi_err ignore;
     struct wi_schema found;
-    int i, rc = -1;
+    int rc = -1, layout, installed;
 
     if (!pg)
         return -1;
@@ -39,27 +72,31 @@ int wi_migrate(const char *conninfo, FILE *out, struct wi_err *err)
         rc = 0;
         goto unlock;
     }
-    for (i = 0; i < wi_migrations_count; i++) {
-        /* Static file text compiled into the binary: no values, so no parameters needed. */
-        if (wi_pg_cmd(pg, "wi_begin", 0, NULL, err) < 0)
-            goto unlock;
-        if (wi_pg_script(pg, wi_migrations[i].sql, err) < 0) {
-            log_warnx("migration_failed", "file=%s error=%s", wi_migrations[i].name, WI_LOG_Q(err->msg));
-            (void)wi_pg_cmd(pg, "wi_rollback", 0, NULL, &ignore);
-            goto unlock;
-        }
-        if (wi_pg_cmd(pg, "wi_commit", 0, NULL, err) < 0)
-            goto unlock;
-        log_debug("migrated", "file=%s", wi_migrations[i].name);
+    if ((layout = wi_citus_layout(pg, err)) < 0)
+        goto unlock;
+    if (citus && !layout && (installed = wi_citus_installed(pg, err)) != 1) {
+        if (installed == 0)
+            wi_err_set(err, WI_ERR_ARG, "--citus: the citus extension is not installed in this database "
+                                        "(CREATE EXTENSION citus on the coordinator and add the workers first)");
+        goto unlock;
     }
+    citus = citus || layout;
+    if (citus && (wi_pg_cmd(pg, "wi_citus_triggers", 0, NULL, err) < 0 || wi_pg_cmd(pg, "wi_citus_quiet", 0, NULL, err) < 0 ||
+                  wi_pg_cmd(pg, "wi_citus_sequential", 0, NULL, err) < 0))
+        goto unlock;
+    if (apply(pg, wi_migrations, wi_migrations_count, "", citus, err) < 0)
+        goto unlock;
+    if (citus && apply(pg, wi_citus_migrations, wi_citus_migrations_count, "citus/", citus, err) < 0)
+        goto unlock;
     if (wi_schema_check(pg, &found, err) < 0)
         goto unlock;
     if (found.version != WI_SCHEMA_VERSION) { /* the embedded files and WI_SCHEMA_VERSION disagree */
         wi_err_set(err, WI_ERR_ARG, "after migrating, the schema says v%d, not v%d", found.version, WI_SCHEMA_VERSION);
         goto unlock;
     }
-    fprintf(out, "inbox schema v%d: applied %s .. %s\n", found.version, wi_migrations[0].name,
-            wi_migrations[wi_migrations_count - 1].name);
+    fprintf(out, "inbox schema v%d: applied %s .. %s%s\n", found.version, wi_migrations[0].name,
+            wi_migrations[wi_migrations_count - 1].name,
+            citus ? " and the Citus layout (db/citus/; wake-ups by polling: --poll-interval)" : "");
     rc = 0;
 unlock:
     if (wi_pg_ok(pg))

@@ -13,12 +13,19 @@ struct wi_migration {
 };
 extern const struct wi_migration wi_migrations[];
 extern const int wi_migrations_count;
+/* db/citus/NNN_*.sql (citus_migrations.c): the Citus layout, applied after the chain. */
+extern const struct wi_migration wi_citus_migrations[];
+extern const int wi_citus_migrations_count;
 
 /* Connects and applies every embedded migration in order, each in its own transaction,
  * holding pg_advisory_lock(WI_MIGRATE_LOCK_KEY), then writes one line to out saying the
  * schema version (never the SQL). Idempotent. A database whose schema is newer than
- * WI_SCHEMA_VERSION is left as it is (one line says so; returns 0). Returns 0 or -1 with *err. */
-int wi_migrate(const char *conninfo, FILE *out, struct wi_err *err);
+ * WI_SCHEMA_VERSION is left as it is (one line says so; returns 0). citus: also apply the
+ * Citus layout (db/citus/) after the chain; a database that has it already gets it again
+ * whatever citus says (the chain runs with citus.enable_unsafe_triggers there: its
+ * CREATE TRIGGER statements are refused on a distributed table otherwise). Returns 0 or -1
+ * with *err (the citus extension missing, with citus, is an error). */
+int wi_migrate(const char *conninfo, int citus, FILE *out, struct wi_err *err);
 
 #define WI_MIGRATE_LOCK_KEY "7310582026110401" /* arbitrary, constant: "webhook_inbox migrate" */
 

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "citus.h"
 #include "claim.h"
 #include "dispatch.h"
 #include "log.h"
@@ -402,13 +403,13 @@ static int charge_lost(struct wi_worker *w, struct wi_pg *pg, struct wi_event *l
 static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, int *refused, struct wi_schema *found,
                                     struct wi_err *err)
 {
-    const struct wi_pg_stmt inbox_stmts[] = {wi_claim_stmt, wi_next_due_stmt, wi_dispatch_stmt, wi_dispatch_batch_stmt,
-                                             wi_retry_stmt};
+    struct wi_pg_stmt inbox_stmts[] = {wi_claim_stmt, wi_next_due_stmt, wi_dispatch_stmt, wi_dispatch_batch_stmt,
+                                       wi_retry_stmt};
     struct wi_pg_stmt stmts[sizeof tx_stmts / sizeof tx_stmts[0] + 4];
     struct wi_pg *pg;
     char lock_timeout[32];
     const char *params[1] = {lock_timeout};
-    int n = 0, rc;
+    int n = 0, rc, citus;
     size_t i;
 
     *refused = 0;
@@ -426,6 +427,12 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, int *r
         wi_pg_free(pg);
         return NULL;
     }
+    if ((citus = wi_citus_layout(pg, err)) < 0) {
+        wi_pg_free(pg);
+        return NULL;
+    }
+    if (citus) /* one source_scope, so one shard, per transaction (citus.h) */
+        wi_citus_stmts(inbox_stmts, (int)(sizeof inbox_stmts / sizeof inbox_stmts[0]));
     snprintf(lock_timeout, sizeof lock_timeout, "%ldms", (long)(w->rt->cfg.lock_timeout * 1000));
     if (wi_pg_prepare(pg, inbox_stmts, (int)(sizeof inbox_stmts / sizeof inbox_stmts[0]), err) < 0 ||
         wi_pg_cmd(pg, "wi_lock_timeout", 1, params, err) < 0) {

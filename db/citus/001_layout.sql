@@ -1,0 +1,190 @@
+-- citus/001_layout.sql - the inbox on a Citus cluster (`webhook-inbox-sidecar migrate --citus`,
+-- run on the coordinator after db/NNN_*.sql; re-applied by every later `migrate` once present).
+-- Idempotent: safe to re-run. Converts an existing single-node inbox in place (its rows are
+-- copied into the shards).
+--
+-- Layout:
+--   webhook_inbox                  distributed by source_scope: a receipt (INSERT ... ON
+--                                  CONFLICT on the primary key) and an event's dispatch each
+--                                  touch one shard, so they commit on one node without 2PC
+--   webhook_inbox_routes,          reference tables (a copy on every node), read by the
+--   webhook_inbox_ruby_handlers    dispatch next to any shard
+--   the other tables (outbox,      stay on the coordinator (plain PostgreSQL tables): small,
+--   effects received, actions,     and functions over their row types (webhook_inbox_ruby_settle)
+--   rejections)                    could not be created on the workers
+--   the gem's functions            propagated to the workers where their types allow
+--                                  (create_distributed_function), so a route's regproc
+--                                  resolves on every node
+-- Wake-ups: the NOTIFY trigger on webhook_inbox is dropped. It fires on the worker that holds
+-- the shard, where no sidecar listens, and a NOTIFY inside a transaction that Citus commits
+-- with two-phase commit (one touching two nodes) fails it ("cannot PREPARE a transaction that
+-- has executed LISTEN, UNLISTEN, or NOTIFY"). Sidecars find new events by polling
+-- (--poll-interval); requeue's NOTIFY runs on the coordinator and still wakes them.
+-- Claiming: webhook_inbox_citus_claim() and webhook_inbox_citus_dispatch_batch() below; a
+-- sidecar uses them when it finds them (sidecar/src/citus.c).
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
+        RAISE EXCEPTION 'webhook_inbox: the citus extension is not installed in this database'
+              USING ERRCODE = '0A000',
+                    HINT = 'On the coordinator: CREATE EXTENSION citus; SELECT citus_add_node(host, port) per worker; then migrate --citus.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_node WHERE groupid <> 0 AND noderole = 'primary' AND isactive) THEN
+        RAISE EXCEPTION 'webhook_inbox: this Citus coordinator has no active worker node'
+              USING ERRCODE = '0A000', HINT = 'SELECT citus_add_node(host, port) for each worker, then migrate --citus.';
+    END IF;
+END
+$$;
+
+DROP TRIGGER IF EXISTS webhook_inbox_notify_insert ON webhook_inbox;
+
+-- Row triggers that only change the row itself (webhook_inbox_on_requeue, 005;
+-- webhook_inbox_mark_redelivered, 010) run on the shard, in the statement's transaction.
+SET LOCAL citus.enable_unsafe_triggers = on;
+
+-- Propagates every gem function whose argument and result types all exist on the workers
+-- (no row type of a table left on the coordinator), and the handlers the routes name.
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_propagate() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    f regprocedure;
+    n integer := 0;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+         WHERE (p.proname LIKE 'webhook\_inbox\_%'
+                OR p.oid IN (SELECT r.handler::oid FROM webhook_inbox_routes r))
+           AND p.prokind = 'f'
+           AND p.oid NOT IN (SELECT o.objid FROM pg_dist_object o WHERE o.classid = 'pg_proc'::regclass)
+           AND NOT EXISTS (SELECT 1 FROM unnest(p.proargtypes::oid[] || p.prorettype) t
+                             JOIN pg_class c ON c.reltype = t
+                            WHERE c.oid NOT IN (SELECT d.logicalrelid FROM pg_dist_partition d))
+         ORDER BY p.oid
+    LOOP
+        PERFORM create_distributed_function(f);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_propagate() IS
+    'Citus: create_distributed_function() for each gem function (and routed handler) not yet on the workers whose types exist there; returns how many.';
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox'::regclass) THEN
+        PERFORM create_distributed_table('webhook_inbox', 'source_scope');
+    END IF;
+    -- The handlers of existing routes first: copying the routes to the workers resolves
+    -- each regproc there.
+    PERFORM webhook_inbox_citus_propagate();
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox_routes'::regclass) THEN
+        PERFORM create_reference_table('webhook_inbox_routes');
+    END IF;
+    IF to_regclass('webhook_inbox_ruby_handlers') IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox_ruby_handlers'::regclass) THEN
+        PERFORM create_reference_table('webhook_inbox_ruby_handlers');
+    END IF;
+    PERFORM webhook_inbox_citus_propagate(); -- those over the routes' row type
+END
+$$;
+
+-- Time stamps on Citus. Citus refuses any VOLATILE function in an UPDATE of a distributed
+-- table ("functions used in UPDATE queries on distributed tables must not be VOLATILE"),
+-- and the gem's functions stamp rows with clock_timestamp(). Rather than a Citus copy of
+-- each function, they run with this schema first on their search_path, where
+-- clock_timestamp() is declared STABLE: Citus then evaluates it once per statement on the
+-- coordinator and sends the value (the same for every row of one statement, as with
+-- now(); the statements stamp one row). webhook_inbox_log_entry() is labelled IMMUTABLE
+-- so that a call with a column argument is pushed down to the shard, where it stamps the
+-- entry with the real clock (its arguments are never all constants in the gem's
+-- functions, so nothing folds it at planning). Re-applied after every migrate: CREATE OR
+-- REPLACE in db/NNN resets both.
+CREATE SCHEMA IF NOT EXISTS webhook_inbox_citus;
+COMMENT ON SCHEMA webhook_inbox_citus IS 'Citus layout: clock_timestamp() as STABLE for the gem''s functions (db/citus/001_layout.sql).';
+CREATE OR REPLACE FUNCTION webhook_inbox_citus.clock_timestamp() RETURNS timestamptz
+LANGUAGE sql STABLE AS $$ SELECT pg_catalog.clock_timestamp() $$;
+COMMENT ON FUNCTION webhook_inbox_citus.clock_timestamp() IS
+    'pg_catalog.clock_timestamp() declared STABLE, first on the gem functions'' search_path on Citus (see db/citus/001_layout.sql).';
+ALTER FUNCTION webhook_inbox_log_entry(text, text, double precision) IMMUTABLE;
+
+-- The claim, on one shard: picks a source_scope among those of the oldest due pending rows
+-- (random, so concurrent sidecars start on different scopes; the next one when another
+-- worker holds every due row of it), then locks up to p_limit of that scope's due rows,
+-- oldest due first, FOR UPDATE SKIP LOCKED in the caller's transaction. Citus refuses
+-- FOR UPDATE across shards; scoped, it is one router query. Order is per scope: there is
+-- no global oldest-first across scopes any more (it never mattered across tenants).
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_claim(p_limit integer)
+RETURNS TABLE (source_scope text, event_id text, event_type text, attempts integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    s text;
+BEGIN
+    FOR s IN
+        SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
+                 SELECT w.source_scope AS scope FROM webhook_inbox w
+                  WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+                  ORDER BY w.next_attempt_at LIMIT 256) o) d
+         ORDER BY random()
+    LOOP
+        RETURN QUERY
+        SELECT w.source_scope, w.event_id, w.event_type, w.attempts FROM webhook_inbox w
+         WHERE w.source_scope = s AND w.status = 'pending' AND w.next_attempt_at <= now()
+         ORDER BY w.next_attempt_at, w.received_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_claim(integer) IS
+    'Citus: lock up to p_limit due pending events of ONE source_scope (FOR UPDATE SKIP LOCKED, one shard) in the caller''s transaction.';
+
+-- The sidecar's batch on Citus, with webhook_inbox_dispatch_batch()'s arguments and rows:
+-- the claim above, then webhook_inbox_dispatch() (the one-event dispatch, unchanged) on
+-- each claimed event, in the caller's transaction. Every statement names the scope, so the
+-- transaction - claim, handlers, done - stays on one shard and commits on one node.
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_dispatch_batch(
+        p_limit integer, p_unrouted text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
+RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
+               attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT * FROM webhook_inbox_citus_claim(p_limit) LOOP
+        source_scope := c.source_scope;
+        event_id := c.event_id;
+        event_type := c.event_type;
+        SELECT d.result, d.detail, d.attempts, d.latency_ms, d.charged, d.retry_in_ms
+          INTO result, detail, attempts, latency_ms, charged, retry_in_ms
+          FROM webhook_inbox_dispatch(c.source_scope, c.event_id, p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                      p_backoff_cap_ms, p_unrouted_delay_ms) d;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS
+    'Citus: webhook_inbox_dispatch_batch() kept on one shard - claim up to p_limit due events of one scope, webhook_inbox_dispatch() each; same arguments and rows.';
+
+-- Every gem function but triggers (they run on the shards) and the STABLE SQL ones that
+-- are inlined (a SET would stop that) runs with the shadowed clock first. A SET stays in
+-- force in the functions and handlers it calls.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+         WHERE p.proname LIKE 'webhook\_inbox\_%' AND p.pronamespace = current_schema()::regnamespace
+           AND p.prokind = 'f' AND p.prorettype <> 'trigger'::regtype
+           AND (l.lanname = 'plpgsql' OR p.provolatile = 'v')
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = webhook_inbox_citus, pg_catalog, %I', f, current_schema());
+    END LOOP;
+END
+$$;

@@ -1,0 +1,116 @@
+/* citus.c - the sidecar on a Citus cluster: the layout check and the one-shard claim statements. */
+#define _POSIX_C_SOURCE 200809L
+#include "citus.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct wi_pg_stmt layout_stmts[] = {
+    {"wi_citus_layout", "SELECT to_regprocedure('webhook_inbox_citus_claim(integer)') IS NOT NULL"},
+    {"wi_citus_installed", "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"},
+};
+
+/* Same columns as claim.c's and dispatch.c's statements of these names. */
+static const struct wi_pg_stmt citus_stmts[] = {
+    {"wi_claim", "SELECT source_scope, event_id, event_type, attempts FROM webhook_inbox_citus_claim($1::int)"},
+    {"wi_dispatch_batch", "SELECT source_scope, event_id, event_type, result, detail, attempts, latency_ms, charged,"
+                          " retry_in_ms FROM webhook_inbox_citus_dispatch_batch($1::int, $2, $3::int, $4::bigint,"
+                          " $5::bigint, $6::bigint)"},
+};
+
+/* Runs the one-boolean statement `name`. Returns 1, 0 or -1 with *err. */
+static int ask(struct wi_pg *pg, const char *name, struct wi_err *err)
+{
+    PGresult *res;
+    int yes;
+
+    if (wi_pg_prepare(pg, layout_stmts, (int)(sizeof layout_stmts / sizeof layout_stmts[0]), err) < 0)
+        return -1;
+    if (!(res = wi_pg_exec(pg, name, 0, NULL, PGRES_TUPLES_OK, err)))
+        return -1;
+    yes = PQntuples(res) == 1 && !strcmp(PQgetvalue(res, 0, 0), "t");
+    PQclear(res);
+    return yes;
+}
+
+int wi_citus_layout(struct wi_pg *pg, struct wi_err *err)
+{
+    return ask(pg, "wi_citus_layout", err);
+}
+
+int wi_citus_installed(struct wi_pg *pg, struct wi_err *err)
+{
+    return ask(pg, "wi_citus_installed", err);
+}
+
+void wi_citus_stmts(struct wi_pg_stmt *stmts, int n)
+{
+    size_t j;
+    int i;
+
+    for (i = 0; i < n; i++)
+        for (j = 0; j < sizeof citus_stmts / sizeof citus_stmts[0]; j++)
+            if (!strcmp(stmts[i].name, citus_stmts[j].name))
+                stmts[i] = citus_stmts[j];
+}
+
+/* Length of the dollar-quote tag at p ("$body$", "$$"), or 0 when p starts none. */
+static size_t dollar_tag(const char *p)
+{
+    size_t n = 1;
+
+    while (p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
+           (n > 1 && p[n] >= '0' && p[n] <= '9'))
+        n++;
+    return p[n] == '$' ? n + 1 : 0;
+}
+
+/* The end of the statement starting at p: its ';' or the terminating NUL. */
+static const char *statement_end(const char *p)
+{
+    size_t tag;
+    const char *q;
+
+    for (; *p && *p != ';'; p++) {
+        if (*p == '\'' || *p == '"') { /* '' and "" inside double the quote: two strings in a row */
+            q = strchr(p + 1, *p);
+            p = q ? q : p + strlen(p) - 1;
+        } else if (p[0] == '-' && p[1] == '-') {
+            q = strchr(p, '\n');
+            p = q ? q : p + strlen(p) - 1;
+        } else if (p[0] == '/' && p[1] == '*') {
+            q = strstr(p + 2, "*/");
+            p = q ? q + 1 : p + strlen(p) - 1;
+        } else if (*p == '$' && (tag = dollar_tag(p)) > 0) {
+            char close[64];
+            if (tag >= sizeof close)
+                continue;
+            memcpy(close, p, tag);
+            close[tag] = '\0';
+            q = strstr(p + tag, close);
+            p = q ? q + tag - 1 : p + strlen(p) - 1;
+        }
+    }
+    return p;
+}
+
+int wi_citus_script(struct wi_pg *pg, const char *sql, struct wi_err *err)
+{
+    const char *p = sql, *end;
+    char *one;
+    int rc;
+
+    while (*p) {
+        end = statement_end(p);
+        if (strspn(p, " \t\r\n") < (size_t)(end - p)) {
+            if (!(one = strndup(p, (size_t)(end - p))))
+                return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+            rc = wi_pg_script(pg, one, err);
+            free(one);
+            if (rc < 0)
+                return -1;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}

@@ -1,0 +1,64 @@
+# frozen_string_literal: true
+
+require_relative "throwaway_postgres"
+
+# CitusCluster - a Citus coordinator and workers on this machine, each a ThrowawayPostgres
+# with shared_preload_libraries = citus, the extension created and the workers added. Needs
+# the citus extension built for the PostgreSQL that ThrowawayPostgres runs; CitusCluster.missing
+# says why not (spec/citus skips with it). Citus is never part of the project: build it from
+# its source repository (docs/capacity.md, "Trying it").
+class CitusCluster
+  SETTINGS = {
+    "shared_preload_libraries" => "citus",
+    "max_prepared_transactions" => "100", # two-phase commit of transactions over several nodes
+    "wal_level" => "logical",
+    # A session whose client died (kill -9 of a sidecar) is ended within 100 ms even while
+    # its handler runs, its transaction rolled back (rather than finishing the queued COMMIT).
+    "client_connection_check_interval" => "100ms"
+  }.freeze
+
+  attr_reader :coordinator, :workers
+
+  # nil when a cluster can start here, else the reason it cannot.
+  def self.missing
+    bin = ThrowawayPostgres.bin_dir
+    pg_config = File.join(bin, "pg_config")
+    pg_config = "pg_config" unless File.executable?(pg_config)
+    share = IO.popen([pg_config, "--sharedir"], err: File::NULL, &:read).strip
+    lib = IO.popen([pg_config, "--pkglibdir"], err: File::NULL, &:read).strip
+    return nil if File.exist?(File.join(share, "extension", "citus.control")) && File.exist?(File.join(lib, "citus.so"))
+
+    "the citus extension is not installed for the PostgreSQL in #{bin} " \
+      "(no citus.control under #{share}/extension): build Citus 13.2 from source to run spec/citus"
+  rescue StandardError => e
+    "no PostgreSQL to run Citus on: #{e.message}"
+  end
+
+  def initialize(workers: 2, dbname: "webhook_inbox")
+    @coordinator = ThrowawayPostgres.new(dbname: dbname, settings: SETTINGS)
+    @workers = Array.new(workers) { ThrowawayPostgres.new(dbname: dbname, settings: SETTINGS) }
+    nodes.each { |n| n.psql("CREATE EXTENSION citus") }
+    coordinator.psql("SELECT citus_set_coordinator_host('127.0.0.1', #{coordinator.port})")
+    @workers.each { |w| coordinator.psql("SELECT citus_add_node('127.0.0.1', #{w.port})") }
+  rescue StandardError
+    destroy
+    raise
+  end
+
+  def nodes
+    [@coordinator, *@workers].compact
+  end
+
+  # The coordinator: where the application, the receiver and the sidecars connect.
+  def url
+    coordinator.url
+  end
+
+  def psql(sql)
+    coordinator.psql(sql)
+  end
+
+  def destroy
+    nodes.each(&:destroy)
+  end
+end
