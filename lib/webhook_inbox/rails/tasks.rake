@@ -3,7 +3,8 @@
 # rake webhook_inbox:* - the sidecar's commands with the app's database configuration
 # (the same one the app uses: config/database.yml, DATABASE_URL or WebhookInbox.configure).
 #   bin/rails webhook_inbox:stats                 (JSON=1 for --json)
-#   bin/rails webhook_inbox:migrate               (the gem's schema; db:migrate does the same)
+#   bin/rails webhook_inbox:migrate               (the gem's schema; db:migrate does the same;
+#                                                  CITUS=1: and the Citus layout, migrate --citus)
 #   bin/rails webhook_inbox:requeue ID=scope/event_id | TYPE=... | SCOPE=... | EVENT_ID=... | ALL=1
 #   bin/rails webhook_inbox:replay  ID=... | TYPE=... | SCOPE=... | EVENT_ID=...  (done events run again)
 #   bin/rails webhook_inbox:prune OLDER_THAN=30d
@@ -26,9 +27,9 @@ namespace :webhook_inbox do
     sidecar.call("stats", *(ENV["JSON"] ? ["--json"] : []))
   end
 
-  desc "Apply the gem's inbox schema (idempotent)"
+  desc "Apply the gem's inbox schema (idempotent; CITUS=1 on a Citus coordinator: and the Citus layout)"
   task migrate: :environment do
-    sidecar.call("migrate")
+    sidecar.call("migrate", *(ENV["CITUS"].to_s.empty? ? [] : ["--citus"]))
   end
 
   actor = -> { flags.call("ACTOR" => "--actor") }
