@@ -35,18 +35,38 @@ module WebhookInbox
     # params: a Hash-like of strings; unknown keys are ignored, empty values are no filter.
     # Raises BadFilter (see above).
     def initialize(params)
-      @filter = {}
-      KEYS.each do |k|
-        v = self.class.text(params, k).to_s.strip
+      @filter = self.class.read_filter(params, KEYS, STATUSES)
+    end
+
+    # The filter in params (keys; empty values left out): from/to as UTC times, status one
+    # of statuses, a key of formats matching its pattern. Raises BadFilter naming the key.
+    # EffectList reads its filter here too.
+    def self.read_filter(params, keys, statuses, formats = {})
+      keys.each_with_object({}) do |k, filter|
+        v = text(params, k).to_s.strip
         next if v.empty?
 
         if %w[from to].include?(k)
-          v = self.class.parse_time(v) or raise BadFilter, "#{k}: not a time from 0001 to 9999 (ISO 8601, or 2026-01-31T00:00 read as UTC)"
-        elsif k == "status" && !STATUSES.include?(v)
-          raise BadFilter, "status: one of #{STATUSES.join(', ')}"
+          v = parse_time(v) or raise BadFilter, "#{k}: not a time from 0001 to 9999 (ISO 8601, or 2026-01-31T00:00 read as UTC)"
+        elsif k == "status" && !statuses.include?(v)
+          raise BadFilter, "status: one of #{statuses.join(', ')}"
+        elsif formats[k] && !formats[k].match?(v)
+          raise BadFilter, "#{k}: not a well-formed #{k.tr('_', ' ')}"
         end
-        @filter[k] = v
+        filter[k] = v
       end
+    end
+
+    # [SQL fragments with $n placeholders, their values] from the block, which calls
+    # add.(fragment with %<n>s for the placeholder's number, value): fixed text, values only as binds.
+    def self.sql_conditions
+      where = []
+      binds = []
+      yield lambda { |fragment, value|
+        binds << value
+        where << format(fragment, n: binds.size)
+      }
+      [where, binds]
     end
 
     # params[key] as one String of UTF-8 text without NUL (what PostgreSQL's text takes), or
@@ -73,6 +93,25 @@ module WebhookInbox
       t = Time.iso8601(text).utc
       (1..9999).cover?(t.year) ? t.iso8601(6) : nil
     rescue ArgumentError, RangeError
+      nil
+    end
+
+    # A keyset cursor (a time, then texts) as URL-safe text; EffectList pages the same way.
+    def self.encode_cursor(values)
+      Base64.urlsafe_encode64(JSON.generate(values), padding: false)
+    end
+
+    # [time, text, ...] (size values) from a cursor encode_cursor wrote, else nil (the first
+    # page): never raises, whatever the client sent.
+    def self.decode_cursor(cursor, size)
+      return nil unless cursor.is_a?(String) && !cursor.empty?
+
+      values = JSON.parse(Base64.urlsafe_decode64(cursor))
+      return nil unless values.is_a?(Array) && values.size == size && values.all? { |v| text?(v) }
+
+      at = parse_time(values[0])
+      at && [at, *values.drop(1)]
+    rescue ArgumentError, EncodingError, JSON::ParserError
       nil
     end
 
@@ -125,44 +164,31 @@ module WebhookInbox
 
     private
 
-    # [SQL fragments with $n placeholders, their values]: fixed text, values only as binds.
+    # [SQL fragments with $n placeholders, their values] (sql_conditions).
     def conditions
-      where = []
-      binds = []
-      add = lambda do |fragment, value|
-        binds << value
-        where << format(fragment, n: binds.size)
+      self.class.sql_conditions do |add|
+        case @filter["status"]
+        when "retrying" then add.call("w.status = $%<n>s AND w.attempts > 0", "pending")
+        when String then add.call("w.status = $%<n>s", @filter["status"])
+        end
+        add.call("w.source_scope = $%<n>s", @filter["scope"]) if @filter["scope"]
+        add.call("w.event_id = $%<n>s", @filter["event_id"]) if @filter["event_id"]
+        if (type = @filter["type"])
+          type.end_with?("*") ? add.call("starts_with(w.event_type, $%<n>s)", type.chomp("*")) : add.call("w.event_type = $%<n>s", type)
+        end
+        add.call("w.received_at >= $%<n>s::timestamptz", @filter["from"]) if @filter["from"]
+        add.call("w.received_at < $%<n>s::timestamptz", @filter["to"]) if @filter["to"]
+        add.call("strpos(lower(w.last_error), lower($%<n>s)) > 0", @filter["error"]) if @filter["error"]
       end
-      case @filter["status"]
-      when "retrying" then add.call("w.status = $%<n>s AND w.attempts > 0", "pending")
-      when String then add.call("w.status = $%<n>s", @filter["status"])
-      end
-      add.call("w.source_scope = $%<n>s", @filter["scope"]) if @filter["scope"]
-      add.call("w.event_id = $%<n>s", @filter["event_id"]) if @filter["event_id"]
-      if (type = @filter["type"])
-        type.end_with?("*") ? add.call("starts_with(w.event_type, $%<n>s)", type.chomp("*")) : add.call("w.event_type = $%<n>s", type)
-      end
-      add.call("w.received_at >= $%<n>s::timestamptz", @filter["from"]) if @filter["from"]
-      add.call("w.received_at < $%<n>s::timestamptz", @filter["to"]) if @filter["to"]
-      add.call("strpos(lower(w.last_error), lower($%<n>s)) > 0", @filter["error"]) if @filter["error"]
-      [where, binds]
     end
 
     def encode_cursor(row)
-      Base64.urlsafe_encode64(JSON.generate(row.values_at("received_at", "source_scope", "event_id")), padding: false)
+      self.class.encode_cursor(row.values_at("received_at", "source_scope", "event_id"))
     end
 
     # [received_at, scope, event id] from a cursor this list wrote, else nil (the first page).
     def decode_cursor(cursor)
-      return nil unless cursor.is_a?(String) && !cursor.empty?
-
-      values = JSON.parse(Base64.urlsafe_decode64(cursor))
-      return nil unless values.is_a?(Array) && values.size == 3 && values.all? { |v| self.class.text?(v) }
-
-      at = self.class.parse_time(values[0])
-      at && [at, *values.drop(1)]
-    rescue ArgumentError, EncodingError, JSON::ParserError
-      nil
+      self.class.decode_cursor(cursor, 3)
     end
   end
 end
