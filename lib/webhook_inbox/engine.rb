@@ -35,5 +35,10 @@ module WebhookInbox
     end
 
     config.middleware.use SessionFallback
+
+    # rake webhook_inbox:requeue_effects: it requeues and audits through app/models' EffectList.
+    rake_tasks do
+      load File.expand_path("rails/effect_tasks.rake", __dir__)
+    end
   end
 end

@@ -2,8 +2,9 @@
 
 module WebhookInbox
   # The event list (filters, keyset pages) and one event: its payload (redacted), every run
-  # from attempt_log, its outcome; requeue or replay go through BulkController's confirmation
-  # with the event's key as the filter.
+  # from attempt_log, its outcome, the effects it emitted and its Ruby handler runs
+  # (EffectList.for_event); requeue or replay go through BulkController's confirmation with
+  # the event's key as the filter.
   class EventsController < ApplicationController
     def index
       @list = EventList.new(params)
@@ -25,6 +26,10 @@ module WebhookInbox
         SQL
       end
       return head(:not_found) unless @event
+
+      @runs, @effects, @effects_more = dashboard_connection do |c|
+        EffectList.for_event(c, @event["source_scope"], @event["event_id"])
+      end
 
       @notice = take_notice
       view = PayloadView.new

@@ -50,5 +50,21 @@ module WebhookInbox
     def event_link(row)
       link_to(row["event_id"], event_path(scope: row["source_scope"], id: row["event_id"]))
     end
+
+    # Where an effect goes: its destination, or "Ruby handler NAME" for a Ruby handler's run.
+    def effect_target(row)
+      row["handler"] ? "Ruby handler #{row['handler']}" : row["destination"]
+    end
+
+    def effect_link(row)
+      link_to(row["operation_id"], effect_path(id: row["operation_id"]))
+    end
+
+    # The emitting event of an effect, linked; "–" when it was emitted outside a handler.
+    def effect_event_link(row)
+      return "–" unless row["source_scope"] && row["source_event_id"]
+
+      link_to(row["source_event_id"], event_path(scope: row["source_scope"], id: row["source_event_id"]))
+    end
   end
 end
