@@ -9,9 +9,9 @@ require_relative "../sidecar/sidecar_helper"
 # `migrate --citus` converts a single-node inbox, receipts commit on one shard, and two
 # sidecars process every event exactly once through duplicates and a kill -9. Skipped with
 # the reason when the citus extension is not installed for the test PostgreSQL (CI).
-# CITUS_events=10000 runs the full size (default 2,000 events; always 50 scopes).
+# CITUS_EVENTS=10000 runs the full size (default 2,000 events; always 50 scopes).
 RSpec.describe "the inbox on Citus" do
-  let(:events) { Integer(ENV.fetch("CITUS_events", "2000")) }
+  let(:events) { Integer(ENV.fetch("CITUS_EVENTS", "2000")) }
   let(:scopes) { 50 }
 
   before(:all) do
@@ -126,6 +126,10 @@ RSpec.describe "the inbox on Citus" do
     expect(slow).to eq("1|true") # the killed run rolled back, redone once by another session
     expect(sql("SELECT attempts FROM webhook_inbox WHERE event_id = 'slow_1'")).to eq("0") # the crash charged nothing
     expect(File.read(log)).not_to include("0A000")
+    RSpec.configuration.reporter.message(
+      "  citus: #{events} events over #{scopes} scopes + 100 converted + slow_1: receipts #{receipts.tally}, " \
+      "done #{total}, handler runs committed #{runs.tr('|', '/')} (rows/distinct), slow_1 killed in pid #{killed} and redone once"
+    )
   ensure
     pids&.each do |pid|
       Process.kill(:TERM, pid)
