@@ -28,6 +28,7 @@ RSpec.describe "the dashboard in a real browser", :browser do
     @puma&.stop
   end
 
+  before { @db.psql("DELETE FROM webhook_inbox; TRUNCATE webhook_inbox_outbox, webhook_inbox_actions") } # each example counts its own
   after { kill_spawned }
 
   it "signs in, sees a quarantined event with its attempts, requeues it after confirming, and sees it done" do
@@ -75,5 +76,32 @@ RSpec.describe "the dashboard in a real browser", :browser do
     expect(@browser.text("#attempts")).to include("requeued", "from quarantined", "done")
     Process.kill("TERM", pid)
     expect(wait_exit(pid)&.exitstatus).to eq(0)
+  end
+
+  # Issue 18 item 4: a Ruby handler's quarantined run, found from the navigation, requeued
+  # after confirming, and its event's page listing it.
+  it "finds a quarantined Ruby handler run under Quarantined effects, requeues it after confirming, and sees it on its event" do
+    @db.insert_event("evt_browser_fx", "invoice.paid", { "id" => "evt_browser_fx" })
+    @db.psql(<<~SQL)
+      UPDATE webhook_inbox SET status = 'quarantined', processed_at = now() WHERE event_id = 'evt_browser_fx';
+      INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, status, attempts, last_error, source_scope, source_event_id, processed_at)
+      VALUES ('handler_browser_fx', 'ruby', '{"handler": "SendReceiptHandler"}', 'quarantined', 1,
+              'WebhookInbox::Permanent: no email on file', '#{SidecarHelper::SCOPE}', 'evt_browser_fx', now());
+    SQL
+    @browser.visit("http://ops:s3cret-pass@127.0.0.1:#{@puma.port}/webhook_inbox")
+    @browser.click("header a[href$='effects?status=quarantined']")
+    expect(@browser.text("#effects")).to include("Ruby handler SendReceiptHandler", "quarantined", "no email on file")
+    @browser.click("#effects a[href*='handler_browser_fx']")
+    expect(@browser.text("#effect-destination")).to eq("Ruby handler SendReceiptHandler")
+    expect(@browser.text("#effect-error")).to include("no email on file")
+    @browser.click("#requeue-link")
+    expect(@browser.text("#bulk-count")).to include("1 quarantined effect matches now")
+    @browser.click("#confirm")
+    expect(@browser.text("#notice")).to match(/Requeued 1 effect \(action #\d+\)/)
+    expect(@browser.text("#effect-status")).to eq("pending")
+    expect(@db.value("SELECT actor, action, filter->'effects'->>'operation_id', count FROM webhook_inbox_actions WHERE filter ? 'effects'"))
+      .to eq("ops|requeue|handler_browser_fx|1")
+    @browser.click("#effect-event a")
+    expect(@browser.text("#event-runs")).to include("handler_browser_fx", "Ruby handler SendReceiptHandler", "pending")
   end
 end
