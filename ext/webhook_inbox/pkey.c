@@ -2,6 +2,8 @@
  * parsed once per secret. */
 #include "pkey.h"
 
+#include <openssl/bn.h>
+#include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
@@ -95,4 +97,31 @@ out:
     free(joined);
     EVP_MD_CTX_free(c);
     return r;
+}
+
+long wi_pkey_p256_raw_to_der(const unsigned char rs[64], unsigned char *der, struct wi_err *err)
+{
+    ECDSA_SIG *s = ECDSA_SIG_new();
+    BIGNUM *r = BN_bin2bn(rs, 32, NULL), *sv = BN_bin2bn(rs + 32, 32, NULL);
+    unsigned char *p = der;
+    long n = -1;
+
+    if (!s || !r || !sv) {
+        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if (ECDSA_SIG_set0(s, r, sv) != 1) {
+        wi_err_set(err, WI_ERR_CRYPTO, "ECDSA signature conversion failed");
+        goto out;
+    }
+    r = sv = NULL; /* owned by s */
+    if (i2d_ECDSA_SIG(s, NULL) > WI_PKEY_SIG_MAX || (n = i2d_ECDSA_SIG(s, &p)) <= 0) {
+        n = -1;
+        wi_err_set(err, WI_ERR_CRYPTO, "ECDSA signature conversion failed");
+    }
+out:
+    BN_free(r);
+    BN_free(sv);
+    ECDSA_SIG_free(s);
+    return n;
 }

@@ -23,6 +23,10 @@ void wi_pkey_free(struct wi_pkey *key);
  * WI_PKEY_SIG_MAX) for P-256. */
 #define WI_PKEY_SIG_MAX 72
 
+/* The DER form of a raw P-256 signature r||s (64 bytes, as JWS ES256 sends it) into der
+ * (WI_PKEY_SIG_MAX bytes). Returns its length, or -1 (WI_ERR_NOMEM, WI_ERR_CRYPTO). */
+long wi_pkey_p256_raw_to_der(const unsigned char rs[64], unsigned char *der, struct wi_err *err);
+
 /* Verifies sig over the concatenation of parts[0..nparts) (absent parts count as empty).
  * Returns 1 (valid), 0 (not valid, including a signature of the wrong shape) or -1 and
  * fills *err (WI_ERR_NOMEM, WI_ERR_CRYPTO). Ed25519 signs the message in one pass, so

@@ -21,7 +21,8 @@ enum wi_key_form {
     WI_KEY_WHSEC,   /* base64 after an optional "whsec_" (Standard Webhooks) */
     WI_KEY_HEX,     /* hex of a raw public key (Discord's application public key) */
     WI_KEY_BASE64,  /* base64 of a raw public key (after key_prefix, e.g. "whpk_") */
-    WI_KEY_B64_DER  /* base64 of a DER SubjectPublicKeyInfo (SendGrid's verification key) */
+    WI_KEY_B64_DER, /* base64 of a DER SubjectPublicKeyInfo (SendGrid's verification key) */
+    WI_KEY_JWK      /* an EC P-256 JWK (JSON), with its kid (Plaid's webhook verification keys) */
 };
 
 /* How the signature header is laid out. */
@@ -94,6 +95,8 @@ struct wi_provider {
     int type_numbers;     /* a number in a type field is the type too (Discord "type":1) */
     int64_t tolerance;    /* default seconds either way; -1: the provider sends no time */
     enum wi_challenge challenge;
+    const char *jwt_claim; /* JWT schemes (custom wi_sig_jwt): the claim carrying the hex
+                              SHA-256 of the body; the token's iat is the time */
     const char *content;  /* README: the signed content in words, when tmpl does not say it */
     /* A scheme too irregular for the fields above (Didit); NULL for the rest. Same
      * contract as wi_sig_verify, called after the size and secret checks. */

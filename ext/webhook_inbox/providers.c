@@ -5,6 +5,7 @@
 #include <string.h>
 #include "sig.h"
 #include "sig_didit.h"
+#include "sig_jwt.h"
 
 #define HMAC256(t) {{t, WI_ALG_HMAC_SHA256, WI_KEY_RAW, NULL}}
 #define NONE WI_NO_SLOT
@@ -99,6 +100,17 @@ static const struct wi_provider table[] = {
      .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{method}{url}{body}{timestamp}",
      .url_unescape = ":/?@!$'()*,;", .ts_slot = 1, .ts_ms = 1, .id_slots = NO_IDS, .type_slot = NONE,
      .tolerance = WI_SIG_DEFAULT_TOLERANCE},
+    /* JWT-signed (sig_jwt.c): the token signs a claim with the body's SHA-256 and its iat */
+    {.name = "vonage", .title = "Vonage (signed webhooks)", .headers = {"authorization"}, .prefix = "Bearer ",
+     .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{body}", .jwt_claim = "payload_hash",
+     .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"message_uuid", "uuid"},
+     .type_fields = {"status", "message_type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE,
+     .content = "JWT claims: `payload_hash` = hex SHA-256 of the body, `iat`", .custom = wi_sig_jwt},
+    {.name = "plaid", .title = "Plaid", .headers = {"plaid-verification"}, .enc = WI_SIG_BASE64,
+     .versions = {{NULL, WI_ALG_ECDSA_P256, WI_KEY_JWK, NULL}}, .tmpl = "{body}", .jwt_claim = "request_body_sha256",
+     .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .type_fields = {"webhook_type"},
+     .tolerance = WI_SIG_DEFAULT_TOLERANCE,
+     .content = "JWT claims: `request_body_sha256` = hex SHA-256 of the body, `iat`", .custom = wi_sig_jwt},
     /* generic: the headers, prefix, encoding, algorithm and template come from wi_sig_config */
     {.name = "hmac", .title = "anything else", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id", "id"},

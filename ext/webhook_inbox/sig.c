@@ -172,7 +172,7 @@ static int version_of(const struct wi_provider *p, const char *s, size_t n)
 /* Decodes secret s[0..n) in the version's key form into out (cap bytes). Returns its length,
  * or -1 and fills *err. */
 static long decode_key(const struct wi_sig_version *ver, const char *s, size_t n, unsigned char *out,
-                       size_t cap, size_t idx, struct wi_err *err)
+                       size_t cap, size_t idx, char *kid, struct wi_err *err)
 {
     struct wi_slice rest = {s, n};
     long dl;
@@ -194,8 +194,20 @@ static long decode_key(const struct wi_sig_version *ver, const char *s, size_t n
         if ((dl = wi_b64_decode(rest.p, rest.n, out, cap)) <= 0)
             return wi_err_set(err, WI_ERR_ARG, "secret #%zu is not a base64 public key", idx);
         return dl;
+    case WI_KEY_JWK:
+        return wi_jwt_jwk_p256(rest.p, rest.n, out, cap, kid, err);
     }
     return wi_err_set(err, WI_ERR_ARG, "unknown key form");
+}
+
+/* Prefixes a key parser's WI_ERR_ARG message with the secret's number. */
+static void name_secret(struct wi_err *err, size_t idx)
+{
+    if (err && err->code == WI_ERR_ARG) {
+        char why[WI_ERR_MSG_MAX];
+        memcpy(why, err->msg, sizeof why);
+        wi_err_set(err, WI_ERR_ARG, "secret #%zu: %s", idx, why);
+    }
 }
 
 int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t n,
@@ -216,7 +228,10 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
     if ((k.version = version_of(&v->p, s, n)) < 0)
         return wi_err_set(err, WI_ERR_ARG, "secret #%zu has none of the key prefixes this provider takes", idx);
     const struct wi_sig_version *ver = &v->p.versions[k.version];
-    if ((dl = decode_key(ver, s, n, decoded, sizeof decoded, idx, err)) == -1) goto out;
+    if ((dl = decode_key(ver, s, n, decoded, sizeof decoded, idx, k.kid, err)) == -1) {
+        if (ver->key == WI_KEY_JWK) name_secret(err, idx);
+        goto out;
+    }
     if (v->nkeys == v->capkeys) {
         size_t cap = v->capkeys ? v->capkeys * 2 : 2;
         struct wi_sig_key *nk = realloc(v->keys, cap * sizeof *nk);
@@ -234,11 +249,7 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
         k.pk = wi_pkey_new(ver->alg == WI_ALG_ED25519 ? WI_PKEY_ED25519 : WI_PKEY_ECDSA_P256, decoded,
                            (size_t)dl, err);
     if (!k.hmac && !k.pk) {
-        if (err && err->code == WI_ERR_ARG) {
-            char why[WI_ERR_MSG_MAX];
-            memcpy(why, err->msg, sizeof why);
-            wi_err_set(err, WI_ERR_ARG, "secret #%zu: %s", idx, why);
-        }
+        name_secret(err, idx);
         goto out;
     }
     v->keys[v->nkeys++] = k;
@@ -457,7 +468,7 @@ static int is_object(struct wi_slice body)
  * and *ts from the entry's body fields; the first present name of each list wins. Every
  * listed top-level key is read in one scan, and one that occurs twice is refused
  * (WI_SIG_E_DUPLICATE_KEY) even when an earlier name of its list was found. */
-static int body_fields(const struct wi_sig_verifier *v, struct wi_slice body, struct wi_sig_event *ev,
+int wi_sig_body_fields(const struct wi_sig_verifier *v, struct wi_slice body, struct wi_sig_event *ev,
                        struct wi_json_field *ts, struct wi_err *err)
 {
     const struct wi_provider *p = &v->p;
@@ -651,7 +662,7 @@ static int verify_entry(const struct wi_sig_verifier *v, const struct wi_sig_req
     }
     ev->id = id;
     if (p->type_slot != WI_NO_SLOT) ev->type = wi_sig_present(h[p->type_slot]);
-    if (body_fields(v, req->body, ev, &tsf, err)) return -1;
+    if (wi_sig_body_fields(v, req->body, ev, &tsf, err)) return -1;
     if (p->ts_field) { /* a time inside the signed body */
         if (tsf.kind != WI_JSON_ABSENT) {
             if (wi_sig_body_ts(&tsf, &t, err)) return -1;

@@ -4,6 +4,7 @@
 #define WI_SIG_ENGINE_H
 
 #include "hmac.h"
+#include "jwt.h"
 #include "pkey.h"
 #include "sig.h"
 
@@ -25,6 +26,7 @@ struct wi_sig_key {
     int version;              /* index into p.versions */
     struct wi_hmac_key *hmac; /* HMAC versions, else NULL */
     struct wi_pkey *pk;       /* public-key versions, else NULL */
+    char kid[WI_JWT_KID_MAX + 1]; /* WI_KEY_JWK: the key's kid, or "" */
 };
 
 /* Invariant: p is the provider entry (for "hmac", a copy whose strings point at the owned
@@ -77,6 +79,12 @@ int wi_sig_unique(const struct wi_json_field *f, size_t n, struct wi_err *err);
 /* A body field's value as unix seconds (a number, or a string decoded the way the signed
  * forms decode it). Returns 0, or -1 (WI_SIG_E_MALFORMED_TIMESTAMP). */
 int wi_sig_body_ts(const struct wi_json_field *f, int64_t *ts, struct wi_err *err);
+
+/* Fills ev's id (unless already set), type (unless the entry reads it from a header) and
+ * *ts from the entry's body fields (id_fields, type_fields, ts_field; "a.b" paths). Returns
+ * 0, or -1 (WI_SIG_E_DUPLICATE_KEY). */
+int wi_sig_body_fields(const struct wi_sig_verifier *v, struct wi_slice body, struct wi_sig_event *ev,
+                       struct wi_json_field *ts, struct wi_err *err);
 
 /* Fills ev->body_sha256 with the hex SHA-256 of c. */
 int wi_sig_signed_sha256(struct wi_slice c, struct wi_sig_event *ev, struct wi_err *err);

@@ -469,7 +469,7 @@ static VALUE sym(const char *s)
 static VALUE provider_hash(const struct wi_provider *p)
 {
     static const char *const algs[] = {"hmac_sha1", "hmac_sha256", "hmac_sha512", "ed25519", "ecdsa_p256"};
-    static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der"};
+    static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der", "jwk"};
     static const char *const layouts[] = {"one", "kv", "list"};
     static const char *const challenges[] = {"none", "discord_ping", "slack_url_verification", "zoom_url_validation"};
     VALUE h = rb_hash_new(), headers = rb_ary_new(), versions = rb_ary_new(), ids = rb_ary_new(), types = rb_ary_new();
@@ -510,6 +510,7 @@ static VALUE provider_hash(const struct wi_provider *p)
     rb_hash_aset(h, sym("tolerance"), p->tolerance < 0 ? Qnil : LL2NUM(p->tolerance));
     rb_hash_aset(h, sym("challenge"), p->challenge ? sym(challenges[p->challenge]) : Qnil);
     rb_hash_aset(h, sym("content"), opt_str(p->content));
+    rb_hash_aset(h, sym("jwt_claim"), opt_str(p->jwt_claim));
     rb_hash_aset(h, sym("custom"), p->custom ? Qtrue : Qfalse);
     return rb_obj_freeze(h);
 }

@@ -12,7 +12,9 @@ module WebhookInbox
     ALGORITHMS = { hmac_sha1: "HMAC-SHA1", hmac_sha256: "HMAC-SHA256", hmac_sha512: "HMAC-SHA512",
                    ed25519: "Ed25519", ecdsa_p256: "ECDSA P-256/SHA-256" }.freeze
     KEYS = { raw: "the secret as is", whsec: "base64 after `whsec_`", hex: "hex public key",
-             base64: "base64 public key", base64_der: "base64 DER public key" }.freeze
+             base64: "base64 public key", base64_der: "base64 DER public key",
+             jwk: "EC P-256 JWK (JSON; the token's `kid` picks it)" }.freeze
+    JWT_ALGS = { hmac_sha256: "HS256", ecdsa_p256: "ES256" }.freeze
     CHALLENGES = { discord_ping: "PING (`type` 1) answered `{\"type\":1}`",
                    slack_url_verification: "`url_verification` answered with its `challenge`",
                    zoom_url_validation: "`endpoint.url_validation` answered with `plainToken` and its HMAC" }.freeze
@@ -55,6 +57,8 @@ module WebhookInbox
       return "`algorithm:` sha1/sha256/sha512, `encoding:` hex/base64, `prefix:`" if e[:name] == :hmac
 
       vs = e[:versions]
+      return jwt_signature(e, vs.first) if e[:jwt_claim]
+
       shape = case e[:layout]
               when :kv then code("#{e[:kv_ts]}=…#{e[:kv_sep]}#{vs.map { |v| "#{v[:tag]}=…" }.join(e[:kv_sep])}")
               when :list then code(vs.map { |v| "#{v[:tag]},…" }.join(" "))
@@ -67,6 +71,12 @@ module WebhookInbox
         "#{who}#{ALGORITHMS.fetch(v[:algorithm])}, key #{key}"
       end
       "#{shape}, #{e[:encoding]}; #{kinds.join("; ")}"
+    end
+
+    # A JWT scheme: the token's alg (only that one), where it travels and the key.
+    def jwt_signature(e, v)
+      where = e[:prefix] ? "in #{code("#{e[:prefix]}…")}" : "(the whole value)"
+      "JWT #{where}, alg #{code(JWT_ALGS.fetch(v[:algorithm]))} only; #{ALGORITHMS.fetch(v[:algorithm])}, key #{KEYS.fetch(v[:key])}"
     end
 
     def content(e)
@@ -92,7 +102,8 @@ module WebhookInbox
     def time(e)
       return "`tolerance:`, only on a `{timestamp}` the template signs" if e[:name] == :hmac
 
-      on = if e[:ts_field] then "body #{code(e[:ts_field])}"
+      on = if e[:jwt_claim] then "the token's #{code("iat")} (and #{code("exp")} when present)"
+           elsif e[:ts_field] then "body #{code(e[:ts_field])}"
            elsif e[:kv_ts] then code("#{e[:kv_ts]}=")
            elsif e[:ts_slot] then code(e[:headers][e[:ts_slot]])
            end

@@ -35,6 +35,11 @@ module WebhookInbox
   #   a JSON object of those four alone, and Event#body_signed is false. Fetch anything
   #   else (the decision) from Didit's API.
   #
+  # JWT-signed providers: :vonage (secret: the signature secret; HS256 token in Authorization:
+  # Bearer, claim payload_hash) and :plaid (secrets: Plaid's webhook verification keys, each a
+  # JWK JSON String; the token's kid picks one). The token must name exactly that alg, its
+  # claim must be the body's SHA-256 and its iat within the tolerance.
+  #
   # URL-signed providers (:twilio, :square, :hubspot; :hmac with {url} or {method} in its
   # template) sign the URL they called. Behind a proxy or a TLS terminator the Rack env's
   # scheme, host and path are not that URL: give public_url: "https://example.com/hooks/twilio"

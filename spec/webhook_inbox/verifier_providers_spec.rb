@@ -82,7 +82,7 @@ RSpec.describe WebhookInbox::Verifier do
 
     it "covers the asymmetric schemes and Standard Webhooks v1a" do
       expect(sdk.map { |c| [c["provider"], c["name"]] }).to include(%w[discord ping], %w[sendgrid processed], %w[standard_webhooks v1a])
-      expect(sdk.map { |c| c["provider"] }).to include("twilio", "square", "hubspot")
+      expect(sdk.map { |c| c["provider"] }).to include("twilio", "square", "hubspot", "vonage", "plaid")
       # Stripe v2 thin events: the event's id and type, never its related_object's (read first)
       expect(sdk.find { |c| c["name"] == "v2 thin event" }.values_at("event_id", "event_type"))
         .to eq(%w[evt_test_65RCGNFjMQYSqLmKh v1.billing.meter.error_report_triggered])
@@ -121,6 +121,127 @@ RSpec.describe WebhookInbox::Verifier do
       both = described_class.new(:standard_webhooks, secrets: [v1["secret"], c["secret"]])
       expect(both.verify(c["body"], c["headers"], now: now).event_id).to eq("msg_2")
       expect(both.verify(v1["body"], v1["headers"], now: now).event_id).to eq("msg_1")
+    end
+  end
+
+  # JWT-signed providers (ext/webhook_inbox/sig_jwt.c): tokens made here with OpenSSL.
+  describe "JWT providers" do
+    def b64url(s) = Base64.urlsafe_encode64(s, padding: false)
+
+    def jwt(header, claims, &sign)
+      input = "#{b64url(JSON.generate(header))}.#{b64url(claims.is_a?(String) ? claims : JSON.generate(claims))}"
+      "#{input}.#{b64url(sign.call(input))}"
+    end
+
+    def sha(s) = OpenSSL::Digest::SHA256.hexdigest(s)
+
+    describe ":vonage" do
+      let(:secret) { "vonage-signature-secret-0123456789" }
+      let(:body) { '{"message_uuid":"m-1","status":"delivered","channel":"sms"}' }
+      let(:verifier) { described_class.new(:vonage, secrets: [secret]) }
+
+      def hs256(claims, key: secret, header: { alg: "HS256", typ: "JWT" })
+        jwt(header, claims) { |i| OpenSSL::HMAC.digest("SHA256", key, i) }
+      end
+
+      def auth(token) = { "Authorization" => "Bearer #{token}" }
+
+      it "verifies a token over the body's SHA-256 and reads the signed body's id and type" do
+        ev = verifier.verify(body, auth(hs256({ iat: now, payload_hash: sha(body) })), now: now)
+        expect([ev.event_id, ev.event_type, ev.timestamp.to_i]).to eq(["m-1", "delivered", now])
+        expect(verifier.verify(body, { "authorization" => "bearer #{hs256({ iat: now, payload_hash: sha(body) })}" }, now: now).event_id)
+          .to eq("m-1")
+      end
+
+      it "refuses another body, another key, no Bearer, and any alg but HS256 (none included)" do
+        good = hs256({ iat: now, payload_hash: sha(body) })
+        expect(reason_of { verifier.verify("#{body} ", auth(good), now: now) }).to eq(:signature_mismatch)
+        expect(reason_of { verifier.verify(body, auth(hs256({ iat: now, payload_hash: sha(body) }, key: "other")), now: now) })
+          .to eq(:signature_mismatch)
+        expect(reason_of { verifier.verify(body, { "Authorization" => good }, now: now) }).to eq(:malformed_signature)
+        expect(reason_of { verifier.verify(body, {}, now: now) }).to eq(:missing_signature)
+        none = "#{good.split(".")[0, 2].join(".").sub(/\A[^.]+/, b64url('{"alg":"none"}'))}."
+        expect(reason_of { verifier.verify(body, auth(none), now: now) }).to eq(:malformed_signature)
+        hs512 = jwt({ alg: "HS512" }, { iat: now, payload_hash: sha(body) }) { |i| OpenSSL::HMAC.digest("SHA512", secret, i) }
+        expect(reason_of { verifier.verify(body, auth(hs512), now: now) }).to eq(:malformed_signature)
+      end
+
+      it "refuses a stale or expired token, one without iat, and a duplicated claim" do
+        expect(reason_of { verifier.verify(body, auth(hs256({ iat: now - 301, payload_hash: sha(body) })), now: now) })
+          .to eq(:timestamp_out_of_tolerance)
+        expect(reason_of { verifier.verify(body, auth(hs256({ iat: now, exp: now - 1, payload_hash: sha(body) })), now: now) })
+          .to eq(:timestamp_out_of_tolerance)
+        expect(reason_of { verifier.verify(body, auth(hs256({ payload_hash: sha(body) })), now: now) }).to eq(:missing_timestamp)
+        expect(reason_of { verifier.verify(body, auth(hs256({ iat: "#{now}", payload_hash: sha(body) })), now: now) })
+          .to eq(:malformed_timestamp)
+        dup = %({"iat":#{now},"payload_hash":"#{sha("{}")}","payload_hash":"#{sha(body)}"})
+        expect(reason_of { verifier.verify(body, auth(hs256(dup)), now: now) }).to eq(:duplicate_key)
+        expect(reason_of { verifier.verify(body, auth(hs256({ iat: now })), now: now) }).to eq(:malformed_signature)
+      end
+
+      it "a replayed delivery is the same event, and the Receiver stores it once per id" do
+        token = hs256({ iat: now, payload_hash: sha(body) })
+        expect(verifier.verify(body, auth(token), now: now + 60).event_id).to eq(verifier.verify(body, auth(token), now: now).event_id)
+        store = recording_store
+        r = WebhookInbox::Receiver.new(provider: :vonage, secrets: [secret], source_scope: "vonage:app1", inbox: store)
+        fresh = hs256({ iat: Time.now.to_i, payload_hash: sha(body) })
+        env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/json", "HTTP_AUTHORIZATION" => "Bearer #{fresh}" }
+        expect(r.receive(body, env).http_status).to eq(200)
+        expect(store.inserts.map { |i| i[:event_id] }).to eq(["m-1"])
+      end
+    end
+
+    describe ":plaid" do
+      let(:keys) { Array.new(2) { OpenSSL::PKey::EC.generate("prime256v1") } }
+      let(:body) { %({\n  "item_id": "it_1",\n  "webhook_code": "DEFAULT_UPDATE",\n  "webhook_type": "TRANSACTIONS"\n}) }
+
+      def jwk(key, kid)
+        pt = key.public_key.to_octet_string(:uncompressed)
+        JSON.generate(alg: "ES256", crv: "P-256", kid: kid, kty: "EC", use: "sig", x: b64url(pt[1, 32]), y: b64url(pt[33, 32]),
+                      created_at: 1_560_466_150, expired_at: nil)
+      end
+
+      def es256(key, kid, claims)
+        jwt({ alg: "ES256", kid: kid, typ: "JWT" }, claims) do |i|
+          OpenSSL::ASN1.decode(key.sign("SHA256", i)).value.map { |n| n.value.to_s(2).rjust(32, "\0") }.join
+        end
+      end
+
+      def plaid(token) = { "Plaid-Verification" => token }
+
+      it "verifies under the key the token's kid names (several configured for rotation)" do
+        v = described_class.new(:plaid, secrets: [jwk(keys[0], "k-old"), jwk(keys[1], "k-new")])
+        %w[k-old k-new].each_with_index do |kid, i|
+          ev = v.verify(body, plaid(es256(keys[i], kid, { iat: now, request_body_sha256: sha(body) })), now: now)
+          expect([ev.event_id, ev.event_type]).to eq([sha(body), "TRANSACTIONS"])
+        end
+        # signed by the other key under a kid: refused, even though that key is configured
+        expect(reason_of { v.verify(body, plaid(es256(keys[1], "k-old", { iat: now, request_body_sha256: sha(body) })), now: now) })
+          .to eq(:signature_mismatch)
+        expect(reason_of { v.verify(body, plaid(es256(keys[0], "k-other", { iat: now, request_body_sha256: sha(body) })), now: now) })
+          .to eq(:signature_mismatch)
+      end
+
+      it "refuses another body, a stale iat (5 minutes), and an HS256 token keyed with the public JWK" do
+        v = described_class.new(:plaid, secrets: [jwk(keys[0], "k1")])
+        good = es256(keys[0], "k1", { iat: now, request_body_sha256: sha(body) })
+        expect(reason_of { v.verify(body.sub("DEFAULT", "HISTORICAL"), plaid(good), now: now) }).to eq(:signature_mismatch)
+        expect(reason_of { v.verify(body, plaid(good), now: now + 301) }).to eq(:timestamp_out_of_tolerance)
+        expect(v.verify(body, plaid(good), now: now + 300).event_id).to eq(sha(body))
+        confused = jwt({ alg: "HS256", kid: "k1" }, { iat: now, request_body_sha256: sha(body) }) do |i|
+          OpenSSL::HMAC.digest("SHA256", jwk(keys[0], "k1"), i)
+        end
+        expect(reason_of { v.verify(body, plaid(confused), now: now) }).to eq(:malformed_signature)
+      end
+
+      it "refuses keys that are not P-256 JWKs, without quoting them" do
+        pt = keys[0].public_key.to_octet_string(:uncompressed)
+        off_curve = jwk(keys[0], "k1").sub(b64url(pt[33, 32]), b64url(pt[33, 31] + (pt[64].ord ^ 1).chr))
+        ["not json", jwk(keys[0], "k1").sub("P-256", "P-384"), off_curve, b64url(keys[0].public_to_der)].each do |bad|
+          expect { described_class.new(:plaid, secrets: [bad]) }
+            .to raise_error(WebhookInbox::ConfigurationError, /JWK|P-256/) { |e| expect(e.message).not_to include(b64url(pt[1, 32])) }
+        end
+      end
     end
   end
 

@@ -1,7 +1,8 @@
 /* fuzz_providers.c - libFuzzer entry point for every provider entry through the generic
  * engine (signature layouts, timestamp and id headers, body field paths such as
  * "meta.event_name", challenges) and for secret parsing in each key form (hex and base64
- * public keys, DER P-256, whsec_/whpk_). The first byte picks the entry; the second says
+ * public keys, DER P-256, P-256 JWKs, whsec_/whpk_); JWT entries (Vonage, Plaid) get
+ * their token in the first header. The first byte picks the entry; the second says
  * whether the rest is a secret to add or a request: body, then header values split on 0xff,
  * then the URL ({url}: Twilio's sorted form and bodySHA256, Square, HubSpot's unescaping). */
 #include <stdint.h>
@@ -21,6 +22,9 @@ static void setup(void)
     static const char *const ed25519_hex = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
     static const char *const p256_der =
         "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEVs/o5+uQbTjL3chynL4wXgUg2R9q9UU8I5mEovUf86QZ7kOBIjJwqnzD1omageEHWwHdBO6B+dFabmdT9POxg==";
+    static const char *const p256_jwk = /* RFC 7515 A.3's key */
+        "{\"kty\":\"EC\",\"crv\":\"P-256\",\"kid\":\"k1\",\"x\":\"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU\","
+        "\"y\":\"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0\"}";
     nentries = wi_provider_count() < MAX_ENTRIES ? wi_provider_count() : MAX_ENTRIES;
     for (size_t i = 0; i < nentries; i++) {
         const struct wi_provider *p = wi_provider_at(i);
@@ -30,6 +34,7 @@ static void setup(void)
         struct wi_err err;
         const char *secret = p->versions[0].key == WI_KEY_HEX       ? ed25519_hex
                              : p->versions[0].key == WI_KEY_B64_DER ? p256_der
+                             : p->versions[0].key == WI_KEY_JWK     ? p256_jwk
                                                                     : "whsec_c2VjcmV0";
         verifiers[i] = wi_sig_verifier_new(&cfg, &err);
         if (!verifiers[i] || wi_sig_verifier_add_secret(verifiers[i], secret, strlen(secret), &err)) abort();
