@@ -84,6 +84,11 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
     expect(get.("from=#{from}&destination=receipts")).to eq(%w[receipt:2])
     body = admin.get("/webhook_inbox/effects?handler=SendReceiptHandler").last
     expect(body).to include("Ruby handler SendReceiptHandler", "quarantined", "no email")
+    # the overview: per destination (webhook_inbox_outbox_stats), quarantined ones linked to their list
+    outbox = admin.get("/webhook_inbox").last[%r{<table id="outbox">.*?</table>}m]
+    rows = outbox.scan(%r{<tr><td><a href="[^"]+">([^<]+)</a></td>(.*?)</tr>}m).to_h { |d, rest| [d, rest.scan(%r{<td class="num">(?:<a[^>]*>)?([^<]*)}).flatten.values_at(0, 3, 4)] }
+    expect(rows).to eq("crm" => %w[1 0 0], "receipts" => %w[0 1 1], "ruby (Ruby handlers)" => %w[0 1 1])
+    expect(outbox).to include(%(href="/webhook_inbox/effects?destination=receipts&amp;status=quarantined"))
 
     # pages of 3 (WI_DASHBOARD_PAGE_SIZE): newest first, no gap or repeat, ties broken by operation id
     effect("tie_b", created: "'2020-01-01T00:00:00Z'")

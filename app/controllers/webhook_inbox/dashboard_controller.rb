@@ -2,8 +2,9 @@
 
 module WebhookInbox
   # The overview: backlog, quarantine, last hour's done and latency (webhook_inbox_stats),
-  # per-hour charts (webhook_inbox_hourly), rejected deliveries by scope and reason, types
-  # waiting for a route, the latest actions. Every query reads pending, quarantined or
+  # per-hour charts (webhook_inbox_hourly), rejected deliveries by scope and reason, the
+  # outbox by destination (webhook_inbox_outbox_stats), types waiting for a route, the latest
+  # actions. Every query reads pending, quarantined or
   # recent rows only (see db/005_history.sql).
   class DashboardController < ApplicationController
     PROCESS_REJECTIONS_SHOWN = 20
@@ -28,6 +29,7 @@ module WebhookInbox
             LEFT JOIN webhook_inbox_rejections r ON r.minute >= h AND r.minute < h + interval '1 hour'
            GROUP BY h ORDER BY h
         SQL
+        @outbox = c.select_all("SELECT * FROM webhook_inbox_outbox_stats()", "WebhookInbox outbox stats").to_a
         @unrouted = c.select_all("SELECT event_type, pending FROM webhook_inbox_unrouted() LIMIT 20",
                                  "WebhookInbox unrouted").to_a
         @actions = c.select_all(<<~SQL.squish, "WebhookInbox actions").to_a
