@@ -13,7 +13,7 @@ require_relative "../support/dashboard_client"
 # event page's effects and Ruby handler runs, the confirmed and audited requeue of one effect
 # or a filter, and rake webhook_inbox:requeue_effects; bad parameters are 400, never 500.
 RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
-  RAILS_APP = File.join(ReceiverHelpers::ROOT, "spec/rails_app")
+  def rails_app = File.join(ReceiverHelpers::ROOT, "spec/rails_app")
 
   before(:all) do
     @pg = TestDatabase.cluster
@@ -23,7 +23,7 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
     @env = { "DATABASE_URL" => @pg.url(@db), "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "f" * 64,
              "STRIPE_WEBHOOK_SECRET" => "whsec_dash_fx", "STRIPE_SCOPE" => "stripe:acct_fx:live",
              "ADMIN_USER" => "ops", "ADMIN_PASSWORD" => "correct horse", "WI_DASHBOARD_PAGE_SIZE" => "3" }
-    @puma = PumaProcess.new(rackup: File.join(RAILS_APP, "config.ru"), dir: RAILS_APP, threads: "2:2", env: @env).start
+    @puma = PumaProcess.new(rackup: File.join(rails_app, "config.ru"), dir: rails_app, threads: "2:2", env: @env).start
   end
   after(:all) { @puma&.stop }
 
@@ -63,7 +63,7 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
   # A Ruby script in spec/rails_app's environment (as `bin/rails runner` would run it).
   def in_app(script, env = {})
     Open3.capture3(@env.merge("RUBYLIB" => File.join(ReceiverHelpers::ROOT, "lib")).merge(env), RbConfig.ruby, "-e",
-                   %(require "./config/environment"\n#{script}), chdir: RAILS_APP)
+                   %(require "./config/environment"\n#{script}), chdir: rails_app)
   end
 
   it "lists effects newest first, filtered by destination, Ruby handler, status and time, in keyset pages" do
