@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WI_SIG_MAX_HEADERS 6
+#define WI_SIG_MAX_HEADERS 10
 #define WI_NO_SLOT (-1)
 
 enum wi_sig_encoding { WI_SIG_HEX, WI_SIG_BASE64 };
@@ -67,10 +67,13 @@ struct wi_provider {
     int alt_offset;    /* > 0: slots [alt_offset, 2*alt_offset) repeat [0, alt_offset) under
                           other names (svix-*), read when none of the first ones is present */
     int sig_slot;
+    int sig_count;        /* > 1: slots [sig_slot, sig_slot + sig_count) are each a signature
+                             header (DocuSign's X-DocuSign-Signature-1..N); any may match */
     enum wi_layout layout;
     char kv_sep;          /* KV: ',' or ';' */
     const char *kv_ts;    /* KV: key of the timestamp item ("t") */
     const char *prefix;   /* ONE: text before the signature ("sha256="), or NULL */
+    int prefix_optional;  /* the prefix may be left out (Mollie's SDK strips it when present) */
     enum wi_sig_encoding enc;
     struct wi_sig_version versions[2]; /* versions[1].tag == NULL: one version */
     const char *tmpl;     /* signed content: literal text with {timestamp}, {id}, {body}, and

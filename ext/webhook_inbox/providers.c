@@ -100,6 +100,17 @@ static const struct wi_provider table[] = {
      .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{method}{url}{body}{timestamp}",
      .url_unescape = ":/?@!$'()*,;", .ts_slot = 1, .ts_ms = 1, .id_slots = NO_IDS, .type_slot = NONE,
      .tolerance = WI_SIG_DEFAULT_TOLERANCE},
+    /* next-gen webhooks; classic ones are unsigned (the body is only an id: fetch it) */
+    {.name = "mollie", .title = "Mollie (next-gen webhooks)", .headers = {"x-mollie-signature"}, .prefix = "sha256=",
+     .prefix_optional = 1, .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE,
+     .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"id"}, .type_fields = {"type"}, .tolerance = -1},
+    /* DocuSign Connect: one header per active Connect key (-1, -2, ...); the first 10 are read */
+    {.name = "docusign", .title = "DocuSign Connect",
+     .headers = {"x-docusign-signature-1", "x-docusign-signature-2", "x-docusign-signature-3", "x-docusign-signature-4",
+                 "x-docusign-signature-5", "x-docusign-signature-6", "x-docusign-signature-7", "x-docusign-signature-8",
+                 "x-docusign-signature-9", "x-docusign-signature-10"},
+     .sig_count = 10, .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE,
+     .id_slots = NO_IDS, .type_slot = NONE, .type_fields = {"event"}, .tolerance = -1},
     /* JWT-signed (sig_jwt.c): the token signs a claim with the body's SHA-256 and its iat */
     {.name = "vonage", .title = "Vonage (signed webhooks)", .headers = {"authorization"}, .prefix = "Bearer ",
      .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{body}", .jwt_claim = "payload_hash",

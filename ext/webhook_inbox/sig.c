@@ -394,7 +394,7 @@ static int signatures(const struct wi_sig_verifier *v, struct wi_slice h, struct
 
     if (p->layout == WI_LAYOUT_ONE) {
         struct wi_slice s = h;
-        if (p->prefix && !wi_slice_strip_prefix(s, p->prefix, &s))
+        if (p->prefix && !wi_slice_strip_prefix(s, p->prefix, &s) && !p->prefix_optional)
             return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature lacks the %s prefix", p->prefix);
         if (!wi_sig_offer(v, g, s, p->enc, 0))
             return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature is not a well-formed %s %s", enc,
@@ -423,6 +423,22 @@ static int signatures(const struct wi_sig_verifier *v, struct wi_slice h, struct
                           offered ? "no signature in %s is well-formed %s" : "no known signature version in %s",
                           p->headers[p->sig_slot], enc);
     return 0;
+}
+
+/* Non-KV layouts: the candidates of the signature header (first) into g; with sig_count > 1
+ * those of every present signature header, a malformed one skipped while another is
+ * well-formed. */
+static int all_signatures(const struct wi_sig_verifier *v, const struct wi_slice *h, struct wi_slice first,
+                          struct wi_sig_group *g, struct wi_slice *kv_ts, struct wi_err *err)
+{
+    const struct wi_provider *p = &v->p;
+    int rc = -1;
+    if (p->sig_count <= 1) return signatures(v, first, g, kv_ts, err);
+    for (int i = 0; i < p->sig_count; i++) {
+        struct wi_slice s = wi_sig_present(h[p->sig_slot + i]);
+        if (s.p && !signatures(v, s, g, kv_ts, err)) rc = 0;
+    }
+    return rc;
 }
 
 /* Top-level body field path "a" or "a.b" (field b of object a): splits it into head (a
@@ -619,7 +635,7 @@ static int verify_entry(const struct wi_sig_verifier *v, const struct wi_sig_req
     const struct wi_provider *p = &v->p;
     struct wi_sig_group g;
     struct wi_json_field tsf;
-    struct wi_slice h[WI_SIG_MAX_HEADERS], sig, kv_ts = {NULL, 0}, ts = {NULL, 0}, id = {NULL, 0};
+    struct wi_slice h[WI_SIG_MAX_HEADERS], sig = {NULL, 0}, kv_ts = {NULL, 0}, ts = {NULL, 0}, id = {NULL, 0};
     int64_t t = 0;
     int has_ts = 0, r;
     size_t key = 0;
@@ -632,7 +648,8 @@ static int verify_entry(const struct wi_sig_verifier *v, const struct wi_sig_req
             for (int i = 0; i < p->alt_offset; i++) h[i] = h[i + p->alt_offset];
     }
     memset(&g, 0, sizeof g);
-    if (!(sig = wi_sig_present(h[p->sig_slot])).p)
+    for (int i = 0; i < (p->sig_count > 1 ? p->sig_count : 1) && !sig.p; i++) sig = wi_sig_present(h[p->sig_slot + i]);
+    if (!sig.p)
         return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE, "%s header is missing", p->headers[p->sig_slot]);
     if (p->layout == WI_LAYOUT_KV) {
         if (signatures(v, sig, &g, &kv_ts, err)) return -1;
@@ -647,7 +664,7 @@ static int verify_entry(const struct wi_sig_verifier *v, const struct wi_sig_req
         if (header_ts(h[p->ts_slot], p->ts_ms, &t, err)) return -1;
         ts = wi_slice_trim(h[p->ts_slot]), has_ts = 1;
     }
-    if (p->layout != WI_LAYOUT_KV && signatures(v, sig, &g, &kv_ts, err)) return -1;
+    if (p->layout != WI_LAYOUT_KV && all_signatures(v, h, sig, &g, &kv_ts, err)) return -1;
     if (wi_sig_url_prepare(v, req, u, err)) return -1;
     if ((r = match_content(v, req, u, ts, id, &g, &key, err)) < 0) return -1;
     if (!r) return wi_sig_mismatch(err);

@@ -489,6 +489,8 @@ static VALUE provider_hash(const struct wi_provider *p)
     rb_hash_aset(h, sym("headers"), rb_obj_freeze(headers));
     rb_hash_aset(h, sym("alt_offset"), INT2NUM(p->alt_offset));
     rb_hash_aset(h, sym("sig_slot"), INT2NUM(p->sig_slot));
+    rb_hash_aset(h, sym("sig_count"), INT2NUM(p->sig_count > 1 ? p->sig_count : 1));
+    rb_hash_aset(h, sym("prefix_optional"), p->prefix_optional ? Qtrue : Qfalse);
     rb_hash_aset(h, sym("layout"), sym(layouts[p->layout]));
     rb_hash_aset(h, sym("kv_sep"), p->kv_sep ? rb_obj_freeze(rb_str_new(&p->kv_sep, 1)) : Qnil);
     rb_hash_aset(h, sym("kv_ts"), opt_str(p->kv_ts));

@@ -47,6 +47,9 @@ module WebhookInbox
       return "`signature_header:`, `timestamp_header:`, `id_header:`" if e[:name] == :hmac
 
       names = e[:headers].compact
+      if e[:sig_count] > 1
+        return "#{code(names[e[:sig_slot]])} … #{code(names[e[:sig_slot] + e[:sig_count] - 1])} (one per active key, any may match)"
+      end
       return names.map { |h| code(h) }.join(", ") unless e[:alt_offset].positive?
 
       first, second = names.each_slice(e[:alt_offset]).to_a
@@ -62,7 +65,7 @@ module WebhookInbox
       shape = case e[:layout]
               when :kv then code("#{e[:kv_ts]}=…#{e[:kv_sep]}#{vs.map { |v| "#{v[:tag]}=…" }.join(e[:kv_sep])}")
               when :list then code(vs.map { |v| "#{v[:tag]},…" }.join(" "))
-              else e[:prefix] ? code("#{e[:prefix]}…") : "the value"
+              else e[:prefix] ? "#{code("#{e[:prefix]}…")}#{" (prefix optional)" if e[:prefix_optional]}" : "the value"
               end
       kinds = vs.map do |v|
         who = vs.size > 1 ? "#{v[:tag]}: " : ""

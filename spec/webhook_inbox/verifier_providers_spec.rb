@@ -261,12 +261,21 @@ RSpec.describe WebhookInbox::Verifier do
                    ->(b, _ts, k) { { "X-Signature" => OpenSSL::HMAC.hexdigest("SHA256", k, b), "X-Event-Name" => "order_refunded" } }],
     coinbase_commerce: ["cc_secret", '{"id":"del_1","scheduled_for":"2023-11-14T22:13:20Z","event":{"id":"ev_1","type":"charge:confirmed"}}',
                         ->(b, _ts, k) { { "X-CC-Webhook-Signature" => OpenSSL::HMAC.hexdigest("SHA256", k, b) } }],
+    mollie: ["mollie_signing_secret", '{"resource":"event","id":"event_GvJ8WHrp5isUdRub9CJyH","type":"payment-link.paid",' \
+                                      '"entityId":"pl_qng5gbbv8NAZ5gpM5ZYgx","createdAt":"2024-12-16T08:30:00.0Z"}',
+             ->(b, _ts, k) { { "X-Mollie-Signature" => "sha256=#{OpenSSL::HMAC.hexdigest("SHA256", k, b)}" } }],
+    # one header per active Connect key: the first under a key this endpoint does not have
+    docusign: ["docusign_connect_key", '{"event":"envelope-completed","apiVersion":"v2.1","retryCount":0,' \
+                                       '"generatedDateTime":"2023-11-14T22:13:20.0000000Z","data":{"accountId":"a1","envelopeId":"e1"}}',
+               ->(b, _ts, k) { { "X-DocuSign-Signature-1" => Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", "retired-key", b)),
+                                 "X-DocuSign-Signature-2" => Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", k, b)) } }],
     github_legacy: ["It's a Secret to Everybody", "Hello, World!",
                     ->(b, _ts, k) { { "X-Hub-Signature" => "sha1=#{OpenSSL::HMAC.hexdigest("SHA1", k, b)}", "X-GitHub-Delivery" => "d1" } }]
   }
   expected = { zoom: [nil, "meeting.started"], linear: [nil, "Issue"], calendly: [nil, "invitee.created"],
                intercom: ["notif_1", "conversation.user.created"], razorpay: [nil, "payment.captured"],
-               lemonsqueezy: [nil, "order_created"], coinbase_commerce: ["del_1", "charge:confirmed"], github_legacy: [nil, nil] }
+               lemonsqueezy: [nil, "order_created"], coinbase_commerce: ["del_1", "charge:confirmed"], github_legacy: [nil, nil],
+               mollie: ["event_GvJ8WHrp5isUdRub9CJyH", "payment-link.paid"], docusign: [nil, "envelope-completed"] }
 
   hmac_cases.each do |name, (secret, body, sign)|
     describe ":#{name}" do
@@ -313,6 +322,28 @@ RSpec.describe WebhookInbox::Verifier do
     expect(reason_of { v.verify(body, { "Linear-Signature" => hmac("SHA256", "k", body) }, now: now) }).to eq(:missing_timestamp)
     dup = %({"webhookTimestamp":#{now * 1000},"type":"Issue","webhookTimestamp":#{(now - 3600) * 1000}})
     expect(reason_of { v.verify(dup, { "Linear-Signature" => hmac("SHA256", "k", dup) }, now: now) }).to eq(:duplicate_key)
+  end
+
+  it ":mollie takes its signature with or without the sha256= prefix, and nothing else around it" do
+    v = described_class.new(:mollie, secrets: ["k"])
+    body = '{"resource":"event","id":"event_1","type":"payment-link.paid"}'
+    expect(v.verify(body, { "X-Mollie-Signature" => hmac("SHA256", "k", body) }, now: now).event_id).to eq("event_1")
+    expect(reason_of { v.verify(body, { "X-Mollie-Signature" => "sha1=#{hmac("SHA256", "k", body)}" }, now: now) }).to eq(:malformed_signature)
+    expect(reason_of { v.verify(body, {}, now: now) }).to eq(:missing_signature)
+  end
+
+  it ":docusign accepts any of its numbered signature headers, skipping malformed ones, and reads the tenth" do
+    v = described_class.new(:docusign, secrets: ["k"])
+    body = '{"event":"envelope-sent","data":{"envelopeId":"e1"}}'
+    good = Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", "k", body))
+    expect(v.verify(body, { "X-DocuSign-Signature-1" => "not base64!", "X-DocuSign-Signature-3" => good }, now: now).event_type)
+      .to eq("envelope-sent")
+    expect(v.verify(body, { "X-DocuSign-Signature-10" => good }, now: now).event_type).to eq("envelope-sent")
+    expect(reason_of { v.verify(body, { "X-DocuSign-Signature-1" => "not base64!" }, now: now) }).to eq(:malformed_signature)
+    expect(reason_of { v.verify(body, { "X-DocuSign-Signature-11" => good }, now: now) }).to eq(:missing_signature)
+    other = Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", "other", body))
+    expect(reason_of { v.verify(body, { "X-DocuSign-Signature-1" => other, "X-DocuSign-Signature-2" => other }, now: now) })
+      .to eq(:signature_mismatch)
   end
 
   it ":lemonsqueezy takes the type from the signed meta.event_name, never the X-Event-Name header" do
