@@ -175,6 +175,22 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
     expect(body).to include("Ruby handler runs (0)", "none: no Ruby handler matched")
   end
 
+  it "stops listing an event's other effects at the timeout on a large outbox, still lists its Ruby runs, and leaves the connection usable" do
+    effect("handler_big", handler: "SendReceiptHandler", event: %w[dash:fx evt_big])
+    db_psql("INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, source_scope, source_event_id) " \
+            "SELECT 'bulk:' || i, 'receipts', '{}', 'dash:fx', 'evt_bulk_' || i FROM generate_series(1, 100000) i; ANALYZE webhook_inbox_outbox")
+    out, err, st = in_app(<<~RUBY)
+      list = WebhookInbox::EffectList
+      c = ActiveRecord::Base.connection
+      full = list.for_event(c, "dash:fx", "evt_big")
+      list.send(:remove_const, :EVENT_EFFECTS_TIMEOUT_MS)
+      list.const_set(:EVENT_EFFECTS_TIMEOUT_MS, 1) # a scan of 100,000 rows takes longer
+      cut = list.for_event(c, "dash:fx", "evt_big")
+      puts [full, cut].map { |runs, others, more| [runs.map { |r| r["operation_id"] }, others, more].inspect }, c.select_value("SELECT 42")
+    RUBY
+    expect([out.lines.map(&:strip), st.success?]).to eq([['[["handler_big"], [], false]', '[["handler_big"], nil, false]', "42"], true]), err
+  end
+
   it "requeues one effect after confirming (CSRF-checked), recorded as an action with the dashboard's actor" do
     effect("receipt:q1", status: "quarantined", error: "HTTP 422")
     admin.get("/webhook_inbox/effects/requeue?operation_id=receipt:q1")
