@@ -8,6 +8,8 @@
 #   bin/rails webhook_inbox:requeue ID=scope/event_id | TYPE=... | SCOPE=... | EVENT_ID=... | ALL=1
 #   bin/rails webhook_inbox:replay  ID=... | TYPE=... | SCOPE=... | EVENT_ID=...  (done events run again)
 #   bin/rails webhook_inbox:prune OLDER_THAN=30d
+#   bin/rails webhook_inbox:requeue_effects OPERATION_ID= | DESTINATION= | HANDLER= | EVENT= | ALL=1
+#                                                 (quarantined effects: effect_tasks.rake, loaded by the engine)
 # Requeues, replays and prunes are recorded in webhook_inbox_actions with ACTOR= (default $USER@host).
 #   bin/rails webhook_inbox:sidecar               (run; ARGS="--concurrency 2" for more flags)
 #   bin/rails webhook_inbox:doctor                (what is configured and missing; exits 1 if something is)
