@@ -13,7 +13,10 @@
 
 enum wi_sig_encoding { WI_SIG_HEX, WI_SIG_BASE64 };
 
-enum wi_alg { WI_ALG_HMAC_SHA1, WI_ALG_HMAC_SHA256, WI_ALG_HMAC_SHA512, WI_ALG_ED25519, WI_ALG_ECDSA_P256 };
+enum wi_alg {
+    WI_ALG_HMAC_SHA1, WI_ALG_HMAC_SHA256, WI_ALG_HMAC_SHA512, WI_ALG_ED25519, WI_ALG_ECDSA_P256,
+    WI_ALG_HTTP_BASIC /* no signature: HTTP Basic credentials (sig_basic.c) */
+};
 
 /* What a configured secret is. */
 enum wi_key_form {
@@ -22,7 +25,8 @@ enum wi_key_form {
     WI_KEY_HEX,     /* hex of a raw public key (Discord's application public key) */
     WI_KEY_BASE64,  /* base64 of a raw public key (after key_prefix, e.g. "whpk_") */
     WI_KEY_B64_DER, /* base64 of a DER SubjectPublicKeyInfo (SendGrid's verification key) */
-    WI_KEY_JWK      /* an EC P-256 JWK (JSON), with its kid (Plaid's webhook verification keys) */
+    WI_KEY_JWK,     /* an EC P-256 JWK (JSON), with its kid (Plaid's webhook verification keys) */
+    WI_KEY_CREDENTIALS /* "user:password" (HTTP Basic); only its SHA-256 is kept */
 };
 
 /* How the signature header is laid out. */
@@ -98,6 +102,7 @@ struct wi_provider {
     int type_numbers;     /* a number in a type field is the type too (Discord "type":1) */
     int64_t tolerance;    /* default seconds either way; -1: the provider sends no time */
     enum wi_challenge challenge;
+    const char *sig_field; /* the signature is this body field ("a.b"), not a header (Mailgun) */
     const char *jwt_claim; /* JWT schemes (custom wi_sig_jwt): the claim carrying the hex
                               SHA-256 of the body; the token's iat is the time */
     const char *content;  /* README: the signed content in words, when tmpl does not say it */

@@ -6,6 +6,8 @@
 #include "sig.h"
 #include "sig_didit.h"
 #include "sig_jwt.h"
+#include "sig_basic.h"
+#include "sig_mailgun.h"
 
 #define HMAC256(t) {{t, WI_ALG_HMAC_SHA256, WI_KEY_RAW, NULL}}
 #define NONE WI_NO_SLOT
@@ -111,6 +113,18 @@ static const struct wi_provider table[] = {
                  "x-docusign-signature-9", "x-docusign-signature-10"},
      .sig_count = 10, .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE,
      .id_slots = NO_IDS, .type_slot = NONE, .type_fields = {"event"}, .tolerance = -1},
+    /* the signature is inside the body and signs timestamp + token, not event-data */
+    {.name = "mailgun", .title = "Mailgun", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",
+     .sig_field = "signature.signature", .ts_slot = NONE, .ts_field = "signature.timestamp", .id_slots = NO_IDS, .type_slot = NONE,
+     .id_fields = {"signature.token"}, .type_fields = {"event-data.event"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE,
+     .content = "body `signature.timestamp` + `signature.token`; **`event-data` is not signed**",
+     .custom = wi_sig_mailgun},
+    /* no signature at all: the endpoint's HTTP Basic credentials (authentication, not integrity) */
+    {.name = "postmark", .title = "Postmark", .headers = {"authorization"},
+     .enc = WI_SIG_BASE64, .versions = {{NULL, WI_ALG_HTTP_BASIC, WI_KEY_CREDENTIALS, NULL}}, .tmpl = "{body}",
+     .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .type_fields = {"RecordType"}, .tolerance = -1,
+     .content = "**nothing**: `Authorization: Basic` credentials are checked, the body is not signed",
+     .custom = wi_sig_basic},
     /* JWT-signed (sig_jwt.c): the token signs a claim with the body's SHA-256 and its iat */
     {.name = "vonage", .title = "Vonage (signed webhooks)", .headers = {"authorization"}, .prefix = "Bearer ",
      .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{body}", .jwt_claim = "payload_hash",

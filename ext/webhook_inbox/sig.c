@@ -139,6 +139,7 @@ void wi_sig_verifier_free(struct wi_sig_verifier *v)
     for (size_t i = 0; i < v->nkeys; i++) {
         wi_hmac_key_free(v->keys[i].hmac);
         wi_pkey_free(v->keys[i].pk);
+        OPENSSL_cleanse(v->keys[i].digest, sizeof v->keys[i].digest);
     }
     free(v->keys);
     free(v->prefix);
@@ -196,6 +197,11 @@ static long decode_key(const struct wi_sig_version *ver, const char *s, size_t n
         return dl;
     case WI_KEY_JWK:
         return wi_jwt_jwk_p256(rest.p, rest.n, out, cap, kid, err);
+    case WI_KEY_CREDENTIALS:
+        if (!memchr(rest.p, ':', rest.n))
+            return wi_err_set(err, WI_ERR_ARG, "secret #%zu is not user:password", idx);
+        if (wi_sha256(rest.p, rest.n, out, err)) return -1;
+        return 32;
     }
     return wi_err_set(err, WI_ERR_ARG, "unknown key form");
 }
@@ -242,13 +248,16 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
         v->keys = nk;
         v->capkeys = cap;
     }
-    if (is_hmac(ver->alg))
+    if (ver->key == WI_KEY_CREDENTIALS) {
+        memcpy(k.digest, decoded, 32);
+        k.has_digest = 1;
+    } else if (is_hmac(ver->alg))
         k.hmac = dl == -2 ? wi_hmac_key_new(hmac_alg(ver->alg), s, n, err)
                           : wi_hmac_key_new(hmac_alg(ver->alg), decoded, (size_t)dl, err);
     else
         k.pk = wi_pkey_new(ver->alg == WI_ALG_ED25519 ? WI_PKEY_ED25519 : WI_PKEY_ECDSA_P256, decoded,
                            (size_t)dl, err);
-    if (!k.hmac && !k.pk) {
+    if (!k.hmac && !k.pk && !k.has_digest) {
         name_secret(err, idx);
         goto out;
     }
@@ -306,6 +315,7 @@ int wi_sig_match(const struct wi_sig_verifier *v, const struct wi_sig_group *g, 
                         found |= wi_ct_equal(mac, g->sig[j], (size_t)n);
                 break;
             }
+            if (!sk->pk) break; /* HTTP Basic credentials sign nothing */
             int r = wi_pkey_verify(sk->pk, g->parts, g->nparts, g->sig[i], g->len[i], err);
             if (r < 0) return -1;
             found = r;
@@ -453,9 +463,7 @@ static const char *split_path(const char *path, char *head, size_t cap)
     return dot ? dot + 1 : NULL;
 }
 
-/* Reads into *out the field at path of the JSON object in text. Returns 0, or -1 with
- * WI_SIG_E_DUPLICATE_KEY when a key on the path occurs twice. */
-static int field_at(struct wi_slice text, const char *path, struct wi_json_field *out, struct wi_err *err)
+int wi_sig_field_at(struct wi_slice text, const char *path, struct wi_json_field *out, struct wi_err *err)
 {
     char head[64];
     const char *tail = split_path(path, head, sizeof head);
@@ -465,7 +473,7 @@ static int field_at(struct wi_slice text, const char *path, struct wi_json_field
         return wi_err_set(err, WI_SIG_E_DUPLICATE_KEY, "body has the key \"%s\" more than once", head);
     if (tail) {
         if (f.kind != WI_JSON_OTHER || !f.value.p || f.value.p[0] != '{') f.kind = WI_JSON_ABSENT;
-        else return field_at(f.value, tail, out, err);
+        else return wi_sig_field_at(f.value, tail, out, err);
     }
     *out = f;
     out->name = path;
@@ -508,10 +516,17 @@ int wi_sig_body_fields(const struct wi_sig_verifier *v, struct wi_slice body, st
     }
     wi_json_scan(body.p, body.n, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, f, n, NULL, NULL);
     if (wi_sig_unique(f, n, err)) return -1;
+    for (size_t i = 0; i < n; i++) /* the scan fills one field per key: paths sharing a head */
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(heads[i], heads[j])) {
+                f[i] = f[j];
+                f[i].name = heads[i];
+                break;
+            }
     for (size_t i = 0; i < n; i++) {
         if (tails[i]) { /* "a.b": field b of object a */
             if (f[i].kind == WI_JSON_OTHER && f[i].value.p && f[i].value.p[0] == '{') {
-                if (field_at(f[i].value, tails[i], &f[i], err)) return -1;
+                if (wi_sig_field_at(f[i].value, tails[i], &f[i], err)) return -1;
             } else {
                 f[i].kind = WI_JSON_ABSENT;
             }
@@ -535,7 +550,7 @@ static int challenge(const struct wi_sig_verifier *v, const struct wi_sig_reques
     enum wi_challenge c = v->p.challenge;
     struct wi_json_field t, val;
     if (c == WI_CHALLENGE_NONE || !is_object(req->body)) return 0;
-    if (field_at(req->body, c == WI_CHALLENGE_ZOOM_URL ? "event" : "type", &t, err)) return -1;
+    if (wi_sig_field_at(req->body, c == WI_CHALLENGE_ZOOM_URL ? "event" : "type", &t, err)) return -1;
     if (c == WI_CHALLENGE_DISCORD_PING) {
         if (t.kind == WI_JSON_NUMBER && t.value.n == 1 && t.value.p[0] == '1') ev->challenge = c;
         return 0;
@@ -543,7 +558,7 @@ static int challenge(const struct wi_sig_verifier *v, const struct wi_sig_reques
     if (t.kind != WI_JSON_STRING || t.escaped ||
         !wi_slice_eq(t.value, c == WI_CHALLENGE_SLACK_URL ? "url_verification" : "endpoint.url_validation"))
         return 0;
-    if (field_at(req->body, paths[c], &val, err)) return -1;
+    if (wi_sig_field_at(req->body, paths[c], &val, err)) return -1;
     if (val.kind != WI_JSON_STRING || !val.value.n)
         return wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "the challenge has no %s string", paths[c]);
     ev->challenge = c;

@@ -27,6 +27,8 @@ struct wi_sig_key {
     struct wi_hmac_key *hmac; /* HMAC versions, else NULL */
     struct wi_pkey *pk;       /* public-key versions, else NULL */
     char kid[WI_JWT_KID_MAX + 1]; /* WI_KEY_JWK: the key's kid, or "" */
+    unsigned char digest[32]; /* WI_KEY_CREDENTIALS: SHA-256 of "user:password" (wiped on free) */
+    int has_digest;
 };
 
 /* Invariant: p is the provider entry (for "hmac", a copy whose strings point at the owned
@@ -85,6 +87,10 @@ int wi_sig_body_ts(const struct wi_json_field *f, int64_t *ts, struct wi_err *er
  * 0, or -1 (WI_SIG_E_DUPLICATE_KEY). */
 int wi_sig_body_fields(const struct wi_sig_verifier *v, struct wi_slice body, struct wi_sig_event *ev,
                        struct wi_json_field *ts, struct wi_err *err);
+
+/* Reads into *out the field at path ("a" or "a.b": field b of object a) of the JSON object in
+ * text. Returns 0, or -1 (WI_SIG_E_DUPLICATE_KEY) when a key on the path occurs twice. */
+int wi_sig_field_at(struct wi_slice text, const char *path, struct wi_json_field *out, struct wi_err *err);
 
 /* Fills ev->body_sha256 with the hex SHA-256 of c. */
 int wi_sig_signed_sha256(struct wi_slice c, struct wi_sig_event *ev, struct wi_err *err);

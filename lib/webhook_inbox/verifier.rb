@@ -40,6 +40,10 @@ module WebhookInbox
   # JWK JSON String; the token's kid picks one). The token must name exactly that alg, its
   # claim must be the body's SHA-256 and its iat within the tolerance.
   #
+  # :mailgun reads its signature from the body and signs timestamp + token only (the token is
+  # the event id; event-data is unsigned). :postmark is not signed at all: secrets are
+  # "user:password" HTTP Basic credentials, which authenticate the sender, not the body.
+  #
   # URL-signed providers (:twilio, :square, :hubspot; :hmac with {url} or {method} in its
   # template) sign the URL they called. Behind a proxy or a TLS terminator the Rack env's
   # scheme, host and path are not that URL: give public_url: "https://example.com/hooks/twilio"

@@ -245,6 +245,96 @@ RSpec.describe WebhookInbox::Verifier do
     end
   end
 
+  describe ":mailgun (the signature inside the body)" do
+    let(:key) { "key-mailgun-signing-0123456789abcdef" }
+    let(:verifier) { described_class.new(:mailgun, secrets: [key]) }
+    let(:token) { "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0" }
+    let(:signed_at) { now }
+
+    def mailgun(ts: signed_at.to_s, token: self.token, key: self.key, event: "delivered", sig: nil)
+      sig ||= OpenSSL::HMAC.hexdigest("SHA256", key, "#{ts}#{token}")
+      JSON.generate("signature" => { "token" => token, "timestamp" => ts, "signature" => sig },
+                    "event-data" => { "event" => event, "id" => "CPgfbmQMTCKtHW6uIWtuVe", "timestamp" => 1_521_472_262.908181 })
+    end
+
+    it "verifies HMAC(timestamp + token); the token is the event id, the timestamp its time" do
+      ev = verifier.verify(mailgun, {}, now: now)
+      expect([ev.event_id, ev.event_type, ev.timestamp.to_i]).to eq([token, "delivered", now])
+    end
+
+    it "refuses a changed token, timestamp or signature, and another key" do
+      good = JSON.parse(mailgun)
+      { "token" => "#{token}0", "timestamp" => (now - 1).to_s, "signature" => "0" * 64 }.each do |field, value|
+        body = JSON.generate(good.merge("signature" => good["signature"].merge(field => value)))
+        expect(reason_of { verifier.verify(body, {}, now: now) }).to eq(:signature_mismatch), field
+      end
+      expect(reason_of { described_class.new(:mailgun, secrets: ["other"]).verify(mailgun, {}, now: now) }).to eq(:signature_mismatch)
+    end
+
+    it "refuses a stale timestamp; a replay, even with other event-data (which is not signed), is the same event" do
+      old = (now - 301).to_s
+      expect(reason_of { verifier.verify(mailgun(ts: old), {}, now: now) }).to eq(:timestamp_out_of_tolerance)
+      first = verifier.verify(mailgun, {}, now: now)
+      forged = verifier.verify(mailgun(event: "failed"), {}, now: now + 10)
+      expect([forged.event_id, forged.event_type]).to eq([first.event_id, "failed"])
+    end
+
+    it "refuses a body without the signature, with it twice, or with escapes in what is signed" do
+      expect(reason_of { verifier.verify('{"event-data":{"event":"delivered"}}', {}, now: now) }).to eq(:missing_signature)
+      twice = mailgun.sub(/\A\{/, %({"signature":{"token":"t","timestamp":"1","signature":"#{"0" * 64}"},))
+      expect(reason_of { verifier.verify(twice, {}, now: now) }).to eq(:duplicate_key)
+      escaped = mailgun.sub(%("token":"a8), %("token":"\\u0061 8))
+      expect(reason_of { verifier.verify(escaped, {}, now: now) }).to eq(:malformed_signature)
+      expect(reason_of { verifier.verify(mailgun(ts: "soon"), {}, now: now) }).to eq(:malformed_timestamp)
+    end
+  end
+
+  describe ":postmark (no signature: HTTP Basic credentials)" do
+    let(:verifier) { described_class.new(:postmark, secrets: ["hooks:s3cret-pass", "hooks:next-pass"]) }
+    let(:body) { '{"RecordType":"Delivery","MessageID":"883953f4-6105-42a2-a16a-77a8eac79483","Recipient":"john@example.com"}' }
+
+    def basic(cred) = { "Authorization" => "Basic #{Base64.strict_encode64(cred)}" }
+
+    it "accepts either configured credential and reads the type; the event id is the body's SHA-256" do
+      ev = verifier.verify(body, basic("hooks:next-pass"), now: now)
+      expect([ev.event_id, ev.event_type]).to eq([OpenSSL::Digest::SHA256.hexdigest(body), "Delivery"])
+      expect(verifier.verify(body, { "authorization" => "basic #{Base64.strict_encode64("hooks:s3cret-pass")}" }, now: now).event_type)
+        .to eq("Delivery")
+    end
+
+    it "refuses other credentials, none and other schemes, without quoting them" do
+      e = verifier.verify(body, basic("hooks:wrong"), now: now)
+    rescue WebhookInbox::VerificationError => e
+      expect(e.reason).to eq(:signature_mismatch)
+      expect(e.message).not_to include("wrong")
+      expect(reason_of { verifier.verify(body, basic("hooks:s3cret-pas"), now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(body, {}, now: now) }).to eq(:missing_signature)
+      expect(reason_of { verifier.verify(body, { "Authorization" => "Bearer abc" }, now: now) }).to eq(:malformed_signature)
+      expect(reason_of { verifier.verify(body, { "Authorization" => "Basic !!" }, now: now) }).to eq(:malformed_signature)
+      expect(reason_of { verifier.verify(body, basic("no-colon"), now: now) }).to eq(:malformed_signature)
+      expect { described_class.new(:postmark, secrets: ["no-colon-secret"]) }
+        .to raise_error(WebhookInbox::ConfigurationError, /user:password/) { |x| expect(x.message).not_to include("no-colon-secret") }
+    end
+
+    it "authenticates the sender, not the body: a changed body is accepted (as another event); a replay is the same event" do
+      other = body.sub("Delivery", "Bounce")
+      expect(verifier.verify(other, basic("hooks:s3cret-pass"), now: now).event_type).to eq("Bounce")
+      expect(verifier.verify(body, basic("hooks:s3cret-pass"), now: now + 86_400).event_id)
+        .to eq(verifier.verify(body, basic("hooks:s3cret-pass"), now: now).event_id)
+      expect(described_class::PROVIDERS.fetch(:postmark)[:tolerance]).to be_nil # nothing signed, no time to check
+    end
+
+    it "the Receiver stores an authenticated delivery and refuses one without the credentials" do
+      store = recording_store
+      r = WebhookInbox::Receiver.new(provider: :postmark, secrets: ["hooks:s3cret-pass"], source_scope: "postmark:s1", inbox: store)
+      env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/json",
+              "HTTP_AUTHORIZATION" => "Basic #{Base64.strict_encode64("hooks:s3cret-pass")}" }
+      expect(r.receive(body, env).http_status).to eq(200)
+      expect(r.receive(body, env.merge("HTTP_AUTHORIZATION" => "Basic #{Base64.strict_encode64("hooks:x")}")).http_status).to eq(401)
+      expect(store.inserts.size).to eq(1)
+    end
+  end
+
   # HMAC providers signed as their docs say: [scheme, secret, body, headers for (body, ts, secret), tolerance or nil]
   hmac_cases = {
     zoom: ["zoom_secret_token", '{"event":"meeting.started","event_ts":1700000000000,"payload":{"object":{"id":"1"}}}',

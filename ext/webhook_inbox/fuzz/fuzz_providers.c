@@ -35,6 +35,7 @@ static void setup(void)
         const char *secret = p->versions[0].key == WI_KEY_HEX       ? ed25519_hex
                              : p->versions[0].key == WI_KEY_B64_DER ? p256_der
                              : p->versions[0].key == WI_KEY_JWK     ? p256_jwk
+                             : p->versions[0].key == WI_KEY_CREDENTIALS ? "user:password"
                                                                     : "whsec_c2VjcmV0";
         verifiers[i] = wi_sig_verifier_new(&cfg, &err);
         if (!verifiers[i] || wi_sig_verifier_add_secret(verifiers[i], secret, strlen(secret), &err)) abort();
