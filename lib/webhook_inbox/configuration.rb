@@ -9,6 +9,7 @@ module WebhookInbox
   #     c.endpoint(:stripe, secrets: [Rails.application.credentials.stripe_webhook_secret],
   #                scope: "stripe:acct_1:live", tolerance: 300)
   #     c.endpoint(:stripe_test, provider: :stripe, secrets: [...], scope: "stripe:acct_1:test")
+  #     c.endpoint(:github, secrets: [...], scope: "github:org:live", keep_refused: true) # see Refused
   #   end
   #
   # Controllers call receive_webhook(:stripe); Rack apps use WebhookInbox.endpoint(:stripe).
@@ -163,7 +164,8 @@ module WebhookInbox
 
       store = transactional || @store == :active_record ? ActiveRecordStore.new : inbox
       built = begin
-        Receiver.new(inbox: store, logger: logger, max_body_bytes: max_body_bytes, retry_after: retry_after, **settings)
+        Receiver.new(inbox: store, logger: logger, max_body_bytes: max_body_bytes, retry_after: retry_after,
+                     endpoint: name.to_sym, **settings)
       rescue ConfigurationError => e
         raise ConfigurationError, "endpoint #{name.to_sym.inspect}: #{e.message}"
       end

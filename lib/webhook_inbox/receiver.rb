@@ -27,6 +27,11 @@ module WebhookInbox
   # Logs and notifications carry provider, scope, event id and outcome only: never the
   # payload, headers or secrets. Rejections are also counted per scope and reason in memory
   # (WebhookInbox::Rejections; flushed in the background, never written per request).
+  #
+  # keep_refused: true (or bounds, see Refused) keeps a delivery refused for a signature or
+  # secret mismatch (Refused::REASONS) aside under the endpoint name (endpoint:, the
+  # configured name; default the provider) in webhook_inbox_refused, written in the
+  # background; #reverify admits it later if it verifies with the secrets of then.
   class Receiver
     DEFAULT_MAX_BODY_BYTES = 1024 * 1024
     JSON_TYPE = "application/json"
@@ -67,13 +72,14 @@ module WebhookInbox
       end
     end
 
-    attr_reader :provider, :source_scope, :max_body_bytes, :inbox
+    attr_reader :provider, :source_scope, :max_body_bytes, :inbox, :endpoint, :keep_refused
 
     # provider, secrets and verifier options (tolerance:, ...) go to Verifier.new.
     # The store is inbox: (an Inbox, or anything with Inbox#insert's signature, e.g.
     # ActiveRecordStore) or a new Inbox on database_url:.
     def initialize(provider:, secrets:, source_scope:, inbox: nil, database_url: nil, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-                   retry_after: 5, logger: nil, verifier: nil, **verifier_options)
+                   retry_after: 5, logger: nil, verifier: nil, keep_refused: false, endpoint: nil, refused: nil,
+                   **verifier_options)
       raise ConfigurationError, "source_scope is required (e.g. \"stripe:acct_123:live\")" if source_scope.to_s.empty?
       raise ConfigurationError, "max_body_bytes must be a positive Integer" unless max_body_bytes.is_a?(Integer) && max_body_bytes.positive?
 
@@ -88,6 +94,9 @@ module WebhookInbox
       @inbox = inbox || (database_url && Inbox.new(database_url: database_url)) or
         raise ConfigurationError, "give inbox: or database_url:"
       @keep_headers = takes_headers?(@inbox)
+      @keep_refused = Refused.bounds(keep_refused)
+      @endpoint = (endpoint || @provider).to_s.freeze
+      @refused = refused
       # A scope built per request (scope: "shopify:#{params[:shop_id]}:live") is the
       # client's to grow: past the bound every delivery is refused (Rejections bounds how
       # such scopes are counted).
@@ -128,6 +137,14 @@ module WebhookInbox
       data.force_encoding(Encoding::BINARY)
     end
 
+    # Verifies a kept refused delivery again (Refused::Reverify) with the signed timestamp
+    # checked against received_at, and stores it as #call would have then. Returns the Result
+    # (200: stored or a duplicate; 401/400: still refused; 503: the inbox is unavailable).
+    # Neither counted as a rejection nor kept again.
+    def reverify(body, env, received_at:)
+      deliver(body.b, env, media_kind(env["CONTENT_TYPE"]) == :form, received_at, keep: false)
+    end
+
     def inspect
       "#<#{self.class} provider=#{@provider} source_scope=#{@source_scope.inspect} max_body_bytes=#{@max_body_bytes}>"
     end
@@ -153,10 +170,10 @@ module WebhookInbox
       :form if @form_ok && media == FORM_TYPE
     end
 
-    def deliver(body, env, form)
+    def deliver(body, env, form, now = Time.now, keep: @keep_refused)
       return reject(400, :empty_body) if body.empty?
 
-      event = @verifier.verify(body, env, now: Time.now)
+      event = @verifier.verify(body, env, now: now)
       return Result.new(http_status: 200, status: :challenge, event: event) if event.challenge
 
       too_long = oversized_key(event)
@@ -174,6 +191,7 @@ module WebhookInbox
                elsif UNAUTHORIZED.include?(e.reason) then 401
                else 400
                end
+      keep_aside(body, env, e.reason, now) if keep && Refused::REASONS.include?(e.reason)
       reject(status, e.reason)
     rescue StoreError => e
       Result.new(http_status: 503, status: :unavailable, reason: :store_unavailable,
@@ -188,6 +206,12 @@ module WebhookInbox
       return :event_id_too_long if event.event_id.bytesize > Inbox::MAX_TEXT_BYTES[:event_id]
 
       :event_type_too_long if event.event_type.to_s.bytesize > Inbox::MAX_TEXT_BYTES[:event_type]
+    end
+
+    def keep_aside(body, env, reason, now)
+      (@refused || WebhookInbox.refused).keep(endpoint: @endpoint, source_scope: @source_scope, provider: @provider,
+                                              reason: reason, body: body, env: env, received_at: now,
+                                              bounds: @keep_refused)
     end
 
     # A store written against an earlier Inbox#insert (no headers:) keeps working without them.

@@ -37,6 +37,13 @@ module WebhookInbox
         WebhookInbox.rejections.flusher ||= Rejections.active_record_flusher unless ::Rails.env.test?
       end
 
+      # Refused deliveries of endpoints with keep_refused: written to webhook_inbox_refused in
+      # the background (see Refused), on ActiveRecord's database; not in the test environment
+      # (as above: set WebhookInbox.refused.exec to test it).
+      initializer "webhook_inbox.refused" do
+        WebhookInbox.refused.exec ||= Refused.active_record_exec unless ::Rails.env.test?
+      end
+
       initializer "webhook_inbox.filter_parameters" do |app|
         # Signature headers and bodies never appear in Rails' own parameter logs either.
         app.config.filter_parameters |= %i[secret signature]

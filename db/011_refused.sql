@@ -1,0 +1,98 @@
+-- 011_refused.sql - schema version 11: deliveries refused for a signature or secret mismatch,
+-- kept aside so a wrong or rotated secret costs no events. An endpoint configured with
+-- keep_refused: true keeps what it answers 401 signature_mismatch, no_secret or unknown_key
+-- here (never in webhook_inbox: nothing here is processed), bounded per endpoint by count,
+-- bytes and age; `reverify` (rake webhook_inbox:reverify, the dashboard) verifies each row
+-- again with the endpoint's current secrets and the row's receipt time as "now", stores the
+-- ones that now verify as their delivery would have been stored, and deletes them here.
+-- Idempotent: safe to re-run. Applied after 001..010.
+--
+-- Additive: webhook_inbox_schema_min_worker() stays 4 (the sidecar never reads this table).
+
+CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
+LANGUAGE sql STABLE AS $$ SELECT 11 $$;
+COMMENT ON FUNCTION webhook_inbox_schema_version() IS
+    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+
+CREATE TABLE IF NOT EXISTS webhook_inbox_refused (
+    id              bigserial   PRIMARY KEY,
+    endpoint        text        NOT NULL
+                    CONSTRAINT webhook_inbox_refused_endpoint_check CHECK (octet_length(endpoint) BETWEEN 1 AND 200),
+    source_scope    text        NOT NULL,
+    provider        text        NOT NULL,
+    reason          text        NOT NULL
+                    CONSTRAINT webhook_inbox_refused_reason_check CHECK (reason IN ('signature_mismatch', 'no_secret', 'unknown_key')),
+    body            bytea       NOT NULL,
+    request_headers jsonb,
+    request_env     jsonb       NOT NULL DEFAULT '{}',
+    received_at     timestamptz NOT NULL,
+    kept_at         timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE webhook_inbox_refused IS
+    'Deliveries an endpoint with keep_refused answered 401 for a signature or secret mismatch: unverified bytes, never processed. Bounded per endpoint (webhook_inbox_keep_refused); reverify moves the ones that verify with the current secrets, checked at received_at, into webhook_inbox.';
+COMMENT ON COLUMN webhook_inbox_refused.endpoint IS 'The configured endpoint name (WebhookInbox.configure c.endpoint): reverify verifies with its current secrets.';
+COMMENT ON COLUMN webhook_inbox_refused.source_scope IS 'The scope the receiver would have stored the event under (the row keeps it: scopes can be per request).';
+COMMENT ON COLUMN webhook_inbox_refused.reason IS 'Why it was refused: signature_mismatch (no secret signs it), no_secret (none configured), unknown_key (a key id not configured).';
+COMMENT ON COLUMN webhook_inbox_refused.body IS 'The raw request body as received (bytes; unverified, possibly forged).';
+COMMENT ON COLUMN webhook_inbox_refused.request_headers IS 'The request headers as webhook_inbox.request_headers keeps them (RequestHeaders.from_env: credentials never kept).';
+COMMENT ON COLUMN webhook_inbox_refused.request_env IS 'The Rack request line a URL-signed provider''s signature covers: REQUEST_METHOD, rack.url_scheme, SERVER_NAME, SERVER_PORT, SCRIPT_NAME, PATH_INFO, QUERY_STRING.';
+COMMENT ON COLUMN webhook_inbox_refused.received_at IS 'When the receiver answered 401 (its clock): reverify checks the signed timestamp against this, never against the time of the reverify, so an old captured delivery is not admitted.';
+
+CREATE INDEX IF NOT EXISTS webhook_inbox_refused_endpoint_idx ON webhook_inbox_refused (endpoint, id);
+COMMENT ON INDEX webhook_inbox_refused_endpoint_idx IS 'Per-endpoint bounds, lists and reverify pages.';
+
+-- Keeps refused deliveries within their endpoint's bounds. rows: a JSON array of objects
+-- {endpoint, source_scope, provider, reason, body (hex), request_headers (object or null),
+-- request_env (object), received_at, max_count, max_bytes, max_age_s}. Per row, under a
+-- transaction-scoped advisory lock of its endpoint (concurrent writers cannot pass a bound
+-- together): rows older than max_age_s go, then the row is kept only if the endpoint holds
+-- fewer than max_count rows and the bytes fit max_bytes. Past a bound new rows are not kept
+-- (the oldest are the ones a provider stops retrying first; a flood of forged deliveries
+-- cannot push out the real ones kept before it). Returns one row per endpoint: kept, and
+-- not kept because a bound was reached.
+CREATE OR REPLACE FUNCTION webhook_inbox_keep_refused(p_rows jsonb)
+RETURNS TABLE (endpoint text, kept integer, full_count integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r       jsonb;
+    n       bigint;
+    b       bigint;
+    v_body  bytea;
+    ep      text;
+    did     jsonb := '{}';
+BEGIN
+    FOR r IN SELECT value FROM jsonb_array_elements(p_rows) LOOP
+        ep := r->>'endpoint';
+        v_body := decode(r->>'body', 'hex');
+        PERFORM pg_advisory_xact_lock(hashtextextended('webhook_inbox_refused:' || ep, 0));
+        DELETE FROM webhook_inbox_refused f
+         WHERE f.endpoint = ep AND f.received_at < now() - make_interval(secs => (r->>'max_age_s')::double precision);
+        SELECT count(*), coalesce(sum(octet_length(f.body)), 0) INTO n, b FROM webhook_inbox_refused f WHERE f.endpoint = ep;
+        IF n < (r->>'max_count')::bigint AND b + octet_length(v_body) <= (r->>'max_bytes')::bigint THEN
+            INSERT INTO webhook_inbox_refused (endpoint, source_scope, provider, reason, body, request_headers, request_env, received_at)
+            VALUES (ep, r->>'source_scope', r->>'provider', r->>'reason', v_body,
+                    CASE WHEN jsonb_typeof(r->'request_headers') = 'object' THEN r->'request_headers' END,
+                    coalesce(r->'request_env', '{}'), (r->>'received_at')::timestamptz);
+            did := jsonb_set(did, ARRAY[ep], jsonb_build_array(coalesce((did#>>ARRAY[ep, '0'])::int, 0) + 1,
+                                                               coalesce((did#>>ARRAY[ep, '1'])::int, 0)));
+        ELSE
+            did := jsonb_set(did, ARRAY[ep], jsonb_build_array(coalesce((did#>>ARRAY[ep, '0'])::int, 0),
+                                                               coalesce((did#>>ARRAY[ep, '1'])::int, 0) + 1));
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT d.key, (d.value->>0)::int, (d.value->>1)::int FROM jsonb_each(did) d;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_keep_refused(jsonb) IS
+    'Keeps a batch of refused deliveries within each endpoint''s bounds (count, bytes, age; past a bound new ones are not kept); returns per endpoint how many were kept and how many found it full.';
+
+-- The audit trail takes reverifies (dashboard button and rake webhook_inbox:reverify, with the
+-- actor). Re-created, so a re-run keeps one constraint.
+ALTER TABLE webhook_inbox_actions DROP CONSTRAINT IF EXISTS webhook_inbox_actions_action_check;
+ALTER TABLE webhook_inbox_actions ADD CONSTRAINT webhook_inbox_actions_action_check
+    CHECK (action IN ('requeue', 'replay', 'prune', 'reverify'));
+COMMENT ON COLUMN webhook_inbox_actions.action IS
+    'requeue: quarantined -> pending; replay: done -> pending (e.g. after fixing a handler); prune: done events emptied (and delivered effects deleted) by `webhook-inbox-sidecar prune` or rake webhook_inbox:prune; reverify: refused deliveries of an endpoint verified again, the ones that verify stored in the inbox.';
+COMMENT ON COLUMN webhook_inbox_actions.filter IS
+    'The filter as given: keys scope, event_id, type, from, to, error (see webhook_inbox_requeue); for prune older_than_s, scope, and effects_deleted (delivered effects deleted with the events); for reverify endpoint, still_refused, expired.';
+COMMENT ON COLUMN webhook_inbox_actions.count IS 'Rows moved back to pending (prune: events emptied; reverify: refused deliveries admitted to the inbox).';

@@ -1,0 +1,198 @@
+# frozen_string_literal: true
+
+require "json"
+require "time"
+
+module WebhookInbox
+  # Refused - deliveries an endpoint answered 401 for a signature or secret mismatch, kept
+  # aside (webhook_inbox_refused, never webhook_inbox: nothing kept is processed) when the
+  # endpoint says keep_refused: true, so a wrong or rotated secret costs no events: after the
+  # fix, Refused::Reverify verifies them again and stores the ones that now verify.
+  #
+  #   c.endpoint(:stripe, secrets: [...], scope: "stripe:acct_1:live", keep_refused: true)
+  #   c.endpoint(:github, secrets: [...], scope: "github:org:live",
+  #              keep_refused: { count: 5_000, bytes: 64 * 1024 * 1024, age: 3 * 86_400 })
+  #
+  # Kept: REASONS only. A missing or malformed signature can verify under no secret, and a
+  # timestamp refused at receipt (stale, missing, malformed) is refused again by reverify,
+  # which checks it against the receipt time: keeping those would store only what a client
+  # sends to fill the table.
+  #
+  # Bounds, per endpoint (DEFAULT_BOUNDS, or keep_refused: { count:, bytes:, age: seconds }):
+  # rows older than age go; past count or bytes new deliveries are not kept (the oldest are
+  # the ones a provider gives up retrying first, and a flood of forged deliveries cannot push
+  # out the real ones kept before it; the newer ones are still being retried by the provider).
+  #
+  # The 401 costs the request one mutex and an Array push: nothing is written per request.
+  # A background thread hands what waits to the database (one statement,
+  # webhook_inbox_keep_refused, per batch, enforcing the bounds under a lock per endpoint).
+  # At most MAX_QUEUED rows / MAX_QUEUED_BYTES wait per process; an endpoint the database
+  # found full is not queued for full_pause (FULL_PAUSE) seconds; what is not kept is
+  # counted in #dropped.
+  # A process that dies loses what waits (the sender got its 401 either way).
+  #
+  # exec: ->(sql, params) { rows as Hashes of Strings } runs one statement (the Railtie sets
+  # Refused.active_record_exec outside the test environment; without exec nothing is kept,
+  # only counted in #dropped).
+  class Refused
+    REASONS = %i[signature_mismatch no_secret unknown_key].freeze
+    DEFAULT_BOUNDS = { count: 1_000, bytes: 16 * 1024 * 1024, age: 7 * 86_400 }.freeze
+    MAX_QUEUED = 200
+    MAX_QUEUED_BYTES = 8 * 1024 * 1024
+    FULL_PAUSE = 10
+    # What a URL-signed provider's signature covers besides the headers (Verifier#request_url).
+    ENV_KEYS = %w[REQUEST_METHOD rack.url_scheme SERVER_NAME SERVER_PORT SCRIPT_NAME PATH_INFO QUERY_STRING].freeze
+    KEEP_SQL = "SELECT endpoint, kept, full_count FROM webhook_inbox_keep_refused($1::jsonb)"
+
+    # Queued row; body and headers are the request's (headers: RequestHeaders.from_env's text).
+    Row = Struct.new(:endpoint, :source_scope, :provider, :reason, :body, :headers, :env, :received_at, :bounds)
+
+    attr_accessor :exec, :flush_interval, :full_pause
+    attr_reader :dropped, :kept
+
+    # The bounds an endpoint option means: nil (off: false, nil), DEFAULT_BOUNDS (true), or
+    # a Hash merged over them. Raises ConfigurationError for anything else.
+    def self.bounds(option)
+      return nil if option.nil? || option == false
+      return DEFAULT_BOUNDS if option == true
+      raise ConfigurationError, "keep_refused must be true, false or a Hash of count:, bytes:, age:" unless option.is_a?(Hash)
+
+      unknown = option.keys - DEFAULT_BOUNDS.keys
+      raise ConfigurationError, "keep_refused: unknown bound #{unknown.first.inspect} (count:, bytes:, age:)" unless unknown.empty?
+
+      DEFAULT_BOUNDS.merge(option).each do |k, v|
+        raise ConfigurationError, "keep_refused #{k}: must be a positive Integer" unless v.is_a?(Integer) && v.positive?
+      end.freeze
+    end
+
+    # exec for an ActiveRecord connection pool.
+    def self.active_record_exec(pool_source = -> { ::ActiveRecord::Base.connection_pool })
+      ->(sql, params) { pool_source.call.with_connection { |c| c.exec_query(sql, "WebhookInbox refused", params).to_a } }
+    end
+
+    def initialize(exec: nil, flush_interval: 1, full_pause: FULL_PAUSE)
+      @exec = exec
+      @flush_interval = flush_interval
+      @full_pause = full_pause
+      @mutex = Mutex.new
+      @wake = ConditionVariable.new
+      @queue = []
+      @queued_bytes = 0
+      @full_until = {}
+      @dropped = 0
+      @kept = 0
+      @thread = nil
+      @pid = Process.pid
+    end
+
+    # Queues one refused delivery (the receiver's hook). Returns true when queued. Cheap;
+    # never raises into the request.
+    def keep(endpoint:, source_scope:, provider:, reason:, body:, env:, received_at:, bounds:)
+      return count_dropped unless @exec && room?(endpoint, body.bytesize)
+
+      env_line = ENV_KEYS.each_with_object({}) { |k, h| h[k] = env[k].to_s if env[k] }
+      row = Row.new(endpoint.to_s, source_scope, provider.to_s, reason.to_s, body, RequestHeaders.from_env(env),
+                    env_line, received_at, bounds)
+      @mutex.synchronize do
+        return count_dropped(locked: true) unless @queue.size < MAX_QUEUED && @queued_bytes + body.bytesize <= MAX_QUEUED_BYTES
+
+        @queue << row
+        @queued_bytes += body.bytesize
+        @wake.signal
+      end
+      start_thread
+      true
+    rescue StandardError
+      count_dropped
+    end
+
+    # Hands what waits to the database now. Returns the rows written (kept or found full);
+    # 0 on failure (they are dropped: a database that refuses them would refuse them again).
+    def flush
+      rows = @mutex.synchronize do
+        taken = @queue
+        @queue = []
+        @queued_bytes = 0
+        taken
+      end
+      return 0 if rows.empty?
+
+      answer = @exec.call(KEEP_SQL, [JSON.generate(rows.map { |r| to_json_row(r) })])
+      note(answer)
+      rows.size
+    rescue StandardError
+      @mutex.synchronize { @dropped += rows.size }
+      0
+    end
+
+    # Rows waiting for the next flush (diagnostics, tests).
+    def queued
+      @mutex.synchronize { @queue.size }
+    end
+
+    private
+
+    def room?(endpoint, bytes)
+      @mutex.synchronize do
+        pause = @full_until[endpoint.to_s]
+        @full_until.delete(endpoint.to_s) if pause && pause <= monotonic
+        (!pause || pause <= monotonic) && @queue.size < MAX_QUEUED && @queued_bytes + bytes <= MAX_QUEUED_BYTES
+      end
+    end
+
+    def count_dropped(locked: false)
+      locked ? @dropped += 1 : @mutex.synchronize { @dropped += 1 }
+      false
+    end
+
+    def to_json_row(row)
+      { endpoint: row.endpoint, source_scope: row.source_scope, provider: row.provider, reason: row.reason,
+        body: row.body.unpack1("H*"), request_headers: row.headers && JSON.parse(row.headers),
+        request_env: row.env, received_at: row.received_at.utc.iso8601(6),
+        max_count: row.bounds[:count], max_bytes: row.bounds[:bytes], max_age_s: row.bounds[:age] }
+    end
+
+    # Counts what was kept and pauses the endpoints the database found full.
+    def note(answer)
+      @mutex.synchronize do
+        answer.each do |r|
+          @kept += r["kept"].to_i
+          full = r["full_count"].to_i
+          @dropped += full
+          @full_until[r["endpoint"]] = monotonic + @full_pause if full.positive?
+        end
+      end
+    end
+
+    def monotonic
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+
+    # One writing thread per process (started again in a forked child); it wakes when a row
+    # is queued and writes at most every flush_interval seconds.
+    def start_thread
+      return if @thread&.alive? && @pid == Process.pid
+
+      @mutex.synchronize do
+        return if @thread&.alive? && @pid == Process.pid
+
+        @pid = Process.pid
+        @thread = Thread.new do
+          Thread.current.name = "webhook_inbox-refused"
+          loop do
+            @mutex.synchronize { @wake.wait(@mutex) while @queue.empty? }
+            flush
+            sleep @flush_interval
+          end
+        end
+      end
+    end
+  end
+
+  class << self
+    # The process's keeper of refused deliveries (see Refused).
+    def refused
+      @refused ||= Refused.new
+    end
+  end
+end

@@ -1,0 +1,175 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "pg"
+require "openssl"
+require "securerandom"
+require_relative "../support/receiver_helpers"
+
+# Issue 20 item 2: deliveries refused for a signature or secret mismatch are kept aside
+# (keep_refused), bounded, never processed, and admitted by reverify once the secret is fixed,
+# the signed timestamp checked against the receipt time.
+RSpec.describe WebhookInbox::Refused do
+  include ReceiverHelpers
+
+  let(:pg) { TestDatabase.cluster }
+  let(:conn) { PG.connect(pg.url) }
+  let(:conn_lock) { Mutex.new } # the keeper's thread and the spec share one connection
+  let(:exec) { ->(sql, params) { conn_lock.synchronize { conn.exec_params(sql, params).to_a } } }
+  let(:keeper) { described_class.new(exec: exec, flush_interval: 0.01) }
+  let(:inbox) { WebhookInbox::Inbox.new(database_url: pg.url, pool_size: 2) }
+  let(:endpoint) { "stripe_#{SecureRandom.hex(4)}" }
+  let(:scope) { unique_scope("refused") }
+
+  before(:all) { ReceiverHelpers.apply_schema(TestDatabase.cluster) }
+  after do
+    configurations.each(&:reset!)
+    inbox.close
+    conn.close
+  end
+
+  def receiver(secret, keep: true, **opts)
+    WebhookInbox::Receiver.new(provider: :stripe, secrets: [secret], source_scope: scope, inbox: inbox,
+                               endpoint: endpoint, keep_refused: keep, refused: keeper, **opts)
+  end
+
+  def delivery(id, secret, at: Time.now.to_i, signature: nil)
+    body = JSON.generate(id: id, type: "charge.succeeded", data: { object: { id: "ch_#{id}" } })
+    signature ||= "t=#{at},v1=#{OpenSSL::HMAC.hexdigest('SHA256', secret, "#{at}.#{body}")}"
+    rack_request("/hooks/stripe", body, { "Content-Type" => "application/json", "Stripe-Signature" => signature })
+  end
+
+  def kept_rows
+    pg.psql("SELECT body::text <> '', reason FROM webhook_inbox_refused WHERE endpoint = '#{endpoint}' ORDER BY id")
+      .split("\n")
+  end
+
+  def kept_count
+    pg.psql("SELECT count(*) FROM webhook_inbox_refused WHERE endpoint = '#{endpoint}'").to_i
+  end
+
+  # Waits until the keeper has written or dropped n deliveries (a deadline only, no time
+  # asserted); returns the rows kept for the endpoint.
+  def settle(n)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    sleep 0.01 until keeper.kept + keeper.dropped >= n || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    kept_count
+  end
+
+  def configuration(secret)
+    WebhookInbox::Configuration.new.tap do |c|
+      c.endpoint(endpoint.to_sym, provider: :stripe, secrets: [secret], scope: scope, keep_refused: true)
+      c.database_url = pg.url
+      configurations << c
+    end
+  end
+
+  let(:configurations) { [] }
+
+  it "admits a rotated secret's 20 refused deliveries on reverify, and nothing else" do
+    old = receiver("whsec_old")
+    ids = Array.new(20) { |i| "evt_rot_#{i}" }
+    ids.each { |id| expect(old.call(delivery(id, "whsec_new")).http_status).to eq(401) }
+    # A forged one (no secret signs it) and one whose timestamp was stale when it arrived,
+    # both refused as signature_mismatch by the old secret, are kept too...
+    expect(old.call(delivery("evt_forged", "whsec_attacker")).reason).to eq(:signature_mismatch)
+    expect(old.call(delivery("evt_stale", "whsec_new", at: Time.now.to_i - 3600)).reason).to eq(:signature_mismatch)
+    # ...but neither a delivery without a signature nor a stale one the old secret signs.
+    expect(old.call(delivery("evt_nosig", "x", signature: "")).http_status).to eq(401)
+    expect(old.call(delivery("evt_old_ok", "whsec_old", at: Time.now.to_i - 3600)).reason).to eq(:timestamp_out_of_tolerance)
+    expect(settle(22)).to eq(22)
+    expect(kept_rows.uniq).to eq(["t|signature_mismatch"])
+    expect(inbox_count(pg, scope)).to eq(0) # never processed: not in the inbox
+
+    # Reverify with the old secret still configured admits nothing.
+    result = WebhookInbox::Refused::Reverify.new(exec: exec, configuration: configuration("whsec_old"))
+                                            .call(endpoint, actor: "ops@test")
+    expect(result).to include(admitted: 0, still_refused: 22)
+
+    fixed = configuration("whsec_new")
+    result = WebhookInbox::Refused::Reverify.new(exec: exec, configuration: fixed).call(endpoint, actor: "ops@test")
+    expect(result).to include(admitted: 20, still_refused: 2, expired: 0)
+    expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type], r[:status]] })
+      .to eq(ids.sort.map { |id| [id, "charge.succeeded", "pending"] })
+    expect(pg.psql("SELECT count(*) FROM webhook_inbox WHERE source_scope = '#{scope}' " \
+                   "AND request_headers ? 'stripe-signature'").to_i).to eq(20)
+    left = pg.psql("SELECT convert_from(body, 'UTF8')::jsonb->>'id' FROM webhook_inbox_refused " \
+                   "WHERE endpoint = '#{endpoint}' ORDER BY 1").split("\n")
+    expect(left).to eq(%w[evt_forged evt_stale])
+    expect(pg.psql("SELECT actor, action, filter->>'endpoint', filter->>'still_refused', count FROM webhook_inbox_actions " \
+                   "WHERE id = #{result[:action_id]}").strip).to eq("ops@test|reverify|#{endpoint}|2|20")
+
+    # The same key as a delivery: the provider's own retry, now verified, is a duplicate.
+    expect(fixed.receiver(endpoint.to_sym).call(delivery("evt_rot_3", "whsec_new")).status).to eq(:duplicate)
+    # Again: nothing more is admitted; the forged and the stale stay refused.
+    again = WebhookInbox::Refused::Reverify.new(exec: exec, configuration: fixed).call(endpoint, actor: "ops@test")
+    expect(again).to include(admitted: 0, still_refused: 2)
+    expect(inbox_count(pg, scope)).to eq(20)
+  end
+
+  it "keeps nothing unless the endpoint asks (off by default)" do
+    expect(receiver("whsec_old", keep: false).call(delivery("evt_off", "whsec_new")).http_status).to eq(401)
+    expect(WebhookInbox::Receiver.new(provider: :stripe, secrets: ["whsec_old"], source_scope: scope, inbox: inbox)
+                                 .keep_refused).to be_nil
+    expect(keeper.queued + keeper.kept + keeper.dropped).to eq(0)
+    expect(kept_count).to eq(0)
+  end
+
+  it "keeps the oldest past the count bound: new ones are not kept" do
+    r = receiver("whsec_old", keep: { count: 3 })
+    5.times { |i| r.call(delivery("evt_c#{i}", "whsec_new")) }
+    expect(settle(5)).to eq(3)
+    ids = pg.psql("SELECT convert_from(body, 'UTF8')::jsonb->>'id' FROM webhook_inbox_refused " \
+                  "WHERE endpoint = '#{endpoint}' ORDER BY id").split("\n")
+    expect(ids).to eq(%w[evt_c0 evt_c1 evt_c2])
+    expect(keeper.dropped).to eq(2)
+    # Found full, the endpoint is paused: the next refusal is dropped in memory, never queued.
+    r.call(delivery("evt_c5", "whsec_new"))
+    expect([keeper.queued, keeper.dropped]).to eq([0, 3])
+  end
+
+  it "keeps within the bytes bound and deletes rows past the age bound" do
+    one = delivery("evt_b0", "whsec_new")["rack.input"].read.bytesize
+    keeper.full_pause = 0 # an endpoint found full is not paused here
+    r = receiver("whsec_old", keep: { bytes: one + 10, age: 86_400 })
+    r.call(delivery("evt_b0", "whsec_new"))
+    expect(settle(1)).to eq(1)
+    r.call(delivery("evt_b1", "whsec_new"))
+    expect(settle(2)).to eq(1) # the second does not fit
+    expect(keeper.dropped).to eq(1)
+    pg.psql("UPDATE webhook_inbox_refused SET received_at = received_at - interval '2 days' WHERE endpoint = '#{endpoint}'")
+    r.call(delivery("evt_b2", "whsec_new"))
+    expect(settle(3)).to eq(1)
+    expect(pg.psql("SELECT convert_from(body, 'UTF8')::jsonb->>'id' FROM webhook_inbox_refused " \
+                   "WHERE endpoint = '#{endpoint}'").strip).to eq("evt_b2")
+  end
+
+  it "never lets more than MAX_QUEUED wait in memory while the database is slow" do
+    gate = Queue.new
+    slow = described_class.new(exec: lambda { |_sql, _params|
+      gate.pop
+      []
+    })
+    env = delivery("evt_q", "whsec_new")
+    (described_class::MAX_QUEUED + 50).times do
+      slow.keep(endpoint: endpoint, source_scope: scope, provider: :stripe, reason: :signature_mismatch,
+                body: "{}", env: env, received_at: Time.now, bounds: described_class::DEFAULT_BOUNDS)
+    end
+    expect(slow.queued).to be <= described_class::MAX_QUEUED
+    expect(slow.dropped).to be >= 49
+  ensure
+    3.times { gate << true }
+  end
+
+  it "refuses keep_refused options it cannot use" do
+    expect { receiver("whsec_old", keep: { count: 0 }) }.to raise_error(WebhookInbox::ConfigurationError, /count/)
+    expect { receiver("whsec_old", keep: { rows: 5 }) }.to raise_error(WebhookInbox::ConfigurationError, /unknown bound/)
+    expect { receiver("whsec_old", keep: "yes") }.to raise_error(WebhookInbox::ConfigurationError, /keep_refused/)
+    expect(receiver("whsec_old", keep: { age: 60 }).keep_refused).to eq(described_class::DEFAULT_BOUNDS.merge(age: 60))
+  end
+
+  it "refuses to reverify an endpoint that is not configured" do
+    expect { WebhookInbox::Refused::Reverify.new(exec: exec, configuration: configuration("x")).call("nope", actor: "a") }
+      .to raise_error(WebhookInbox::ConfigurationError, /no endpoint/)
+  end
+end
