@@ -68,13 +68,6 @@ struct wi_slice wi_form_find(const char *s, size_t n, const char *name)
     return (struct wi_slice){NULL, 0};
 }
 
-/* One decoded pair: slices of the decode buffer (pointers, so that the comparison needs no
- * shared context: verifiers run on several threads at once). */
-struct pair {
-    const char *name, *value;
-    size_t nlen, vlen;
-};
-
 static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn)
 {
     int c = memcmp(a, b, an < bn ? an : bn);
@@ -83,54 +76,71 @@ static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn)
 
 static int cmp_pair(const void *x, const void *y)
 {
-    const struct pair *a = x, *b = y;
+    const struct wi_form_pair *a = x, *b = y;
     int c = cmp_bytes(a->name, a->nlen, b->name, b->nlen);
     return c ? c : cmp_bytes(a->value, a->vlen, b->value, b->vlen);
 }
 
-int wi_form_sorted(const char *s, size_t n, char **out, size_t *outn, int bad_code, struct wi_err *err)
+int wi_form_sorted_pairs(const char *s, size_t n, struct wi_form_pair **pairs, size_t *np, char **buf,
+                         int bad_code, struct wi_err *err)
 {
     struct wi_form_iter it;
     struct wi_slice k, v;
-    struct pair *pairs = NULL;
-    char *dec = NULL, *res = NULL;
-    size_t np = 0, cap = 1, o = 0, d = 0;
-    int rc = -1;
+    size_t cap = 1, d = 0;
 
-    *out = NULL;
-    *outn = 0;
+    *pairs = NULL, *np = 0, *buf = NULL;
     if (!n) return 0;
     for (size_t i = 0; i < n; i++) cap += s[i] == '&';
-    if (!(pairs = malloc(cap * sizeof *pairs)) || !(dec = malloc(n)) || !(res = malloc(n))) {
+    if (!(*pairs = malloc(cap * sizeof **pairs)) || !(*buf = malloc(n))) {
         wi_err_set(err, WI_ERR_NOMEM, "out of memory");
-        goto out;
+        goto fail;
     }
     wi_form_init(&it, s, n);
     while (wi_form_next(&it, &k, &v)) {
+        char *dec = *buf;
         long kl = wi_form_decode(k, dec + d), vl = kl < 0 ? -1 : wi_form_decode(v, dec + d + (size_t)kl);
         if (kl < 0 || vl < 0) {
             wi_err_set(err, bad_code, "form body has a malformed %%-escape");
-            goto out;
+            goto fail;
         }
-        pairs[np++] = (struct pair){dec + d, dec + d + (size_t)kl, (size_t)kl, (size_t)vl};
+        (*pairs)[(*np)++] = (struct wi_form_pair){dec + d, dec + d + (size_t)kl, (size_t)kl, (size_t)vl};
         d += (size_t)kl + (size_t)vl;
     }
-    qsort(pairs, np, sizeof *pairs, cmp_pair);
+    qsort(*pairs, *np, sizeof **pairs, cmp_pair);
+    return 0;
+fail:
+    free(*pairs);
+    free(*buf);
+    *pairs = NULL, *np = 0, *buf = NULL;
+    return -1;
+}
+
+int wi_form_sorted(const char *s, size_t n, char **out, size_t *outn, int bad_code, struct wi_err *err)
+{
+    struct wi_form_pair *pairs;
+    char *dec, *res = NULL;
+    size_t np, o = 0;
+
+    *out = NULL;
+    *outn = 0;
+    if (wi_form_sorted_pairs(s, n, &pairs, &np, &dec, bad_code, err)) return -1;
+    if (!n) return 0;
+    if (!(res = malloc(n))) {
+        free(pairs);
+        free(dec);
+        return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    }
     for (size_t i = 0; i < np; i++) {
         if (i && !cmp_pair(&pairs[i - 1], &pairs[i])) continue; /* a repeated name=value counts once */
         memcpy(res + o, pairs[i].name, pairs[i].nlen);
         memcpy(res + o + pairs[i].nlen, pairs[i].value, pairs[i].vlen);
         o += pairs[i].nlen + pairs[i].vlen;
     }
+    free(pairs);
+    free(dec);
     *out = res;
     *outn = o;
-    res = NULL;
-    rc = 0;
-out:
-    free(res);
-    free(dec);
-    free(pairs);
-    return rc;
+    return 0;
 }
 
 size_t wi_url_unescape(const char *url, size_t n, const char *keep, char *out)

@@ -29,6 +29,18 @@ long wi_form_decode(struct wi_slice s, char *out);
  * or an absent slice. A pair whose name does not decode is skipped. */
 struct wi_slice wi_form_find(const char *s, size_t n, const char *name);
 
+/* One decoded pair; name and value point into the buffer wi_form_sorted_pairs returns. */
+struct wi_form_pair {
+    const char *name, *value;
+    size_t nlen, vlen;
+};
+
+/* Every pair of s[0..n) decoded and sorted by name then value (bytewise). Returns 0 and sets
+ * *pairs and *np, *buf owning the decoded bytes (both malloc'd, caller frees; NULL when
+ * n == 0), or -1 and fills *err (WI_ERR_NOMEM, or code bad_code: a malformed %-escape). */
+int wi_form_sorted_pairs(const char *s, size_t n, struct wi_form_pair **pairs, size_t *np, char **buf,
+                         int bad_code, struct wi_err *err);
+
 /* Twilio's signed form: every pair decoded, sorted by name then value (bytewise), exact
  * duplicates dropped, written as name+value one after another. Returns 0 and sets *out
  * (malloc'd, caller frees; NULL when n == 0) and *outn, or -1 and fills *err

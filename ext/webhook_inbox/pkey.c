@@ -6,6 +6,7 @@
 #include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,16 @@ struct wi_pkey *wi_pkey_new(enum wi_pkey_alg alg, const unsigned char *der, size
         if (!pk) {
             ERR_clear_error();
             wi_err_set(err, WI_ERR_ARG, "an Ed25519 public key is 32 bytes");
+            return NULL;
+        }
+    } else if (alg == WI_PKEY_RSA_SHA1) {
+        BIO *b = n <= 16384 ? BIO_new_mem_buf(der, (int)n) : NULL;
+        pk = b ? PEM_read_bio_PUBKEY(b, NULL, NULL, NULL) : NULL;
+        BIO_free(b);
+        if (!pk || EVP_PKEY_get_base_id(pk) != EVP_PKEY_RSA || EVP_PKEY_get_bits(pk) < 2048) {
+            EVP_PKEY_free(pk);
+            ERR_clear_error();
+            wi_err_set(err, WI_ERR_ARG, "not a PEM RSA public key of at least 2048 bits");
             return NULL;
         }
     } else {
@@ -64,7 +75,8 @@ int wi_pkey_verify(const struct wi_pkey *k, const struct wi_slice *parts, size_t
 
     if (k->alg == WI_PKEY_ED25519 && siglen != 64) return 0;
     if (!(c = EVP_MD_CTX_new())) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
-    if (EVP_DigestVerifyInit(c, NULL, k->alg == WI_PKEY_ED25519 ? NULL : EVP_sha256(), NULL, k->pk) != 1) {
+    const EVP_MD *md = k->alg == WI_PKEY_ED25519 ? NULL : k->alg == WI_PKEY_RSA_SHA1 ? EVP_sha1() : EVP_sha256();
+    if (EVP_DigestVerifyInit(c, NULL, md, NULL, k->pk) != 1) {
         wi_err_set(err, WI_ERR_CRYPTO, "signature verification setup failed");
         goto out;
     }

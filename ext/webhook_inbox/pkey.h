@@ -7,12 +7,13 @@
 #include "sig_slice.h"
 #include "wi_err.h"
 
-enum wi_pkey_alg { WI_PKEY_ED25519, WI_PKEY_ECDSA_P256 };
+enum wi_pkey_alg { WI_PKEY_ED25519, WI_PKEY_ECDSA_P256, WI_PKEY_RSA_SHA1 };
 
 struct wi_pkey; /* opaque: an EVP_PKEY and its algorithm */
 
 /* Ed25519 from its 32 raw public-key bytes; ECDSA P-256 from a DER SubjectPublicKeyInfo
- * (SendGrid's "verification key", base64-decoded). Returns a key, or NULL and fills *err
+ * (SendGrid's "verification key", base64-decoded); RSA (PKCS#1 v1.5 with SHA-1, at least
+ * 2048 bits) from a PEM "PUBLIC KEY" (Paddle Classic's public key). Returns a key, or NULL and fills *err
  * (WI_ERR_ARG: not such a key; the message never quotes it). Borrows der. */
 struct wi_pkey *wi_pkey_new(enum wi_pkey_alg alg, const unsigned char *der, size_t n, struct wi_err *err);
 
@@ -20,7 +21,7 @@ struct wi_pkey *wi_pkey_new(enum wi_pkey_alg alg, const unsigned char *der, size
 void wi_pkey_free(struct wi_pkey *key);
 
 /* Signature bytes the algorithm can take: 64 for Ed25519, a DER ECDSA signature (at most
- * WI_PKEY_SIG_MAX) for P-256. */
+ * WI_PKEY_SIG_MAX) for P-256, the modulus size for RSA. */
 #define WI_PKEY_SIG_MAX 72
 
 /* The DER form of a raw P-256 signature r||s (64 bytes, as JWS ES256 sends it) into der

@@ -15,7 +15,8 @@ enum wi_sig_encoding { WI_SIG_HEX, WI_SIG_BASE64 };
 
 enum wi_alg {
     WI_ALG_HMAC_SHA1, WI_ALG_HMAC_SHA256, WI_ALG_HMAC_SHA512, WI_ALG_ED25519, WI_ALG_ECDSA_P256,
-    WI_ALG_HTTP_BASIC /* no signature: HTTP Basic credentials (sig_basic.c) */
+    WI_ALG_HTTP_BASIC, /* no signature: HTTP Basic credentials (sig_basic.c) */
+    WI_ALG_RSA_SHA1    /* RSA PKCS#1 v1.5 over SHA-1 (Paddle Classic, sig_paddle.c) */
 };
 
 /* What a configured secret is. */
@@ -26,7 +27,8 @@ enum wi_key_form {
     WI_KEY_BASE64,  /* base64 of a raw public key (after key_prefix, e.g. "whpk_") */
     WI_KEY_B64_DER, /* base64 of a DER SubjectPublicKeyInfo (SendGrid's verification key) */
     WI_KEY_JWK,     /* an EC P-256 JWK (JSON), with its kid (Plaid's webhook verification keys) */
-    WI_KEY_CREDENTIALS /* "user:password" (HTTP Basic); only its SHA-256 is kept */
+    WI_KEY_CREDENTIALS, /* "user:password" (HTTP Basic); only its SHA-256 is kept */
+    WI_KEY_PEM          /* a PEM public key, as is */
 };
 
 /* How the signature header is laid out. */

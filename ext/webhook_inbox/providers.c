@@ -8,6 +8,7 @@
 #include "sig_jwt.h"
 #include "sig_basic.h"
 #include "sig_mailgun.h"
+#include "sig_paddle.h"
 
 #define HMAC256(t) {{t, WI_ALG_HMAC_SHA256, WI_KEY_RAW, NULL}}
 #define NONE WI_NO_SLOT
@@ -136,6 +137,13 @@ static const struct wi_provider table[] = {
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .type_fields = {"webhook_type"},
      .tolerance = WI_SIG_DEFAULT_TOLERANCE,
      .content = "JWT claims: `request_body_sha256` = hex SHA-256 of the body, `iat`", .custom = wi_sig_jwt},
+    /* Paddle Classic: a form whose p_signature signs the other fields (RSA, Paddle's public key) */
+    {.name = "paddle_classic", .title = "Paddle Classic", .enc = WI_SIG_BASE64,
+     .versions = {{NULL, WI_ALG_RSA_SHA1, WI_KEY_PEM, NULL}}, .tmpl = "{body}", .sig_field = "p_signature",
+     .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"alert_id"}, .type_fields = {"alert_name"},
+     .tolerance = -1,
+     .content = "the other form fields sorted by name, PHP-`serialize()`d (`a:N:{s:len:\"name\";s:len:\"value\";…}`)",
+     .custom = wi_sig_paddle_classic},
     /* generic: the headers, prefix, encoding, algorithm and template come from wi_sig_config */
     {.name = "hmac", .title = "anything else", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id", "id"},

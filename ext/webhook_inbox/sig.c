@@ -180,6 +180,7 @@ static long decode_key(const struct wi_sig_version *ver, const char *s, size_t n
     if (ver->key_prefix) wi_slice_strip_prefix(rest, ver->key_prefix, &rest);
     switch (ver->key) {
     case WI_KEY_RAW:
+    case WI_KEY_PEM:
         return -2; /* the secret itself */
     case WI_KEY_WHSEC:
         wi_slice_strip_prefix(rest, "whsec_", &rest);
@@ -255,8 +256,9 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
         k.hmac = dl == -2 ? wi_hmac_key_new(hmac_alg(ver->alg), s, n, err)
                           : wi_hmac_key_new(hmac_alg(ver->alg), decoded, (size_t)dl, err);
     else
-        k.pk = wi_pkey_new(ver->alg == WI_ALG_ED25519 ? WI_PKEY_ED25519 : WI_PKEY_ECDSA_P256, decoded,
-                           (size_t)dl, err);
+        k.pk = dl == -2 ? wi_pkey_new(WI_PKEY_RSA_SHA1, (const unsigned char *)s, n, err)
+                        : wi_pkey_new(ver->alg == WI_ALG_ED25519 ? WI_PKEY_ED25519 : WI_PKEY_ECDSA_P256, decoded,
+                                      (size_t)dl, err);
     if (!k.hmac && !k.pk && !k.has_digest) {
         name_secret(err, idx);
         goto out;

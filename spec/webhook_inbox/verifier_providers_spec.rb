@@ -5,6 +5,7 @@ require_relative "../support/verifier_helpers"
 require "json"
 require "openssl"
 require "base64"
+require "uri"
 
 # The providers added as table entries (ext/webhook_inbox/providers.c): for each, a valid
 # delivery, a tampered body, a wrong key, a stale timestamp (where the provider signs one)
@@ -332,6 +333,59 @@ RSpec.describe WebhookInbox::Verifier do
       expect(r.receive(body, env).http_status).to eq(200)
       expect(r.receive(body, env.merge("HTTP_AUTHORIZATION" => "Basic #{Base64.strict_encode64("hooks:x")}")).http_status).to eq(401)
       expect(store.inserts.size).to eq(1)
+    end
+  end
+
+  describe ":paddle_classic (RSA over the PHP-serialized form)" do
+    let(:rsa) { OpenSSL::PKey::RSA.new(2048) }
+    let(:verifier) { described_class.new(:paddle_classic, secrets: [rsa.public_to_pem.strip]) }
+    let(:fields) do
+      { "alert_name" => "subscription_created", "alert_id" => "1923482061", "passthrough" => "a b&c=é+ü",
+        "event_time" => "2023-11-14 22:13:20", "subscription_id" => "8", "status" => "active" }
+    end
+
+    # As Paddle's docs sign: ksort, PHP serialize() of the string array, RSA-SHA1, base64.
+    def php_serialize(h) = "a:#{h.size}:{#{h.sort.map { |k, v| %(s:#{k.bytesize}:"#{k}";s:#{v.bytesize}:"#{v}";) }.join}}"
+
+    def form(h, key: rsa, extra: {})
+      sig = Base64.strict_encode64(key.sign("SHA1", php_serialize(h)))
+      URI.encode_www_form(h.merge(extra).to_a.reverse + [["p_signature", sig]])
+    end
+
+    it "verifies the signed form and reads its alert_id and alert_name" do
+      ev = verifier.verify(form(fields), {}, now: now)
+      expect([ev.event_id, ev.event_type]).to eq(%w[1923482061 subscription_created])
+    end
+
+    it "refuses a changed or added field, another key, and no signature" do
+      body = form(fields)
+      expect(reason_of { verifier.verify(body.sub("status=active", "status=deleted"), {}, now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(form(fields, extra: { "coupon" => "FREE" }), {}, now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(form(fields, key: OpenSSL::PKey::RSA.new(2048)), {}, now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(URI.encode_www_form(fields), {}, now: now) }).to eq(:missing_signature)
+      expect(reason_of { verifier.verify("#{body}&p_signature=AAAA", {}, now: now) }).to eq(:malformed_payload)
+    end
+
+    it "refuses a field twice or a name PHP would not keep as a string key, and keys that are not RSA >= 2048" do
+      expect(reason_of { verifier.verify("#{form(fields)}&status=deleted", {}, now: now) }).to eq(:malformed_payload)
+      expect(reason_of { verifier.verify(form(fields.merge("10" => "x")), {}, now: now) }).to eq(:malformed_payload)
+      ["not a key", OpenSSL::PKey::RSA.new(1024).public_to_pem.strip, OpenSSL::PKey::EC.generate("prime256v1").public_to_pem.strip].each do |k|
+        expect { described_class.new(:paddle_classic, secrets: [k]) }.to raise_error(WebhookInbox::ConfigurationError, /RSA/)
+      end
+    end
+
+    it "the Receiver takes the form, stores it once by alert_id, and refuses a forged one" do
+      store = recording_store
+      r = WebhookInbox::Receiver.new(provider: :paddle_classic, secrets: [rsa.public_to_pem.strip], source_scope: "paddle:v1", inbox: store)
+      env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/x-www-form-urlencoded" }
+      expect(r.receive(form(fields), env).http_status).to eq(200)
+      expect(r.receive(form(fields).sub("status=active", "status=past_due"), env).http_status).to eq(401)
+      expect(store.inserts.map { |i| i[:event_id] }).to eq(["1923482061"])
+    end
+
+    it "signs no time (tolerance nil); a replay is the same event by its signed alert_id" do
+      expect(described_class::PROVIDERS.fetch(:paddle_classic)[:tolerance]).to be_nil
+      expect(verifier.verify(form(fields), {}, now: now + 86_400).event_id).to eq(verifier.verify(form(fields), {}, now: now).event_id)
     end
   end
 

@@ -1,7 +1,7 @@
 /* fuzz_providers.c - libFuzzer entry point for every provider entry through the generic
  * engine (signature layouts, timestamp and id headers, body field paths such as
  * "meta.event_name", challenges) and for secret parsing in each key form (hex and base64
- * public keys, DER P-256, P-256 JWKs, whsec_/whpk_); JWT entries (Vonage, Plaid) get
+ * public keys, DER P-256, P-256 JWKs, RSA PEM, user:password, whsec_/whpk_); JWT entries (Vonage, Plaid) get
  * their token in the first header. The first byte picks the entry; the second says
  * whether the rest is a secret to add or a request: body, then header values split on 0xff,
  * then the URL ({url}: Twilio's sorted form and bodySHA256, Square, HubSpot's unescaping). */
@@ -25,6 +25,16 @@ static void setup(void)
     static const char *const p256_jwk = /* RFC 7515 A.3's key */
         "{\"kty\":\"EC\",\"crv\":\"P-256\",\"kid\":\"k1\",\"x\":\"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU\","
         "\"y\":\"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0\"}";
+    static const char *const rsa_pem = /* a 2048-bit RSA public key */
+        "-----BEGIN PUBLIC KEY-----\n"
+        "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAhPMKYQVwEMfBnE3Y4EE8\n"
+        "n8nrvEJK4qxmtxVxlGEfagHM7uYBcyu71Ar7GHMwOjqWsX91YJUQE13ucSrlBmDp\n"
+        "wjUAgRbqOjxiB88qG83yMaNjy7P0eK35YdzeNjDppRz2h6fHi/OktSGZqGhDQRO+\n"
+        "YHoOiFSVbSiIMAdSTzaD0VL1w3E9+mQUPHJ/jzaG7ynLraBK5XDZDjKWsvWBsgAA\n"
+        "hAMVsAP/ieYL2m+HjI3pRLEDSn8pmgwlITQ7r7WN/FmLPILGgPYxmChZ1ah5DCFK\n"
+        "+9pOcW+cdvdcRp+ozOh7KMdpDxbhA7H47Mp96NSwjOcurR5Ack7UiysWRSQB8F/l\n"
+        "+QIDAQAB\n"
+        "-----END PUBLIC KEY-----";
     nentries = wi_provider_count() < MAX_ENTRIES ? wi_provider_count() : MAX_ENTRIES;
     for (size_t i = 0; i < nentries; i++) {
         const struct wi_provider *p = wi_provider_at(i);
@@ -36,6 +46,7 @@ static void setup(void)
                              : p->versions[0].key == WI_KEY_B64_DER ? p256_der
                              : p->versions[0].key == WI_KEY_JWK     ? p256_jwk
                              : p->versions[0].key == WI_KEY_CREDENTIALS ? "user:password"
+                             : p->versions[0].key == WI_KEY_PEM     ? rsa_pem
                                                                     : "whsec_c2VjcmV0";
         verifiers[i] = wi_sig_verifier_new(&cfg, &err);
         if (!verifiers[i] || wi_sig_verifier_add_secret(verifiers[i], secret, strlen(secret), &err)) abort();
