@@ -4,7 +4,8 @@
 # string (?scope=...&id=...): scopes hold ':' and provider ids may hold '/' or '.'; an
 # effect likewise by its operation id (?id=...).
 # Requeue and replay, of one event or of a filter, go through the confirmation page (bulk);
-# requeues of effects through their own (effects/requeue).
+# requeues of effects through their own (effects/requeue). A kept refused delivery is named by
+# its number (?id=...); reverify is a POST per endpoint.
 WebhookInbox::Engine.routes.draw do
   root to: "dashboard#show"
   get "events", to: "events#index", as: :events
@@ -15,5 +16,8 @@ WebhookInbox::Engine.routes.draw do
   get "effect", to: "effects#show", as: :effect
   get "effects/requeue", to: "effect_requeues#new", as: :new_effects_requeue
   post "effects/requeue", to: "effect_requeues#create", as: :effects_requeue
+  get "refused", to: "refused#index", as: :refused_index
+  get "refused/delivery", to: "refused#show", as: :refused
+  post "refused/reverify", to: "refused#reverify", as: :refused_reverify
   get "actions", to: "actions#index", as: :actions
 end

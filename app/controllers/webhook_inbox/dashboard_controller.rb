@@ -2,7 +2,8 @@
 
 module WebhookInbox
   # The overview: backlog, quarantine, last hour's done and latency (webhook_inbox_stats),
-  # per-hour charts (webhook_inbox_hourly), rejected deliveries by scope and reason, the
+  # per-hour charts (webhook_inbox_hourly), rejected deliveries by scope and reason, refused
+  # deliveries kept aside per endpoint (webhook_inbox_refused), the
   # outbox by destination (webhook_inbox_outbox_stats), types waiting for a route, the latest
   # actions. Every query reads pending, quarantined or
   # recent rows only (see db/005_history.sql).
@@ -30,6 +31,11 @@ module WebhookInbox
            GROUP BY h ORDER BY h
         SQL
         @outbox = c.select_all("SELECT * FROM webhook_inbox_outbox_stats()", "WebhookInbox outbox stats").to_a
+        @refused = c.select_all(<<~SQL.squish, "WebhookInbox refused").to_a
+          SELECT endpoint, count(*) AS count, sum(octet_length(body))::bigint AS bytes,
+                 to_char(max(received_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI"Z"') AS last_received
+            FROM webhook_inbox_refused GROUP BY 1 ORDER BY 2 DESC LIMIT 50
+        SQL
         @unrouted = c.select_all("SELECT event_type, pending FROM webhook_inbox_unrouted() LIMIT 20",
                                  "WebhookInbox unrouted").to_a
         @actions = c.select_all(<<~SQL.squish, "WebhookInbox actions").to_a

@@ -8,9 +8,10 @@
 #   bin/rails webhook_inbox:requeue ID=scope/event_id | TYPE=... | SCOPE=... | EVENT_ID=... | ALL=1
 #   bin/rails webhook_inbox:replay  ID=... | TYPE=... | SCOPE=... | EVENT_ID=...  (done events run again)
 #   bin/rails webhook_inbox:prune OLDER_THAN=30d
+#   bin/rails webhook_inbox:reverify ENDPOINT=stripe  (refused deliveries kept aside, verified again)
 #   bin/rails webhook_inbox:requeue_effects OPERATION_ID= | DESTINATION= | HANDLER= | EVENT= | ALL=1
 #                                                 (quarantined effects: effect_tasks.rake, loaded by the engine)
-# Requeues, replays and prunes are recorded in webhook_inbox_actions with ACTOR= (default $USER@host).
+# Requeues, replays, prunes and reverifies are recorded in webhook_inbox_actions with ACTOR= (default $USER@host).
 #   bin/rails webhook_inbox:sidecar               (run; ARGS="--concurrency 2" for more flags)
 #   bin/rails webhook_inbox:doctor                (what is configured and missing; exits 1 if something is)
 # For a long-running sidecar prefer bin/webhook-inbox-sidecar: it takes flags directly.
@@ -56,6 +57,19 @@ namespace :webhook_inbox do
   task prune: :environment do
     abort "webhook_inbox:prune needs OLDER_THAN= (e.g. 30d)" if ENV["OLDER_THAN"].to_s.empty?
     sidecar.call("prune", "--older-than", ENV["OLDER_THAN"], *actor.call)
+  end
+
+  desc "Verify the refused deliveries kept for ENDPOINT= again with its current secrets and admit the ones that verify (ACTOR= for the audit)"
+  task reverify: :environment do
+    require "socket"
+    name = ENV["ENDPOINT"].to_s
+    abort "webhook_inbox:reverify needs ENDPOINT= (a configured endpoint name)" if name.empty?
+    who = ENV["ACTOR"].to_s.empty? ? "#{ENV['USER'].to_s.empty? ? 'unknown' : ENV['USER']}@#{Socket.gethostname}" : ENV["ACTOR"]
+    r = WebhookInbox::Refused::Reverify.new(exec: WebhookInbox::Refused.active_record_exec).call(name, actor: who)
+    puts "reverified #{name}: #{r[:admitted]} admitted, #{r[:still_refused]} still refused, #{r[:expired]} expired " \
+         "(action ##{r[:action_id]})"
+  rescue WebhookInbox::ConfigurationError, WebhookInbox::StoreError => e
+    abort "webhook_inbox:reverify: #{e.message}"
   end
 
   desc "What is configured and what is missing: schema version, routes, sidecar, endpoint secrets (never printed)"

@@ -8,7 +8,8 @@ WebhookInbox.configure do |c|
   c.dashboard_base_controller = "AdminController"
   c.dashboard_actor = ->(controller) { controller.current_admin }
   c.dashboard_page_size = Integer(ENV.fetch("WI_DASHBOARD_PAGE_SIZE", "50"))
-  c.endpoint(:stripe, secrets: [ENV.fetch("STRIPE_WEBHOOK_SECRET")], scope: ENV.fetch("STRIPE_SCOPE"), tolerance: 300)
+  c.endpoint(:stripe, secrets: [ENV.fetch("STRIPE_WEBHOOK_SECRET")], scope: ENV.fetch("STRIPE_SCOPE"), tolerance: 300,
+                      keep_refused: ENV["WI_KEEP_REFUSED"] == "1")
   if ENV["DIDIT_WEBHOOK_SECRET"]
     c.endpoint(:didit, secrets: [ENV["DIDIT_WEBHOOK_SECRET"]], scope: ENV.fetch("DIDIT_SCOPE", "didit:app:live"))
   end
