@@ -96,7 +96,8 @@ struct wi_provider {
     const char *ts_field; /* or the body's top-level field holding it (signed with the body) */
     int ts_ms;            /* the timestamp counts milliseconds */
     int id_slots[2];      /* headers the id may come from, the first present wins */
-    int id_required;      /* a missing id header is WI_SIG_E_MISSING_ID */
+    int id_required;      /* a missing id header is WI_SIG_E_MISSING_ID (custom schemes: the
+                             id field is required, there is no SHA-256 fallback) */
     int type_slot;        /* header holding the event type, or WI_NO_SLOT */
     const char *id_fields[3];   /* else the body's top-level fields, first present wins; a
                                    "a.b" path reads field b of object a */

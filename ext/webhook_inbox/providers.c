@@ -117,7 +117,8 @@ static const struct wi_provider table[] = {
     /* the signature is inside the body and signs timestamp + token, not event-data */
     {.name = "mailgun", .title = "Mailgun", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",
      .sig_field = "signature.signature", .ts_slot = NONE, .ts_field = "signature.timestamp", .id_slots = NO_IDS, .type_slot = NONE,
-     .id_fields = {"signature.token"}, .type_fields = {"event-data.event"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE,
+     .id_fields = {"signature.token"}, .id_required = 1, .type_fields = {"event-data.event"},
+     .tolerance = WI_SIG_DEFAULT_TOLERANCE,
      .content = "body `signature.timestamp` + `signature.token`; **`event-data` is not signed**",
      .custom = wi_sig_mailgun},
     /* no signature at all: the endpoint's HTTP Basic credentials (authentication, not integrity) */

@@ -505,6 +505,7 @@ static VALUE provider_hash(const struct wi_provider *p)
     rb_hash_aset(h, sym("ts_ms"), p->ts_ms ? Qtrue : Qfalse);
     rb_hash_aset(h, sym("id_slots"), rb_obj_freeze(rb_ary_new_from_args(2, p->id_slots[0] == WI_NO_SLOT ? Qnil : INT2NUM(p->id_slots[0]),
                                                                      p->id_slots[1] == WI_NO_SLOT ? Qnil : INT2NUM(p->id_slots[1]))));
+    rb_hash_aset(h, sym("id_required"), p->id_required ? Qtrue : Qfalse);
     rb_hash_aset(h, sym("id_signed"), wi_provider_id_signed(p) ? Qtrue : Qfalse);
     rb_hash_aset(h, sym("type_slot"), p->type_slot == WI_NO_SLOT ? Qnil : INT2NUM(p->type_slot));
     rb_hash_aset(h, sym("id_fields"), rb_obj_freeze(ids));

@@ -103,6 +103,8 @@ module WebhookInbox
       id = if e[:id_slots].first
              names = e[:id_slots].compact.map { |i| code(e[:headers][i]) }.join(" or ")
              e[:id_signed] ? "#{names} (signed)" : "#{names} unsigned: default id = SHA-256 of the body"
+           elsif e[:id_fields].any? && e[:id_required]
+             "body #{e[:id_fields].map { |f| code(f) }.join(" or ")} (signed, required)"
            elsif e[:id_fields].any?
              "body #{e[:id_fields].map { |f| code(f) }.join(" or ")}, else SHA-256 of the body"
            else
