@@ -73,10 +73,21 @@ COMMENT ON FUNCTION webhook_inbox_filter_sql(jsonb) IS
     'Internal: the WHERE clause (fixed text, values as $1..$7) for a requeue/replay filter; never an emptied (pruned) row.';
 
 -- The audit trail takes the CLI's and rake's prunes beside requeues and replays (they come
--- with the actor: --actor, else $USER@host). Re-created, so a re-run keeps one constraint.
-ALTER TABLE webhook_inbox_actions DROP CONSTRAINT IF EXISTS webhook_inbox_actions_action_check;
-ALTER TABLE webhook_inbox_actions ADD CONSTRAINT webhook_inbox_actions_action_check
-    CHECK (action IN ('requeue', 'replay', 'prune'));
+-- with the actor: --actor, else $USER@host). Widened, never narrowed:
+-- re-run after a later file allowed more actions (the chain is applied whole by every
+-- migrate), this leaves that constraint, and the rows it admits, alone.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'webhook_inbox_actions'::regclass
+                      AND conname = 'webhook_inbox_actions_action_check'
+                      AND pg_get_constraintdef(oid) LIKE '%''prune''%') THEN
+        ALTER TABLE webhook_inbox_actions DROP CONSTRAINT IF EXISTS webhook_inbox_actions_action_check;
+        ALTER TABLE webhook_inbox_actions ADD CONSTRAINT webhook_inbox_actions_action_check
+            CHECK (action IN ('requeue', 'replay', 'prune'));
+    END IF;
+END
+$$;
 COMMENT ON COLUMN webhook_inbox_actions.action IS
     'requeue: quarantined -> pending; replay: done -> pending (e.g. after fixing a handler); prune: done events emptied (and delivered effects deleted) by `webhook-inbox-sidecar prune` or rake webhook_inbox:prune.';
 COMMENT ON COLUMN webhook_inbox_actions.filter IS

@@ -87,10 +87,21 @@ COMMENT ON FUNCTION webhook_inbox_keep_refused(jsonb) IS
     'Keeps a batch of refused deliveries within each endpoint''s bounds (count, bytes, age; past a bound new ones are not kept); returns per endpoint how many were kept and how many found it full.';
 
 -- The audit trail takes reverifies (dashboard button and rake webhook_inbox:reverify, with the
--- actor). Re-created, so a re-run keeps one constraint.
-ALTER TABLE webhook_inbox_actions DROP CONSTRAINT IF EXISTS webhook_inbox_actions_action_check;
-ALTER TABLE webhook_inbox_actions ADD CONSTRAINT webhook_inbox_actions_action_check
-    CHECK (action IN ('requeue', 'replay', 'prune', 'reverify'));
+-- actor). Widened, never narrowed:
+-- re-run after a later file allowed more actions (the chain is applied whole by every
+-- migrate), this leaves that constraint, and the rows it admits, alone.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'webhook_inbox_actions'::regclass
+                      AND conname = 'webhook_inbox_actions_action_check'
+                      AND pg_get_constraintdef(oid) LIKE '%''reverify''%') THEN
+        ALTER TABLE webhook_inbox_actions DROP CONSTRAINT IF EXISTS webhook_inbox_actions_action_check;
+        ALTER TABLE webhook_inbox_actions ADD CONSTRAINT webhook_inbox_actions_action_check
+            CHECK (action IN ('requeue', 'replay', 'prune', 'reverify'));
+    END IF;
+END
+$$;
 COMMENT ON COLUMN webhook_inbox_actions.action IS
     'requeue: quarantined -> pending; replay: done -> pending (e.g. after fixing a handler); prune: done events emptied (and delivered effects deleted) by `webhook-inbox-sidecar prune` or rake webhook_inbox:prune; reverify: refused deliveries of an endpoint verified again, the ones that verify stored in the inbox.';
 COMMENT ON COLUMN webhook_inbox_actions.filter IS
