@@ -29,7 +29,9 @@ RSpec.describe "README commands" do
     "webhook-inbox-sidecar reconcile --endpoint 'gh=github:github:acme hook=repos/acme/app/hooks/42' --endpoint gh " \
     "--since 72h" => "spec/sidecar/reconcile_spec.rb",
     "webhook-inbox-sidecar run --endpoint 'billing=stripe:stripe:acct_123:live' --reconcile billing=1h" =>
-      "spec/sidecar/reconcile_spec.rb"
+      "spec/sidecar/reconcile_spec.rb",
+    # In spec/rails_app under Puma, with refused deliveries kept:
+    "bin/rails webhook_inbox:reverify ENDPOINT=stripe ACTOR=ops@example.com" => "spec/dashboard/dashboard_refused_spec.rb"
   }
   run_here = [
     "webhook-inbox-sidecar migrate", "webhook-inbox-sidecar stats", "webhook-inbox-sidecar stats --json",
