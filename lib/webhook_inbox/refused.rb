@@ -26,7 +26,8 @@ module WebhookInbox
   # The 401 costs the request one mutex and an Array push: nothing is written per request.
   # A background thread hands what waits to the database (one statement,
   # webhook_inbox_keep_refused, per batch, enforcing the bounds under a lock per endpoint).
-  # At most MAX_QUEUED rows / MAX_QUEUED_BYTES wait per process; an endpoint the database
+  # At most MAX_QUEUED rows / MAX_QUEUED_BYTES wait per process (MAX_QUEUED_PER_ENDPOINT of
+  # one endpoint); an endpoint the database
   # found full is not queued for full_pause (FULL_PAUSE) seconds; what is not kept is
   # counted in #dropped.
   # A process that dies loses what waits (the sender got its 401 either way).
@@ -38,6 +39,7 @@ module WebhookInbox
     REASONS = %i[signature_mismatch no_secret unknown_key].freeze
     DEFAULT_BOUNDS = { count: 1_000, bytes: 16 * 1024 * 1024, age: 7 * 86_400 }.freeze
     MAX_QUEUED = 200
+    MAX_QUEUED_PER_ENDPOINT = 100 # a flood on one endpoint leaves room for the others
     MAX_QUEUED_BYTES = 8 * 1024 * 1024
     FULL_PAUSE = 10
     # What a URL-signed provider's signature covers besides the headers (Verifier#request_url).
@@ -78,6 +80,7 @@ module WebhookInbox
       @wake = ConditionVariable.new
       @queue = []
       @queued_bytes = 0
+      @queued_per = Hash.new(0)
       @full_until = {}
       @dropped = 0
       @kept = 0
@@ -94,10 +97,11 @@ module WebhookInbox
       row = Row.new(endpoint.to_s, source_scope, provider.to_s, reason.to_s, body, RequestHeaders.from_env(env),
                     env_line, received_at, bounds)
       @mutex.synchronize do
-        return count_dropped(locked: true) unless @queue.size < MAX_QUEUED && @queued_bytes + body.bytesize <= MAX_QUEUED_BYTES
+        return count_dropped(locked: true) unless fits?(row.endpoint, body.bytesize)
 
         @queue << row
         @queued_bytes += body.bytesize
+        @queued_per[row.endpoint] += 1
         @wake.signal
       end
       start_thread
@@ -113,6 +117,7 @@ module WebhookInbox
         taken = @queue
         @queue = []
         @queued_bytes = 0
+        @queued_per.clear
         taken
       end
       return 0 if rows.empty?
@@ -136,8 +141,13 @@ module WebhookInbox
       @mutex.synchronize do
         pause = @full_until[endpoint.to_s]
         @full_until.delete(endpoint.to_s) if pause && pause <= monotonic
-        (!pause || pause <= monotonic) && @queue.size < MAX_QUEUED && @queued_bytes + bytes <= MAX_QUEUED_BYTES
+        (!pause || pause <= monotonic) && fits?(endpoint.to_s, bytes)
       end
+    end
+
+    # Whether a row of endpoint with bytes fits the in-memory bounds (under the mutex).
+    def fits?(endpoint, bytes)
+      @queue.size < MAX_QUEUED && @queued_bytes + bytes <= MAX_QUEUED_BYTES && @queued_per[endpoint] < MAX_QUEUED_PER_ENDPOINT
     end
 
     def count_dropped(locked: false)

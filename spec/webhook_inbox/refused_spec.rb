@@ -3,6 +3,8 @@
 require "spec_helper"
 require "pg"
 require "openssl"
+require "base64"
+require "rack/mock"
 require "securerandom"
 require_relative "../support/receiver_helpers"
 
@@ -107,6 +109,26 @@ RSpec.describe WebhookInbox::Refused do
     expect(inbox_count(pg, scope)).to eq(20)
   end
 
+  it "admits a URL-signed delivery with the request line it arrived on (Square, URL from the Rack env)" do
+    body = '{"merchant_id":"M1","type":"payment.updated","event_id":"ev-url-1","data":{}}'
+    url = "https://hooks.example.com/square/in?tenant=7"
+    sign = ->(key) { Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", key, "#{url}#{body}")) }
+    env = ->(key) { Rack::MockRequest.env_for(url, method: "POST", input: body, "CONTENT_TYPE" => "application/json",
+                                                   "HTTP_X_SQUARE_HMACSHA256_SIGNATURE" => sign.call(key)) }
+    square = WebhookInbox::Receiver.new(provider: :square, secrets: ["sq_old"], source_scope: scope, inbox: inbox,
+                                        endpoint: endpoint, keep_refused: true, refused: keeper)
+    expect(square.call(env.call("sq_new")).reason).to eq(:signature_mismatch)
+    expect(settle(1)).to eq(1)
+    fixed = WebhookInbox::Configuration.new.tap do |c|
+      c.endpoint(endpoint.to_sym, provider: :square, secrets: ["sq_new"], scope: scope)
+      c.database_url = pg.url
+      configurations << c
+    end
+    expect(WebhookInbox::Refused::Reverify.new(exec: exec, configuration: fixed).call(endpoint, actor: "ops"))
+      .to include(admitted: 1, still_refused: 0)
+    expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type]] }).to eq([%w[ev-url-1 payment.updated]])
+  end
+
   it "keeps nothing unless the endpoint asks (off by default)" do
     expect(receiver("whsec_old", keep: false).call(delivery("evt_off", "whsec_new")).http_status).to eq(401)
     expect(WebhookInbox::Receiver.new(provider: :stripe, secrets: ["whsec_old"], source_scope: scope, inbox: inbox)
@@ -144,21 +166,30 @@ RSpec.describe WebhookInbox::Refused do
                    "WHERE endpoint = '#{endpoint}'").strip).to eq("evt_b2")
   end
 
-  it "never lets more than MAX_QUEUED wait in memory while the database is slow" do
+  it "never lets more than its share of MAX_QUEUED wait in memory per endpoint while the database is slow" do
     gate = Queue.new
-    slow = described_class.new(exec: lambda { |_sql, _params|
+    taken = Queue.new # the size of each batch the writer took (it then waits at the gate)
+    slow = described_class.new(exec: lambda { |_sql, params|
+      taken << JSON.parse(params[0]).size
       gate.pop
       []
     })
     env = delivery("evt_q", "whsec_new")
-    (described_class::MAX_QUEUED + 50).times do
-      slow.keep(endpoint: endpoint, source_scope: scope, provider: :stripe, reason: :signature_mismatch,
-                body: "{}", env: env, received_at: Time.now, bounds: described_class::DEFAULT_BOUNDS)
-    end
-    expect(slow.queued).to be <= described_class::MAX_QUEUED
-    expect(slow.dropped).to be >= 49
+    keep = ->(ep) { slow.keep(endpoint: ep, source_scope: scope, provider: :stripe, reason: :signature_mismatch, body: "{}",
+                              env: env, received_at: Time.now, bounds: described_class::DEFAULT_BOUNDS) }
+    sent = described_class::MAX_QUEUED + 50
+    sent.times { keep.call(endpoint) }
+    first = taken.pop # the writer's first batch, stuck in the database
+    # Each delivery was taken by that batch, waits, or was dropped; at most one endpoint's
+    # share waits and one batch is in flight, so the rest of the flood was dropped.
+    expect(first + slow.queued + slow.dropped).to eq(sent)
+    expect(first).to be <= described_class::MAX_QUEUED_PER_ENDPOINT
+    expect(slow.queued).to be <= described_class::MAX_QUEUED_PER_ENDPOINT
+    expect(slow.dropped).to be >= sent - (2 * described_class::MAX_QUEUED_PER_ENDPOINT)
+    # The flood fills its own endpoint's share only: another endpoint's refusal is still queued.
+    expect(keep.call("other")).to be(true)
   ensure
-    3.times { gate << true }
+    5.times { gate << true }
   end
 
   it "refuses keep_refused options it cannot use" do
