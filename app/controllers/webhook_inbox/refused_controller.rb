@@ -59,6 +59,8 @@ module WebhookInbox
       redirect_to refused_index_path(endpoint: name)
     rescue StoreError
       render plain: "the inbox is unavailable: nothing more was admitted; try again", status: :service_unavailable
+    rescue ConfigurationError => e # the endpoint's settings (never a secret in the message)
+      render plain: "cannot reverify: #{e.message}", status: :unprocessable_entity
     end
 
     private
