@@ -190,6 +190,11 @@ int wi_dest_parse(const char *spec, size_t len, int secrets_allowed, struct wi_d
         return wi_err_set(err, WI_ERR_ARG, "destination must be NAME=URL with NAME matching [a-z][a-z0-9_]{0,62}");
     memcpy(out->name, tok, (size_t)(eq - tok));
     out->name[eq - tok] = '\0';
+    /* The app's Ruby handler runs wait in the outbox under this name for the Ruby worker
+     * (db/009); a deliverer leasing them too would run a handler twice. */
+    if (!strcmp(out->name, WI_DEST_RESERVED_RUBY))
+        return wi_err_set(err, WI_ERR_ARG, "destination name '%s' is reserved for the app's Ruby handler runs: "
+                          "choose another name", WI_DEST_RESERVED_RUBY);
     {
         const char *url = eq + 1;
         size_t ul = (size_t)(tok + tl - url);

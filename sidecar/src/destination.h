@@ -32,11 +32,15 @@ struct wi_dest_list {
     int n;
 };
 
+/* The outbox destination under which the app's Ruby handler runs wait for its Ruby worker
+ * (db/009): never a --destination's name. */
+#define WI_DEST_RESERVED_RUBY "ruby"
+
 /* Parses spec[0..len) ("NAME=URL" then space-separated key=value options: concurrency=N,
  * timeout=D, connect_timeout=D, sign=standard_webhooks|none, allow_http=true; and, only when
  * secrets_allowed (the config file), token=... and secret=...) into *out. Returns 0, or -1
- * with *err (*out is then zeroed; the message never quotes a token or secret). The caller
- * frees with wi_dest_clear(). Borrows spec. */
+ * with *err (*out is then zeroed; the message never quotes a token or secret); refuses the
+ * name WI_DEST_RESERVED_RUBY. The caller frees with wi_dest_clear(). Borrows spec. */
 int wi_dest_parse(const char *spec, size_t len, int secrets_allowed, struct wi_dest *out, struct wi_err *err);
 
 /* The path of a parsed destination URL (after the authority, before any '?' or '#'; "/"

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "audit.h"
+#include "destination.h"
 #include "schema.h"
 
 const struct wi_pg_stmt wi_prune_stmt = {
@@ -57,10 +58,14 @@ const struct wi_pg_stmt wi_forget_stmt = {
 const struct wi_pg_stmt wi_prune_effects_stmt = {
     "wi_prune_effects",
     "WITH doomed AS ("
-    " SELECT operation_id FROM webhook_inbox_outbox"
-    " WHERE status = 'delivered' AND processed_at < now() - $1::double precision * interval '1 second'"
-    "  AND ($2::text IS NULL OR source_scope = $2)"
-    " LIMIT $3::int FOR UPDATE SKIP LOCKED),"
+    " SELECT o.operation_id FROM webhook_inbox_outbox o"
+    " WHERE o.status = 'delivered' AND o.processed_at < now() - $1::double precision * interval '1 second'"
+    "  AND ($2::text IS NULL OR o.source_scope = $2)"
+    /* A Ruby handler's run (db/009) is its once-marker: while its event is not done (another
+     * handler quarantined), a requeue must find it delivered, not run that handler again. */
+    "  AND (o.destination <> '" WI_DEST_RESERVED_RUBY "' OR NOT EXISTS (SELECT 1 FROM webhook_inbox w"
+    "   WHERE w.source_scope = o.source_scope AND w.event_id = o.source_event_id AND w.status <> 'done'))"
+    " LIMIT $3::int FOR UPDATE OF o SKIP LOCKED),"
     " gone AS (DELETE FROM webhook_inbox_outbox o USING doomed d WHERE o.operation_id = d.operation_id"
     "  RETURNING o.operation_id),"
     " received AS (DELETE FROM webhook_inbox_effects_received r USING gone g WHERE r.operation_id = g.operation_id)"

@@ -47,6 +47,11 @@ int main(void)
     }
 
     CHECK(parses("a=https://x", 0));
+    /* the Ruby handler runs' outbox name (db/009) is no destination's */
+    CHECK(!parses("ruby=https://x", 0));
+    CHECK(parses("ruby_app=https://x", 0) && parses("rubyx=https://x", 0));
+    CHECK(wi_dest_parse("ruby=https://x", 14, 0, &d, &e) < 0 && strstr(e.msg, "reserved"));
+    wi_dest_clear(&d);
     CHECK(parses("app=http://127.0.0.1:3000/effects", 0));
     CHECK(parses("app=http://localhost/effects", 0));
     CHECK(parses("app=http://[::1]:8080/e", 0));

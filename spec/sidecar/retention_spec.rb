@@ -128,6 +128,18 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
     inbox&.close
   end
 
+  it "keeps a delivered Ruby handler run while its event is not done: a requeue must find it, not run the handler again" do
+    db.psql(<<~SQL)
+      INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, status, created_at, processed_at, source_scope, source_event_id) VALUES
+        ('run-of-quarantined', 'ruby', '{}', 'delivered', now() - interval '41 days', now() - interval '40 days', 's', 'old-quarantined'),
+        ('run-of-done', 'ruby', '{}', 'delivered', now() - interval '41 days', now() - interval '40 days', 's', 'old-done-1');
+    SQL
+    status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "pruned 2500 (and 1201 delivered effects; 0 pruned keys forgotten)\n"])
+    expect(db.value("SELECT string_agg(operation_id, ',' ORDER BY operation_id) FROM webhook_inbox_outbox WHERE destination = 'ruby'"))
+      .to eq("run-of-quarantined")
+  end
+
   it "prunes through the partial index of rows still holding a payload, and forgets through the index of emptied ones" do
     plans = [
       "SELECT 1 FROM webhook_inbox WHERE status = 'done' AND pruned_at IS NULL AND received_at < now() - interval '30 days' LIMIT 5000",
