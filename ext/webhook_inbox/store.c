@@ -737,10 +737,11 @@ int wi_store_row_error(const char *sqlstate)
 {
     /* SQLSTATE classes that no single row causes: 08 connection, 26 statement name, 28
      * authorization, 3D/3F database and schema, 42 syntax or privileges (a missing table
-     * or column), 53 resources (disk full, too many connections), 57 operator intervention
-     * (cancel, statement_timeout, shutdown), 58 system error, F0 configuration. 25006
-     * (read-only) is retried before this is asked. */
-    static const char every_row[][3] = {"08", "25", "26", "28", "3D", "3F", "42", "53", "57", "58", "F0"};
+     * or column), 53 resources (disk full, too many connections), 55 object state (a
+     * lock_timeout behind a migration's lock: row by row would wait once per row), 57
+     * operator intervention (cancel, statement_timeout, shutdown), 58 system error, F0
+     * configuration. 25006 (read-only) is retried before this is asked. */
+    static const char every_row[][3] = {"08", "25", "26", "28", "3D", "3F", "42", "53", "55", "57", "58", "F0"};
     size_t i;
 
     if (!sqlstate || strlen(sqlstate) != 5)

@@ -113,8 +113,8 @@ void wi_store_close(struct wi_store *s);
 /* 1 when a server error with this SQLSTATE can come from one row of a batch (data,
  * constraints, limits, serialization, a trigger's exception, an unsupported feature of a
  * distributed commit), so the other rows may still go in; 0 for errors that are every
- * row's (connection, authentication, the schema or privileges, resources, cancel or
- * statement timeout, a server failure). */
+ * row's (connection, authentication, the schema or privileges, resources, a lock timeout,
+ * cancel or statement timeout, a server failure). */
 int wi_store_row_error(const char *sqlstate);
 
 /* SQLSTATE of the last WI_STORE_EQUERY error ("" if none). Borrowed from s. */

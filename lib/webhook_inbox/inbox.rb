@@ -196,6 +196,12 @@ module WebhookInbox
       @group_mutex.synchronize { @queue.size }
     end
 
+    # Group-commit batches in flight, or handed to a queued caller to start: 0 when idle
+    # (tests and diagnostics).
+    def leaders_in_flight
+      @group_mutex.synchronize { @leaders }
+    end
+
     def inspect
       "#<#{self.class} database_url=#{self.class.redact(@database_url).inspect} pool_size=#{@pool_size}>"
     end
@@ -364,8 +370,7 @@ module WebhookInbox
       case entry.state
       when :queued then @queue.delete(entry)
       when :sent then entry.state = :abandoned # its leader ignores the answer
-      when :lead # handed a batch it will not lead: pass it on
-        @queue.delete(entry)
+      when :lead # handed a batch it will not lead (hand_off took it off the queue): pass it on
         hand_off
       end
     end
@@ -375,8 +380,7 @@ module WebhookInbox
     # connecting, and two round trips (the one reconnect).
     # With group_by_scope, rows of other scopes are passed over and stay queued in order.
     def take_batch(entry)
-      @queue.delete(entry)
-      batch = [entry]
+      batch = [entry] # handed the slot, so no longer queued (hand_off)
       bytes = entry.bytes
       if @group_by_scope
         scope = entry.row[0]
@@ -403,9 +407,12 @@ module WebhookInbox
     end
 
     # Called holding @group_mutex when a batch ends: the oldest queued caller leads the
-    # next one (the slot passes to it), or the slot is freed.
+    # next one (the slot passes to it), or the slot is freed. The caller handed the slot
+    # leaves the queue at once: left in it until it woke, a second batch ending meanwhile
+    # handed it that slot too, or another leader took it into its batch as a follower, and
+    # the slot was lost for the life of the process (group_leaders 2 ran as 1).
     def hand_off
-      if (nxt = @queue.first)
+      if (nxt = @queue.shift)
         nxt.state = :lead
         nxt.cond.signal
       else

@@ -43,6 +43,22 @@ RSpec.describe WebhookInbox::Inbox, "group commit" do
     end
   end
 
+  [false, true].each do |by_scope|
+    it "gives every leader slot back once idle, however batches end (group_by_scope: #{by_scope})" do
+      inbox = described_class.new(database_url: pg.url, pool_size: 4, group_leaders: 3, group_by_scope: by_scope)
+      scopes = Array.new(8) { |i| unique_scope("slots#{i}") }
+      left = Array.new(12) do |round|
+        Array.new(64) do |t|
+          Thread.new { 8.times { |i| inbox.insert(source_scope: scopes[(t + i) % 8], event_id: "e_#{round}_#{t}_#{i}", payload: "{}") } }
+        end.each(&:join)
+        inbox.leaders_in_flight
+      end
+      expect(left.uniq).to eq([0]) # a slot handed twice to one waiting caller was lost for good
+    ensure
+      inbox&.close
+    end
+  end
+
   it "is on by default and off on request" do
     on = described_class.new(database_url: pg.url)
     off = described_class.new(database_url: pg.url, group_commit: false)
