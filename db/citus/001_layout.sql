@@ -8,7 +8,8 @@
 --                                  CONFLICT on the primary key) and an event's dispatch each
 --                                  touch one shard, so they commit on one node without 2PC
 --   webhook_inbox_routes,          reference tables (a copy on every node), read by the
---   webhook_inbox_ruby_handlers    dispatch next to any shard
+--   webhook_inbox_ruby_handlers,   dispatch (and the redelivery trigger) next to any shard
+--   webhook_inbox_redeliveries
 --   the other tables (outbox,      stay on the coordinator (plain PostgreSQL tables): small,
 --   effects received, actions,     and functions over their row types (webhook_inbox_ruby_settle)
 --   rejections)                    could not be created on the workers
@@ -85,6 +86,12 @@ BEGIN
     IF to_regclass('webhook_inbox_ruby_handlers') IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox_ruby_handlers'::regclass) THEN
         PERFORM create_reference_table('webhook_inbox_ruby_handlers');
+    END IF;
+    -- Read by webhook_inbox_mark_redelivered (010) on the shard of every GitHub delivery:
+    -- left on the coordinator, each such receipt failed there (42P01) and was never stored.
+    IF to_regclass('webhook_inbox_redeliveries') IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox_redeliveries'::regclass) THEN
+        PERFORM create_reference_table('webhook_inbox_redeliveries');
     END IF;
     PERFORM webhook_inbox_citus_propagate(); -- those over the routes' row type
 END
