@@ -277,6 +277,9 @@ COMMENT ON FUNCTION webhook_inbox_ruby_save(text, text, text, double precision, 
 -- two runs of one event wait for each other, and the second sees the first's delivery):
 -- a delivered run that was the last open one -> done; a quarantined run -> quarantined; a
 -- retry -> the error noted. An event that is no longer waiting (done, or removed) is left.
+-- "Open" counts the runs webhook_inbox_run_ruby waits for: those of the handlers registered
+-- for the event's type now. A run of a handler no longer registered (renamed, retired) stays
+-- in the outbox as it was, shown with the event, never waited for.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_settle(run webhook_inbox_outbox, p_duration_ms double precision)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -303,7 +306,8 @@ BEGIN
          WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
     ELSIF NOT EXISTS (SELECT 1 FROM webhook_inbox_outbox o
                        WHERE o.source_scope = ev.source_scope AND o.source_event_id = ev.event_id
-                         AND o.destination = 'ruby' AND o.status <> 'delivered') THEN
+                         AND o.destination = 'ruby' AND o.status <> 'delivered'
+                         AND o.payload->>'handler' = ANY (coalesce(webhook_inbox_ruby_handlers_for(ev.event_type), '{}'))) THEN
         UPDATE webhook_inbox w
            SET status = 'done', processed_at = clock_timestamp(), last_error = NULL,
                outcome = concat_ws('; ', w.outcome, 'Ruby handlers done'),
@@ -321,8 +325,13 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_settle(webhook_inbox_outbox, double precision) IS
     'Ruby worker: after a run changed, lock its event and mark it done (every run delivered), quarantined (the run quarantined) or note the run''s error.';
 
--- The worker's registration at start: the app's subscriptions become the table's rows (the
--- code is the truth), in one transaction. p_pairs: [[event type pattern, handler], ...].
+-- The worker's registration at start: the app's subscriptions are added to the table (the
+-- code is the truth), never removed: workers of two releases run side by side in a rolling
+-- deploy, and an older one restarting must not take a newer handler's rows away (its
+-- events would then be done by the SQL route alone). An empty set is refused (a worker that
+-- loaded no handlers is misconfigured: fail closed). Removing a handler is an operator's
+-- audited action: webhook_inbox_ruby_retire (rake webhook_inbox:retire_handler).
+-- p_pairs: [[event type pattern, handler], ...].
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_register(p_pairs jsonb) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -331,13 +340,74 @@ BEGIN
     IF p_pairs IS NULL OR jsonb_typeof(p_pairs) <> 'array' THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_register: pairs must be a JSON array of [event type, handler]' USING ERRCODE = '22023';
     END IF;
-    DELETE FROM webhook_inbox_ruby_handlers r
-     WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_pairs) p WHERE p->>0 = r.event_type AND p->>1 = r.handler);
-    INSERT INTO webhook_inbox_ruby_handlers (event_type, handler)
-    SELECT DISTINCT p->>0, p->>1 FROM jsonb_array_elements(p_pairs) p ON CONFLICT DO NOTHING;
+    IF jsonb_array_length(p_pairs) = 0 THEN
+        RAISE EXCEPTION 'webhook_inbox_ruby_register: no handlers given (registration only adds; retire a handler with webhook_inbox_ruby_retire)'
+              USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO webhook_inbox_ruby_handlers AS r (event_type, handler)
+    SELECT DISTINCT p->>0, p->>1 FROM jsonb_array_elements(p_pairs) p
+        ON CONFLICT (event_type, handler) DO UPDATE SET registered_at = now();
     SELECT count(*) INTO n FROM webhook_inbox_ruby_handlers;
     RETURN n;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_register(jsonb) IS
-    'Ruby worker: replace the registered Ruby handlers with the [event type pattern, handler] pairs given; returns how many are registered.';
+    'Ruby worker: add the [event type pattern, handler] pairs given (registered_at refreshed when already there; never removes, refuses an empty set); returns how many are registered.';
+
+-- The audit trail takes retire_handler (rake webhook_inbox:retire_handler). Widened, never
+-- narrowed, as in 008 and 011 (which runs after this file and finds 'reverify' admitted).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'webhook_inbox_actions'::regclass
+                      AND conname = 'webhook_inbox_actions_action_check'
+                      AND pg_get_constraintdef(oid) LIKE '%''retire_handler''%') THEN
+        ALTER TABLE webhook_inbox_actions DROP CONSTRAINT IF EXISTS webhook_inbox_actions_action_check;
+        ALTER TABLE webhook_inbox_actions ADD CONSTRAINT webhook_inbox_actions_action_check
+            CHECK (action IN ('requeue', 'replay', 'prune', 'reverify', 'retire_handler'));
+    END IF;
+END
+$$;
+
+-- Retires a Ruby handler: its registrations (all, or the one pattern p_event_type) are
+-- removed, so new events of those types no longer wait for it, and its pending runs are
+-- quarantined ('retired') and no longer waited for: the events waiting on them are made due,
+-- and dispatch settles them against the handlers registered now (done when those are).
+-- Its delivered and quarantined runs stay in the outbox, shown, never waited for again.
+-- Audited in webhook_inbox_actions (action retire_handler, filter {handler, event_type,
+-- runs_retired}, count = registrations removed). A name that is not registered is refused.
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_retire(p_handler text, p_event_type text, p_actor text,
+        OUT removed integer, OUT runs_retired integer, OUT action_id bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM webhook_inbox_ruby_handlers r
+     WHERE r.handler = p_handler AND (p_event_type IS NULL OR r.event_type = p_event_type);
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    IF removed = 0 THEN
+        RAISE EXCEPTION 'webhook_inbox_ruby_retire: no Ruby handler % is registered%', coalesce(p_handler, 'NULL'),
+              CASE WHEN p_event_type IS NULL THEN '' ELSE ' for ' || p_event_type END USING ERRCODE = '22023';
+    END IF;
+    WITH retired AS (
+        UPDATE webhook_inbox_outbox o
+           SET status = 'quarantined', processed_at = clock_timestamp(), last_error = 'handler retired'
+          FROM webhook_inbox w
+         WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.payload->>'handler' = p_handler
+           AND w.source_scope = o.source_scope AND w.event_id = o.source_event_id
+           AND NOT (p_handler = ANY (coalesce(webhook_inbox_ruby_handlers_for(w.event_type), '{}')))
+        RETURNING o.source_scope, o.source_event_id
+    ), due AS (
+        UPDATE webhook_inbox w SET next_attempt_at = now()
+          FROM (SELECT DISTINCT source_scope, source_event_id FROM retired) d
+         WHERE w.source_scope = d.source_scope AND w.event_id = d.source_event_id AND w.status = 'pending'
+        RETURNING 1
+    )
+    SELECT count(*) INTO runs_retired FROM retired;
+    INSERT INTO webhook_inbox_actions (actor, action, filter, count)
+    VALUES (coalesce(nullif(p_actor, ''), 'unknown'), 'retire_handler',
+            jsonb_build_object('handler', p_handler, 'event_type', p_event_type, 'runs_retired', runs_retired), removed)
+    RETURNING id INTO action_id;
+    PERFORM pg_notify('webhook_inbox', '');
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_retire(text, text, text) IS
+    'Operator: retire a Ruby handler (all its patterns, or one): registrations removed, its pending runs quarantined as retired and their events made due; audited (retire_handler); refuses a name not registered.';

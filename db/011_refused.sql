@@ -103,7 +103,7 @@ BEGIN
 END
 $$;
 COMMENT ON COLUMN webhook_inbox_actions.action IS
-    'requeue: quarantined -> pending; replay: done -> pending (e.g. after fixing a handler); prune: done events emptied (and delivered effects deleted) by `webhook-inbox-sidecar prune` or rake webhook_inbox:prune; reverify: refused deliveries of an endpoint verified again, the ones that verify stored in the inbox.';
+    'requeue: quarantined -> pending; replay: done -> pending (e.g. after fixing a handler); prune: done events emptied (and delivered effects deleted) by `webhook-inbox-sidecar prune` or rake webhook_inbox:prune; reverify: refused deliveries of an endpoint verified again, the ones that verify stored in the inbox; retire_handler (db/009): a Ruby handler''s registrations removed by an operator (filter handler, event_type, runs_retired; count: registrations removed).';
 COMMENT ON COLUMN webhook_inbox_actions.filter IS
     'The filter as given: keys scope, event_id, type, from, to, error (see webhook_inbox_requeue); for prune older_than_s, scope, and effects_deleted (delivered effects deleted with the events); for reverify endpoint, still_refused, expired.';
 COMMENT ON COLUMN webhook_inbox_actions.count IS 'Rows moved back to pending (prune: events emptied; reverify: refused deliveries admitted to the inbox).';

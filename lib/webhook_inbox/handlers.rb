@@ -43,10 +43,24 @@ module WebhookInbox
       loader.respond_to?(:eager_load_dir) ? loader.eager_load_dir(dir.to_s) : Dir[dir.join("**/*.rb")].sort.each { |f| require f }
     end
 
-    # Writes the registry's (pattern, handler) pairs to webhook_inbox_ruby_handlers, replacing
-    # what was there (in the caller's transaction, if any). Returns the number registered.
+    # Adds the registry's (pattern, handler) pairs to webhook_inbox_ruby_handlers (in the
+    # caller's transaction, if any); never removes one: workers of an older release, or one
+    # that loaded nothing, must not take a newer handler's events away from it (retire a
+    # handler with rake webhook_inbox:retire_handler). An empty registry raises Error.
+    # Returns the number registered.
     def register(connection, reg = registry)
+      raise Error, "webhook_inbox: no Ruby handlers to register (WebhookInbox.subscribe or app/webhooks/)" if reg.empty?
+
       Integer(connection.select_value(REGISTER_SQL, "webhook_inbox ruby register", [JSON.generate(reg.pairs)]))
+    end
+
+    RETIRE_SQL = "SELECT * FROM webhook_inbox_ruby_retire($1, $2, $3)"
+
+    # Retires a handler by name (every pattern, or only event_type): see webhook_inbox_ruby_retire.
+    # Returns { removed:, runs_retired:, action_id: }; an unregistered name raises ActiveRecord's error.
+    def retire(connection, name, actor:, event_type: nil)
+      row = connection.select_all(RETIRE_SQL, "webhook_inbox ruby retire", [name.to_s, event_type, actor.to_s]).first
+      { removed: Integer(row["removed"]), runs_retired: Integer(row["runs_retired"]), action_id: Integer(row["action_id"]) }
     end
   end
 

@@ -75,6 +75,8 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
     @sidecar = start_process("run", "--poll-interval", "200ms", log: @sidecar_log)
     @worker_log = File.join(@work, "worker.log")
     @worker = start_ruby_worker
+    # Its handlers registered before the first event arrives (else that event waits for a route).
+    wait_for("the worker registered its handlers") { File.read(@worker_log).include?("event=ruby_worker_starting") }
   end
 
   after(:all) do

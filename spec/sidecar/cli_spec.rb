@@ -74,7 +74,7 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     # narrow the one a later file widened further, with rows of every action in the table.
     TestDatabase.cluster.psql(<<~SQL, db: fresh)
       INSERT INTO webhook_inbox_actions (actor, action, filter, count)
-      SELECT 'spec', a, '{}', 0 FROM unnest(ARRAY['requeue', 'replay', 'prune', 'reverify']) a
+      SELECT 'spec', a, '{}', 0 FROM unnest(ARRAY['requeue', 'replay', 'prune', 'reverify', 'retire_handler']) a
     SQL
     st, _, err = sidecar("migrate", "--database-url", url)
     expect(st.exitstatus).to eq(0), err

@@ -5,6 +5,7 @@ require "json"
 require "digest"
 require "active_record"
 require "webhook_inbox/testing/rspec"
+require "webhook_inbox/handlers/worker"
 require_relative "../support/receiver_helpers"
 
 # Ruby handlers (db/009_ruby_handlers.sql, WebhookInbox::Handlers) through drain_webhook_inbox,
@@ -44,6 +45,91 @@ RSpec.describe WebhookInbox::Handlers do
 
   def calls = ActiveRecord::Base.connection.select_rows("SELECT handler, event_id, attempt::text FROM calls ORDER BY id")
   def sql(text) = ActiveRecord::Base.connection.select_value(text)
+
+  def dispatch = ActiveRecord::Base.connection.select_rows("SELECT result FROM webhook_inbox_dispatch_batch(10, 'wait', 10, 1000, 3600000, 60000)")
+  def status(id) = sql("SELECT status FROM webhook_inbox WHERE event_id = '#{id}'")
+  def savepoint(&) = ActiveRecord::Base.transaction(requires_new: true, &) # an expected error leaves the example's transaction usable
+  def requeue(id) = sql("SELECT moved FROM webhook_inbox_requeue('requeue', '{\"event_id\": \"#{id}\"}', 'spec')")
+
+  it "registers by adding only: an older worker's set or an empty one never takes a newer handler's events away" do
+    WebhookInbox.subscribe("payment_intent.succeeded", as: :mark_paid) { |e| record("mark_paid", e) }
+    c = ActiveRecord::Base.connection
+    WebhookInbox::Handlers.register(c)
+    older = WebhookInbox::Handlers::Registry.new.tap { |r| r.add(["invoice.paid"], ->(_e) {}, name: "old_invoices") }
+    expect(WebhookInbox::Handlers.register(c, older)).to eq(2) # an older release's worker restarts: both stay
+    expect { WebhookInbox::Handlers.register(c, WebhookInbox::Handlers::Registry.new) }
+      .to raise_error(WebhookInbox::Error, /no Ruby handlers to register/)
+    expect { savepoint { sql("SELECT webhook_inbox_ruby_register('[]')") } }.to raise_error(ActiveRecord::StatementInvalid, /no handlers given/)
+
+    store_webhook_event(event_type: "payment_intent.succeeded", payload: { "id" => "evt_r" })
+    expect(dispatch).to eq([["handed"]]) # not done by the SQL route alone
+    expect(status("evt_r")).to eq("pending")
+  end
+
+  it "exits 1 with an error when the worker loaded no handler (fail closed), registering nothing" do
+    out = StringIO.new
+    expect(WebhookInbox::Handlers::Worker.new(registry: WebhookInbox::Handlers::Registry.new, out: out).run).to eq(1)
+    expect(out.string).to match(/level=error event=ruby_worker_no_handlers/)
+  end
+
+  it "retires a handler only as an audited action: its registrations go, its pending runs are quarantined as retired" do
+    WebhookInbox.subscribe("invoice.paid", as: :a) { |e| record("a", e) }
+    WebhookInbox.subscribe("invoice.paid", "invoice.voided", as: :gone) { |e| record("gone", e) }
+    WebhookInbox::Handlers.register(ActiveRecord::Base.connection)
+    store_webhook_event(event_type: "invoice.paid", payload: { "id" => "evt_t" })
+    expect(dispatch).to eq([["handed"]])
+
+    c = ActiveRecord::Base.connection
+    r = WebhookInbox::Handlers.retire(c, "gone", event_type: "invoice.voided", actor: "ops@host")
+    expect(r.slice(:removed, :runs_retired)).to eq(removed: 1, runs_retired: 0) # still registered for invoice.paid
+    r = WebhookInbox::Handlers.retire(c, "gone", actor: "ops@host")
+    expect(r.slice(:removed, :runs_retired)).to eq(removed: 1, runs_retired: 1)
+    expect(c.select_rows("SELECT actor, action, filter->>'handler', count::text FROM webhook_inbox_actions WHERE id = #{r[:action_id]}"))
+      .to eq([%w[ops@host retire_handler gone 1]])
+    expect { savepoint { WebhookInbox::Handlers.retire(c, "gone", actor: "ops@host") } }.to raise_error(ActiveRecord::StatementInvalid, /no Ruby handler gone is registered/)
+
+    WebhookInbox::Handlers.registry.clear
+    WebhookInbox.subscribe("invoice.paid", as: :a) { |e| record("a", e) } # the next release, without gone
+    expect(drain_webhook_inbox.map(&:result)).to eq(["done"])
+    expect(calls).to eq([%w[a evt_t 1]])
+    expect(c.select_rows("SELECT payload->>'handler', status, last_error FROM webhook_inbox_outbox ORDER BY 1"))
+      .to eq([["a", "delivered", nil], ["gone", "quarantined", "handler retired"]]) # shown, not waited for
+  end
+
+  it "rake webhook_inbox:retire_handler NAME= ACTOR= retires through the app's connection; no NAME, or an unknown one, aborts" do
+    require "rake"
+    rake = Rake::Application.new
+    Rake.application = rake
+    Rake::Task.define_task(:environment)
+    load File.expand_path("../../lib/webhook_inbox/rails/tasks.rake", __dir__)
+    WebhookInbox.subscribe("invoice.paid", as: :gone) { |e| record("gone", e) }
+    WebhookInbox::Handlers.register(ActiveRecord::Base.connection)
+    task = lambda do |env|
+      env.each { |k, v| ENV[k] = v }
+      rake["webhook_inbox:retire_handler"].tap(&:reenable).invoke
+    ensure
+      env.each_key { |k| ENV.delete(k) }
+    end
+    expect { task.call("NAME" => "gone", "ACTOR" => "ops@host") }
+      .to output(/retired gone: 1 registration\(s\) removed, 0 pending run\(s\) quarantined \(action #\d+\)/).to_stdout
+    expect(sql("SELECT actor || ' ' || action FROM webhook_inbox_actions ORDER BY id DESC LIMIT 1")).to eq("ops@host retire_handler")
+    expect { task.call({}) }.to raise_error(SystemExit).and output(/needs NAME=/).to_stderr
+    expect { savepoint { task.call("NAME" => "gone") } }.to raise_error(SystemExit).and output(/no Ruby handler gone is registered/).to_stderr
+  end
+
+  it "settles a requeued event against the handlers registered now: a renamed handler's old quarantined run is not waited for" do
+    WebhookInbox.subscribe("charge.refunded", as: :refund) { |_e| raise WebhookInbox::Permanent, "bug" }
+    store_webhook_event(event_type: "charge.refunded", payload: { "id" => "evt_n" })
+    expect(drain_webhook_inbox.map(&:result)).to eq(["quarantined"])
+    WebhookInbox::Handlers.registry.clear
+    WebhookInbox.subscribe("charge.refunded", as: :refund_v2) { |e| record("refund_v2", e) } # the fix, renamed
+    WebhookInbox::Handlers.retire(ActiveRecord::Base.connection, "refund", actor: "spec")
+    requeue("evt_n")
+    expect(drain_webhook_inbox.map(&:result)).to eq(["done"])
+    expect([status("evt_n"), calls]).to eq(["done", [%w[refund_v2 evt_n 1]]])
+    expect(ActiveRecord::Base.connection.select_rows("SELECT payload->>'handler', status FROM webhook_inbox_outbox ORDER BY 1"))
+      .to eq([%w[refund quarantined], %w[refund_v2 delivered]])
+  end
 
   it "runs every matching handler once per event: exact, prefix, catch-all, beside the SQL route; not again on a duplicate or replay" do
     seen = []

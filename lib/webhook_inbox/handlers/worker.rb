@@ -11,7 +11,8 @@ module WebhookInbox
     # LOCKED); each round is one transaction holding its runs' row locks, so a worker killed
     # mid-handler applies nothing and its runs are due again at once.
     #
-    # At start it registers the app's handlers (Handlers.register). It wakes on the outbox's
+    # At start it registers the app's handlers (Handlers.register: adds, never removes); with
+    # none loaded it logs level=error and exits 1 (fail closed). It wakes on the outbox's
     # NOTIFY, else every poll interval. The first SIGTERM/SIGINT finishes the round in flight
     # and exits; a second exits at once. A lost database connection is retried with backoff.
     class Worker
@@ -59,9 +60,12 @@ module WebhookInbox
 
       def run
         Handlers.load_app_handlers
+        if @registry.empty? # fail closed: a worker that loaded nothing must not run (nor register) anything
+          log("ruby_worker_no_handlers", %(note="nothing subscribed: WebhookInbox.subscribe or app/webhooks/; exiting"), level: "error")
+          return 1
+        end
         n = ::ActiveRecord::Base.connection_pool.with_connection { |c| Handlers.register(c, @registry) }
         log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]}")
-        log("ruby_worker_no_handlers", %(note="nothing subscribed: WebhookInbox.subscribe or app/webhooks/")) if @registry.empty?
         trap_signals
         threads = Array.new(@opts[:concurrency]) { |i| Thread.new { work(i) } }
         threads.each(&:join)
@@ -118,8 +122,8 @@ module WebhookInbox
                        "duration_ms=#{r.duration_ms.round(1)}#{err}")
       end
 
-      def log(event, fields)
-        @out.puts("#{Time.now.utc.strftime('%Y-%m-%dT%H:%M:%S.%LZ')} level=info event=#{event} #{fields}".rstrip)
+      def log(event, fields, level: "info")
+        @out.puts("#{Time.now.utc.strftime('%Y-%m-%dT%H:%M:%S.%LZ')} level=#{level} event=#{event} #{fields}".rstrip)
         @out.flush
       end
     end

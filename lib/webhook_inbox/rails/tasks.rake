@@ -9,9 +9,10 @@
 #   bin/rails webhook_inbox:replay  ID=... | TYPE=... | SCOPE=... | EVENT_ID=...  (done events run again)
 #   bin/rails webhook_inbox:prune OLDER_THAN=30d
 #   bin/rails webhook_inbox:reverify ENDPOINT=stripe  (refused deliveries kept aside, verified again)
+#   bin/rails webhook_inbox:retire_handler NAME=mark_paid [TYPE=]  (a Ruby handler no longer run)
 #   bin/rails webhook_inbox:requeue_effects OPERATION_ID= | DESTINATION= | HANDLER= | EVENT= | ALL=1
 #                                                 (quarantined effects: effect_tasks.rake, loaded by the engine)
-# Requeues, replays, prunes and reverifies are recorded in webhook_inbox_actions with ACTOR= (default $USER@host).
+# Requeues, replays, prunes, reverifies and retired handlers are recorded in webhook_inbox_actions with ACTOR= (default $USER@host).
 #   bin/rails webhook_inbox:sidecar               (run; ARGS="--concurrency 2" for more flags)
 #   bin/rails webhook_inbox:doctor                (what is configured and missing; exits 1 if something is)
 # For a long-running sidecar prefer bin/webhook-inbox-sidecar: it takes flags directly.
@@ -36,6 +37,10 @@ namespace :webhook_inbox do
   end
 
   actor = -> { flags.call("ACTOR" => "--actor") }
+  operator = lambda do # ACTOR=, else $USER@host: who an audited action names
+    require "socket"
+    ENV["ACTOR"].to_s.empty? ? "#{ENV['USER'].to_s.empty? ? 'unknown' : ENV['USER']}@#{Socket.gethostname}" : ENV["ACTOR"]
+  end
   filters = -> { flags.call("ID" => "--id", "TYPE" => "--type", "SCOPE" => "--scope", "EVENT_ID" => "--event-id") }
 
   desc "Move quarantined events back to pending: ID=scope/event_id, TYPE=, SCOPE=, EVENT_ID= or ALL=1 (ACTOR= for the audit)"
@@ -61,15 +66,28 @@ namespace :webhook_inbox do
 
   desc "Verify the refused deliveries kept for ENDPOINT= again with its current secrets and admit the ones that verify (ACTOR= for the audit)"
   task reverify: :environment do
-    require "socket"
     name = ENV["ENDPOINT"].to_s
     abort "webhook_inbox:reverify needs ENDPOINT= (a configured endpoint name)" if name.empty?
-    who = ENV["ACTOR"].to_s.empty? ? "#{ENV['USER'].to_s.empty? ? 'unknown' : ENV['USER']}@#{Socket.gethostname}" : ENV["ACTOR"]
-    r = WebhookInbox::Refused::Reverify.new(exec: WebhookInbox::Refused.active_record_exec).call(name, actor: who)
+    r = WebhookInbox::Refused::Reverify.new(exec: WebhookInbox::Refused.active_record_exec).call(name, actor: operator.call)
     puts "reverified #{name}: #{r[:admitted]} admitted, #{r[:still_refused]} still refused, #{r[:expired]} expired " \
          "(action ##{r[:action_id]})"
   rescue WebhookInbox::ConfigurationError, WebhookInbox::StoreError => e
     abort "webhook_inbox:reverify: #{e.message}"
+  end
+
+  desc "Retire the Ruby handler NAME= (TYPE= for one of its patterns only): new events no longer wait for it, its pending runs are " \
+       "quarantined as retired (ACTOR= for the audit)"
+  task retire_handler: :environment do
+    name = ENV["NAME"].to_s
+    abort "webhook_inbox:retire_handler needs NAME= (a registered Ruby handler's name)" if name.empty?
+    type = ENV["TYPE"].to_s.empty? ? nil : ENV["TYPE"]
+    r = ActiveRecord::Base.connection_pool.with_connection do |c|
+      c.transaction { WebhookInbox::Handlers.retire(c, name, event_type: type, actor: operator.call) }
+    end
+    puts "retired #{name}: #{r[:removed]} registration(s) removed, #{r[:runs_retired]} pending run(s) quarantined " \
+         "(action ##{r[:action_id]})"
+  rescue ActiveRecord::StatementInvalid => e
+    abort "webhook_inbox:retire_handler: #{e.cause&.message.to_s.lines.first.to_s.sub(/\AERROR:\s*/, '').strip}"
   end
 
   desc "What is configured and what is missing: schema version, routes, sidecar, endpoint secrets (never printed)"

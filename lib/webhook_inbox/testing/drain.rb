@@ -59,7 +59,7 @@ module WebhookInbox
         Handlers.load_app_handlers
         return nil unless connection.select_value("SELECT to_regprocedure('webhook_inbox_ruby_claim(integer)') IS NOT NULL")
 
-        Handlers.register(connection)
+        Handlers.register(connection) unless Handlers.registry.empty?
         Handlers::Runner.new(Handlers.registry, **options)
       end
 
