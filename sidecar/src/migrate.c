@@ -1,8 +1,11 @@
-/* migrate.c - `migrate`: the embedded db/NNN_*.sql files, in order, one transaction each,
- * serialized across processes by a session advisory lock; never over a newer schema; then,
+/* migrate.c - `migrate`: the embedded db/NNN_*.sql files newer than the database's version,
+ * in order, one transaction each, serialized across processes by a session advisory lock;
+ * never over a newer schema; then,
  * on a Citus cluster (`--citus`, or a layout already there), db/citus/NNN_*.sql. */
 #define _POSIX_C_SOURCE 200809L
 #include "migrate.h"
+
+#include <stdlib.h>
 
 #include "citus.h"
 #include "log.h"
@@ -49,13 +52,27 @@ static int apply(struct wi_pg *pg, const struct wi_migration *files, int n, cons
     return 0;
 }
 
+/* The index of the first embedded file newer than version (file NNN brings the schema to
+ * NNN): version when the files are numbered 1..n in order, else 0 (apply them all). */
+static int first_newer(int version)
+{
+    int i;
+
+    if (version <= 0)
+        return 0;
+    for (i = 0; i < wi_migrations_count; i++)
+        if (atoi(wi_migrations[i].name) != i + 1)
+            return 0;
+    return version < wi_migrations_count ? version : wi_migrations_count;
+}
+
 int wi_migrate(const char *conninfo, int citus, FILE *out, struct wi_err *err)
 {
     const char *key[1] = {WI_MIGRATE_LOCK_KEY};
     struct wi_pg *pg = wi_pg_connect(conninfo, stmts, (int)(sizeof stmts / sizeof stmts[0]), err);
     struct wi_err ignore;
     struct wi_schema found;
-    int rc = -1, layout, installed;
+    int rc = -1, layout, installed, from;
 
     if (!pg)
         return -1;
@@ -84,7 +101,13 @@ int wi_migrate(const char *conninfo, int citus, FILE *out, struct wi_err *err)
     if (citus && (wi_pg_cmd(pg, "wi_citus_triggers", 0, NULL, err) < 0 || wi_pg_cmd(pg, "wi_citus_quiet", 0, NULL, err) < 0 ||
                   wi_pg_cmd(pg, "wi_citus_sequential", 0, NULL, err) < 0))
         goto unlock;
-    if (apply(pg, wi_migrations, wi_migrations_count, "", citus, err) < 0)
+    /* Only the files newer than the database. Applying the older ones again took strong
+     * locks on the inbox (ALTER TABLE, DROP TRIGGER: ACCESS EXCLUSIVE) even when nothing
+     * changed, so every sidecar start queued the receipts behind any open transaction, and it
+     * put older function bodies back live until the newer files committed. A database that
+     * says no version (functions dropped, an old dump) gets every file. */
+    from = first_newer(found.version);
+    if (apply(pg, wi_migrations + from, wi_migrations_count - from, "", citus, err) < 0)
         goto unlock;
     if (citus && apply(pg, wi_citus_migrations, wi_citus_migrations_count, "citus/", citus, err) < 0)
         goto unlock;
@@ -94,9 +117,13 @@ int wi_migrate(const char *conninfo, int citus, FILE *out, struct wi_err *err)
         wi_err_set(err, WI_ERR_ARG, "after migrating, the schema says v%d, not v%d", found.version, WI_SCHEMA_VERSION);
         goto unlock;
     }
-    fprintf(out, "inbox schema v%d: applied %s .. %s%s\n", found.version, wi_migrations[0].name,
-            wi_migrations[wi_migrations_count - 1].name,
-            citus ? " and the Citus layout (db/citus/; wake-ups by polling: --poll-interval)" : "");
+    if (from < wi_migrations_count)
+        fprintf(out, "inbox schema v%d: applied %s .. %s%s\n", found.version, wi_migrations[from].name,
+                wi_migrations[wi_migrations_count - 1].name,
+                citus ? " and the Citus layout (db/citus/; wake-ups by polling: --poll-interval)" : "");
+    else
+        fprintf(out, "inbox schema v%d: up to date%s\n", found.version,
+                citus ? "; the Citus layout applied (db/citus/; wake-ups by polling: --poll-interval)" : "");
     rc = 0;
 unlock:
     if (wi_pg_ok(pg))

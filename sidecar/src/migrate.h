@@ -17,9 +17,11 @@ extern const int wi_migrations_count;
 extern const struct wi_migration wi_citus_migrations[];
 extern const int wi_citus_migrations_count;
 
-/* Connects and applies every embedded migration in order, each in its own transaction,
- * holding pg_advisory_lock(WI_MIGRATE_LOCK_KEY), then writes one line to out saying the
- * schema version (never the SQL). Idempotent. A database whose schema is newer than
+/* Connects and applies the embedded migrations newer than the database's schema version
+ * (every one when it says none), in order, each in its own transaction, holding
+ * pg_advisory_lock(WI_MIGRATE_LOCK_KEY), then writes one line to out saying the schema
+ * version (never the SQL): on a current database it changes nothing and takes no lock on
+ * the inbox. Idempotent. A database whose schema is newer than
  * WI_SCHEMA_VERSION is left as it is (one line says so; returns 0). citus: also apply the
  * Citus layout (db/citus/) after the chain; a database that has it already gets it again
  * whatever citus says (the chain runs with citus.enable_unsafe_triggers there: its
