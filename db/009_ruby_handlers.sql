@@ -121,7 +121,9 @@ COMMENT ON FUNCTION webhook_inbox_run_ruby(webhook_inbox, regproc, text[]) IS
 
 -- As in 005, plus: an event whose type has Ruby handlers goes through webhook_inbox_run_ruby
 -- (so a type with Ruby handlers and no SQL route is routed, not waiting). 'handed' is left
--- pending by it; the other results are recorded here as before.
+-- pending by it; the other results are recorded here as before. Without Ruby handlers, the
+-- SQL route's once-marker is checked too (never written here: a type that never had Ruby
+-- handlers keeps 005's behaviour, a replay runs its route again and no marker per event is kept).
 CREATE OR REPLACE FUNCTION webhook_inbox_run_event(
         ev webhook_inbox, p_handler regproc, p_unrouted text, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint,
@@ -165,6 +167,13 @@ BEGIN
         ELSE
             result := 'retry';
         END IF;
+    ELSIF EXISTS (SELECT 1 FROM webhook_inbox_effects_received r
+                   WHERE r.operation_id = webhook_inbox_handler_operation_id(ev.source_scope, ev.event_id, 'sql:' || p_handler::text)) THEN
+        -- The route already ran for this event while its type had Ruby handlers (the marker
+        -- webhook_inbox_run_ruby wrote): a requeue after the last one was retired does not run it again.
+        result := 'done';
+        detail := 'SQL route ' || p_handler::text || ' already ran for this event';
+        RETURN;
     ELSE
         SELECT h.result, h.detail INTO result, detail FROM webhook_inbox_run_handler(ev, p_handler) h;
     END IF;

@@ -131,6 +131,41 @@ RSpec.describe WebhookInbox::Handlers do
       .to eq([%w[refund quarantined], %w[refund_v2 delivered]])
   end
 
+  it "runs the SQL route once per event also after the type's last Ruby handler was retired: a requeue does not run it again" do
+    WebhookInbox.subscribe("payment_intent.succeeded", as: :x) { |_e| raise WebhookInbox::Permanent, "no" }
+    store_webhook_event(event_type: "payment_intent.succeeded", payload: { "id" => "evt_s1" })
+    expect(drain_webhook_inbox.map(&:result)).to eq(["quarantined"])
+    WebhookInbox::Handlers.retire(ActiveRecord::Base.connection, "x", actor: "spec")
+    WebhookInbox::Handlers.registry.clear
+    requeue("evt_s1")
+    expect(drain_webhook_inbox.map { |o| [o.result, o.detail] }).to eq([["done", "SQL route orders_route already ran for this event"]])
+    expect(calls).to eq([%w[sql evt_s1 0]])
+  end
+
+  it "retries a handler that raised ActiveRecord::Rollback (the savepoint swallows it: nothing was applied), never marks it delivered" do
+    rollback = true
+    WebhookInbox.subscribe("customer.created", as: :c) { |e| record("c", e); raise ActiveRecord::Rollback if rollback }
+    store_webhook_event(event_type: "customer.created", payload: { "id" => "evt_rb" })
+    out = drain_webhook_inbox
+    expect(out.map(&:result)).to eq(["retry"])
+    expect(out.first.detail).to include("c: ActiveRecord::Rollback")
+    expect([status("evt_rb"), calls]).to eq(["pending", []])
+    rollback = false
+    sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() WHERE destination = 'ruby'") # its backoff, elapsed
+    drain_webhook_inbox
+    expect([status("evt_rb"), calls]).to eq(["done", [%w[c evt_rb 2]]])
+  end
+
+  it "fails the round when a claimed run is no longer pending at save (webhook_inbox_ruby_save NULL), rolling it back" do
+    WebhookInbox.subscribe("customer.created", as: :meddler) do |e|
+      record("meddler", e)
+      ActiveRecord::Base.connection.exec_update("UPDATE webhook_inbox_outbox SET status = 'delivered' WHERE operation_id = $1", "spec", [e.operation_id])
+    end
+    store_webhook_event(event_type: "customer.created", payload: { "id" => "evt_gone" })
+    expect { savepoint { drain_webhook_inbox } }.to raise_error(WebhookInbox::Error, /no longer pending when saved/)
+    expect([status("evt_gone"), calls]).to eq(["pending", []])
+  end
+
   it "runs every matching handler once per event: exact, prefix, catch-all, beside the SQL route; not again on a duplicate or replay" do
     seen = []
     WebhookInbox.subscribe("payment_intent.succeeded", as: :mark_paid) { |e| seen << e; record("mark_paid", e) }

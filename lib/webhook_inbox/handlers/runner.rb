@@ -11,7 +11,10 @@ module WebhookInbox
     # handler in a savepoint, and record its result in the same transaction
     # (webhook_inbox_ruby_save): the handler's writes and its run marked delivered commit
     # together, or not at all. A handler's StandardError rolls its savepoint back and charges
-    # the run (the events' backoff; quarantined at max_attempts); WebhookInbox::Permanent
+    # the run (the events' backoff; quarantined at max_attempts), and so does a handler that
+    # raised ActiveRecord::Rollback (the savepoint swallows it: the block did not complete,
+    # nothing applied; a retry, not Permanent, as a condition it checked may pass later, and
+    # the last attempt quarantines it like any failure); WebhookInbox::Permanent
     # quarantines it (and its event) at once. Anything that breaks the transaction itself (the
     # connection, a signal) propagates: nothing of the round is recorded, the runs are due again.
     class Runner
@@ -45,6 +48,9 @@ module WebhookInbox
         ms = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000
         status = connection.select_value(SAVE_SQL, "webhook_inbox ruby save",
                                          [row["operation_id"], result, error, ms, @max_attempts, @backoff_base_ms, @backoff_cap_ms])
+        # NULL: the run claimed is no longer a pending Ruby run (changed under the lock: a bug);
+        # the round fails and rolls back, the handler's writes with it.
+        raise Error, "webhook_inbox: Ruby run #{row['operation_id']} was no longer pending when saved; round rolled back" unless status
         Result.new(operation_id: row["operation_id"], handler: row["handler"], source_scope: row["source_scope"],
                    event_id: row["event_id"], event_type: row["event_type"], attempt: event.attempt, status: status,
                    error: error, duration_ms: ms).tap { |r| @on_result&.call(r) }
@@ -56,7 +62,14 @@ module WebhookInbox
         return ["retry", "no handler named #{name} is subscribed in this app"] unless subscription
         return ["retry", "the event row is missing"] if event.type.nil?
 
-        connection.transaction(requires_new: true) { subscription.callable.call(event) }
+        completed = false
+        connection.transaction(requires_new: true) do
+          subscription.callable.call(event)
+          completed = true
+        end
+        # ActiveRecord::Rollback is swallowed by the savepoint: nothing of the handler applied.
+        return ["retry", "ActiveRecord::Rollback: the handler rolled its writes back"] unless completed
+
         ["done", nil]
       rescue Permanent => e
         ["quarantine", describe(e)]
