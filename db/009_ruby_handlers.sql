@@ -335,9 +335,9 @@ COMMENT ON FUNCTION webhook_inbox_ruby_settle(webhook_inbox_outbox, double preci
     'Ruby worker: after a run changed, lock its event and mark it done (every run delivered), quarantined (the run quarantined) or note the run''s error.';
 
 -- The worker's registration at start: the app's subscriptions are added to the table (the
--- code is the truth), never removed: workers of two releases run side by side in a rolling
--- deploy, and an older one restarting must not take a newer handler's rows away (its
--- events would then be done by the SQL route alone). An empty set is refused (a worker that
+-- code is the truth; registered_at is when a pair was first added), never removed: workers
+-- of two releases run side by side in a rolling deploy, and an older one restarting must not
+-- take a newer handler's rows away (its events would then be done by the SQL route alone). An empty set is refused (a worker that
 -- loaded no handlers is misconfigured: fail closed). Removing a handler is an operator's
 -- audited action: webhook_inbox_ruby_retire (rake webhook_inbox:retire_handler).
 -- p_pairs: [[event type pattern, handler], ...].
@@ -353,15 +353,14 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox_ruby_register: no handlers given (registration only adds; retire a handler with webhook_inbox_ruby_retire)'
               USING ERRCODE = '22023';
     END IF;
-    INSERT INTO webhook_inbox_ruby_handlers AS r (event_type, handler)
-    SELECT DISTINCT p->>0, p->>1 FROM jsonb_array_elements(p_pairs) p
-        ON CONFLICT (event_type, handler) DO UPDATE SET registered_at = now();
+    INSERT INTO webhook_inbox_ruby_handlers (event_type, handler)
+    SELECT DISTINCT p->>0, p->>1 FROM jsonb_array_elements(p_pairs) p ON CONFLICT DO NOTHING;
     SELECT count(*) INTO n FROM webhook_inbox_ruby_handlers;
     RETURN n;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_register(jsonb) IS
-    'Ruby worker: add the [event type pattern, handler] pairs given (registered_at refreshed when already there; never removes, refuses an empty set); returns how many are registered.';
+    'Ruby worker: add the [event type pattern, handler] pairs given (those already there are left as they are; never removes, refuses an empty set); returns how many are registered.';
 
 -- The audit trail takes retire_handler (rake webhook_inbox:retire_handler). Widened, never
 -- narrowed, as in 008 and 011 (which runs after this file and finds 'reverify' admitted).
@@ -388,6 +387,9 @@ $$;
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_retire(p_handler text, p_event_type text, p_actor text,
         OUT removed integer, OUT runs_retired integer, OUT action_id bigint)
 LANGUAGE plpgsql AS $$
+DECLARE
+    run webhook_inbox_outbox;
+    typ text;
 BEGIN
     DELETE FROM webhook_inbox_ruby_handlers r
      WHERE r.handler = p_handler AND (p_event_type IS NULL OR r.event_type = p_event_type);
@@ -396,21 +398,23 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox_ruby_retire: no Ruby handler % is registered%', coalesce(p_handler, 'NULL'),
               CASE WHEN p_event_type IS NULL THEN '' ELSE ' for ' || p_event_type END USING ERRCODE = '22023';
     END IF;
-    WITH retired AS (
+    -- Run by run, each statement on one table (no join of the outbox with the inbox: on
+    -- Citus the inbox is distributed and the outbox is not).
+    runs_retired := 0;
+    FOR run IN SELECT o.* FROM webhook_inbox_outbox o
+                WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.payload->>'handler' = p_handler
+    LOOP
+        SELECT w.event_type INTO typ FROM webhook_inbox w
+         WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id;
+        CONTINUE WHEN p_handler = ANY (coalesce(webhook_inbox_ruby_handlers_for(typ), '{}')); -- still registered for it
         UPDATE webhook_inbox_outbox o
            SET status = 'quarantined', processed_at = clock_timestamp(), last_error = 'handler retired'
-          FROM webhook_inbox w
-         WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.payload->>'handler' = p_handler
-           AND w.source_scope = o.source_scope AND w.event_id = o.source_event_id
-           AND NOT (p_handler = ANY (coalesce(webhook_inbox_ruby_handlers_for(w.event_type), '{}')))
-        RETURNING o.source_scope, o.source_event_id
-    ), due AS (
+         WHERE o.operation_id = run.operation_id AND o.status = 'pending';
+        CONTINUE WHEN NOT FOUND;
+        runs_retired := runs_retired + 1;
         UPDATE webhook_inbox w SET next_attempt_at = now()
-          FROM (SELECT DISTINCT source_scope, source_event_id FROM retired) d
-         WHERE w.source_scope = d.source_scope AND w.event_id = d.source_event_id AND w.status = 'pending'
-        RETURNING 1
-    )
-    SELECT count(*) INTO runs_retired FROM retired;
+         WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id AND w.status = 'pending';
+    END LOOP;
     INSERT INTO webhook_inbox_actions (actor, action, filter, count)
     VALUES (coalesce(nullif(p_actor, ''), 'unknown'), 'retire_handler',
             jsonb_build_object('handler', p_handler, 'event_type', p_event_type, 'runs_retired', runs_retired), removed)

@@ -1,0 +1,35 @@
+# frozen_string_literal: true
+
+require "open3"
+require_relative "../spec_helper"
+require_relative "../support/citus_cluster"
+require_relative "../sidecar/sidecar_helper"
+
+# Ruby handlers' registration and retirement (db/009) on a real Citus cluster, where
+# webhook_inbox_ruby_handlers is a reference table and the inbox is distributed: a second
+# registration of the same pairs (ON CONFLICT on a reference table) and a retire that
+# quarantines a handed event's run. Skipped with the reason when Citus is not installed.
+RSpec.describe "Ruby handler registration on Citus" do
+  before(:all) do
+    why = CitusCluster.missing
+    skip(why) if why
+    @cluster = CitusCluster.new(workers: 2)
+  end
+  after(:all) { @cluster&.destroy }
+
+  def sql(query) = @cluster.psql(query).strip
+
+  it "registers the same pairs twice (adding only) and retires a handler, audited, its run quarantined" do
+    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", @cluster.url)
+    expect(st).to be_success, out
+    pairs = %(SELECT webhook_inbox_ruby_register('[["t.x", "a"], ["t.x", "b"]]'))
+    expect([sql(pairs), sql(pairs)]).to eq(%w[2 2])
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES ('s1', 'e1', 't.x', '{}')")
+    expect(sql("SELECT result FROM webhook_inbox_citus_dispatch_batch(10, 'wait', 10, 1000, 3600000, 60000)")).to eq("handed")
+    expect(sql("SELECT removed || ' ' || runs_retired FROM webhook_inbox_ruby_retire('b', NULL, 'ops')")).to eq("1 1")
+    expect(sql("SELECT string_agg(payload->>'handler' || ' ' || status, ', ' ORDER BY 1) FROM webhook_inbox_outbox"))
+      .to eq("a pending, b quarantined")
+    expect(sql("SELECT actor || ' ' || action || ' ' || count FROM webhook_inbox_actions")).to eq("ops retire_handler 1")
+    expect(sql("SELECT string_agg(handler, ',') FROM webhook_inbox_ruby_handlers")).to eq("a")
+  end
+end
