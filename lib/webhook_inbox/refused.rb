@@ -2,6 +2,7 @@
 
 require "json"
 require "time"
+require_relative "per_process_thread"
 
 module WebhookInbox
   # Refused - deliveries an endpoint answered 401 for a signature or secret mismatch, kept
@@ -36,6 +37,8 @@ module WebhookInbox
   # Refused.active_record_exec outside the test environment; without exec nothing is kept,
   # only counted in #dropped).
   class Refused
+    include PerProcessThread
+
     REASONS = %i[signature_mismatch no_secret unknown_key].freeze
     DEFAULT_BOUNDS = { count: 1_000, bytes: 16 * 1024 * 1024, age: 7 * 86_400 }.freeze
     MAX_QUEUED = 200
@@ -96,6 +99,7 @@ module WebhookInbox
       env_line = ENV_KEYS.each_with_object({}) { |k, h| h[k] = env[k].to_s if env[k] }
       row = Row.new(endpoint.to_s, source_scope, provider.to_s, reason.to_s, body, RequestHeaders.from_env(env),
                     env_line, received_at, bounds)
+      start_thread # first: in a forked child it drops the parent's queue
       @mutex.synchronize do
         return count_dropped(locked: true) unless fits?(row.endpoint, body.bytesize)
 
@@ -104,7 +108,6 @@ module WebhookInbox
         @queued_per[row.endpoint] += 1
         @wake.signal
       end
-      start_thread
       true
     rescue StandardError
       count_dropped
@@ -178,24 +181,21 @@ module WebhookInbox
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
-    # One writing thread per process (started again in a forked child); it wakes when a row
-    # is queued and writes at most every flush_interval seconds.
+    # One writing thread per process (PerProcessThread); it wakes when a row is queued and
+    # writes at most every flush_interval seconds.
     def start_thread
-      return if @thread&.alive? && @pid == Process.pid
-
-      @mutex.synchronize do
-        return if @thread&.alive? && @pid == Process.pid
-
-        @pid = Process.pid
-        @thread = Thread.new do
-          Thread.current.name = "webhook_inbox-refused"
-          loop do
-            @mutex.synchronize { @wake.wait(@mutex) while @queue.empty? }
-            flush
-            sleep @flush_interval
-          end
-        end
+      start_per_process_thread("webhook_inbox-refused") do
+        @mutex.synchronize { @wake.wait(@mutex) while @queue.empty? }
+        flush
+        sleep @flush_interval
       end
+    end
+
+    # In a forked child: the queued deliveries are the parent's to write (kept twice otherwise).
+    def forget_inherited
+      @queue.clear
+      @queued_bytes = 0
+      @queued_per.clear
     end
   end
 

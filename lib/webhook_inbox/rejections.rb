@@ -2,6 +2,7 @@
 
 require "json"
 require "time"
+require_relative "per_process_thread"
 
 module WebhookInbox
   # Rejections - counts of rejected deliveries (401 signature and timestamp failures, 400, 413,
@@ -25,6 +26,8 @@ module WebhookInbox
   #   WebhookInbox.rejections.totals   # {["stripe:acct_1:live", :signature_mismatch] => 12, ...} since boot
   #   WebhookInbox.rejections.max_scopes = 5_000   # a multi-tenant app with more endpoints
   class Rejections
+    include PerProcessThread
+
     MAX_KEYS = 10_000
     MAX_SCOPES = 1_000
     MAX_SCOPE_BYTES = 200
@@ -54,6 +57,7 @@ module WebhookInbox
       return if IGNORED.include?(reason)
 
       minute = Time.at(now.to_i - (now.to_i % 60)).utc
+      start_thread if @flusher # first: in a forked child it drops the parent's counts
       @mutex.synchronize do
         scope = named(scope)
         key = [scope, reason.to_s, minute]
@@ -64,7 +68,6 @@ module WebhookInbox
           @dropped += 1
         end
       end
-      start_thread if @flusher
     end
 
     # Rejections counted by this process since it started, by [scope, reason].
@@ -121,22 +124,17 @@ module WebhookInbox
       end
     end
 
-    # One flushing thread per process (started again in a forked child).
+    # One flushing thread per process (PerProcessThread).
     def start_thread
-      return if @thread&.alive? && @pid == Process.pid
-
-      @mutex.synchronize do
-        return if @thread&.alive? && @pid == Process.pid
-
-        @pid = Process.pid
-        @thread = Thread.new do
-          Thread.current.name = "webhook_inbox-rejections"
-          loop do
-            sleep @flush_interval
-            flush
-          end
-        end
+      start_per_process_thread("webhook_inbox-rejections") do
+        sleep @flush_interval
+        flush
       end
+    end
+
+    # In a forked child: the counts waiting to be flushed are the parent's to flush.
+    def forget_inherited
+      @pending.clear
     end
   end
 

@@ -3,6 +3,7 @@
 require "spec_helper"
 require "securerandom"
 require_relative "../support/receiver_helpers"
+require_relative "../support/forked"
 
 # Issue 10 item 5: rejected deliveries counted in memory, flushed at most every few seconds,
 # so a flood of forged requests never becomes a flood of writes.
@@ -21,6 +22,19 @@ RSpec.describe WebhookInbox::Rejections do
                             ["stripe:a:live", "timestamp_out_of_tolerance", Time.utc(2026, 1, 2, 3, 5), 1]]])
     expect(r.flush).to eq(0) # nothing new
     expect(r.totals).to eq(%w[stripe:a:live].product(%i[signature_mismatch timestamp_out_of_tolerance]).zip([1000, 1]).to_h)
+  end
+
+  it "in a forked child flushes only its own counts: the parent's waiting ones are the parent's to flush" do
+    r = described_class.new(flush_interval: 3600, flusher: ->(_rows) {})
+    r.add("s", :signature_mismatch, now: t) # starts the parent's thread; waits for its flush
+    child_rows = Forked.call do
+      rows = nil
+      r.flusher = ->(batch) { rows = batch }
+      r.add("s", :no_secret, now: t)
+      r.flush
+      rows
+    end
+    expect(child_rows).to eq([["s", "no_secret", Time.utc(2026, 1, 2, 3, 4), 1]]) # it flushed the parent's too
   end
 
   it "keeps the counts of a failed flush for the next one" do
