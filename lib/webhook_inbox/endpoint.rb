@@ -27,8 +27,8 @@ module WebhookInbox
 
     # What would stop endpoint name (Configuration#endpoint's settings: provider, secrets,
     # source_scope, verifier options) from receiving, one line each, [] when nothing: each
-    # secret entry that is nil, not a String, empty or padded, an empty secrets list or
-    # scope, and whatever the Receiver and Verifier refuse (an unknown provider, a bad
+    # secret entry that is nil, not a String, empty or padded, an empty secrets list, an
+    # empty scope or one past Inbox::MAX_TEXT_BYTES, and whatever the Receiver and Verifier refuse (an unknown provider, a bad
     # option). Names the endpoint and the entry, never a secret's value.
     def self.problems(name, settings)
       label = "endpoint #{name.to_sym.inspect}"
@@ -39,7 +39,12 @@ module WebhookInbox
         problem = secret_problem(secret)
         found << "#{label}: secrets[#{i}] #{problem}" if problem
       end
-      found << "#{label}: scope is empty" if settings[:source_scope].to_s.strip.empty?
+      scope = settings[:source_scope].to_s
+      found << "#{label}: scope is empty" if scope.strip.empty?
+      if scope.bytesize > Inbox::MAX_TEXT_BYTES[:source_scope]
+        found << "#{label}: scope is #{scope.bytesize} bytes, over the #{Inbox::MAX_TEXT_BYTES[:source_scope]}-byte " \
+                 "bound (every delivery would be refused 400 source_scope_too_long)"
+      end
       return found unless found.empty?
 
       Receiver.new(inbox: UNUSED_STORE, **settings)

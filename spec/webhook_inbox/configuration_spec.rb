@@ -97,6 +97,16 @@ RSpec.describe WebhookInbox::Configuration do
       }
     end
 
+    it "refuses at boot a static scope past the key bound, which would answer every delivery 400" do
+      config.endpoint(:stripe, secrets: ["whsec_a"], scope: "stripe:#{"a" * 250}:live")
+      expect(config.endpoint_problems).to eq([
+        "endpoint :stripe: scope is 262 bytes, over the 255-byte bound (every delivery would be refused 400 source_scope_too_long)"
+      ])
+      fits = described_class.new
+      fits.endpoint(:stripe, secrets: ["whsec_a"], scope: "stripe:#{"a" * 243}:live")
+      expect(fits.endpoint_problems).to eq([])
+    end
+
     it "passes endpoints a request could use, and names the endpoint when a request builds a bad one" do
       config.endpoint(:stripe, secrets: ["whsec_a", "whsec_b"], scope: "stripe:acct_1:live", tolerance: 300)
       expect(config.endpoint_problems).to eq([])
