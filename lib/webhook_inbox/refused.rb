@@ -27,10 +27,11 @@ module WebhookInbox
   # The 401 costs the request one mutex and an Array push: nothing is written per request.
   # A background thread hands what waits to the database (one statement,
   # webhook_inbox_keep_refused, per batch, enforcing the bounds under a lock per endpoint).
-  # At most MAX_QUEUED rows / MAX_QUEUED_BYTES wait per process (MAX_QUEUED_PER_ENDPOINT of
-  # one endpoint); an endpoint the database
-  # found full is not queued for full_pause (FULL_PAUSE) seconds; what is not kept is
-  # counted in #dropped.
+  # At most MAX_QUEUED rows / MAX_QUEUED_BYTES of bodies are held per process
+  # (MAX_QUEUED_PER_ENDPOINT of one endpoint), the batch being written included: a database
+  # that is stuck holds no more than that, plus the statement text of one batch of at most
+  # FLUSH_BYTES of bodies (hex, about twice that). An endpoint the database found full is not
+  # queued for full_pause (FULL_PAUSE) seconds; what is not kept is counted in #dropped.
   # A process that dies loses what waits (the sender got its 401 either way).
   #
   # exec: ->(sql, params) { rows as Hashes of Strings } runs one statement (the Railtie sets
@@ -44,6 +45,7 @@ module WebhookInbox
     MAX_QUEUED = 200
     MAX_QUEUED_PER_ENDPOINT = 100 # a flood on one endpoint leaves room for the others
     MAX_QUEUED_BYTES = 8 * 1024 * 1024
+    FLUSH_BYTES = 1024 * 1024 # bodies per statement (one larger row goes alone)
     FULL_PAUSE = 10
     # What a URL-signed provider's signature covers besides the headers (Verifier#request_url).
     ENV_KEYS = %w[REQUEST_METHOD rack.url_scheme SERVER_NAME SERVER_PORT SCRIPT_NAME PATH_INFO QUERY_STRING].freeze
@@ -82,8 +84,9 @@ module WebhookInbox
       @mutex = Mutex.new
       @wake = ConditionVariable.new
       @queue = []
-      @queued_bytes = 0
+      @queued_bytes = 0 # bodies held: waiting and being written
       @queued_per = Hash.new(0)
+      @held = 0 # rows held: waiting and being written
       @full_until = {}
       @dropped = 0
       @kept = 0
@@ -104,6 +107,7 @@ module WebhookInbox
         return count_dropped(locked: true) unless fits?(row.endpoint, body.bytesize)
 
         @queue << row
+        @held += 1
         @queued_bytes += body.bytesize
         @queued_per[row.endpoint] += 1
         @wake.signal
@@ -113,24 +117,23 @@ module WebhookInbox
       count_dropped
     end
 
-    # Hands what waits to the database now. Returns the rows written (kept or found full);
-    # 0 on failure (they are dropped: a database that refuses them would refuse them again).
+    # Hands what waits to the database now, in batches of at most FLUSH_BYTES of bodies.
+    # Returns the rows written (kept or found full). A batch the database fails is dropped (a
+    # database that refuses it would refuse it again) and the rest waits for the next flush.
     def flush
-      rows = @mutex.synchronize do
-        taken = @queue
-        @queue = []
-        @queued_bytes = 0
-        @queued_per.clear
-        taken
+      written = 0
+      until (rows = take_batch).empty?
+        begin
+          note(@exec.call(KEEP_SQL, [JSON.generate(rows.map { |r| to_json_row(r) })]))
+          written += rows.size
+        rescue StandardError
+          @mutex.synchronize { @dropped += rows.size }
+          break
+        ensure
+          release(rows)
+        end
       end
-      return 0 if rows.empty?
-
-      answer = @exec.call(KEEP_SQL, [JSON.generate(rows.map { |r| to_json_row(r) })])
-      note(answer)
-      rows.size
-    rescue StandardError
-      @mutex.synchronize { @dropped += rows.size }
-      0
+      written
     end
 
     # Rows waiting for the next flush (diagnostics, tests).
@@ -140,6 +143,27 @@ module WebhookInbox
 
     private
 
+    # Takes the oldest waiting rows, up to FLUSH_BYTES of bodies (at least one row). They stay
+    # counted against the bounds until release: a stuck write holds memory too.
+    def take_batch
+      @mutex.synchronize do
+        bytes = 0
+        count = @queue.index { |r| (bytes += r.body.bytesize) > FLUSH_BYTES } || @queue.size
+        @queue.shift([count, 1].max)
+      end
+    end
+
+    def release(rows)
+      @mutex.synchronize do
+        rows.each do |r|
+          @queued_bytes -= r.body.bytesize
+          @queued_per[r.endpoint] -= 1
+        end
+        @queued_per.delete_if { |_, n| n <= 0 }
+        @held -= rows.size
+      end
+    end
+
     def room?(endpoint, bytes)
       @mutex.synchronize do
         pause = @full_until[endpoint.to_s]
@@ -148,9 +172,10 @@ module WebhookInbox
       end
     end
 
-    # Whether a row of endpoint with bytes fits the in-memory bounds (under the mutex).
+    # Whether a row of endpoint with bytes fits the in-memory bounds (under the mutex), the
+    # batch being written included.
     def fits?(endpoint, bytes)
-      @queue.size < MAX_QUEUED && @queued_bytes + bytes <= MAX_QUEUED_BYTES && @queued_per[endpoint] < MAX_QUEUED_PER_ENDPOINT
+      @held < MAX_QUEUED && @queued_bytes + bytes <= MAX_QUEUED_BYTES && @queued_per[endpoint] < MAX_QUEUED_PER_ENDPOINT
     end
 
     def count_dropped(locked: false)
@@ -196,6 +221,7 @@ module WebhookInbox
       @queue.clear
       @queued_bytes = 0
       @queued_per.clear
+      @held = 0
     end
   end
 

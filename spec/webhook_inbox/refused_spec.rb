@@ -180,16 +180,43 @@ RSpec.describe WebhookInbox::Refused do
     sent = described_class::MAX_QUEUED + 50
     sent.times { keep.call(endpoint) }
     first = taken.pop # the writer's first batch, stuck in the database
-    # Each delivery was taken by that batch, waits, or was dropped; at most one endpoint's
-    # share waits and one batch is in flight, so the rest of the flood was dropped.
+    # Each delivery was taken by that batch, waits, or was dropped; the batch in flight
+    # counts against the endpoint's share, so the rest of the flood was dropped.
     expect(first + slow.queued + slow.dropped).to eq(sent)
-    expect(first).to be <= described_class::MAX_QUEUED_PER_ENDPOINT
-    expect(slow.queued).to be <= described_class::MAX_QUEUED_PER_ENDPOINT
-    expect(slow.dropped).to be >= sent - (2 * described_class::MAX_QUEUED_PER_ENDPOINT)
+    expect(first + slow.queued).to be <= described_class::MAX_QUEUED_PER_ENDPOINT
+    expect(slow.dropped).to be >= sent - described_class::MAX_QUEUED_PER_ENDPOINT
     # The flood fills its own endpoint's share only: another endpoint's refusal is still queued.
     expect(keep.call("other")).to be(true)
   ensure
     5.times { gate << true }
+  end
+
+  it "holds at most MAX_QUEUED_BYTES of bodies, the batch in flight included, and writes them in FLUSH_BYTES batches" do
+    gate = Queue.new
+    taken = Queue.new
+    slow = described_class.new(exec: lambda { |_sql, params|
+      taken << JSON.parse(params[0]).size
+      gate.pop
+      []
+    })
+    body = JSON.generate(id: "evt_big", pad: "x" * (300 * 1024))
+    env = delivery("evt_big", "whsec_new")
+    per_endpoint = described_class::MAX_QUEUED_BYTES / body.bytesize / 4 # stay under the per-endpoint row share
+    sent = 0
+    %w[a b c d e f g h].each do |ep|
+      per_endpoint.times do
+        slow.keep(endpoint: "#{endpoint}_#{ep}", source_scope: scope, provider: :stripe, reason: :signature_mismatch,
+                  body: body, env: env, received_at: Time.now, bounds: described_class::DEFAULT_BOUNDS)
+        sent += 1
+      end
+    end
+    first = taken.pop # stuck in the database
+    expect(first).to eq(described_class::FLUSH_BYTES / body.bytesize)
+    expect(sent * body.bytesize).to be > 1.5 * described_class::MAX_QUEUED_BYTES
+    expect((first + slow.queued) * body.bytesize).to be <= described_class::MAX_QUEUED_BYTES
+    expect(first + slow.queued + slow.dropped).to eq(sent)
+  ensure
+    50.times { gate << true }
   end
 
   it "refuses keep_refused options it cannot use" do
