@@ -250,25 +250,35 @@ static void outbox_gauges(FILE *out, const struct wi_metrics_gauges *g)
                "Quarantined outbox effects per destination (wait for a fix and requeue --effects)", 2);
 }
 
-/* The pause and rate rules (webhook_inbox_flow_stats(), read with the inbox gauges). */
+/* The pause and rate rules (webhook_inbox_flow_stats(), read with the inbox gauges). A
+ * scope is never a label value (it can name a tenant): the paused scopes are one series. */
 static void flow_gauges(FILE *out, const struct wi_metrics_gauges *g)
 {
-    int i, k;
+    long scoped = 0;
+    int i, k, scopes = 0;
 
     if (!g->flow_valid)
         return;
     for (k = 0; k < 2; k++) {
         const char *name = k ? "webhook_inbox_rate_limit_per_second" : "webhook_inbox_paused_pending";
         head(out, name, "gauge", k ? "Rate limit of a route or destination in events/s, over all sidecars (resume --rate)"
-                                   : "Pending events (effects) held by a paused route, scope or destination");
+                                   : "Pending events (effects) held by a paused route or destination; kind=\"scope\": "
+                                     "those of every paused scope together");
         for (i = 0; i < g->nflows; i++) {
             const struct wi_metrics_flow *f = &g->flows[i];
             if (k ? f->rate <= 0 : !f->paused)
                 continue;
+            if (!strcmp(f->kind, "scope")) {
+                scopes = 1;
+                scoped += f->pending;
+                continue;
+            }
             fprintf(out, "%s{kind=\"%s\",target=\"", name, f->kind);
             wi_metrics_write_label(out, f->target);
             fprintf(out, "\"} %.15g\n", k ? f->rate : (double)f->pending);
         }
+        if (!k && scopes)
+            fprintf(out, "%s{kind=\"scope\"} %ld\n", name, scoped);
     }
 }
 

@@ -138,8 +138,14 @@ RSpec.describe "webhook-inbox-sidecar pause and resume", :sidecar do
     insert_bulk(3, prefix: "free")
     status, out, = cli("pause", "--scope", "stripe:acct_2:test")
     expect([status.exitstatus, out]).to eq([0, "paused scope stripe:acct_2:test (3 pending held)\n"])
-    status, = sidecar("run", "--once", "--database-url", db.url)
-    expect(status.exitstatus).to eq(0)
+    pid, _, host, port = start
+    wait_for(30, 0.1, "the free events done") { counts("event_id LIKE 'free_%'")[1] == 3 }
+    wait_for(30, 0.1, "the scope's events held") { db.int("SELECT count(*) FROM webhook_inbox WHERE held_at IS NOT NULL") == 3 }
+    metrics = wait_for(20, 0.2, "paused gauge") { (m = scrape(host, port)) && sample(m, "webhook_inbox_paused_pending", kind: "scope") && m }
+    expect(sample(metrics, "webhook_inbox_paused_pending", kind: "scope")).to eq(3)
+    expect(metrics["webhook_inbox_paused_pending"].samples.map(&:labels)).to eq([{ "kind" => "scope" }]) # never the scope itself
+    Process.kill("TERM", pid)
+    expect(wait_exit(pid)&.exitstatus).to eq(0)
     expect(counts("source_scope = 'stripe:acct_2:test'")).to eq([3, 0, 0])
     expect(counts("event_id LIKE 'free_%'")).to eq([0, 3, 0])
     expect(db.value("SELECT DISTINCT attempt_log -> -1 ->> 'result' FROM webhook_inbox WHERE event_id LIKE 'held_%'")).to eq("paused")
