@@ -153,7 +153,7 @@ BEGIN
     END IF;
     result := 'throttled';
     detail := 'rate limited (route:' || pat || ')';
-    retry_in_ms := ceil(extract(epoch FROM slot - clock_timestamp()) * 1000)::bigint;
+    retry_in_ms := greatest(ceil(extract(epoch FROM slot - clock_timestamp()) * 1000), 0)::bigint;
     UPDATE webhook_inbox w SET rate_slot_at = slot, next_attempt_at = slot
      WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
 END
@@ -371,7 +371,7 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Pauses a route, scope or destination: its events (effects) stay pending, uncharged, until
--- resume. A rate set before is kept for the resume. Audited (action pause, filter {kind,
+-- resume. A rate set before stays on the rule until a resume sets or removes it. Audited (action pause, filter {kind,
 -- target}, count = pending events or effects held now). Pausing what is paused is recorded too.
 CREATE OR REPLACE FUNCTION webhook_inbox_pause(p_kind text, p_target text, p_actor text,
         OUT held bigint, OUT action_id bigint)
