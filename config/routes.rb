@@ -5,7 +5,8 @@
 # effect likewise by its operation id (?id=...).
 # Requeue and replay, of one event or of a filter, go through the confirmation page (bulk);
 # requeues of effects through their own (effects/requeue). A kept refused delivery is named by
-# its number (?id=...); reverify is a POST per endpoint.
+# its number (?id=...); reverify is a POST per endpoint. Pause and resume are POSTs of a
+# kind (route, scope, destination) and a target (flow).
 WebhookInbox::Engine.routes.draw do
   root to: "dashboard#show"
   get "events", to: "events#index", as: :events
@@ -20,4 +21,7 @@ WebhookInbox::Engine.routes.draw do
   get "refused/delivery", to: "refused#show", as: :refused
   post "refused/reverify", to: "refused#reverify", as: :refused_reverify
   get "actions", to: "actions#index", as: :actions
+  get "flow", to: "flow#index", as: :flow
+  post "flow/pause", to: "flow#pause", as: :flow_pause
+  post "flow/resume", to: "flow#resume", as: :flow_resume
 end

@@ -80,7 +80,8 @@ static const struct cf_entry table[] = {
     {"destination", CF_DEST, F(destinations), NULL, 0, 0, 0, NULL,
      "outbox: NAME=URL [concurrency=N timeout=D connect_timeout=D sign=standard_webhooks allow_http=true]; "
      "repeatable; credentials from WEBHOOK_INBOX_DEST_<NAME>_TOKEN/_SECRET or token=/secret= in the config file. "
-     "requeue --effects --destination NAME (a flag without =URL): that destination's effects only"},
+     "requeue --effects --destination NAME (a flag without =URL): that destination's effects only; "
+     "pause, resume --destination NAME: that destination"},
     {"endpoint", CF_LIST, F(endpoints), NULL, 0, 0, 0, NULL,
      "reconcile: NAME=PROVIDER:SCOPE [key=value ...] defines an endpoint to recover from its provider's API "
      "(stripe, github; see README); repeatable; its API key from WEBHOOK_INBOX_<NAME>_API_KEY. "
@@ -99,16 +100,18 @@ static const struct cf_entry table[] = {
     {"json", CF_BOOL, F(json), "false", CF_CLI, 0, 0, NULL, "stats: print JSON"},
     {"id", CF_STR, F(id), NULL, CF_CLI, 0, 0, NULL, "requeue: SCOPE/EVENT_ID (split at the first '/')"},
     {"event-id", CF_STR, F(event_id), NULL, CF_CLI, 0, 0, NULL, "requeue: event id (any scope)"},
-    {"type", CF_STR, F(type), NULL, CF_CLI, 0, 0, NULL, "requeue: event type"},
-    {"scope", CF_STR, F(scope), NULL, CF_CLI, 0, 0, NULL, "requeue: source scope"},
+    {"type", CF_STR, F(type), NULL, CF_CLI, 0, 0, NULL, "requeue: event type; pause, resume: a route (an event type, 'prefix*' or '*')"},
+    {"scope", CF_STR, F(scope), NULL, CF_CLI, 0, 0, NULL, "requeue, pause, resume: source scope"},
     {"all", CF_BOOL, F(all), "false", CF_CLI, 0, 0, NULL, "requeue: every quarantined event"},
     {"replay", CF_BOOL, F(replay), "false", CF_CLI, 0, 0, NULL,
      "requeue: done events instead (run their handler again; a filter is required)"},
     {"actor", CF_STR, F(actor), NULL, CF_CLI, 0, 0, NULL,
-     "requeue, prune: who acts, recorded in webhook_inbox_actions (default $USER@host)"},
+     "requeue, prune, pause, resume: who acts, recorded in webhook_inbox_actions (default $USER@host)"},
     {"effects", CF_BOOL, F(effects), "false", CF_CLI, 0, 0, NULL,
      "requeue: outbox effects (--operation-id, --destination NAME, both, or --all)"},
     {"operation-id", CF_STR, F(operation_id), NULL, CF_CLI, 0, 0, NULL, "requeue --effects: one effect"},
+    {"rate", CF_STR, F(rate), NULL, CF_CLI, 0, 0, NULL,
+     "resume: events/s for the route (--type) or destination, over all sidecars (unlimited when unset)"},
     {"since", CF_DURATION, F(since), "72h", CF_CLI, 0, 90L * 86400, NULL,
      "reconcile: how far back to list; run --reconcile: how far back its first walk goes"},
     {"older-than", CF_DURATION, F(older_than), NULL, CF_CLI, 0, 36500L * 86400, NULL, "prune: prune done events received (payloads; keys per --remember-pruned) and delete delivered effects processed longer ago than this (at least 3d)"},

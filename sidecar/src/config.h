@@ -54,6 +54,7 @@ struct wi_config {
     char *actor;          /* requeue, prune: who acts, for webhook_inbox_actions (default $USER@host) */
     int effects;          /* requeue: outbox effects instead of inbox events */
     char *operation_id;   /* requeue --effects: one effect */
+    char *rate;           /* resume: events/s (text, checked by flow_admin.c); NULL = unlimited */
     char *effects_destination; /* requeue --effects --destination NAME (a flag without =URL): one destination */
     char *id;             /* requeue: SCOPE/EVENT_ID */
     char *event_id;       /* requeue: event id in any scope */

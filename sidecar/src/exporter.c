@@ -202,6 +202,31 @@ static int read_outbox(const struct wi_exporter *ex, struct wi_pg *pg, struct wi
     return 0;
 }
 
+/* Prepared on its own, like the outbox's. */
+static const struct wi_pg_stmt flow_stmt = {
+    "wi_metrics_flow", "SELECT kind, target, paused, rate, pending FROM webhook_inbox_flow_stats()"};
+
+/* Reads the pause and rate rules into *g (flow_valid set on success). Returns 0, or -1 with *err. */
+static int read_flows(struct wi_pg *pg, struct wi_metrics_gauges *g, struct wi_err *err)
+{
+    PGresult *res;
+    int i;
+
+    if (wi_pg_prepare(pg, &flow_stmt, 1, err) < 0 || !(res = wi_pg_exec(pg, flow_stmt.name, 0, NULL, PGRES_TUPLES_OK, err)))
+        return -1;
+    for (i = 0; i < PQntuples(res) && g->nflows < WI_METRICS_MAX_FLOWS; i++) {
+        struct wi_metrics_flow *f = &g->flows[g->nflows++];
+        snprintf(f->kind, sizeof f->kind, "%s", PQgetvalue(res, i, 0));
+        snprintf(f->target, sizeof f->target, "%s", PQgetvalue(res, i, 1));
+        f->paused = !strcmp(PQgetvalue(res, i, 2), "t");
+        f->rate = PQgetisnull(res, i, 3) ? 0 : atof(PQgetvalue(res, i, 3));
+        f->pending = atol(PQgetvalue(res, i, 4));
+    }
+    PQclear(res);
+    g->flow_valid = 1;
+    return 0;
+}
+
 /* One read of the gauges into *g; *pg is (re)connected as needed and freed on a connection
  * error. Returns 0, or -1 with *err (g->valid is then 0). */
 static int read_gauges(struct wi_exporter *ex, struct wi_pg **pg, struct wi_metrics_gauges *g, struct wi_err *err)
@@ -237,6 +262,15 @@ static int read_gauges(struct wi_exporter *ex, struct wi_pg **pg, struct wi_metr
     g->retrying = atol(PQgetvalue(res, 0, 3));
     g->waiting_for_route = atol(PQgetvalue(res, 0, 4));
     PQclear(res);
+    if (read_flows(*pg, g, err) < 0) {
+        if (wi_log_every("metrics_flow_failed", 60))
+            log_warnx("metrics_flow_failed", "error=%s", WI_LOG_Q(err->msg));
+        if (!wi_pg_ok(*pg)) {
+            wi_pg_free(*pg);
+            *pg = NULL;
+            return 0;
+        }
+    }
     if (read_outbox(ex, *pg, g, err) < 0) {
         if (wi_log_every("metrics_outbox_failed", 60))
             log_warnx("metrics_outbox_failed", "error=%s note=\"serving the inbox gauges with webhook_inbox_effects_stats_up 0\"",

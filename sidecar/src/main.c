@@ -16,6 +16,7 @@
 #include "audit.h"
 #include "config.h"
 #include "exporter.h"
+#include "flow_admin.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
@@ -69,6 +70,9 @@ static void usage(FILE *out)
           "  prune     retention: empty done events and delete delivered effects older than --older-than\n"
           "            (>= 3d; optional --scope; keys kept --remember-pruned more, 30d by default);\n"
           "            run --retain 30d does it on a schedule\n"
+          "  pause     hold a route (--type PATTERN), a scope (--scope) or a destination (--destination NAME):\n"
+          "            its events (effects) stay pending, uncharged; recorded in webhook_inbox_actions (--actor)\n"
+          "  resume    let it go again, optionally at --rate N events/s (over all sidecars; routes, destinations)\n"
           "  reconcile recover what a provider sent and the inbox lacks, from its API (--endpoint NAME, --since 72h;\n"
           "            endpoints defined by --endpoint NAME=PROVIDER:SCOPE ...); run --reconcile NAME=1h does it on a schedule\n"
           "\n"
@@ -237,6 +241,41 @@ out:
     return rc;
 }
 
+/* pause / resume (flow_admin.c): prints what it held or made due. Returns the exit code. */
+static int cmd_flow(const struct wi_config *cfg, int resume)
+{
+    const char *cmd = resume ? "resume" : "pause";
+    struct wi_flow_target t;
+    struct wi_err err;
+    char actor[512];
+    long n;
+
+    if (!resume && cfg->rate) {
+        fprintf(stderr, "webhook-inbox-sidecar pause: --rate is resume's (resume --rate N lets it go at N events/s)\n");
+        return 2;
+    }
+    if (wi_flow_target(cfg->type, cfg->scope, cfg->effects_destination, &t, &err) < 0) {
+        fprintf(stderr, "webhook-inbox-sidecar %s: %s\n", cmd, err.msg);
+        return 2;
+    }
+    wi_audit_actor(cfg->actor, actor, sizeof actor);
+    n = resume ? wi_flow_resume(cfg->database_url, &t, cfg->rate, actor, &err) : wi_flow_pause(cfg->database_url, &t, actor, &err);
+    if (n < 0) {
+        const char *problem = wi_schema_err_problem(&err);
+        if (problem)
+            fprintf(stderr, "webhook-inbox-sidecar %s: %s (%s)\n", cmd, problem, err.msg);
+        else
+            fprintf(stderr, "webhook-inbox-sidecar %s: %s\n", cmd, err.msg);
+        return err.code == WI_ERR_ARG ? 2 : 1;
+    }
+    if (resume)
+        printf("resumed %s %s%s%s%s (%ld due now)\n", t.kind, t.target, cfg->rate ? " at " : "", cfg->rate ? cfg->rate : "",
+               cfg->rate ? "/s" : "", n);
+    else
+        printf("paused %s %s (%ld pending held)\n", t.kind, t.target, n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct wi_config cfg;
@@ -251,7 +290,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "run") && strcmp(cmd, "migrate") && strcmp(cmd, "stats") && strcmp(cmd, "requeue") &&
-        strcmp(cmd, "prune") && strcmp(cmd, "reconcile") && strcmp(cmd, "--print-config")) {
+        strcmp(cmd, "prune") && strcmp(cmd, "reconcile") && strcmp(cmd, "pause") && strcmp(cmd, "resume") &&
+        strcmp(cmd, "--print-config")) {
         usage(stderr);
         fprintf(stderr, "\nwebhook-inbox-sidecar: unknown command '%s'\n", cmd);
         return 2;
@@ -275,7 +315,8 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    if (cfg.effects_destination && !(!strcmp(cmd, "requeue") && cfg.effects)) {
+    if (cfg.effects_destination && !(!strcmp(cmd, "requeue") && cfg.effects) && strcmp(cmd, "pause") &&
+        strcmp(cmd, "resume")) {
         fprintf(stderr, "webhook-inbox-sidecar: --destination NAME (without =URL) names the effects to requeue: "
                         "requeue --effects --destination NAME; %s\n",
                 !strcmp(cmd, "requeue") ? "add --effects" : "a destination to deliver to is --destination NAME=URL");
@@ -337,6 +378,8 @@ int main(int argc, char **argv)
         } else {
             printf("%s %ld\n", cfg.replay ? "replayed" : "requeued", n);
         }
+    } else if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
+        rc = cmd_flow(&cfg, !strcmp(cmd, "resume"));
     } else if (!strcmp(cmd, "reconcile")) {
         rc = wi_rc_command(&cfg, stdout, stderr);
     } else if (!strcmp(cmd, "prune")) {

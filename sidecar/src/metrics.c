@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flow_admin.h"
 #include "log.h"
 #include "outbox.h"
 #include "outbox_admin.h"
@@ -249,6 +250,38 @@ static void outbox_gauges(FILE *out, const struct wi_metrics_gauges *g)
                "Quarantined outbox effects per destination (wait for a fix and requeue --effects)", 2);
 }
 
+/* The pause and rate rules (webhook_inbox_flow_stats(), read with the inbox gauges). A
+ * scope is never a label value (it can name a tenant): the paused scopes are one series. */
+static void flow_gauges(FILE *out, const struct wi_metrics_gauges *g)
+{
+    long scoped = 0;
+    int i, k, scopes = 0;
+
+    if (!g->flow_valid)
+        return;
+    for (k = 0; k < 2; k++) {
+        const char *name = k ? "webhook_inbox_rate_limit_per_second" : "webhook_inbox_paused_pending";
+        head(out, name, "gauge", k ? "Rate limit of a route or destination in events/s, over all sidecars (resume --rate)"
+                                   : "Pending events (effects) held by a paused route or destination; kind=\"scope\": "
+                                     "those of every paused scope together");
+        for (i = 0; i < g->nflows; i++) {
+            const struct wi_metrics_flow *f = &g->flows[i];
+            if (k ? f->rate <= 0 : !f->paused)
+                continue;
+            if (!strcmp(f->kind, "scope")) {
+                scopes = 1;
+                scoped += f->pending;
+                continue;
+            }
+            fprintf(out, "%s{kind=\"%s\",target=\"", name, f->kind);
+            wi_metrics_write_label(out, f->target);
+            fprintf(out, "\"} %.15g\n", k ? f->rate : (double)f->pending);
+        }
+        if (!k && scopes)
+            fprintf(out, "%s{kind=\"scope\"} %ld\n", name, scoped);
+    }
+}
+
 /* The deliverer's outcomes in this process. */
 static void effect_counters(FILE *out)
 {
@@ -294,8 +327,10 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
         }
     }
 
-    if (g)
+    if (g) {
         outbox_gauges(out, g);
+        flow_gauges(out, g);
+    }
 
     pthread_mutex_lock(&mu);
     head(out, "webhook_inbox_handled_total", "counter",
@@ -327,6 +362,12 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
 
     counter(out, "webhook_inbox_unrouted_waits_total",
             "Runs that found no route and left the event pending (--unrouted=wait)", wi_metrics_get(WI_M_WAITING));
+    counter(out, "webhook_inbox_paused_runs_total",
+            "Runs that found their route or scope paused and left the event pending, uncharged (held until resume)",
+            wi_metrics_get(WI_M_PAUSED));
+    counter(out, "webhook_inbox_throttled_runs_total",
+            "Runs over their route's rate: the event left pending, uncharged, due at its rate slot",
+            wi_metrics_get(WI_M_THROTTLED));
     counter(out, "webhook_inbox_batches_total", "Transactions of events committed by this process",
             wi_metrics_get(WI_M_BATCHES));
     counter(out, "webhook_inbox_empty_claims_total",
@@ -403,7 +444,7 @@ int wi_metrics_stats(const char *conninfo, int json, FILE *out, struct wi_err *e
     if (json) {
         fprintf(out, "},\"waiting_for_route\":%s,\"waiting_for_route_types\":%s", PQgetvalue(unrouted, 0, 0),
                 PQgetvalue(unrouted, 0, 1));
-        if (wi_outbox_stats(pg, json, out, err) < 0) /* ,"outbox":{...} */
+        if (wi_outbox_stats(pg, json, out, err) < 0 || wi_flow_stats(pg, json, out, err) < 0) /* ,"outbox":{...},"flow":[...] */
             goto done;
         fputs("}\n", out);
     } else {
@@ -416,7 +457,7 @@ int wi_metrics_stats(const char *conninfo, int json, FILE *out, struct wi_err *e
             fprintf(out, "  type=%-17s %s\n", wi_log_quote(type, sizeof type, PQgetvalue(unrouted, i, 0), 120),
                     PQgetvalue(unrouted, i, 1));
         }
-        if (wi_outbox_stats(pg, json, out, err) < 0)
+        if (wi_outbox_stats(pg, json, out, err) < 0 || wi_flow_stats(pg, json, out, err) < 0)
             goto done;
     }
     rc = 0;

@@ -12,8 +12,12 @@
  * delivered outbox effects deleted by it. */
 /* WI_M_EMPTY_CLAIMS: claims that found nothing due (a transaction each; many per event
  * mean workers woken for nothing). */
+/* WI_M_PAUSED, WI_M_THROTTLED: runs that left the event pending, uncharged, because its
+ * route or scope is paused / over its rate (db/015). */
 enum { WI_M_DONE, WI_M_QUARANTINED, WI_M_RETRY, WI_M_WAITING, WI_M_BATCHES, WI_M_RECONNECTS, WI_M_PRUNED,
-       WI_M_PRUNED_EFFECTS, WI_M_EMPTY_CLAIMS, WI_M_COUNT };
+       WI_M_PRUNED_EFFECTS, WI_M_EMPTY_CLAIMS,
+       WI_M_PAUSED, WI_M_THROTTLED,
+       WI_M_COUNT };
 
 /* At most this many distinct event_type label values; later types count as "other", as do
  * types longer than WI_METRICS_TYPE_MAX bytes, not UTF-8, holding control characters, or
@@ -46,6 +50,18 @@ struct wi_metrics_dest {
     double oldest_pending_age_s;  /* 0 when none is pending */
 };
 
+/* At most this many pause and rate rules get gauges (the first by kind and target). */
+#define WI_METRICS_MAX_FLOWS 100
+
+/* One row of webhook_inbox_flow_stats(). */
+struct wi_metrics_flow {
+    char kind[16];                /* route, scope, destination */
+    char target[256];             /* <= 255 characters by the table's CHECK (cut if wider in bytes) */
+    int paused;
+    double rate;                  /* events/s; 0 when unlimited */
+    long pending;
+};
+
 /* Inbox gauges read from the database by the exporter; valid = 0: the last read failed.
  * The outbox's are read after them, on the same connection: outbox_valid = 0 when that
  * read failed (or the inbox's did), whatever valid says. */
@@ -57,6 +73,9 @@ struct wi_metrics_gauges {
     int outbox_valid;
     int ndests;                   /* dests[0..ndests) */
     struct wi_metrics_dest dests[WI_METRICS_MAX_DESTS];
+    int flow_valid;               /* the rules were read (schema v15 and on) */
+    int nflows;                   /* flows[0..nflows) */
+    struct wi_metrics_flow flows[WI_METRICS_MAX_FLOWS];
 };
 
 /* Writes every metric in Prometheus text format 0.0.4 (HELP and TYPE lines, then samples)

@@ -143,6 +143,12 @@ static void report_event(const struct wi_worker *w, const struct wi_event *e, co
         snprintf(extra, sizeof extra, " retry_in_ms=%lld", e->retry_in_ms);
         if (s->log_events)
             log_event(w, e, "retry", e->attempts + e->charged, extra);
+    } else if (!strcmp(e->result, "paused") || !strcmp(e->result, "throttled")) { /* db/015: pending, uncharged */
+        int paused = e->result[0] == 'p';
+        wi_metrics_add(paused ? WI_M_PAUSED : WI_M_THROTTLED, 1);
+        snprintf(extra, sizeof extra, " retry_in_ms=%lld", e->retry_in_ms);
+        if (s->log_events)
+            log_event(w, e, e->result, e->attempts, paused ? NULL : extra);
     } else if (!strcmp(e->result, "waiting")) {
         wi_metrics_add(WI_M_WAITING, 1);
         snprintf(extra, sizeof extra, " retry_in_ms=%lld", e->retry_in_ms);

@@ -74,12 +74,12 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     # narrow the one a later file widened further, with rows of every action in the table.
     TestDatabase.cluster.psql(<<~SQL, db: fresh)
       INSERT INTO webhook_inbox_actions (actor, action, filter, count)
-      SELECT 'spec', a, '{}', 0 FROM unnest(ARRAY['requeue', 'replay', 'prune', 'reverify', 'retire_handler']) a
+      SELECT 'spec', a, '{}', 0 FROM unnest(ARRAY['requeue', 'replay', 'prune', 'reverify', 'retire_handler', 'pause', 'resume']) a
     SQL
     st, _, err = sidecar("migrate", "--database-url", url)
     expect(st.exitstatus).to eq(0), err
     tables = TestDatabase.cluster.psql("SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE tablename LIKE 'webhook_inbox%'", db: fresh).strip
-    expect(tables).to eq("webhook_inbox,webhook_inbox_actions,webhook_inbox_effects_received,webhook_inbox_outbox," \
+    expect(tables).to eq("webhook_inbox,webhook_inbox_actions,webhook_inbox_effects_received,webhook_inbox_flow,webhook_inbox_outbox," \
                          "webhook_inbox_reconcile_cursors,webhook_inbox_redeliveries,webhook_inbox_refused,webhook_inbox_rejections," \
                          "webhook_inbox_routes," \
                          "webhook_inbox_ruby_handlers")

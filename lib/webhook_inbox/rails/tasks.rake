@@ -10,9 +10,11 @@
 #   bin/rails webhook_inbox:prune OLDER_THAN=30d
 #   bin/rails webhook_inbox:reverify ENDPOINT=stripe  (refused deliveries kept aside, verified again)
 #   bin/rails webhook_inbox:retire_handler NAME=mark_paid [TYPE=]  (a Ruby handler no longer run)
+#   bin/rails webhook_inbox:pause  TYPE='invoice.*' | SCOPE=... | DESTINATION=...  (held: pending, uncharged)
+#   bin/rails webhook_inbox:resume TYPE=... | SCOPE=... | DESTINATION=... [RATE=50] (events/s over all sidecars)
 #   bin/rails webhook_inbox:requeue_effects OPERATION_ID= | DESTINATION= | HANDLER= | EVENT= | ALL=1
 #                                                 (quarantined effects: effect_tasks.rake, loaded by the engine)
-# Requeues, replays, prunes, reverifies and retired handlers are recorded in webhook_inbox_actions with ACTOR= (default $USER@host).
+# Requeues, replays, prunes, reverifies, pauses, resumes and retired handlers are recorded in webhook_inbox_actions with ACTOR= (default $USER@host).
 #   bin/rails webhook_inbox:sidecar               (run; ARGS="--concurrency 2" for more flags)
 #   bin/rails webhook_inbox:doctor                (what is configured and missing; exits 1 if something is)
 # For a long-running sidecar prefer bin/webhook-inbox-sidecar: it takes flags directly.
@@ -56,6 +58,33 @@ namespace :webhook_inbox do
     args = filters.call
     abort "webhook_inbox:replay needs ID=, TYPE=, SCOPE= or EVENT_ID= (every done event at once is refused)" if args.empty?
     sidecar.call("requeue", "--replay", *args, *actor.call)
+  end
+
+  held = lambda do |task| # [kind, target] of TYPE=, SCOPE= or DESTINATION= (exactly one)
+    given = { "route" => ENV["TYPE"], "scope" => ENV["SCOPE"], "destination" => ENV["DESTINATION"] }.reject { |_, v| v.to_s.empty? }
+    abort "webhook_inbox:#{task} needs one of TYPE= (a route: an event type, 'prefix*' or '*'), SCOPE= or DESTINATION=" if given.size != 1
+    given.first
+  end
+  flow = lambda do |task, &change| # runs change(connection, kind, target); a refusal aborts with its reason
+    kind, target = held.call(task)
+    [kind, target, ActiveRecord::Base.connection_pool.with_connection { |c| change.call(c, kind, target) }]
+  rescue ActiveRecord::StatementInvalid => e
+    abort "webhook_inbox:#{task}: #{WebhookInbox::Flow.refusal(e)}"
+  end
+
+  desc "Pause a route (TYPE=, an event type, 'prefix*' or '*'), a scope (SCOPE=) or a destination (DESTINATION=): its events " \
+       "(effects) stay pending, uncharged, until resume (ACTOR= for the audit)"
+  task pause: :environment do
+    kind, target, r = flow.call("pause") { |c, k, t| WebhookInbox::Flow.pause(c, k, t, actor: operator.call) }
+    puts "paused #{kind} #{target} (#{r[:held]} pending held; action ##{r[:action_id]})"
+  end
+
+  desc "Resume a route (TYPE=), scope (SCOPE=) or destination (DESTINATION=), at RATE= events/s over all sidecars when given " \
+       "(routes and destinations; unlimited otherwise) (ACTOR= for the audit)"
+  task resume: :environment do
+    rate = ENV["RATE"].to_s.empty? ? nil : ENV["RATE"]
+    kind, target, r = flow.call("resume") { |c, k, t| WebhookInbox::Flow.resume(c, k, t, rate: rate, actor: operator.call) }
+    puts "resumed #{kind} #{target}#{rate ? " at #{rate}/s" : ''} (#{r[:released]} due now; action ##{r[:action_id]})"
   end
 
   desc "Delete done events received before OLDER_THAN (e.g. 30d; at least 3d) (ACTOR= for the audit)"
