@@ -18,15 +18,22 @@
 -- 009's webhook_inbox_ruby_claim and webhook_inbox_ruby_save stay as they were, for workers of
 -- the previous release during a rolling deploy.
 --
--- Prune (sidecar/src/prune.c) now deletes the SQL route's once-markers
--- (webhook_inbox_effects_received, name 'sql:<route>') of the events it deletes or empties;
--- they carry their event's key from here on (markers written by 009 do not: see below).
+-- The SQL route's once-markers (webhook_inbox_effects_received rows named 'sql:<route>',
+-- which webhook_inbox_run_ruby writes) were never deleted. They now carry their event's key
+-- (source_scope, source_event_id: the markers 009 wrote get theirs below, or go when their
+-- event is gone), and prune and retention (sidecar/src/prune.c) delete them with the events
+-- they empty or delete, in the same bounded statements.
 --
 -- Functions defined here (new): webhook_inbox_ruby_start, webhook_inbox_ruby_lock,
 -- webhook_inbox_ruby_finish. Redefined: webhook_inbox_schema_version, webhook_inbox_run_ruby
--- (009: writes the marker's event key).
+-- (009's, writing the marker's event key; nothing else changes).
 --
 -- Additive: webhook_inbox_schema_min_worker() stays 4.
+--
+-- On a large webhook_inbox_effects_received, CREATE INDEX below blocks receive_effect's
+-- inserts while it builds. Build it first without blocking, outside a transaction:
+--   CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_inbox_effects_received_event_idx
+--     ON webhook_inbox_effects_received (source_scope, source_event_id) WHERE source_event_id IS NOT NULL;
 
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
 LANGUAGE sql STABLE AS $$ SELECT 13 $$;
@@ -143,3 +150,93 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_finish(text, integer, text, text, double precision, integer, bigint, bigint) IS
     'Ruby worker, step 3: record the run''s result (done/retry/quarantine) for the attempt charged at its start and settle its event; returns the run''s new status (NULL: not that pending run).';
+
+ALTER TABLE webhook_inbox_effects_received ADD COLUMN IF NOT EXISTS source_scope text;
+ALTER TABLE webhook_inbox_effects_received ADD COLUMN IF NOT EXISTS source_event_id text;
+COMMENT ON COLUMN webhook_inbox_effects_received.source_scope IS
+    'For a SQL route''s once-marker (name sql:<route>, v13 on): its event''s scope, so prune deletes it with the event; NULL for receive_effect''s rows.';
+COMMENT ON COLUMN webhook_inbox_effects_received.source_event_id IS
+    'For a SQL route''s once-marker: its event''s id (see source_scope).';
+CREATE INDEX IF NOT EXISTS webhook_inbox_effects_received_event_idx
+    ON webhook_inbox_effects_received (source_scope, source_event_id) WHERE source_event_id IS NOT NULL;
+COMMENT ON INDEX webhook_inbox_effects_received_event_idx IS
+    'The once-markers of one event: deleted with it by prune and retention (sidecar/src/prune.c).';
+
+-- The markers 009 wrote have no key: find their events (the operation id is the hash of
+-- scope, event id and the marker's name), then delete the keyless markers left, whose event
+-- is gone. The hashes go through a temporary table, so no statement joins the inbox with
+-- this table (on Citus the inbox is distributed and this table is not). Touches only keyless
+-- 'sql:' markers: a re-run finds none and does nothing.
+DO $$
+DECLARE
+    names text[] := ARRAY(SELECT DISTINCT r.name FROM webhook_inbox_effects_received r
+                           WHERE r.source_event_id IS NULL AND starts_with(r.name, 'sql:'));
+BEGIN
+    IF cardinality(names) = 0 THEN
+        RETURN;
+    END IF;
+    CREATE TEMPORARY TABLE webhook_inbox_013_marker_keys AS
+        SELECT w.source_scope, w.event_id, webhook_inbox_handler_operation_id(w.source_scope, w.event_id, n.name) AS operation_id
+          FROM webhook_inbox w, unnest(names) n(name);
+    UPDATE webhook_inbox_effects_received r
+       SET source_scope = k.source_scope, source_event_id = k.event_id
+      FROM webhook_inbox_013_marker_keys k
+     WHERE r.operation_id = k.operation_id AND r.source_event_id IS NULL AND starts_with(r.name, 'sql:');
+    DROP TABLE webhook_inbox_013_marker_keys;
+    DELETE FROM webhook_inbox_effects_received r
+     WHERE r.source_event_id IS NULL AND starts_with(r.name, 'sql:') AND starts_with(r.operation_id, 'handler_');
+END
+$$;
+
+-- As 009's, but the SQL route's once-marker carries its event's key (prune deletes it with
+-- the event). An event whose type has Ruby handlers, its row locked by the dispatch: run the
+-- SQL route once, record one run per Ruby handler (a quarantined run of this event is made
+-- due again: requeuing the event requeues its runs), then either all runs are already
+-- delivered (a replay: nothing runs twice) -> 'done', or the row waits for the Ruby worker ->
+-- 'handed' (pending, due in the year 9999: the worker settles it).
+CREATE OR REPLACE FUNCTION webhook_inbox_run_ruby(ev webhook_inbox, p_handler regproc, p_ruby text[],
+        OUT result text, OUT detail text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    sql_op  text;
+    sql_out text;
+    h       text;
+    ops     text[] := '{}';
+    open    integer;
+BEGIN
+    IF p_handler IS NOT NULL THEN
+        sql_op := webhook_inbox_handler_operation_id(ev.source_scope, ev.event_id, 'sql:' || p_handler::text);
+        IF NOT EXISTS (SELECT 1 FROM webhook_inbox_effects_received r WHERE r.operation_id = sql_op) THEN
+            SELECT r.result, r.detail INTO result, detail FROM webhook_inbox_run_handler(ev, p_handler) r;
+            IF result <> 'done' THEN
+                RETURN;
+            END IF;
+            sql_out := detail;
+            INSERT INTO webhook_inbox_effects_received (operation_id, name, source_scope, source_event_id)
+            VALUES (sql_op, 'sql:' || p_handler::text, ev.source_scope, ev.event_id);
+        END IF;
+    END IF;
+    FOREACH h IN ARRAY p_ruby LOOP
+        ops := ops || webhook_inbox_handler_operation_id(ev.source_scope, ev.event_id, h);
+        INSERT INTO webhook_inbox_outbox AS o (operation_id, destination, payload, source_scope, source_event_id)
+        VALUES (ops[cardinality(ops)], 'ruby', jsonb_build_object('handler', h), ev.source_scope, ev.event_id)
+        ON CONFLICT (operation_id) DO UPDATE
+           SET status = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL
+         WHERE o.status = 'quarantined';
+    END LOOP;
+    SELECT count(*) INTO open FROM webhook_inbox_outbox o WHERE o.operation_id = ANY (ops) AND o.status <> 'delivered';
+    IF open = 0 THEN
+        result := 'done';
+        detail := concat_ws('; ', sql_out, cardinality(ops) || ' Ruby handler(s) done');
+        RETURN;
+    END IF;
+    result := 'handed';
+    detail := 'waiting for Ruby handlers: ' || array_to_string(p_ruby, ', ');
+    UPDATE webhook_inbox w
+       SET next_attempt_at = '9999-01-01 00:00:00+00', last_error = NULL, outcome = sql_out,
+           attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('handed', detail, NULL))
+     WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_run_ruby(webhook_inbox, regproc, text[]) IS
+    'Dispatch of an event with Ruby handlers: the SQL route once (its marker keyed by the event, v13), one outbox run (destination ruby) per handler; ''handed'' leaves the row pending for the Ruby worker, ''done'' when every run was already delivered.';
