@@ -30,10 +30,18 @@
 --
 -- Additive: webhook_inbox_schema_min_worker() stays 4.
 --
--- On a large webhook_inbox_effects_received, CREATE INDEX below blocks receive_effect's
--- inserts while it builds. Build it first without blocking, outside a transaction:
+-- The dashboard's effect queries get indexes (app/models/webhook_inbox/effect_list.rb): the
+-- list, newest first by (created_at, operation_id), and an event's effects other than its
+-- Ruby runs (which 009's index serves).
+--
+-- On a large outbox or webhook_inbox_effects_received, CREATE INDEX below blocks effect
+-- inserts while it builds. Build them first without blocking, outside a transaction:
 --   CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_inbox_effects_received_event_idx
 --     ON webhook_inbox_effects_received (source_scope, source_event_id) WHERE source_event_id IS NOT NULL;
+--   CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_inbox_outbox_created_idx
+--     ON webhook_inbox_outbox (created_at, operation_id);
+--   CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_inbox_outbox_event_idx
+--     ON webhook_inbox_outbox (source_scope, source_event_id, created_at, operation_id) WHERE destination <> 'ruby';
 
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
 LANGUAGE sql STABLE AS $$ SELECT 13 $$;
@@ -161,6 +169,14 @@ CREATE INDEX IF NOT EXISTS webhook_inbox_effects_received_event_idx
     ON webhook_inbox_effects_received (source_scope, source_event_id) WHERE source_event_id IS NOT NULL;
 COMMENT ON INDEX webhook_inbox_effects_received_event_idx IS
     'The once-markers of one event: deleted with it by prune and retention (sidecar/src/prune.c).';
+
+CREATE INDEX IF NOT EXISTS webhook_inbox_outbox_created_idx ON webhook_inbox_outbox (created_at, operation_id);
+COMMENT ON INDEX webhook_inbox_outbox_created_idx IS
+    'The dashboard''s effects list: keyset pages newest first by (created_at, operation_id), and its time range.';
+CREATE INDEX IF NOT EXISTS webhook_inbox_outbox_event_idx
+    ON webhook_inbox_outbox (source_scope, source_event_id, created_at, operation_id) WHERE destination <> 'ruby';
+COMMENT ON INDEX webhook_inbox_outbox_event_idx IS
+    'The effects an event emitted (other than its Ruby runs: webhook_inbox_outbox_ruby_event_idx), in order: the dashboard''s event page and its scope / event filters.';
 
 -- The markers 009 wrote have no key: find their events (the operation id is the hash of
 -- scope, event id and the marker's name), then delete the keyless markers left, whose event
