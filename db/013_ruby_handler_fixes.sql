@@ -26,7 +26,8 @@
 --
 -- Functions defined here (new): webhook_inbox_ruby_start, webhook_inbox_ruby_lock,
 -- webhook_inbox_ruby_finish. Redefined: webhook_inbox_schema_version, webhook_inbox_run_ruby
--- (009's, writing the marker's event key; nothing else changes).
+-- (009's, writing the marker's event key; nothing else changes), webhook_inbox_ruby_settle
+-- (009's, without concat_ws over a column, which Citus refuses in an UPDATE).
 --
 -- Additive: webhook_inbox_schema_min_worker() stays 4.
 --
@@ -256,3 +257,59 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_run_ruby(webhook_inbox, regproc, text[]) IS
     'Dispatch of an event with Ruby handlers: the SQL route once (its marker keyed by the event, v13), one outbox run (destination ruby) per handler; ''handed'' leaves the row pending for the Ruby worker, ''done'' when every run was already delivered.';
+
+-- As 009's, but the done event's outcome is built with || instead of concat_ws: concat_ws is
+-- STABLE, and Citus refuses a STABLE function over a column of a distributed table in an
+-- UPDATE ("STABLE functions used in UPDATE queries cannot be called with column
+-- references"), so no Ruby run could finish there.
+-- The event of a run that just changed, its row locked first (two workers finishing the last
+-- two runs of one event wait for each other, and the second sees the first's delivery):
+-- a delivered run that was the last open one -> done; a quarantined run -> quarantined; a
+-- retry -> the error noted. An event that is no longer waiting (done, or removed) is left.
+-- "Open" counts the runs webhook_inbox_run_ruby waits for: those of the handlers registered
+-- for the event's type now. A run of a handler no longer registered (renamed, retired) stays
+-- in the outbox as it was, shown with the event, never waited for.
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_settle(run webhook_inbox_outbox, p_duration_ms double precision)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    ev   webhook_inbox;
+    what text := (run.payload->>'handler') || ': ' || coalesce(run.last_error, '');
+BEGIN
+    SELECT * INTO ev FROM webhook_inbox w
+     WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id
+       AND w.status IN ('pending', 'quarantined')
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF run.status = 'quarantined' THEN
+        UPDATE webhook_inbox w
+           SET status = 'quarantined', last_error = left('Ruby handler ' || what, 1000), processed_at = clock_timestamp(),
+               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('quarantined', 'Ruby handler ' || what, p_duration_ms))
+         WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
+    ELSIF run.status = 'pending' THEN
+        UPDATE webhook_inbox w
+           SET last_error = left('Ruby handler ' || what, 1000),
+               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('retry', 'Ruby handler ' || what, p_duration_ms))
+         WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
+    ELSIF NOT EXISTS (SELECT 1 FROM webhook_inbox_outbox o
+                       WHERE o.source_scope = ev.source_scope AND o.source_event_id = ev.event_id
+                         AND o.destination = 'ruby' AND o.status <> 'delivered'
+                         AND o.payload->>'handler' = ANY (coalesce(webhook_inbox_ruby_handlers_for(ev.event_type), '{}'))) THEN
+        UPDATE webhook_inbox w
+           SET status = 'done', processed_at = clock_timestamp(), last_error = NULL,
+               outcome = CASE WHEN w.outcome IS NULL THEN 'Ruby handlers done' ELSE w.outcome || '; Ruby handlers done' END,
+               attempt_log = webhook_inbox_log_append(w.attempt_log,
+                   webhook_inbox_log_entry('done', 'Ruby handler ' || (run.payload->>'handler') || ' done; all done', p_duration_ms))
+         WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
+    ELSE
+        UPDATE webhook_inbox w
+           SET attempt_log = webhook_inbox_log_append(w.attempt_log,
+                   webhook_inbox_log_entry('handler_done', 'Ruby handler ' || (run.payload->>'handler') || ' done', p_duration_ms))
+         WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_settle(webhook_inbox_outbox, double precision) IS
+    'Ruby worker: after a run changed, lock its event and mark it done (every run delivered), quarantined (the run quarantined) or note the run''s error.';
