@@ -1,6 +1,6 @@
 -- 013_ruby_handler_fixes.sql - schema version 13: Ruby handler runs are charged before they
 -- run, each in a transaction of its own, locking its event before its run (as dispatch does).
--- Idempotent: safe to re-run. Applied after 001..011.
+-- Idempotent: safe to re-run. Applied after the files numbered below it.
 --
 -- 009's worker ran a batch of runs in one transaction and charged a run only when it saved
 -- it: a handler that killed its process (exit!, kill -9, a segfault, the OOM killer) was
