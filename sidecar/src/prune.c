@@ -1,5 +1,5 @@
 /* prune.c - retention: empty old done events (their keys stay for --remember-pruned, then
- * go), delete old delivered outbox effects, in small batches; `prune` records what it did in
+ * go, from v13 with their SQL once-markers), delete old delivered outbox effects, in small batches; `prune` records what it did in
  * webhook_inbox_actions (audit.c). */
 #define _POSIX_C_SOURCE 200809L
 #include "prune.h"
@@ -24,31 +24,41 @@ const struct wi_pg_stmt wi_prune_stmt = {
 
 /* From v8: the row stays, emptied, so its key still makes a redelivery a duplicate.
  * Through webhook_inbox_prunable_idx (done rows not emptied yet, by received_at). */
-const struct wi_pg_stmt wi_prune_keep_stmt = {
-    "wi_prune_keep",
-    "WITH doomed AS ("
-    " SELECT source_scope, event_id FROM webhook_inbox"
-    " WHERE status = 'done' AND pruned_at IS NULL"
-    "  AND received_at < now() - $1::double precision * interval '1 second'"
-    "  AND ($2::text IS NULL OR source_scope = $2)"
-    " LIMIT $3::int FOR UPDATE SKIP LOCKED),"
-    " gone AS (UPDATE webhook_inbox w SET payload = NULL, raw_body = NULL, request_headers = NULL,"
-    "  attempt_log = '[]', outcome = NULL, last_error = NULL, pruned_at = now() FROM doomed d"
-    "  WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id RETURNING 1)"
-    " SELECT count(*) FROM gone"};
+#define KEEP_SQL \
+    "WITH doomed AS (" \
+    " SELECT source_scope, event_id FROM webhook_inbox" \
+    " WHERE status = 'done' AND pruned_at IS NULL" \
+    "  AND received_at < now() - $1::double precision * interval '1 second'" \
+    "  AND ($2::text IS NULL OR source_scope = $2)" \
+    " LIMIT $3::int FOR UPDATE SKIP LOCKED)," \
+    " gone AS (UPDATE webhook_inbox w SET payload = NULL, raw_body = NULL, request_headers = NULL," \
+    "  attempt_log = '[]', outcome = NULL, last_error = NULL, pruned_at = now() FROM doomed d" \
+    "  WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id RETURNING w.source_scope, w.event_id)"
 
 /* Through webhook_inbox_pruned_idx. An emptied row is final (status done, never requeued:
  * webhook_inbox_filter_sql leaves it out), so the lock only keeps two pruners apart. */
-const struct wi_pg_stmt wi_forget_stmt = {
-    "wi_forget",
-    "WITH doomed AS ("
-    " SELECT source_scope, event_id FROM webhook_inbox"
-    " WHERE pruned_at IS NOT NULL AND pruned_at < now() - $1::double precision * interval '1 second'"
-    "  AND ($2::text IS NULL OR source_scope = $2)"
-    " LIMIT $3::int FOR UPDATE SKIP LOCKED),"
-    " gone AS (DELETE FROM webhook_inbox w USING doomed d"
-    "  WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id RETURNING 1)"
-    " SELECT count(*) FROM gone"};
+#define FORGET_SQL \
+    "WITH doomed AS (" \
+    " SELECT source_scope, event_id FROM webhook_inbox" \
+    " WHERE pruned_at IS NOT NULL AND pruned_at < now() - $1::double precision * interval '1 second'" \
+    "  AND ($2::text IS NULL OR source_scope = $2)" \
+    " LIMIT $3::int FOR UPDATE SKIP LOCKED)," \
+    " gone AS (DELETE FROM webhook_inbox w USING doomed d" \
+    "  WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id RETURNING w.source_scope, w.event_id)"
+
+/* From v13: the SQL route's once-markers of those events (webhook_inbox_effects_received,
+ * keyed by their event: webhook_inbox_effects_received_event_idx) go with them, in the same
+ * statement, so they are bounded by its limit. An emptied or deleted event is never
+ * dispatched again, so nothing asks for its marker. */
+#define MARKERS_SQL \
+    ", markers AS (DELETE FROM webhook_inbox_effects_received r USING gone g" \
+    "  WHERE r.source_scope = g.source_scope AND r.source_event_id = g.event_id)"
+
+const struct wi_pg_stmt wi_prune_keep_stmt = {"wi_prune_keep", KEEP_SQL " SELECT count(*) FROM gone"};
+const struct wi_pg_stmt wi_forget_stmt = {"wi_forget", FORGET_SQL " SELECT count(*) FROM gone"};
+const struct wi_pg_stmt wi_prune_keep_markers_stmt = {"wi_prune_keep_markers",
+                                                      KEEP_SQL MARKERS_SQL " SELECT count(*) FROM gone"};
+const struct wi_pg_stmt wi_forget_markers_stmt = {"wi_forget_markers", FORGET_SQL MARKERS_SQL " SELECT count(*) FROM gone"};
 
 /* Through webhook_inbox_outbox_delivered_idx (processed_at, WHERE status = 'delivered': v7).
  * delivered is final: no other statement changes such a row, so the lock only keeps two
@@ -96,17 +106,39 @@ static long step(struct wi_pg *pg, const char *stmt, double older_than, const ch
     return batch(pg, stmt, older_than, scope, limit, err);
 }
 
-long wi_prune_step(struct wi_pg *pg, int keep_keys, double older_than, const char *scope, int limit,
-                   struct wi_err *err)
+/* The statements for a schema version: events, then their markers from v13. */
+static const struct wi_pg_stmt *prune_stmt(int version)
 {
-    return step(pg, keep_keys ? wi_prune_keep_stmt.name : wi_prune_stmt.name, older_than, scope, limit, err);
+    if (version >= WI_PRUNE_MARKERS_SCHEMA)
+        return &wi_prune_keep_markers_stmt;
+    return version >= WI_PRUNE_KEYS_SCHEMA ? &wi_prune_keep_stmt : &wi_prune_stmt;
 }
 
-long wi_forget_step(struct wi_pg *pg, double remember, const char *scope, int limit, struct wi_err *err)
+static const struct wi_pg_stmt *forget_stmt(int version)
+{
+    return version >= WI_PRUNE_MARKERS_SCHEMA ? &wi_forget_markers_stmt : &wi_forget_stmt;
+}
+
+int wi_prune_prepare(struct wi_pg *pg, int version, struct wi_err *err)
+{
+    if (wi_pg_prepare(pg, prune_stmt(version), 1, err) < 0 ||
+        (version >= WI_PRUNE_KEYS_SCHEMA && wi_pg_prepare(pg, forget_stmt(version), 1, err) < 0) ||
+        (version >= WI_PRUNE_EFFECTS_SCHEMA && wi_pg_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0))
+        return -1;
+    return 0;
+}
+
+long wi_prune_step(struct wi_pg *pg, int version, double older_than, const char *scope, int limit,
+                   struct wi_err *err)
+{
+    return step(pg, prune_stmt(version)->name, older_than, scope, limit, err);
+}
+
+long wi_forget_step(struct wi_pg *pg, int version, double remember, const char *scope, int limit, struct wi_err *err)
 {
     if (remember < 0)
         return wi_err_set(err, WI_ERR_ARG, "--remember-pruned must not be negative");
-    return batch(pg, wi_forget_stmt.name, remember, scope, limit, err);
+    return batch(pg, forget_stmt(version)->name, remember, scope, limit, err);
 }
 
 long wi_prune_effects_step(struct wi_pg *pg, double older_than, const char *scope, int limit, struct wi_err *err)
@@ -148,19 +180,17 @@ long wi_prune(const char *conninfo, double older_than, double remember, const ch
     if ((rc = wi_schema_check(pg, &found, err)) < 0)
         goto fail;
     keep_keys = found.version >= WI_PRUNE_KEYS_SCHEMA;
-    if (wi_pg_prepare(pg, keep_keys ? &wi_prune_keep_stmt : &wi_prune_stmt, 1, err) < 0 ||
-        (keep_keys && wi_pg_prepare(pg, &wi_forget_stmt, 1, err) < 0) ||
-        (found.version >= WI_PRUNE_EFFECTS_SCHEMA && wi_pg_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0) ||
+    if (wi_prune_prepare(pg, found.version, err) < 0 ||
         (found.version >= WI_AUDIT_PRUNE_SCHEMA && wi_pg_prepare(pg, &wi_audit_prune_stmt, 1, err) < 0))
         goto fail;
     *audited = found.version >= WI_AUDIT_PRUNE_SCHEMA;
     do {
-        if ((n = wi_prune_step(pg, keep_keys, older_than, scope, 5000, err)) < 0)
+        if ((n = wi_prune_step(pg, found.version, older_than, scope, 5000, err)) < 0)
             goto fail;
         total += n;
     } while (n > 0);
     while (keep_keys) {
-        if ((n = wi_forget_step(pg, remember, scope, 5000, err)) < 0)
+        if ((n = wi_forget_step(pg, found.version, remember, scope, 5000, err)) < 0)
             goto fail;
         *forgotten += n;
         if (n == 0)

@@ -12,11 +12,14 @@
  * then be inserted and processed again. */
 #define WI_PRUNE_MIN_AGE (3 * 86400.0)
 
-/* The batched statements, prepared by whoever calls the steps below: wi_prune_stmt deletes
- * (schemas before v8), wi_prune_keep_stmt empties, wi_forget_stmt deletes emptied rows. */
+/* The batched statements, prepared by wi_prune_prepare(): wi_prune_stmt deletes (schemas
+ * before v8), wi_prune_keep_stmt empties, wi_forget_stmt deletes emptied rows; the _markers
+ * ones (v13 on) also delete those events' SQL once-markers. */
 extern const struct wi_pg_stmt wi_prune_stmt;
 extern const struct wi_pg_stmt wi_prune_keep_stmt;
 extern const struct wi_pg_stmt wi_forget_stmt;
+extern const struct wi_pg_stmt wi_prune_keep_markers_stmt;
+extern const struct wi_pg_stmt wi_forget_markers_stmt;
 extern const struct wi_pg_stmt wi_prune_effects_stmt;
 
 /* From this schema version on (db/008) a pruned event keeps its key: its row is emptied
@@ -28,18 +31,27 @@ extern const struct wi_pg_stmt wi_prune_effects_stmt;
 /* Effects are pruned on schemas from this version on (webhook_inbox_outbox_delivered_idx). */
 #define WI_PRUNE_EFFECTS_SCHEMA 6
 
-/* One batch on an open connection (its statement prepared, outside a transaction: the
- * batch commits on its own): empties (keep_keys, wi_prune_keep_stmt) or deletes
- * (wi_prune_stmt) at most limit status = 'done' rows received more than older_than seconds
- * ago (only in scope unless NULL), skipping rows locked by others. Never touches pending or
- * quarantined rows. Returns the number emptied or deleted, or -1 with *err. */
-long wi_prune_step(struct wi_pg *pg, int keep_keys, double older_than, const char *scope, int limit,
+/* From this version on (db/013) the SQL route's once-markers carry their event's key and go
+ * with the event when it is emptied or deleted. */
+#define WI_PRUNE_MARKERS_SCHEMA 13
+
+/* Prepares on pg the statements the steps below use for a database at schema version.
+ * Returns 0, or -1 with *err. */
+int wi_prune_prepare(struct wi_pg *pg, int version, struct wi_err *err);
+
+/* One batch on an open connection (wi_prune_prepare for version done, outside a
+ * transaction: the batch commits on its own): empties (version >= 8) or deletes at most
+ * limit status = 'done' rows received more than older_than seconds ago (only in scope unless
+ * NULL), skipping rows locked by others, with their once-markers (version >= 13). Never
+ * touches pending or quarantined rows. Returns the number emptied or deleted, or -1 with *err. */
+long wi_prune_step(struct wi_pg *pg, int version, double older_than, const char *scope, int limit,
                    struct wi_err *err);
 
-/* One batch (wi_forget_stmt prepared): deletes at most limit emptied rows whose pruned_at is
- * more than remember seconds ago (>= 0; only in scope unless NULL). From then on a delivery
- * of that key is a new event. Returns the number deleted, or -1 with *err. */
-long wi_forget_step(struct wi_pg *pg, double remember, const char *scope, int limit, struct wi_err *err);
+/* One batch (version >= 8, prepared): deletes at most limit emptied rows whose pruned_at is
+ * more than remember seconds ago (>= 0; only in scope unless NULL), with their once-markers
+ * (version >= 13). From then on a delivery of that key is a new event. Returns the number
+ * deleted, or -1 with *err. */
+long wi_forget_step(struct wi_pg *pg, int version, double remember, const char *scope, int limit, struct wi_err *err);
 
 /* The same for the outbox (wi_prune_effects_stmt prepared): deletes at most limit
  * status = 'delivered' effects whose processed_at is more than older_than seconds ago (only

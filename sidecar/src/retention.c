@@ -55,8 +55,7 @@ static int lead(struct wi_retention *r, struct wi_err *err)
         if (!(r->pg = wi_pg_connect(r->conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
             return -1;
         if (wi_schema_require(r->pg, err) < 0 || wi_pg_prepare(r->pg, &lock_stmt, 1, err) < 0 ||
-            wi_pg_prepare(r->pg, &wi_prune_keep_stmt, 1, err) < 0 || wi_pg_prepare(r->pg, &wi_forget_stmt, 1, err) < 0 ||
-            wi_pg_prepare(r->pg, &wi_prune_effects_stmt, 1, err) < 0) {
+            wi_prune_prepare(r->pg, WI_SCHEMA_VERSION, err) < 0) {
             drop(r);
             return -1;
         }
@@ -94,14 +93,14 @@ static int run_once(struct wi_retention *r, struct run_counts *c, struct wi_err 
     if (rc <= 0)
         return rc;
     do {
-        if ((n = wi_prune_step(r->pg, 1, r->retain, NULL, WI_RETENTION_BATCH, err)) < 0)
+        if ((n = wi_prune_step(r->pg, WI_SCHEMA_VERSION, r->retain, NULL, WI_RETENTION_BATCH, err)) < 0)
             return -1;
         c->pruned += n;
         c->batches++;
         wi_metrics_add(WI_M_PRUNED, n);
     } while (n == WI_RETENTION_BATCH && !atomic_load(&r->stopping));
     do {
-        if ((n = wi_forget_step(r->pg, r->remember, NULL, WI_RETENTION_BATCH, err)) < 0)
+        if ((n = wi_forget_step(r->pg, WI_SCHEMA_VERSION, r->remember, NULL, WI_RETENTION_BATCH, err)) < 0)
             return -1;
         c->forgotten += n;
         c->batches++;

@@ -8,7 +8,8 @@ require_relative "../sidecar/sidecar_helper"
 # Ruby handlers' registration and retirement (db/009) on a real Citus cluster, where
 # webhook_inbox_ruby_handlers is a reference table and the inbox is distributed: a second
 # registration of the same pairs (ON CONFLICT on a reference table) and a retire that
-# quarantines a handed event's run. Skipped with the reason when Citus is not installed.
+# quarantines a handed event's run; the Ruby worker's steps (db/013: start, lock, finish).
+# Skipped with the reason when Citus is not installed.
 RSpec.describe "Ruby handler registration on Citus" do
   before(:all) do
     why = CitusCluster.missing
@@ -31,5 +32,24 @@ RSpec.describe "Ruby handler registration on Citus" do
       .to eq("a pending, b quarantined")
     expect(sql("SELECT actor || ' ' || action || ' ' || count FROM webhook_inbox_actions")).to eq("ops retire_handler 1")
     expect(sql("SELECT string_agg(handler, ',') FROM webhook_inbox_ruby_handlers")).to eq("a")
+  end
+
+  it "runs a Ruby run through the worker's steps (start, lock, finish): the event done (settle's UPDATE refused before 013)" do
+    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", @cluster.url)
+    expect(st).to be_success, out
+    sql(%(SELECT webhook_inbox_ruby_register('[["u.x", "c"]]')))
+    sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() + interval '1 day' WHERE status = 'pending'") # the other example's
+    sql("UPDATE webhook_inbox SET next_attempt_at = now() + interval '1 day' WHERE status = 'pending'")
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES ('s2', 'e2', 'u.x', '{}')")
+    expect(sql("SELECT result FROM webhook_inbox_citus_dispatch_batch(10, 'wait', 10, 1000, 3600000, 60000)")).to eq("handed")
+    op, attempt, exhausted = sql("SELECT operation_id || ' ' || attempt || ' ' || exhausted FROM webhook_inbox_ruby_start(10, 0, 0)").split
+    expect([attempt, exhausted]).to eq(%w[1 false]), sql("SELECT string_agg(payload::text || ' ' || status || ' due ' || next_attempt_at, '; ') FROM webhook_inbox_outbox")
+    expect(sql("BEGIN; SELECT event_type FROM webhook_inbox_ruby_lock('#{op}', 1); " \
+               "SELECT webhook_inbox_ruby_finish('#{op}', 1, 'done', NULL, 1, 10, 0, 0); COMMIT;").lines.map(&:strip))
+      .to eq(%w[u.x delivered])
+    expect(sql("SELECT status FROM webhook_inbox WHERE event_id = 'e2'")).to eq("done")
+  ensure # leave the other example's view of the tables as it was
+    sql("DELETE FROM webhook_inbox_outbox WHERE source_scope = 's2'; " \
+        "DELETE FROM webhook_inbox_ruby_handlers WHERE handler = 'c'; UPDATE webhook_inbox_outbox SET next_attempt_at = now()")
   end
 end

@@ -54,6 +54,18 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
             "VALUES ('#{scope}', '#{id}', '#{type}', '{\"id\": \"#{id}\"}', '#{status}')")
   end
 
+  it "serves the list's keyset pages and an event's other effects through indexes (013), not a scan of the outbox" do
+    plan = lambda do |sql|
+      db_psql("SET enable_seqscan = off; SET enable_bitmapscan = off; EXPLAIN #{sql}")
+    end
+    expect(plan.("SELECT operation_id FROM webhook_inbox_outbox o WHERE (o.created_at, o.operation_id) < (now(), 'x' ) " \
+                 "ORDER BY o.created_at DESC, o.operation_id DESC LIMIT 51")).to match(/Scan Backward using webhook_inbox_outbox_created_idx/)
+    expect(plan.("SELECT operation_id FROM webhook_inbox_outbox o WHERE o.destination <> 'ruby' AND o.source_scope = 's' " \
+                 "AND o.source_event_id = 'e' ORDER BY o.created_at, o.operation_id LIMIT 101")).to include("webhook_inbox_outbox_event_idx")
+    expect(plan.("SELECT 1 FROM webhook_inbox_outbox o WHERE o.source_scope = 's' AND o.source_event_id = 'e' AND o.destination = 'ruby'"))
+      .to include("webhook_inbox_outbox_ruby_event_idx")
+  end
+
   def op_ids(body)
     body.scan(%r{<a href="/webhook_inbox/effect\?id=([^"]+)">}).flatten.map { |s| CGI.unescape(CGI.unescapeHTML(s)) }
   end

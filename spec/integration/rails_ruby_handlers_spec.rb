@@ -3,6 +3,7 @@
 require "spec_helper"
 require_relative "../support/generated_rails_app"
 require "webhook_inbox/testing/signing"
+require_relative "../support/dashboard_client"
 
 # Issue 18: Ruby handlers in a freshly generated Rails 7.2 app (one app for the group), with
 # Puma, the real sidecar and the Ruby worker (bin/webhook-inbox-sidecar ruby). The handler,
@@ -10,7 +11,8 @@ require "webhook_inbox/testing/signing"
 # marks the order paid (paid_count + 1) and records the receipt mail (a receipts row) every
 # time it runs, so any second run shows. Once per payment across duplicates, a replay, a
 # kill -9 of the worker mid-handler and a PostgreSQL restart mid-handler; a raise is retried
-# and then succeeds; WebhookInbox::Permanent quarantines.
+# and then succeeds; WebhookInbox::Permanent quarantines, the run shows on the dashboard's
+# effects page (the engine mounted, as the README says) and its requeue there runs it again.
 RSpec.describe "a generated Rails app: Ruby handlers" do
   include GeneratedRailsApp
 
@@ -41,7 +43,8 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
           Receipt.create!(order_id: order.id, operation_id: event.operation_id, attempt: event.attempt)
           case meta["behaviour"]
           when "fail_once" then raise "card network timeout" if event.attempt == 1
-          when "permanent" then raise WebhookInbox::Permanent, "amount mismatch"
+          when "permanent" # until the fix ships (a flag file)
+            raise WebhookInbox::Permanent, "amount mismatch" unless Rails.root.join("tmp", "fixed_#{order.id}").exist?
           when "pause"
             flag = Rails.root.join("tmp", "paused_#{order.id}")
             unless flag.exist? # the first run stops here, its writes made and not committed
@@ -55,6 +58,7 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
     write("config/routes.rb", <<~RUBY)
       Rails.application.routes.draw do
         post "/webhooks/stripe", to: WebhookInbox.endpoint(:stripe)
+        mount WebhookInbox::Engine => "/webhook_inbox"
       end
     RUBY
     write("db/migrate/#{(Time.now.utc + 60).strftime('%Y%m%d%H%M%S')}_create_orders.rb", <<~'RUBY') # after the gem's
@@ -148,6 +152,26 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
       .to eq("Ruby handler PaymentIntentSucceededHandler: WebhookInbox::Permanent: amount mismatch")
     expect(paid(order)).to eq("awaiting_payment 0 0")
     expect(psql("SELECT status FROM webhook_inbox_outbox WHERE destination = 'ruby' AND source_event_id = 'evt_refused'")).to eq("quarantined")
+  end
+
+  it "shows the quarantined run on the dashboard's effects page; requeued there (confirmed), it runs again and pays once" do
+    order = order!
+    expect(pay("evt_fixed", order, "permanent")).to eq("accepted")
+    wait_for("evt_fixed quarantined") { event_status("evt_fixed") == "quarantined" }
+    op = psql("SELECT operation_id FROM webhook_inbox_outbox WHERE destination = 'ruby' AND source_event_id = 'evt_fixed'")
+    ops = DashboardClient.new(@puma.port)
+    status, _, body = ops.get("/webhook_inbox/effects?status=quarantined&handler=PaymentIntentSucceededHandler")
+    expect(status).to eq(200)
+    expect(body).to include(op, "WebhookInbox::Permanent: amount mismatch")
+
+    FileUtils.touch(File.join(@app, "tmp", "fixed_#{order}")) # the fix is deployed
+    status, _, body = ops.get("/webhook_inbox/effects/requeue?operation_id=#{op}")
+    expect([status, body[%r{<strong>(\d+)</strong> quarantined effect}, 1]]).to eq([200, "1"])
+    status, headers, = ops.post("/webhook_inbox/effects/requeue", { "operation_id" => op, "expected" => "1" })
+    expect([status, headers["location"].to_s.end_with?("/webhook_inbox/effect?id=#{op}")]).to eq([302, true])
+    wait_for("evt_fixed done") { event_status("evt_fixed") == "done" }
+    expect(paid(order)).to eq("paid 1 1")
+    expect(psql("SELECT action || ' ' || count FROM webhook_inbox_actions ORDER BY id DESC LIMIT 1")).to eq("requeue 1")
   end
 
   it "applies the payment once across a kill -9 of the worker mid-handler" do

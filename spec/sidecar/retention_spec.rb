@@ -140,6 +140,33 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
       .to eq("run-of-quarantined")
   end
 
+  it "deletes the SQL route's once-markers with the events it empties or forgets (013 keys the markers 009 wrote); the others stay" do
+    marker = lambda do |event_id, keyed: true|
+      "(webhook_inbox_handler_operation_id('s', '#{event_id}', 'sql:orders_route'), 'sql:orders_route', " \
+        "#{keyed ? "'s', '#{event_id}'" : 'NULL, NULL'})"
+    end
+    db.psql(<<~SQL)
+      INSERT INTO webhook_inbox_effects_received (operation_id, name, source_scope, source_event_id) VALUES
+        #{marker.('old-done-1')}, #{marker.('recent-done')}, #{marker.('old-quarantined')},
+        #{marker.('old-done-2', keyed: false)}, #{marker.('vanished', keyed: false)};
+    SQL
+    db.pg.psql_file(Dir[File.join(SidecarHelper::ROOT, "db/013_*.sql")].first, db: db.name) # as when 013 is applied
+    markers = -> { db.value("SELECT string_agg(k, ',' ORDER BY k) FROM (SELECT coalesce(source_event_id, operation_id) AS k FROM webhook_inbox_effects_received) m") }
+    expect(markers.call).to eq("old-delivered-7,old-done-1,old-done-2,old-pending,old-quarantined,recent-delivered,recent-done")
+
+    status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "pruned 2500 (and 1200 delivered effects; 0 pruned keys forgotten)\n"])
+    expect(markers.call).to eq("old-pending,old-quarantined,recent-delivered,recent-done") # old-delivered-7: with its effect
+    # A marker of an event emptied before 013 goes when the event is forgotten.
+    db.psql("INSERT INTO webhook_inbox_effects_received (operation_id, name, source_scope, source_event_id) VALUES #{marker.('old-done-3')}")
+    db.psql("UPDATE webhook_inbox SET pruned_at = now() - interval '31 days' WHERE event_id LIKE 'old-done-%'")
+    status, out, = sidecar("prune", "--older-than", "30d", "--database-url", db.url)
+    expect([status.exitstatus, out]).to eq([0, "pruned 0 (and 0 delivered effects; 2500 pruned keys forgotten)\n"])
+    expect(markers.call).to eq("old-pending,old-quarantined,recent-delivered,recent-done")
+    plan = db.value("SET enable_seqscan = off; EXPLAIN DELETE FROM webhook_inbox_effects_received WHERE source_scope = 's' AND source_event_id = 'x'")
+    expect(plan).to include("webhook_inbox_effects_received_event_idx")
+  end
+
   it "prunes through the partial index of rows still holding a payload, and forgets through the index of emptied ones" do
     plans = [
       "SELECT 1 FROM webhook_inbox WHERE status = 'done' AND pruned_at IS NULL AND received_at < now() - interval '30 days' LIMIT 5000",

@@ -156,7 +156,7 @@ RSpec.describe WebhookInbox::Handlers do
     expect([status("evt_rb"), calls]).to eq(["done", [%w[c evt_rb 2]]])
   end
 
-  it "fails the round when a claimed run is no longer pending at save (webhook_inbox_ruby_save NULL), rolling it back" do
+  it "fails the run when it is no longer pending at save (webhook_inbox_ruby_finish NULL), rolling it back" do
     WebhookInbox.subscribe("customer.created", as: :meddler) do |e|
       record("meddler", e)
       ActiveRecord::Base.connection.exec_update("UPDATE webhook_inbox_outbox SET status = 'delivered' WHERE operation_id = $1", "spec", [e.operation_id])

@@ -18,8 +18,8 @@ module WebhookInbox
     KEYS = %w[status destination handler operation_id scope event_id from to error].freeze
     RUBY = "ruby" # the destination of Ruby handler runs (db/009_ruby_handlers.sql)
     EVENT_EFFECTS_SHOWN = 100
-    # The outbox has no index on the emitting event's columns for other destinations: the
-    # event page's query for them stops after this long rather than hold the page.
+    # The event page's query for other destinations stops after this long rather than hold
+    # the page (before schema v13 no index serves it: webhook_inbox_outbox_event_idx).
     EVENT_EFFECTS_TIMEOUT_MS = 2000
     COLUMNS = <<~SQL.squish
       o.operation_id, o.destination, CASE WHEN o.destination = 'ruby' THEN o.payload->>'handler' END AS handler,
@@ -72,7 +72,7 @@ module WebhookInbox
 
     # An event's effects: [Ruby handler runs, other effects (nil when their query ran out of
     # time), whether more than EVENT_EFFECTS_SHOWN exist]. The runs use the outbox's index on
-    # (source_scope, source_event_id) for destination ruby; the others have no index yet.
+    # (source_scope, source_event_id) for destination ruby, the others (v13 on) webhook_inbox_outbox_event_idx.
     def self.for_event(connection, scope, event_id)
       runs = connection.select_all("SELECT #{COLUMNS} FROM webhook_inbox_outbox o WHERE o.destination = 'ruby' " \
                                    "AND o.source_scope = $1 AND o.source_event_id = $2 ORDER BY handler",

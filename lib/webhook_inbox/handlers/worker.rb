@@ -8,8 +8,10 @@ module WebhookInbox
     # (the app booted, its ActiveRecord connection). Beside Puma, never inside it: a backlog
     # is worked through here at the worker's own pace, and web requests only share the
     # database with it. Any number of workers on any number of hosts share the runs (SKIP
-    # LOCKED); each round is one transaction holding its runs' row locks, so a worker killed
-    # mid-handler applies nothing and its runs are due again at once.
+    # LOCKED); each run is charged in a committed step before its handler runs, then run in a
+    # transaction holding its event's and its row locks, so a worker killed mid-handler
+    # applies nothing of that run, keeps the runs it finished before, and the killed run is
+    # due again after its backoff, charged (quarantined after its last attempt).
     #
     # At start it registers the app's handlers (Handlers.register: adds, never removes); with
     # none loaded it logs level=error and exits 1 (fail closed). It wakes on the outbox's
@@ -29,7 +31,7 @@ module WebhookInbox
         OptionParser.new do |o|
           o.banner = "usage: bin/webhook-inbox-sidecar ruby [options]  (runs the app's Ruby handlers)"
           o.on("--concurrency N", Integer, "threads, each with its own connection (1)") { |v| opts[:concurrency] = v }
-          o.on("--batch-size N", Integer, "runs per transaction (10)") { |v| opts[:batch_size] = v }
+          o.on("--batch-size N", Integer, "runs per round, each its own transaction (10)") { |v| opts[:batch_size] = v }
           o.on("--poll-interval D", "look for due runs at least this often (1s)") { |v| opts[:poll_interval] = seconds(v) }
           o.on("--max-attempts N", Integer, "quarantine a run after N failures (10)") { |v| opts[:max_attempts] = v }
           o.on("--backoff-base D", "first retry delay (1s)") { |v| opts[:backoff_base_ms] = (seconds(v) * 1000).round }
@@ -97,10 +99,10 @@ module WebhookInbox
         end
       end
 
-      # One transaction: the runs it claims, their handlers and their results. A failure drops
-      # the connection (the next round connects again): it may be the one that broke.
+      # Up to batch size runs, each in its own transaction (Runner). A failure drops the
+      # connection (the next round connects again): it may be the one that broke.
       def round(connection)
-        n = connection.transaction { @runner.run_batch(connection, @opts[:batch_size]).size }
+        n = @runner.run_batch(connection, @opts[:batch_size]).size
         wait(connection) if n.zero? && !@stop
       rescue StandardError
         (connection.disconnect! rescue nil) # rubocop:disable Style/RescueModifier

@@ -1,0 +1,168 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "fileutils"
+require "tmpdir"
+require "active_record"
+require "webhook_inbox/handlers"
+require "webhook_inbox/handlers/worker"
+require_relative "../support/receiver_helpers"
+
+# The Ruby worker as a process (Handlers::Worker in a forked child, its own connection,
+# committed transactions), for what the in-transaction drain cannot show
+# (db/013_ruby_handler_fixes.sql): a handler that kills its process is charged and in the
+# end quarantined, without running its batch-mates again; and a requeue dispatched while a
+# handler runs waits for it instead of deadlocking with its save.
+RSpec.describe WebhookInbox::Handlers::Worker do
+  before(:all) do
+    @pg = TestDatabase.cluster
+    @db = "handlers_worker_#{SecureRandom.hex(4)}"
+    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
+    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @pg.psql("CREATE TABLE calls (id bigserial PRIMARY KEY, handler text NOT NULL, event_id text NOT NULL, attempt int NOT NULL)", db: @db)
+    @url = ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db)
+  end
+
+  around do |example|
+    @dir = Dir.mktmpdir("handlers_worker")
+    @pg.psql("TRUNCATE webhook_inbox, webhook_inbox_outbox, webhook_inbox_ruby_handlers, webhook_inbox_actions, calls", db: @db)
+    example.run
+  ensure
+    @workers&.each { |pid| stop_worker(pid) }
+    FileUtils.rm_rf(@dir)
+  end
+
+  def sql(text) = @pg.psql(text, db: @db).strip
+
+  # Handlers record each run twice: in calls (rolled back with a failed run) and in a file
+  # (what a mail or an API call would be: it stays).
+  def registry(handlers)
+    WebhookInbox::Handlers::Registry.new.tap do |reg|
+      handlers.each do |name, (pattern, body)|
+        reg.add([pattern], lambda { |e|
+          File.open(File.join(@dir, "ran"), "a") { |f| f.puts("#{name} #{e.id} #{e.attempt}") }
+          ActiveRecord::Base.connection.exec_insert("INSERT INTO calls (handler, event_id, attempt) VALUES ($1, $2, $3)",
+                                                    "spec", [name.to_s, e.id, e.attempt])
+          body&.call(e)
+        }, name: name)
+      end
+    end
+  end
+
+  def ran = File.exist?(File.join(@dir, "ran")) ? File.readlines(File.join(@dir, "ran"), chomp: true) : []
+
+  def register(reg) = sql("SELECT webhook_inbox_ruby_register('#{JSON.generate(reg.pairs)}')")
+
+  # Stores events (in this order, one statement each: created in this order) and hands them
+  # to the Ruby handlers through the sidecar's dispatch.
+  def store_and_dispatch(events)
+    events.each do |id, type|
+      sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES ('s', '#{id}', '#{type}', '{}')")
+    end
+    sql("SELECT count(*) FROM webhook_inbox_dispatch_batch(100, 'wait', 10, 1000, 3600000, 60000)")
+  end
+
+  # A worker process; returns its pid. backoff 0: a charged run is due again at once.
+  def start_worker(reg, **opts)
+    log = File.join(@dir, "worker.log")
+    pid = fork do
+      ActiveRecord::Base.establish_connection(@url)
+      out = File.open(log, "a").tap { |f| f.sync = true }
+      exit!(WebhookInbox::Handlers::Worker.new(registry: reg, out: out, poll_interval: 0.1, backoff_base_ms: 0,
+                                               **opts).run)
+    end
+    (@workers ||= []) << pid
+    pid
+  end
+
+  def stop_worker(pid)
+    Process.kill("TERM", pid)
+    Process.wait(pid)
+  rescue Errno::ESRCH, Errno::ECHILD
+    nil
+  end
+
+  def worker_log = File.exist?(File.join(@dir, "worker.log")) ? File.read(File.join(@dir, "worker.log")) : ""
+
+  def wait_until(what, timeout: 30)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    until (value = yield)
+      raise "#{what}: not after #{timeout}s\nworker log:\n#{worker_log.lines.last(20).join}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.05
+    end
+    value
+  end
+
+  # The child's exit status, or nil once the block is true while it still runs.
+  def wait_exit(pid)
+    wait_until("worker #{pid} exited, or done") do
+      next [$?.exitstatus] if Process.wait(pid, Process::WNOHANG)
+
+      [nil] if yield
+    end.first
+  end
+
+  it "charges a handler that kills its process before it runs: quarantined after its last attempt, its batch-mates run once" do
+    reg = registry(steady: ["steady.x", nil], poison: ["poison.x", ->(_e) { exit!(3) }])
+    register(reg)
+    store_and_dispatch([%w[evt_s1 steady.x], %w[evt_s2 steady.x], %w[evt_p poison.x], %w[evt_s3 steady.x]])
+
+    deaths = 0
+    6.times do # max_attempts 3: three deaths, then the fourth worker quarantines it without running it
+      pid = start_worker(reg, batch_size: 10, max_attempts: 3)
+      code = wait_exit(pid) { sql("SELECT status FROM webhook_inbox_outbox WHERE source_event_id = 'evt_p'") == "quarantined" }
+      break unless code
+
+      expect(code).to eq(3)
+      deaths += 1
+    end
+    wait_until("the steady runs done") { sql("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "3" }
+    expect(deaths).to eq(3)
+    expect(ran.grep(/\Apoison/)).to eq(["poison evt_p 1", "poison evt_p 2", "poison evt_p 3"])
+    expect(ran.grep(/\Asteady/).sort).to eq(["steady evt_s1 1", "steady evt_s2 1", "steady evt_s3 1"]) # once each, never again
+    expect(sql("SELECT string_agg(handler || ' ' || event_id, ',' ORDER BY event_id) FROM calls"))
+      .to eq("steady evt_s1,steady evt_s2,steady evt_s3") # the poison's writes never committed
+    expect(sql("SELECT attempts || ' ' || last_error FROM webhook_inbox_outbox WHERE source_event_id = 'evt_p'"))
+      .to start_with("3 attempt 3 started and never finished")
+    expect(sql("SELECT string_agg(event_id || ' ' || status, ',' ORDER BY event_id) FROM webhook_inbox"))
+      .to eq("evt_p quarantined,evt_s1 done,evt_s2 done,evt_s3 done")
+  end
+
+  it "lets a requeue dispatched while a handler of the event runs wait for its save, without a deadlock" do
+    release = File.join(@dir, "release")
+    fail_a = true
+    reg = registry(a: ["order.paid", ->(_e) { raise WebhookInbox::Permanent, "first time" if fail_a }],
+                   b: ["order.*", lambda { |_e|
+                     FileUtils.touch(File.join(@dir, "b_started"))
+                     sleep 0.05 until File.exist?(release)
+                   }])
+    register(reg)
+    # a fails for good first: the event is quarantined while b's run is still to go.
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES ('s', 'evt_r', 'order.paid', '{}')")
+    sql("SELECT count(*) FROM webhook_inbox_dispatch_batch(100, 'wait', 10, 1000, 3600000, 60000)")
+    sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() + interval '1 hour' WHERE payload->>'handler' = 'b'")
+    fail_a_worker = start_worker(reg, batch_size: 10)
+    wait_until("evt_r quarantined by a") { sql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_r'") == "quarantined" }
+    stop_worker(fail_a_worker)
+    fail_a = false
+
+    sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() WHERE payload->>'handler' = 'b'")
+    start_worker(reg, batch_size: 10)
+    wait_until("b running") { File.exist?(File.join(@dir, "b_started")) }
+    # The operator's requeue and the sidecar's dispatch of it, while b runs.
+    ops = Thread.new do
+      [sql("SELECT moved FROM webhook_inbox_requeue('requeue', '{\"event_id\": \"evt_r\"}', 'ops')"),
+       sql("SELECT string_agg(result, ',') FROM webhook_inbox_dispatch_batch(100, 'wait', 10, 1000, 3600000, 60000)")]
+    rescue StandardError => e
+      e
+    end
+    wait_until("the requeue waiting for a lock") { sql("SELECT count(*) FROM pg_stat_activity WHERE datname = '#{@db}' AND wait_event_type = 'Lock'") == "1" }
+    FileUtils.touch(release)
+    expect(ops.value).to eq(%w[1 handed]) # not "deadlock detected"
+    wait_until("evt_r done") { sql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_r'") == "done" }
+    expect(ran).to eq(["a evt_r 1", "b evt_r 1", "a evt_r 1"]) # a requeued: attempts reset; b once
+    expect(worker_log).not_to include("ruby_worker_round_failed")
+    expect(sql("SELECT string_agg(handler, ',' ORDER BY id) FROM calls")).to eq("b,a")
+  end
+end
