@@ -220,5 +220,28 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       expect(api.requests_to("/#{hook}/deliveries/").count { |r| r.method == "POST" }).to eq(1)
       expect(receiver.call(rack_request("/gh", bad_body, bad_headers))[2].join).to include("duplicate")
     end
+
+    it "marks a redelivery that arrived after its walk at the next walk, never on the receipt path nor the original" do
+      trigger = "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'webhook_inbox'::regclass AND NOT tgisinternal " \
+                "AND tgname = 'webhook_inbox_mark_redelivered'"
+      expect(db.value(trigger)).to eq("0") # db/012: the receipt runs no lookup
+      early_body, early_headers = github_request("g-early-#{SecureRandom.hex(3)}", { "action" => "opened", "n" => 3 })
+      late_body, late_headers = github_request("g-late-#{SecureRandom.hex(3)}", { "action" => "closed", "n" => 4 })
+      receiver.call(rack_request("/gh", early_body, early_headers)) # stored, though GitHub counted it failed
+      guids = [early_headers, late_headers].map { |h| h["X-GitHub-Delivery"] }
+      db.psql("INSERT INTO webhook_inbox_redeliveries (source_scope, delivery_guid, requested_id, delivery_id) " \
+              "VALUES (#{db.q(scope)}, #{db.q(guids[0])}, 1, 1), (#{db.q(scope)}, #{db.q(guids[1])}, 2, 2)")
+      receiver.call(rack_request("/gh", late_body, late_headers)) # GitHub's redelivery, after the walk that asked
+      expect(rows).to eq(2)
+      expect(rows("recovered_at IS NOT NULL")).to eq(0)
+
+      st, out, err = reconcile("--endpoint", "gh=github:#{scope} hook=repos/acme/app/hooks/7", "--endpoint", "gh")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/reconcile gh: pages=1 listed=0 recovered=0 .* marked=1\b/)
+      expect(recovered_ids).to eq([Digest::SHA256.hexdigest(late_body)])
+      settled = "SELECT coalesce(string_agg(delivery_guid, ','), '') FROM webhook_inbox_redeliveries " \
+                "WHERE source_scope = #{db.q(scope)} AND settled_at IS NOT NULL"
+      expect(db.value(settled)).to eq(guids[1]) # the original's request is still looked for, for an hour
+    end
   end
 end
