@@ -86,7 +86,8 @@ static int page_body(const struct wi_rc_endpoint *ep, double since, double until
     if (cursor)
         snprintf(after, sizeof after, ", \"cursor\": \"%s\"", cursor);
     w = snprintf(body, n,
-                 "{\"limit\": 100%s, \"query\": {\"filter\": {\"created_at\": {\"start_at\": \"%s\", \"end_at\": \"%s\"}%s},"
+                 "{\"limit\": 100%s, \"query\": {\"filter\": {\"created_at\": "
+                 "{\"start_at\": \"%s\", \"end_at\": \"%s\"}%s},"
                  " \"sort\": {\"field\": \"DEFAULT\", \"order\": \"DESC\"}}}",
                  after, from, to, merchant);
     return w < 0 || (size_t)w >= n ? -1 : 0;
