@@ -39,10 +39,12 @@ LANGUAGE plpgsql AS $$
 DECLARE
     guids text[];
     asked timestamptz[];
-    marked text[];
+    ends timestamptz[];  -- asked + 1 hour, computed here: Citus refuses a STABLE operator
+    marked text[];       -- (timestamptz + interval) over a column in an UPDATE
 BEGIN
-    SELECT array_agg(r.delivery_guid ORDER BY r.requested_at), array_agg(r.requested_at ORDER BY r.requested_at)
-      INTO guids, asked
+    SELECT array_agg(r.delivery_guid ORDER BY r.requested_at), array_agg(r.requested_at ORDER BY r.requested_at),
+           array_agg(r.requested_at + interval '1 hour' ORDER BY r.requested_at)
+      INTO guids, asked, ends
       FROM (SELECT delivery_guid, requested_at FROM webhook_inbox_redeliveries
              WHERE source_scope = p_scope AND settled_at IS NULL
              ORDER BY requested_at LIMIT greatest(p_limit, 1)) r;
@@ -52,12 +54,12 @@ BEGIN
     WITH m AS (
         UPDATE webhook_inbox i SET recovered_at = now()
          WHERE i.source_scope = p_scope
-           AND i.received_at >= asked[1] AND i.received_at <= asked[cardinality(asked)] + interval '1 hour'
+           AND i.received_at >= asked[1] AND i.received_at <= ends[cardinality(ends)]
            AND i.recovered_at IS NULL
            AND i.request_headers ? 'x-github-delivery'
            AND (i.request_headers->>'x-github-delivery') = ANY (guids)
            AND i.received_at BETWEEN asked[array_position(guids, i.request_headers->>'x-github-delivery')]
-                                 AND asked[array_position(guids, i.request_headers->>'x-github-delivery')] + interval '1 hour'
+                                 AND ends[array_position(guids, i.request_headers->>'x-github-delivery')]
         RETURNING i.request_headers->>'x-github-delivery' AS guid)
     SELECT coalesce(array_agg(guid), '{}') INTO marked FROM m;
     UPDATE webhook_inbox_redeliveries SET settled_at = now()
