@@ -1,12 +1,12 @@
 -- 012_reconcile_marks.sql - schema version 12: GitHub redeliveries are marked recovered by
 -- reconcile, off the receipt path. 010's BEFORE INSERT row trigger webhook_inbox_mark_redelivered
--- ran a lookup on every GitHub receipt (bench/redelivered: 1.3x to 1.8x the insert's time
--- on a shared machine); it is dropped. Instead each reconcile walk of a GitHub endpoint calls webhook_inbox_reconcile_mark
+-- ran a PL/pgSQL call and a lookup on every GitHub receipt (bench/redelivered, on a loaded
+-- shared machine: 1.3x to 2x a GitHub insert's time or backend CPU); it is dropped. Instead each reconcile walk of a GitHub endpoint calls webhook_inbox_reconcile_mark
 -- for its scope, before and after the walk: one UPDATE of that scope's rows received since the
 -- redeliveries it asked for, through webhook_inbox_received_idx (005). No new index, so the
 -- receipt path pays nothing (a partial index on x-github-delivery would still cost every
--- GitHub receipt an index insert: 1.07x to 1.6x in bench/redelivered). A redelivery is marked
--- by the walk after it at the latest.
+-- GitHub receipt an index insert: 0.9x to 1.7x in bench/redelivered, within its noise). A
+-- redelivery is marked by the walk after it at the latest.
 -- Idempotent: safe to re-run. Applied after 001..011.
 --
 -- Drops: trigger webhook_inbox_mark_redelivered and function webhook_inbox_mark_redelivered() (010).
