@@ -8,7 +8,7 @@
 --                                  CONFLICT on the primary key) and an event's dispatch each
 --                                  touch one shard, so they commit on one node without 2PC
 --   webhook_inbox_routes,          reference tables (a copy on every node), read by the
---   webhook_inbox_ruby_handlers,   dispatch (and the redelivery trigger) next to any shard
+--   webhook_inbox_ruby_handlers,   dispatch next to any shard (and reconcile, db/012)
 --   webhook_inbox_redeliveries
 --   the other tables (outbox,      stay on the coordinator (plain PostgreSQL tables): small,
 --   effects received, actions,     and functions over their row types (webhook_inbox_ruby_settle)
@@ -40,8 +40,8 @@ $$;
 
 DROP TRIGGER IF EXISTS webhook_inbox_notify_insert ON webhook_inbox;
 
--- Row triggers that only change the row itself (webhook_inbox_on_requeue, 005;
--- webhook_inbox_mark_redelivered, 010) run on the shard, in the statement's transaction.
+-- Row triggers that only change the row itself (webhook_inbox_on_requeue, 005) run on the
+-- shard, in the statement's transaction.
 SET LOCAL citus.enable_unsafe_triggers = on;
 
 -- Propagates every gem function whose argument and result types all exist on the workers
@@ -87,8 +87,8 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox_ruby_handlers'::regclass) THEN
         PERFORM create_reference_table('webhook_inbox_ruby_handlers');
     END IF;
-    -- Read by webhook_inbox_mark_redelivered (010) on the shard of every GitHub delivery:
-    -- left on the coordinator, each such receipt failed there (42P01) and was never stored.
+    -- Read by reconcile (the GitHub page statement, webhook_inbox_reconcile_mark, 012: its
+    -- UPDATE of the inbox is one router query to the scope's shard, the GUIDs as an array).
     IF to_regclass('webhook_inbox_redeliveries') IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox_redeliveries'::regclass) THEN
         PERFORM create_reference_table('webhook_inbox_redeliveries');

@@ -52,9 +52,10 @@ static const struct wi_pg_stmt cursor_stmts[] = {
     {"wi_rc_fail", "UPDATE webhook_inbox_reconcile_cursors SET last_error = $2, updated_at = now() WHERE endpoint = $1"},
     {"wi_rc_intent", "INSERT INTO webhook_inbox_redeliveries (source_scope, delivery_guid, requested_id)"
                      " VALUES ($1, $2, $3::bigint) ON CONFLICT (source_scope, delivery_guid)"
-                     " DO UPDATE SET requested_id = EXCLUDED.requested_id, requested_at = now()"},
+                     " DO UPDATE SET requested_id = EXCLUDED.requested_id, requested_at = now(), settled_at = NULL"},
     {"wi_rc_redelivered", "UPDATE webhook_inbox_redeliveries SET delivery_id = greatest(delivery_id, $3::bigint)"
                           " WHERE source_scope = $1 AND delivery_guid = $2"},
+    {"wi_rc_mark", "SELECT webhook_inbox_reconcile_mark($1::text)"}, /* db/012 */
 };
 
 /* One walk's state. Invariant: key and hdr hold the credential; both wiped by walk_end. */
@@ -116,7 +117,11 @@ static int credentials(struct walk *w, struct wi_err *err)
             return wi_err_set(err, WI_ERR_ARG, "endpoint %s: %s holds spaces or control characters, or is too long",
                               w->ep->name, env);
     memcpy(w->key, v, i + 1);
-    snprintf(w->base, sizeof w->base, "%s", w->ep->api->base);
+    w->own = *w->ep;
+    if (w->ep->api->check(&w->own, w->key, err) < 0)
+        return -1;
+    snprintf(w->base, sizeof w->base, "%s",
+             w->own.live == 0 && w->ep->api->sandbox_base ? w->ep->api->sandbox_base : w->ep->api->base);
     if ((test = getenv(w->ep->api->test_base_env)) && *test) {
         if ((strncmp(test, "http://127.0.0.1:", 17) && strncmp(test, "http://localhost:", 17) &&
              strncmp(test, "http://[::1]:", 13)) || strlen(test) >= sizeof w->base || strchr(test, '?'))
@@ -126,21 +131,21 @@ static int credentials(struct walk *w, struct wi_err *err)
         log_warnx("reconcile_test_api", "endpoint=%s env=%s note=\"a test API, not the provider's\"", w->ep->name,
                   w->ep->api->test_base_env);
     }
-    w->own = *w->ep;
-    if (w->ep->api->check(&w->own, w->key, err) < 0)
-        return -1;
     if ((w->nhdr = w->ep->api->headers(&w->own, w->key, w->hdr, 6)) < 0)
         return wi_err_set(err, WI_ERR_ARG, "endpoint %s: the API key is too long", w->ep->name);
     return 0;
 }
 
-/* One request with the rate limit, Retry-After waits and retries of 5xx or no answer.
+/* One request (body: a POST's JSON, or NULL) with the rate limit, Retry-After waits and
+ * retries of 5xx or no answer.
  * Returns 0 with *res holding an answer that is neither (the caller checks its status),
  * or -1 with *err (res freed). */
-static int call(struct walk *w, const char *method, const char *url, struct wi_rc_res *res, struct wi_err *err)
+static int call(struct walk *w, const char *method, const char *url, const char *body, struct wi_rc_res *res,
+                struct wi_err *err)
 {
     const char *h[6];
-    struct wi_rc_req req = {method, url, h, w->nhdr, REQ_TIMEOUT_MS, w->stopping};
+    struct wi_rc_req req = {.method = method, .url = url, .headers = h, .nheaders = w->nhdr,
+                            .timeout_ms = REQ_TIMEOUT_MS, .stopping = w->stopping, .body = body};
     int tries = 0, waits = 0;
 
     for (int i = 0; i < w->nhdr; i++)
@@ -217,7 +222,7 @@ static int redeliver(struct walk *w, const char *todo, long *n, struct wi_err *e
             return wi_err_set(err, WI_ERR_ARG, "delivery id %.30s cannot be put in a URL", id);
         if (wi_pg_cmd(w->pg, "wi_rc_intent", 3, params, err) < 0) /* before: marks a redelivery that comes at once */
             return -1;
-        if (call(w, "POST", url, &res, err) < 0)
+        if (call(w, "POST", url, NULL, &res, err) < 0)
             return -1;
         if (res.status >= 200 && res.status < 300) {
             if (wi_pg_cmd(w->pg, "wi_rc_redelivered", 3, params, err) < 0) {
@@ -240,7 +245,8 @@ static int redeliver(struct walk *w, const char *todo, long *n, struct wi_err *e
  * when the walk ended). Returns 0 or -1 with *err. */
 static int page(struct walk *w, double since, double until, const char *cursor, char **next, struct wi_err *err)
 {
-    char url[2048], s_since[32], s_until[32], link[512], contains[256] = "{}", account[128] = "", rec[32];
+    char url[2048], body[2048], s_since[32], s_until[32], link[512], contains[256] = "{}", account[128] = "",
+        rec[32];
     const char *params[7];
     struct wi_rc_res res;
     struct wi_err ignore;
@@ -251,7 +257,9 @@ static int page(struct walk *w, double since, double until, const char *cursor, 
     *next = NULL;
     if (w->ep->api->page_url(&w->own, w->base, since, until, cursor, url, sizeof url) < 0)
         return wi_err_set(err, WI_ERR_ARG, "the cursor of endpoint %s cannot be put in a URL", w->ep->name);
-    if (call(w, "GET", url, &res, err) < 0)
+    if (w->ep->api->page_body && w->ep->api->page_body(&w->own, since, until, cursor, body, sizeof body) < 0)
+        return wi_err_set(err, WI_ERR_ARG, "the cursor of endpoint %s cannot be put in a request", w->ep->name);
+    if (call(w, w->ep->api->page_body ? "POST" : "GET", url, w->ep->api->page_body ? body : NULL, &res, err) < 0)
         return -1;
     if (res.status != 200) {
         wi_err_set(err, WI_ERR_IO, "the provider's API answered HTTP %ld", res.status);
@@ -314,6 +322,23 @@ out:
     return rc;
 }
 
+/* WI_RC_REDELIVER: marks the scope's rows that are redeliveries asked for (by this walk or
+ * an earlier one) recovered; adds them to c->marked. Returns 0 or -1 with *err. */
+static int mark(struct walk *w, struct wi_err *err)
+{
+    const char *p1[1] = {w->own.scope};
+    PGresult *r;
+
+    if (w->ep->api->mode != WI_RC_REDELIVER)
+        return 0;
+    if (!(r = exec(w, "wi_rc_mark", 1, p1, PGRES_TUPLES_OK, err)))
+        return -1;
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        w->c->marked += atol(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return 0;
+}
+
 /* Where this walk starts: the one in progress, or a new one. Returns 0 or -1. */
 static int begin_walk(struct walk *w, double since_s, double *since, double *until, char **cursor, struct wi_err *err)
 {
@@ -346,6 +371,8 @@ static int begin_walk(struct walk *w, double since_s, double *since, double *unt
         *since = floor(now - since_s);
     else
         *since = done >= 0 ? done - OVERLAP_S : floor(now - (since_s < 0 ? -since_s : DEFAULT_REACH_S));
+    if (w->ep->api->max_age_s > 0 && *since < ceil(now - w->ep->api->max_age_s) + OVERLAP_S)
+        *since = ceil(now - w->ep->api->max_age_s) + OVERLAP_S; /* older is not listed (or refused) */
     snprintf(s, sizeof s, "%.0f", *since);
     snprintf(u, sizeof u, "%.0f", *until);
     {
@@ -389,7 +416,7 @@ int wi_reconcile(const char *conninfo, const struct wi_rc_endpoint *ep, double s
         rc = 0;
         goto out;
     }
-    if (begin_walk(&w, since_s, &since, &until, &cursor, err) < 0)
+    if (mark(&w, err) < 0 || begin_walk(&w, since_s, &since, &until, &cursor, err) < 0)
         goto out;
     while (since < until) {
         if (stopped(&w)) {
@@ -409,6 +436,8 @@ int wi_reconcile(const char *conninfo, const struct wi_rc_endpoint *ep, double s
         if (wi_pg_cmd(w.pg, "wi_rc_advance", 3, adv, err) < 0)
             goto out;
     }
+    if (mark(&w, err) < 0) /* what arrived while the walk asked (GitHub redelivers within seconds) */
+        goto out;
     c->complete = 1;
     rc = 1;
 out:

@@ -11,7 +11,7 @@
 #include "config.h"
 #include "wi_err.h"
 
-#define WI_RC_SCHEMA 10              /* db/010_reconcile.sql: cursors, recovered_at */
+#define WI_RC_SCHEMA 12              /* db/010: cursors, recovered_at; db/012: webhook_inbox_reconcile_mark */
 #define WI_RC_GRACE_S 300            /* events younger than this are left to their delivery */
 #define WI_RC_MAX_WAIT_S 60          /* a longer Retry-After stops the walk (resumed next run) */
 #define WI_RC_TRIES 4                /* answers 5xx / none, per page, before the walk stops */
@@ -33,6 +33,8 @@ enum { WI_RC_INSERT = 0,   /* the page holds the events: insert what the inbox l
 struct wi_rc_api {
     const char *name;              /* the PROVIDER of --endpoint */
     const char *base;              /* https://... (no trailing '/') */
+    const char *sandbox_base;      /* the base for mode=sandbox (live 0); NULL: one base, mode=test */
+    double max_age_s;              /* the oldest the provider lists (a walk starts no earlier); 0: any */
     const char *test_base_env;     /* env var naming a loopback base URL instead: specs only */
     const char *const *options;    /* the key=value options it takes, NULL-terminated */
     int mode;                      /* WI_RC_INSERT or WI_RC_REDELIVER */
@@ -43,6 +45,10 @@ struct wi_rc_api {
     /* The page's URL from base, the walk and the cursor (NULL: the first page). 0 or -1. */
     int (*page_url)(const struct wi_rc_endpoint *ep, const char *base, double since, double until, const char *cursor,
                     char *url, size_t n);
+    /* NULL: pages are GETs. Else pages are POSTs of this JSON body (the walk and the cursor
+     * in it, never the key). 0, or -1 when the cursor cannot be put in it or it does not fit. */
+    int (*page_body)(const struct wi_rc_endpoint *ep, double since, double until, const char *cursor, char *body,
+                     size_t n);
     /* A redelivery call's URL for delivery id (WI_RC_REDELIVER only). 0 or -1. */
     int (*redeliver_url)(const struct wi_rc_endpoint *ep, const char *base, const char *id, char *url, size_t n);
     /* Fills headers[0..) (Authorization from key) and returns how many, at most 6; -1 when
@@ -52,7 +58,14 @@ struct wi_rc_api {
     void (*filters)(const struct wi_rc_endpoint *ep, char *contains, size_t cn, char *absent, size_t an);
 };
 
-extern const struct wi_rc_api wi_rc_stripe, wi_rc_github;
+extern const struct wi_rc_api wi_rc_stripe, wi_rc_github, wi_rc_paddle, wi_rc_square;
+
+/* "Authorization: Bearer KEY" into lines[0], then each of extra (NULL-terminated) as is.
+ * Returns the number of lines, or -1 when more than n or one does not fit in 512 bytes. */
+int wi_rc_bearer(const char *key, const char *const *extra, char (*lines)[512], int n);
+
+/* 1 when s is 1..max bytes of [A-Za-z0-9_] (a provider's id, safe in a URL or JSON). */
+int wi_rc_id_ok(const char *s, size_t max);
 
 /* Invariant after wi_rc_endpoint_parse(): name matches [a-z][a-z0-9_]{0,62}, api is set,
  * scope is 1..255 bytes; strings heap-owned. live: -1 until check() sets it from the key. */
@@ -60,8 +73,8 @@ struct wi_rc_endpoint {
     char name[64];
     const struct wi_rc_api *api;
     char *scope;
-    char *account;      /* stripe: a Connect account (acct_...), sent as Stripe-Account */
-    int live;           /* stripe: mode=live (1) or test (0); the key's mode must agree */
+    char *account;      /* stripe: a Connect account (acct_...), sent as Stripe-Account; square: merchant= */
+    int live;           /* mode=live (1), test or sandbox (0); a key that tells its mode must agree */
     int failed_only;    /* stripe: failed_only=true lists delivery_success=false only */
     char *hook;         /* github: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID */
     double rate;        /* requests per second at most (rate=N, default 5) */
@@ -85,6 +98,7 @@ struct wi_rc_counts {
     long recovered;   /* inserted (WI_RC_INSERT) or redeliveries asked for (WI_RC_REDELIVER) */
     long skipped;     /* listed but outside the scope, the window, or malformed */
     long waits;       /* Retry-After waits honoured */
+    long marked;      /* WI_RC_REDELIVER: stored redeliveries marked recovered_at (db/012) */
     int resumed;      /* the walk continued one stopped before */
     int complete;     /* the walk reached its end */
 };

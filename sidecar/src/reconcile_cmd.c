@@ -27,8 +27,12 @@ int wi_rc_command(const struct wi_config *cfg, FILE *out, FILE *errout)
         }
         r = wi_reconcile(cfg->database_url, &ep, cfg->since, NULL, &c, &err);
         if (r > 0) {
-            fprintf(out, "reconcile %s: pages=%ld listed=%ld recovered=%ld skipped=%ld waits=%ld%s\n", ep.name, c.pages,
-                    c.listed, c.recovered, c.skipped, c.waits, c.resumed ? " (resumed a walk stopped before)" : "");
+            char marked[40] = "";
+            if (ep.api->mode == WI_RC_REDELIVER)
+                snprintf(marked, sizeof marked, " marked=%ld", c.marked);
+            fprintf(out, "reconcile %s: pages=%ld listed=%ld recovered=%ld skipped=%ld waits=%ld%s%s\n", ep.name,
+                    c.pages, c.listed, c.recovered, c.skipped, c.waits, marked,
+                    c.resumed ? " (resumed a walk stopped before)" : "");
         } else if (r == 0) {
             fprintf(errout, "webhook-inbox-sidecar reconcile: endpoint %s: another sidecar is walking it; try later\n",
                     ep.name);

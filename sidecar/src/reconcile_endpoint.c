@@ -8,7 +8,7 @@
 
 #include "destination.h"
 
-static const struct wi_rc_api *const apis[] = {&wi_rc_stripe, &wi_rc_github};
+static const struct wi_rc_api *const apis[] = {&wi_rc_stripe, &wi_rc_github, &wi_rc_paddle, &wi_rc_square};
 
 static const struct wi_rc_api *find_api(const char *name, size_t n)
 {
@@ -37,17 +37,18 @@ static int set_str(char **dst, const char *v, size_t n, struct wi_err *err)
 /* One key=value option (already allowed for the provider). */
 static int option(struct wi_rc_endpoint *ep, const char *k, size_t kn, const char *v, size_t vn, struct wi_err *err)
 {
-    if (kn == 7 && !strncmp(k, "account", 7))
+    if ((kn == 7 && !strncmp(k, "account", 7)) || (kn == 8 && !strncmp(k, "merchant", 8)))
         return set_str(&ep->account, v, vn, err);
     if (kn == 4 && !strncmp(k, "hook", 4))
         return set_str(&ep->hook, v, vn, err);
     if (kn == 4 && !strncmp(k, "mode", 4)) {
+        const char *other = ep->api->sandbox_base ? "sandbox" : "test"; /* the provider's word */
         if (vn == 4 && !strncmp(v, "live", 4))
             ep->live = 1;
-        else if (vn == 4 && !strncmp(v, "test", 4))
+        else if (vn == strlen(other) && !strncmp(v, other, vn))
             ep->live = 0;
         else
-            return wi_err_set(err, WI_ERR_ARG, "endpoint %s: mode must be live or test", ep->name);
+            return wi_err_set(err, WI_ERR_ARG, "endpoint %s: mode must be live or %s", ep->name, other);
         return 0;
     }
     if (kn == 11 && !strncmp(k, "failed_only", 11)) {
@@ -94,7 +95,8 @@ int wi_rc_endpoint_parse(const char *spec, struct wi_rc_endpoint *ep, struct wi_
     colon = strchr(eq + 1, ':');
     end = eq + 1 + strcspn(eq + 1, " ");
     if (!colon || colon > end || !(ep->api = find_api(eq + 1, (size_t)(colon - eq - 1)))) {
-        wi_err_set(err, WI_ERR_ARG, "endpoint %s: PROVIDER must be stripe or github, then :SCOPE", ep->name);
+        wi_err_set(err, WI_ERR_ARG, "endpoint %s: PROVIDER must be stripe, github, paddle or square, then :SCOPE",
+                   ep->name);
         goto fail;
     }
     if (end - colon - 1 < 1 || end - colon - 1 > 255) {

@@ -97,12 +97,10 @@ static int redeliver_url(const struct wi_rc_endpoint *ep, const char *base, cons
 
 static int headers(const struct wi_rc_endpoint *ep, const char *key, char (*lines)[512], int n)
 {
+    static const char *const extra[] = {"Accept: application/vnd.github+json", "X-GitHub-Api-Version: 2022-11-28",
+                                        NULL};
     (void)ep;
-    if (n < 3 || snprintf(lines[0], 512, "Authorization: Bearer %s", key) >= 512)
-        return -1;
-    snprintf(lines[1], 512, "Accept: application/vnd.github+json");
-    snprintf(lines[2], 512, "X-GitHub-Api-Version: 2022-11-28");
-    return 3;
+    return wi_rc_bearer(key, extra, lines, n);
 }
 
 const struct wi_rc_api wi_rc_github = {

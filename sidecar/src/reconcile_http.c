@@ -138,7 +138,7 @@ int wi_rc_http(const struct wi_rc_req *req, struct wi_rc_res *res, struct wi_err
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     if (!strcmp(req->method, "POST")) {
         curl_easy_setopt(c, CURLOPT_POST, 1L);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "{}");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, req->body ? req->body : "{}");
     }
     cc = curl_easy_perform(c);
     if (cc == CURLE_OK) {

@@ -10,12 +10,13 @@
 #define WI_RC_BODY_MAX (32L << 20) /* a larger answer fails the request (a page is far smaller) */
 
 struct wi_rc_req {
-    const char *method;         /* "GET" or "POST" (POST sends an empty JSON object) */
+    const char *method;         /* "GET" or "POST" (POST sends body, or an empty JSON object) */
     const char *url;
     const char *const *headers; /* "Name: value" lines (Authorization among them), nheaders */
     int nheaders;
     long timeout_ms;            /* the whole request */
     atomic_int *stopping;       /* set: the transfer is aborted (may be NULL) */
+    const char *body;           /* POST: the JSON sent (NULL: "{}"); borrowed */
 };
 
 /* An answer. status 0: none (error says why: refused, timeout, TLS, cut off, stopped). */

@@ -39,8 +39,10 @@ static void walk(struct wi_rc_sched *s, struct job *j)
     if (rc == 0)
         log_debug("reconcile_skipped", "endpoint=%s note=\"another sidecar is walking it\"", j->ep.name);
     else if (rc > 0)
-        log_info("reconcile", "endpoint=%s pages=%ld listed=%ld recovered=%ld skipped=%ld waits=%ld resumed=%d ms=%.0f",
-                 j->ep.name, c.pages, c.listed, c.recovered, c.skipped, c.waits, c.resumed, (wi_clock_s() - t0) * 1000);
+        log_info("reconcile",
+                 "endpoint=%s pages=%ld listed=%ld recovered=%ld skipped=%ld waits=%ld marked=%ld resumed=%d ms=%.0f",
+                 j->ep.name, c.pages, c.listed, c.recovered, c.skipped, c.waits, c.marked, c.resumed,
+                 (wi_clock_s() - t0) * 1000);
     else if (!atomic_load(&s->stopping))
         log_warnx("reconcile_failed", "endpoint=%s pages=%ld recovered=%ld error=%s note=\"the next walk resumes\"",
                   j->ep.name, c.pages, c.recovered, WI_LOG_Q(err.msg));

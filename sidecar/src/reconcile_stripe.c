@@ -33,13 +33,6 @@ static const char page_sql[] =
     "                                THEN $1::jsonb->'data'->-1->>'id' END),"
     "        NULL::text";
 
-static int id_ok(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    return n > 0 && n <= max &&
-           strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") == n;
-}
-
 static int check(struct wi_rc_endpoint *ep, const char *key, struct wi_err *err)
 {
     int live;
@@ -54,7 +47,7 @@ static int check(struct wi_rc_endpoint *ep, const char *key, struct wi_err *err)
         return wi_err_set(err, WI_ERR_ARG, "endpoint %s: mode=%s but the API key is a %s key", ep->name,
                           ep->live ? "live" : "test", live ? "live" : "test");
     ep->live = live;
-    if (ep->account && (strncmp(ep->account, "acct_", 5) || !id_ok(ep->account, 64)))
+    if (ep->account && (strncmp(ep->account, "acct_", 5) || !wi_rc_id_ok(ep->account, 64)))
         return wi_err_set(err, WI_ERR_ARG, "endpoint %s: account must be a Connect account id (acct_...)", ep->name);
     return 0;
 }
@@ -65,7 +58,7 @@ static int page_url(const struct wi_rc_endpoint *ep, const char *base, double si
     char after[300] = "";
     int w;
     if (cursor) {
-        if (!id_ok(cursor, 255))
+        if (!wi_rc_id_ok(cursor, 255))
             return -1;
         snprintf(after, sizeof after, "&starting_after=%s", cursor);
     }
@@ -76,12 +69,11 @@ static int page_url(const struct wi_rc_endpoint *ep, const char *base, double si
 
 static int headers(const struct wi_rc_endpoint *ep, const char *key, char (*lines)[512], int n)
 {
-    int k = 0;
-    if (n < 2 || snprintf(lines[k++], 512, "Authorization: Bearer %s", key) >= 512)
+    char account[128];
+    const char *extra[2] = {account, NULL};
+    if (ep->account && snprintf(account, sizeof account, "Stripe-Account: %s", ep->account) >= (int)sizeof account)
         return -1;
-    if (ep->account && snprintf(lines[k++], 512, "Stripe-Account: %s", ep->account) >= 512)
-        return -1;
-    return k;
+    return wi_rc_bearer(key, ep->account ? extra : NULL, lines, n);
 }
 
 static void filters(const struct wi_rc_endpoint *ep, char *contains, size_t cn, char *account, size_t an)

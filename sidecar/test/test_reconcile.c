@@ -1,5 +1,5 @@
-/* test_reconcile.c - the --endpoint parser, the providers' checks and URLs, and the query
- * parameter reader that takes GitHub's Link cursor. */
+/* test_reconcile.c - the --endpoint parser, the providers' checks, URLs and request bodies,
+ * and the query parameter reader that takes GitHub's Link cursor. */
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
 
@@ -52,6 +52,33 @@ int main(void)
         wi_rc_endpoint_clear(&ep);
     }
     CHECK(parses("o=github:s hook=orgs/acme/hooks/1"));
+
+    CHECK(wi_rc_endpoint_parse("pad=paddle:paddle:acme mode=sandbox", &ep, &err) == 0 && ep.api == &wi_rc_paddle);
+    CHECK(wi_rc_paddle.check(&ep, "pdl_live_apikey_x", &err) < 0 &&
+          strstr(err.msg, "mode=sandbox but the API key is a live key"));
+    CHECK(wi_rc_paddle.check(&ep, "pdl_sdbx_apikey_x", &err) == 0 && ep.live == 0);
+    CHECK(wi_rc_paddle.page_url(&ep, "https://p", 0, 0, "evt_01h", url, sizeof url) == 0 &&
+          !strcmp(url, "https://p/events?per_page=200&order_by=id%5BDESC%5D&after=evt_01h"));
+    CHECK(wi_rc_paddle.page_url(&ep, "https://p", 0, 0, "evt_1&per_page=1", url, sizeof url) < 0);
+    wi_rc_endpoint_clear(&ep);
+    CHECK(wi_rc_endpoint_parse("pad=paddle:s", &ep, &err) == 0 && wi_rc_paddle.check(&ep, "0123abcd", &err) == 0 &&
+          ep.live == 1); /* an older key: mode= says, default live */
+    wi_rc_endpoint_clear(&ep);
+
+    CHECK(wi_rc_endpoint_parse("sq=square:s merchant=ML1", &ep, &err) == 0 && ep.api == &wi_rc_square);
+    CHECK(wi_rc_square.check(&ep, "EAAAx", &err) == 0 && ep.live == 1);
+    {
+        char body[2048];
+        CHECK(wi_rc_square.page_body(&ep, 0, 60, "Q3Vyc29y+/=", body, sizeof body) == 0);
+        CHECK(strstr(body, "\"cursor\": \"Q3Vyc29y+/=\"") && strstr(body, "\"merchant_ids\": [\"ML1\"]") &&
+              strstr(body, "\"start_at\": \"1970-01-01T00:00:00Z\", \"end_at\": \"1970-01-01T00:01:00Z\""));
+        CHECK(wi_rc_square.page_body(&ep, 0, 60, "a\"}, \"limit\": 1", body, sizeof body) < 0); /* JSON stays ours */
+    }
+    wi_rc_endpoint_clear(&ep);
+    CHECK(wi_rc_endpoint_parse("sq=square:s merchant=M\"1", &ep, &err) == 0 && wi_rc_square.check(&ep, "t", &err) < 0);
+    wi_rc_endpoint_clear(&ep);
+    CHECK(parses("sq=square:s mode=sandbox") && !parses("sq=square:s mode=test") && !parses("b=stripe:s mode=sandbox"));
+    CHECK(!parses("pad=paddle:s merchant=M1"));      /* Square's option */
 
     CHECK(!parses("billing"));                       /* no =PROVIDER:SCOPE */
     CHECK(!parses("Billing=stripe:s"));              /* a name names an env var: [a-z][a-z0-9_]* */

@@ -68,13 +68,18 @@ RSpec.describe "the inbox on Citus" do
       .to eq(%w[webhook_inbox:h:source_scope webhook_inbox_redeliveries:n: webhook_inbox_routes:n:
                 webhook_inbox_ruby_handlers:n:])
     expect(sql("SELECT count(*) FROM webhook_inbox")).to eq("100") # the rows moved into the shards
-    # A GitHub delivery (its kept headers name x-github-delivery) fires the redelivery
-    # trigger on its shard: it must find its table there, and be stored.
+    # A GitHub delivery reconcile asked to be redelivered is stored, and reconcile's marking
+    # (db/012, one router UPDATE on the scope's shard) marks it recovered.
+    sql("INSERT INTO webhook_inbox_redeliveries (source_scope, delivery_guid, requested_id) " \
+        "VALUES ('github:org:live', '72d3162e-cc78-11e3-81ab-4c9367dc0958', 1)")
     github = WebhookInbox::Inbox.new(database_url: cluster.url, group_by_scope: true)
     expect(github.insert(source_scope: "github:org:live", event_id: "d1", payload: "{}",
                          headers: { "x-github-delivery" => "72d3162e-cc78-11e3-81ab-4c9367dc0958" }).status).to eq(:accepted)
     github.close
-    sql("DELETE FROM webhook_inbox WHERE source_scope = 'github:org:live'")
+    expect(sql("SELECT webhook_inbox_reconcile_mark('github:org:live')")).to eq("1")
+    expect(sql("SELECT count(*) FROM webhook_inbox WHERE source_scope = 'github:org:live' AND recovered_at IS NOT NULL"))
+      .to eq("1")
+    sql("DELETE FROM webhook_inbox WHERE source_scope = 'github:org:live'; DELETE FROM webhook_inbox_redeliveries")
     expect(sql("SELECT count(*) FROM pg_trigger WHERE tgname = 'webhook_inbox_notify_insert'")).to eq("0")
     out, st = migrate # plain migrate finds the layout and keeps it
     expect(st).to be_success, out

@@ -15,12 +15,18 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
 
   STRIPE_KEY = "sk_test_reconcile_#{SecureRandom.hex(8)}".freeze
   GITHUB_TOKEN = "ghp_reconcile_#{SecureRandom.hex(8)}".freeze
+  PADDLE_KEY = "pdl_sdbx_apikey_#{SecureRandom.hex(12)}".freeze
+  SQUARE_TOKEN = "EAAA#{SecureRandom.hex(16)}".freeze
+  PADDLE_SECRET = "pdl_ntfset_reconcile_secret"
+  SQUARE_KEY = "square-signature-key"
+  SQUARE_URL = "https://example.com/webhooks/square"
   WHSEC = "whsec_reconcile_secret"
   GH_SECRET = "github-hook-secret"
 
   before(:all) { @db = SidecarHelper::DB.new(TestDatabase.cluster) }
   before do
-    @api = FakeProviderApis.new(stripe_key: STRIPE_KEY, github_token: GITHUB_TOKEN)
+    @api = FakeProviderApis.new(stripe_key: STRIPE_KEY, github_token: GITHUB_TOKEN, paddle_key: PADDLE_KEY,
+                                square_token: SQUARE_TOKEN)
     db.psql("TRUNCATE webhook_inbox_reconcile_cursors, webhook_inbox_redeliveries")
   end
   after { @api.stop }
@@ -29,7 +35,9 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
   let(:scope) { "stripe:#{SecureRandom.hex(4)}:test" }
   let(:env) do
     { "WEBHOOK_INBOX_TEST_STRIPE_API" => api.url, "WEBHOOK_INBOX_TEST_GITHUB_API" => api.url,
-      "WEBHOOK_INBOX_BILLING_API_KEY" => STRIPE_KEY, "WEBHOOK_INBOX_GH_API_KEY" => GITHUB_TOKEN }
+      "WEBHOOK_INBOX_TEST_PADDLE_API" => api.url, "WEBHOOK_INBOX_TEST_SQUARE_API" => api.url,
+      "WEBHOOK_INBOX_BILLING_API_KEY" => STRIPE_KEY, "WEBHOOK_INBOX_GH_API_KEY" => GITHUB_TOKEN,
+      "WEBHOOK_INBOX_PAD_API_KEY" => PADDLE_KEY, "WEBHOOK_INBOX_SQ_API_KEY" => SQUARE_TOKEN }
   end
 
   def endpoint_flags(name = "billing", spec = "billing=stripe:#{scope}")
@@ -219,6 +227,203 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       expect(out).to match(/recovered=0 /)
       expect(api.requests_to("/#{hook}/deliveries/").count { |r| r.method == "POST" }).to eq(1)
       expect(receiver.call(rack_request("/gh", bad_body, bad_headers))[2].join).to include("duplicate")
+    end
+
+    it "marks a redelivery that arrived after its walk at the next walk, never on the receipt path nor the original" do
+      trigger = "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'webhook_inbox'::regclass AND NOT tgisinternal " \
+                "AND tgname = 'webhook_inbox_mark_redelivered'"
+      expect(db.value(trigger)).to eq("0") # db/012: the receipt runs no lookup
+      early_body, early_headers = github_request("g-early-#{SecureRandom.hex(3)}", { "action" => "opened", "n" => 3 })
+      late_body, late_headers = github_request("g-late-#{SecureRandom.hex(3)}", { "action" => "closed", "n" => 4 })
+      receiver.call(rack_request("/gh", early_body, early_headers)) # stored, though GitHub counted it failed
+      guids = [early_headers, late_headers].map { |h| h["X-GitHub-Delivery"] }
+      db.psql("INSERT INTO webhook_inbox_redeliveries (source_scope, delivery_guid, requested_id, delivery_id) " \
+              "VALUES (#{db.q(scope)}, #{db.q(guids[0])}, 1, 1), (#{db.q(scope)}, #{db.q(guids[1])}, 2, 2)")
+      receiver.call(rack_request("/gh", late_body, late_headers)) # GitHub's redelivery, after the walk that asked
+      expect(rows).to eq(2)
+      expect(rows("recovered_at IS NOT NULL")).to eq(0)
+
+      st, out, err = reconcile("--endpoint", "gh=github:#{scope} hook=repos/acme/app/hooks/7", "--endpoint", "gh")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/reconcile gh: pages=1 listed=0 recovered=0 .* marked=1\b/)
+      expect(recovered_ids).to eq([Digest::SHA256.hexdigest(late_body)])
+      settled = "SELECT coalesce(string_agg(delivery_guid, ','), '') FROM webhook_inbox_redeliveries " \
+                "WHERE source_scope = #{db.q(scope)} AND settled_at IS NOT NULL"
+      expect(db.value(settled)).to eq(guids[1]) # the original's request is still looked for, for an hour
+    end
+  end
+
+  # The walk of an event-list provider (Paddle, Square): a gap recovered once under the key the
+  # receiver gives its delivery, late deliveries answered duplicate; a 429 mid-pagination
+  # stops the walk and the next one resumes at that page; 5xx and a page cut off halfway are
+  # asked for again; a refused key is refused.
+  shared_examples "an event list" do
+    def page_request?(r, n)
+      r.path == path && page_of(r) == n
+    end
+
+    def gap_walk
+      events = seed(count)
+      gap = events[100, 50]
+      (events - gap).each { |e| db.insert_event(e.fetch(id_field), e.fetch(type_field), e, scope: scope) }
+      st, out, err = reconcile(*flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      [events, gap, out]
+    end
+
+    it "recovers a 50-event gap exactly once, keyed as the receiver keys a delivery; late deliveries are duplicates" do
+      _events, gap, out = gap_walk
+      expect(out).to match(/reconcile #{name}: pages=3 listed=#{listed} recovered=50 /)
+      expect(rows).to eq(count)
+      expect(recovered_ids).to eq(gap.map { |e| e[id_field] }.sort)
+      stored = db.value("SELECT payload FROM webhook_inbox WHERE source_scope = #{db.q(scope)} " \
+                        "AND event_id = #{db.q(gap[0][id_field])}")
+      expect(JSON.parse(stored)).to eq(gap[0])
+
+      expect(gap.first(10).map { |e| deliver(e) }).to all(eq([200, "duplicate"]))
+      st, out, err = reconcile(*flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/recovered=0 /)
+      expect(rows("recovered_at IS NOT NULL")).to eq(50)
+      expect(out + err).not_to include(key)
+    end
+
+    it "resumes a walk a 429 stopped at that page; a 5xx and a page cut off halfway are asked for again" do
+      events = seed(count)
+      api.fault(status: 503) { |r| page_request?(r, 2) }
+      api.fault(cut: true) { |r| page_request?(r, 2) }
+      api.fault(status: 429, retry_after: 3600) { |r| page_request?(r, last_page) }
+      before = api.requests_to(path).size
+
+      st, _out, err = reconcile(*flags, "--since", "72h")
+      expect(st.exitstatus).to eq(1)
+      expect(err).to include("rate limited (HTTP 429, Retry-After 3600s)").and include("msg=reconcile_retry")
+      done = rows
+      expect(done).to be_between(1, count - 1)
+
+      st, out, err = reconcile(*flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to include("resumed a walk stopped before").and match(/pages=1 listed=\d+ recovered=#{count - done} /)
+      expect(rows).to eq(count)
+      expect(recovered_ids.size).to eq(events.size)
+      tries = api.requests_to(path)[before..].map { |r| page_of(r) }
+      expect(tries.count(2)).to eq(3)          # 503, cut off, then read
+      expect(tries.count(last_page)).to eq(2)  # 429 (the walk stopped), then the next walk
+    end
+
+    it "refuses a key the provider refuses (401), never printing it" do
+      st, _o, err = reconcile(*flags, e: env.merge(key_env => "#{key}wrong"))
+      expect([st.exitstatus, err]).to match([2, /refused the API key of endpoint #{name} \(HTTP 401\)/])
+      expect(err).not_to include(key)
+      expect(rows).to eq(0)
+    end
+  end
+
+  describe "Paddle" do
+    let(:scope) { "paddle:#{SecureRandom.hex(4)}:sandbox" }
+    let(:name) { "pad" }
+    let(:key) { PADDLE_KEY }
+    let(:key_env) { "WEBHOOK_INBOX_PAD_API_KEY" }
+    let(:id_field) { "event_id" }
+    let(:type_field) { "event_type" }
+    let(:path) { "/events" }
+    let(:count) { 450 } # 200 a page: 3 pages, the young and the old event among them
+    let(:listed) { 452 }
+    let(:last_page) { 3 }
+    let(:flags) { ["--endpoint", "pad=paddle:#{scope}", "--endpoint", "pad"] }
+
+    # n events, one a minute back from 1h ago; ids sort as Paddle's do (by time). Plus one
+    # younger than the grace and one older than --since: listed, skipped.
+    def seed(n)
+      now = Time.now.to_i
+      stamp = ->(t) { Time.at(t).utc.iso8601(6) }
+      ev = ->(t, i) { { "event_id" => format("evt_%010d%04d%s", t, i, SecureRandom.hex(4)), "event_type" => "transaction.completed",
+                        "occurred_at" => stamp.(t), "data" => { "id" => "txn_#{i}", "status" => "completed" } } }
+      api.add_paddle_event(ev.(now - 30, 9999))
+      api.add_paddle_event(ev.(now - (80 * 3600), 9998))
+      Array.new(n) { |i| ev.(now - 3600 - (i * 60), i).tap { |e| api.add_paddle_event(e) } }
+    end
+
+    def page_of(r)
+      ids = api.instance_variable_get(:@paddle).map { |e| e["event_id"] }.sort.reverse
+      r.params["after"] ? (ids.index(r.params["after"]) + 1) / 200 + 1 : 1
+    end
+
+    def deliver(event)
+      body = JSON.generate(event.merge("notification_id" => "ntf_#{SecureRandom.hex(8)}"))
+      t = Time.now.to_i
+      sig = OpenSSL::HMAC.hexdigest("SHA256", PADDLE_SECRET, "#{t}:#{body}")
+      receiver = WebhookInbox::Endpoint.new(provider: :paddle, secrets: [PADDLE_SECRET], source_scope: scope,
+                                            database_url: db.url)
+      status, _h, out = receiver.call(rack_request("/webhooks/paddle", body, { "Paddle-Signature" => "ts=#{t};h1=#{sig}",
+                                                                               "Content-Type" => "application/json" }))
+      [status, JSON.parse(out.join)["status"]]
+    end
+
+    include_examples "an event list"
+
+    it "lists newest first and refuses mode=live with a sandbox key" do
+      seed(3)
+      st, _o, err = reconcile(*flags)
+      expect(st.exitstatus).to eq(0), err
+      expect(api.requests_to("/events").last.params).to include("order_by" => "id[DESC]", "per_page" => "200")
+      st, _o, err = reconcile("--endpoint", "pad=paddle:#{scope} mode=live", "--endpoint", "pad")
+      expect([st.exitstatus, err]).to match([2, /mode=live but the API key is a sandbox key/])
+    end
+  end
+
+  describe "Square" do
+    let(:scope) { "square:#{SecureRandom.hex(4)}:live" }
+    let(:merchant) { "MLSQ#{SecureRandom.hex(4).upcase}" }
+    let(:name) { "sq" }
+    let(:key) { SQUARE_TOKEN }
+    let(:key_env) { "WEBHOOK_INBOX_SQ_API_KEY" }
+    let(:id_field) { "event_id" }
+    let(:type_field) { "type" }
+    let(:path) { "/v2/events/search" }
+    let(:count) { 250 } # 100 a page, filtered by time and merchant on Square's side: 3 pages
+    let(:listed) { 250 }
+    let(:last_page) { 3 }
+    let(:flags) { ["--endpoint", "sq=square:#{scope} merchant=#{merchant}", "--endpoint", "sq"] }
+
+    # n events of the merchant, one a minute back from 1h ago, and one of another merchant.
+    def seed(n)
+      base = Time.now.to_i - 3600
+      ev = ->(m, t, i) { { "merchant_id" => m, "type" => "payment.updated", "event_id" => SecureRandom.uuid,
+                           "created_at" => Time.at(t).utc.iso8601(3),
+                           "data" => { "type" => "payment", "id" => "pay_#{i}", "object" => { "payment" => { "id" => "pay_#{i}" } } } } }
+      api.add_square_event(ev.("MOTHER", base, 0))
+      Array.new(n) { |i| ev.(merchant, base - (i * 60), i).tap { |e| api.add_square_event(e) } }
+    end
+
+    def page_of(r)
+      return 1 unless r.params["cursor"]
+
+      mine = api.instance_variable_get(:@square).select { |e| e["merchant_id"] == merchant }
+      ids = mine.sort_by { |e| [e["created_at"], e["event_id"]] }.reverse.map { |e| e["event_id"] }
+      (ids.index(Base64.strict_decode64(r.params["cursor"])) + 1) / 100 + 1
+    end
+
+    def deliver(event)
+      body = JSON.generate(event)
+      sig = Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", SQUARE_KEY, "#{SQUARE_URL}#{body}"))
+      receiver = WebhookInbox::Endpoint.new(provider: :square, secrets: [SQUARE_KEY], source_scope: scope,
+                                            database_url: db.url, public_url: SQUARE_URL)
+      status, _h, out = receiver.call(rack_request("/webhooks/square", body, { "X-Square-HmacSha256-Signature" => sig,
+                                                                               "Content-Type" => "application/json" }))
+      [status, JSON.parse(out.join)["status"]]
+    end
+
+    include_examples "an event list"
+
+    it "asks for the merchant's events of the window, newest first, and starts no earlier than Square keeps (28 days)" do
+      seed(2)
+      st, out, err = reconcile(*flags, "--since", "900h") # 37.5 days: Square refuses a start older than 28
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/listed=2 recovered=2 /)
+      q = api.requests_to(path).last.params
+      expect(q).to include("merchant_ids" => [merchant], "order" => "DESC", "limit" => 100)
+      expect(Time.iso8601(q["start_at"])).to be > Time.now - (28 * 86_400)
     end
   end
 end

@@ -3,6 +3,9 @@
 require "webrick"
 require "json"
 require "uri"
+require "base64"
+require "securerandom"
+require "time"
 
 # FakeProviderApis - local stand-ins for the providers' "what we sent" APIs, following their
 # documented shapes, pagination and errors, for the reconcile specs (the sidecar is pointed
@@ -15,6 +18,15 @@ require "uri"
 #           cursor, Link: <...&cursor=...>; rel="next"; POST .../deliveries/:id/attempts
 #           answers 202 and redelivers the stored request (deliver.call(body, headers) ->
 #           HTTP status), recorded as a new attempt with redelivery: true.
+#   Paddle  GET /events: Bearer key; order_by id[ASC] (default) or id[DESC]; per_page
+#           (<= 200, default 50), after (an event id); {"data": [...], "meta": {"request_id",
+#           "pagination": {"per_page", "next" (URL with after=), "has_more", "estimated_total"}}};
+#           errors {"error": {"type", "code", "detail"}, "meta": {...}}.
+#   Square  POST /v2/events/search: Bearer token; JSON {cursor, limit (<= 100), query:
+#           {filter: {created_at: {start_at, end_at}, merchant_ids}, sort: {field, order}}};
+#           start_at older than 28 days is refused (400); {"events": [...], "metadata": [...],
+#           "cursor": ...} with "events" and "cursor" left out when there are none;
+#           errors {"errors": [{"category", "code", "detail"}]}.
 #
 # #fault(status:, retry_after:, cut:, times:, &match) scripts errors: the next `times`
 # requests match.call(request) is true for answer `status` (with Retry-After), or, with
@@ -27,9 +39,14 @@ class FakeProviderApis
   attr_reader :requests
   attr_accessor :deliver
 
-  def initialize(stripe_key: "sk_test_fake", github_token: "ghp_fake")
+  def initialize(stripe_key: "sk_test_fake", github_token: "ghp_fake", paddle_key: "pdl_sdbx_apikey_fake",
+                 square_token: "EAAAfake")
     @stripe_key = stripe_key
     @github_token = github_token
+    @paddle_key = paddle_key
+    @square_token = square_token
+    @paddle = []                            # Paddle events, any order
+    @square = []                            # Square events, any order
     @events = Hash.new { |h, k| h[k] = [] } # account (nil: the platform) => events, any order
     @deliveries = []                        # GitHub attempts, any order
     @payloads = {}                          # delivery id => [body, headers]
@@ -54,6 +71,14 @@ class FakeProviderApis
 
   def add_event(event, account: nil)
     @lock.synchronize { @events[account] << event }
+  end
+
+  def add_paddle_event(event)
+    @lock.synchronize { @paddle << event }
+  end
+
+  def add_square_event(event)
+    @lock.synchronize { @square << event }
   end
 
   # A GitHub attempt: the request GitHub sent (body, headers) and the answer it got.
@@ -85,6 +110,7 @@ class FakeProviderApis
 
   def route(req, res)
     params = URI.decode_www_form(req.query_string.to_s).to_h
+    params = square_params(req) if req.request_method == "POST" && req.path == "/v2/events/search"
     r = Request.new(method: req.request_method, path: req.path, params: params, account: req["Stripe-Account"])
     @lock.synchronize { @requests << r }
     res["Content-Type"] = "application/json"
@@ -93,6 +119,8 @@ class FakeProviderApis
 
     case [req.request_method, req.path]
     in ["GET", "/v1/events"] then stripe_events(req, r, res, fault)
+    in ["GET", "/events"] then paddle_events(req, r, res, fault)
+    in ["POST", "/v2/events/search"] then square_search(req, r, res, fault)
     in ["GET", %r{\A/(repos/[^/]+/[^/]+|orgs/[^/]+)/hooks/\d+/deliveries\z}] then github_list(req, r, res, fault)
     in ["POST", %r{\A/(?:repos/[^/]+/[^/]+|orgs/[^/]+)/hooks/\d+/deliveries/(\d+)/attempts\z}]
       github_redeliver(req, Integer(Regexp.last_match(1)), res)
@@ -156,6 +184,83 @@ class FakeProviderApis
     end
     page = list.first(limit)
     send_body(res, JSON.generate(object: "list", url: "/v1/events", has_more: list.size > limit, data: page), fault)
+  end
+
+  def paddle_events(req, r, res, fault)
+    unless bearer?(req, @paddle_key)
+      res.status = 401
+      return res.body = JSON.generate(error: { type: "request_error", code: "invalid_token",
+                                               detail: "Authentication token is invalid." },
+                                      meta: { request_id: SecureRandom.uuid })
+    end
+
+    p = r.params
+    per_page = Integer(p.fetch("per_page", "50")).clamp(1, 200)
+    list = @lock.synchronize { @paddle.sort_by { |e| e["event_id"] } }
+    list.reverse! if p["order_by"] == "id[DESC]"
+    if p["after"]
+      i = list.index { |e| e["event_id"] == p["after"] }
+      unless i
+        res.status = 400
+        return res.body = JSON.generate(error: { type: "request_error", code: "invalid_field", detail: "after" })
+      end
+      list = list[(i + 1)..]
+    end
+    page = list.first(per_page)
+    nxt = "#{url}/events?after=#{page.last&.dig("event_id")}&order_by=#{URI.encode_www_form_component(p.fetch("order_by", "id[ASC]"))}&per_page=#{per_page}"
+    send_body(res, JSON.generate(data: page, meta: { request_id: SecureRandom.uuid,
+                                                    pagination: { per_page: per_page, next: nxt,
+                                                                  has_more: list.size > per_page,
+                                                                  estimated_total: list.size } }), fault)
+  end
+
+  def square_params(req)
+    q = JSON.parse(req.body.to_s)
+    f = q.dig("query", "filter") || {}
+    { "cursor" => q["cursor"], "limit" => q["limit"], "start_at" => f.dig("created_at", "start_at"),
+      "end_at" => f.dig("created_at", "end_at"), "merchant_ids" => f["merchant_ids"],
+      "order" => q.dig("query", "sort", "order") }.compact
+  rescue JSON::ParserError
+    { "invalid" => true }
+  end
+
+  def square_error(res, status, category, code, detail)
+    res.status = status
+    res.body = JSON.generate(errors: [{ category: category, code: code, detail: detail }])
+  end
+
+  def square_search(req, r, res, fault)
+    return square_error(res, 401, "AUTHENTICATION_ERROR", "UNAUTHORIZED", "This request could not be authorized.") unless bearer?(req, @square_token)
+
+    p = r.params
+    return square_error(res, 400, "INVALID_REQUEST_ERROR", "INVALID_JSON", "invalid JSON") if p["invalid"]
+
+    start_at = p["start_at"] ? Time.iso8601(p["start_at"]) : Time.now - (28 * 86_400)
+    if start_at < Time.now - (28 * 86_400)
+      return square_error(res, 400, "INVALID_REQUEST_ERROR", "INVALID_TIME_RANGE", "start_at is older than 28 days")
+    end
+
+    end_at = p["end_at"] ? Time.iso8601(p["end_at"]) : Time.now
+    limit = Integer(p.fetch("limit", 100)).clamp(1, 100)
+    list = @lock.synchronize { @square.dup }
+    list.select! { |e| Time.iso8601(e["created_at"]).between?(start_at, end_at) }
+    list.select! { |e| p["merchant_ids"].include?(e["merchant_id"]) } if p["merchant_ids"]
+    list.sort_by! { |e| [e["created_at"], e["event_id"]] }
+    list.reverse! unless p["order"] == "ASC"
+    if p["cursor"] # opaque to the client: here the last event id shown, base64
+      last = Base64.strict_decode64(p["cursor"])
+      i = list.index { |e| e["event_id"] == last } or
+        return square_error(res, 400, "INVALID_REQUEST_ERROR", "INVALID_CURSOR", "cursor")
+      list = list[(i + 1)..]
+    end
+    page = list.first(limit)
+    out = {}
+    unless page.empty?
+      out[:events] = page
+      out[:metadata] = page.map { |e| { event_id: e["event_id"], api_version: "2025-01-23" } }
+    end
+    out[:cursor] = Base64.strict_encode64(page.last["event_id"]) if list.size > limit
+    send_body(res, JSON.generate(out), fault)
   end
 
   def github_list(req, r, res, fault)
