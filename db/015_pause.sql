@@ -12,7 +12,8 @@
 --
 -- Redefines: webhook_inbox_run_event (009's body, with the gate first),
 -- webhook_inbox_outbox_claim (006), webhook_inbox_outbox_next_due (006),
--- webhook_inbox_ruby_claim (009). Widens webhook_inbox_actions_action_check (as 008/009/011).
+-- webhook_inbox_ruby_claim (009, the claim of Ruby workers before v13) and
+-- webhook_inbox_ruby_start (013's body, with the same pause check). Widens webhook_inbox_actions_action_check (as 008/009/011).
 -- Additive: webhook_inbox_schema_min_worker() stays 4. A sidecar of any version >= 4 calls
 -- webhook_inbox_run_event(), whose new results 'paused' and 'throttled' leave the row
 -- pending, uncharged (older sidecars count them nowhere, as 009's 'handed').
@@ -339,6 +340,34 @@ LANGUAGE sql AS $$
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_claim(integer) IS
     'Ruby worker: lock up to p_limit due Ruby runs (FOR UPDATE SKIP LOCKED, held until the caller commits) with their events'' columns; attempt is this run''s number (1 = first). v15: none while destination ruby is paused.';
+
+-- 013's step 1 of the Ruby worker, with the pause check: a paused destination 'ruby' starts
+-- (charges) no run.
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_start(p_max_attempts integer, p_backoff_base_ms bigint,
+        p_backoff_cap_ms bigint)
+RETURNS TABLE (operation_id text, attempt integer, exhausted boolean)
+LANGUAGE sql AS $$
+    WITH due AS (
+        SELECT o.operation_id, o.attempts
+          FROM webhook_inbox_outbox o
+         WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
+           AND NOT EXISTS (SELECT 1 FROM webhook_inbox_flow f
+                            WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused)
+         ORDER BY o.next_attempt_at, o.created_at
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE webhook_inbox_outbox o
+       SET attempts = o.attempts + CASE WHEN d.attempts < p_max_attempts THEN 1 ELSE 0 END,
+           last_attempt_at = clock_timestamp(),
+           next_attempt_at = clock_timestamp()
+                             + webhook_inbox_retry_delay_ms(d.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond'
+      FROM due d
+     WHERE o.operation_id = d.operation_id
+    RETURNING o.operation_id, o.attempts, d.attempts >= p_max_attempts
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
+    'Ruby worker, step 1 (committed before the handler runs): take one due run, unless the destination ruby is paused (v15), charge it (attempts + 1) and lease it for its backoff; exhausted when it had its last attempt already.';
 
 -- Checks a rule's kind and target; raises 22023 with a clear message otherwise.
 CREATE OR REPLACE FUNCTION webhook_inbox_flow_check(p_kind text, p_target text) RETURNS void

@@ -209,9 +209,12 @@ RSpec.describe "webhook-inbox-sidecar pause and resume", :sidecar do
     it "a paused 'ruby' destination holds the Ruby handlers' runs" do
       db.psql("INSERT INTO webhook_inbox_outbox (operation_id, destination, payload) VALUES ('run_1', 'ruby', '{\"handler\": \"H\"}')")
       cli("pause", "--destination", "ruby")
-      expect(db.int("SELECT count(*) FROM webhook_inbox_ruby_claim(10)")).to eq(0)
+      start = "SELECT count(*) FROM webhook_inbox_ruby_start(3, 1000, 60000)"
+      expect(db.int("SELECT count(*) FROM webhook_inbox_ruby_claim(10)")).to eq(0) # workers before v13
+      expect(db.int(start)).to eq(0)
+      expect(db.value("SELECT attempts FROM webhook_inbox_outbox WHERE operation_id = 'run_1'")).to eq("0") # not charged
       cli("resume", "--destination", "ruby")
-      expect(db.int("SELECT count(*) FROM webhook_inbox_ruby_claim(10)")).to eq(1)
+      expect(db.int(start)).to eq(1)
     end
   end
 end
