@@ -33,8 +33,7 @@
 --   webhook_inbox_ruby_save            the claimed scope, so the save stays on the shard
 --   webhook_inbox_ruby_settle          the type's Ruby handlers read before the shard's query, and
 --                                      no STABLE concat_ws over a column in the UPDATE
--- and adds webhook_inbox_citus_outbox_save() (the scoped save) and webhook_inbox_citus_prune()
--- (retention's batches, one scope at a time; sidecar/src/citus.c).
+-- and adds webhook_inbox_citus_outbox_save() (the scoped save).
 
 DROP TRIGGER IF EXISTS webhook_inbox_outbox_notify_insert ON webhook_inbox_outbox;
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "audit.h"
+#include "citus.h"
 #include "destination.h"
 #include "schema.h"
 
@@ -148,9 +149,9 @@ long wi_prune(const char *conninfo, double older_than, double remember, const ch
     if ((rc = wi_schema_check(pg, &found, err)) < 0)
         goto fail;
     keep_keys = found.version >= WI_PRUNE_KEYS_SCHEMA;
-    if (wi_pg_prepare(pg, keep_keys ? &wi_prune_keep_stmt : &wi_prune_stmt, 1, err) < 0 ||
-        (keep_keys && wi_pg_prepare(pg, &wi_forget_stmt, 1, err) < 0) ||
-        (found.version >= WI_PRUNE_EFFECTS_SCHEMA && wi_pg_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0) ||
+    if (wi_citus_prepare(pg, keep_keys ? &wi_prune_keep_stmt : &wi_prune_stmt, 1, err) < 0 ||
+        (keep_keys && wi_citus_prepare(pg, &wi_forget_stmt, 1, err) < 0) ||
+        (found.version >= WI_PRUNE_EFFECTS_SCHEMA && wi_citus_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0) ||
         (found.version >= WI_AUDIT_PRUNE_SCHEMA && wi_pg_prepare(pg, &wi_audit_prune_stmt, 1, err) < 0))
         goto fail;
     *audited = found.version >= WI_AUDIT_PRUNE_SCHEMA;

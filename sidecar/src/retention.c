@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "citus.h"
 #include "log.h"
 #include "metrics.h"
 #include "pgw.h"
@@ -55,8 +56,8 @@ static int lead(struct wi_retention *r, struct wi_err *err)
         if (!(r->pg = wi_pg_connect(r->conninfo, wi_schema_stmts, wi_schema_stmts_count, err)))
             return -1;
         if (wi_schema_require(r->pg, err) < 0 || wi_pg_prepare(r->pg, &lock_stmt, 1, err) < 0 ||
-            wi_pg_prepare(r->pg, &wi_prune_keep_stmt, 1, err) < 0 || wi_pg_prepare(r->pg, &wi_forget_stmt, 1, err) < 0 ||
-            wi_pg_prepare(r->pg, &wi_prune_effects_stmt, 1, err) < 0) {
+            wi_citus_prepare(r->pg, &wi_prune_keep_stmt, 1, err) < 0 || wi_citus_prepare(r->pg, &wi_forget_stmt, 1, err) < 0 ||
+            wi_citus_prepare(r->pg, &wi_prune_effects_stmt, 1, err) < 0) {
             drop(r);
             return -1;
         }

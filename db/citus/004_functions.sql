@@ -1,4 +1,4 @@
--- citus/003_functions.sql - the gem's functions as Citus can run them (the last file of
+-- citus/004_functions.sql - the gem's functions as Citus can run them (the last file of
 -- db/citus/, applied after the others by every `migrate` on a Citus layout). Idempotent.
 --
 -- SQL functions over distributed tables: Citus cannot plan the statement of a LANGUAGE sql
@@ -38,7 +38,7 @@ BEGIN
 END
 $$;
 
--- Every PL/pgSQL or volatile gem function (those of citus/002 and the conversions above
+-- Every PL/pgSQL or volatile gem function (those of citus/002, 003 and the conversions above
 -- included) runs with citus/001's STABLE clock first on its search_path; citus/001 did the
 -- same for the functions there were then.
 DO $$
