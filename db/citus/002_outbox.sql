@@ -13,9 +13,14 @@
 --                                   a handler's own id, 'receipt:' || payment id, is unique in
 --                                   its tenant). An effect emitted outside a handler has
 --                                   source_scope '' (it is NULL on one node).
---   webhook_inbox_effects_received  distributed by operation_id (its only key): the Rails app's
---                                   receive_effect and the SQL route's once-marker each touch
---                                   the shard of one operation id.
+--   webhook_inbox_effects_received  a reference table (a copy on every node): the dispatch reads
+--                                   it for every event (the SQL route's once-marker, db/009's
+--                                   run_event), by an operation id computed from a regproc that
+--                                   Citus cannot prune by, so distributed it read all 32 shards
+--                                   per event (30-45 ms); a copy is read where the query runs.
+--                                   Written by the Rails app's receive_effect and by the marker
+--                                   of types with Ruby handlers (two-phase commit over the nodes),
+--                                   and pruned with the effects.
 -- Wake-ups: the outbox's NOTIFY trigger is dropped (on a worker it fails the two-phase commit
 -- of a transaction over two nodes, and no deliverer listens there); the deliverer and the
 -- Ruby worker poll (--poll-interval). requeue --effects still notifies from the coordinator.
@@ -48,7 +53,7 @@ BEGIN
         PERFORM create_distributed_table('webhook_inbox_outbox', 'source_scope', colocate_with => 'webhook_inbox');
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox_effects_received'::regclass) THEN
-        PERFORM create_distributed_table('webhook_inbox_effects_received', 'operation_id');
+        PERFORM create_reference_table('webhook_inbox_effects_received');
     END IF;
 END
 $$;

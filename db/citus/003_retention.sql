@@ -87,7 +87,7 @@ BEGIN
                 RETURNING o.operation_id
             )
             SELECT array_agg(g.operation_id) INTO ops FROM gone g;
-            -- The app's dedupe rows of those effects, on the shards of their operation ids.
+            -- The app's dedupe rows of those effects (a reference table: every node's copy).
             DELETE FROM webhook_inbox_effects_received r WHERE r.operation_id = ANY (coalesce(ops, '{}'));
             k := coalesce(cardinality(ops), 0);
         END IF;

@@ -11,7 +11,7 @@ require_relative "../sidecar/sidecar_helper"
 require "webhook_inbox/handlers/worker"
 
 # The outbox and Ruby handlers on a real Citus cluster (db/citus/002: the outbox distributed
-# by source_scope with the inbox, effects received by operation id). Every event of one type
+# by source_scope with the inbox, effects received a reference table). Every event of one type
 # runs a SQL route that emits an effect (delivered by two sidecars' deliverers to an API
 # with idempotency keys) and a Ruby handler (the app's worker, in its own processes) that
 # writes a business table co-located with the inbox. A Ruby worker is killed (-9) while its
@@ -82,11 +82,10 @@ RSpec.describe "effects and Ruby handlers on Citus" do
     sql("SELECT webhook_inbox_emit('before:1', 'receipts', '{\"n\": 1}')")
     out, st = Open3.capture2e(bin, "migrate", "--citus", "--database-url", cluster.url)
     expect(st).to be_success, out
-    expect(sql("SELECT logicalrelid::text || ':' || coalesce(column_to_column_name(logicalrelid, partkey), '') || ':' || " \
-               "(colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox'::regclass)) " \
-               "FROM pg_dist_partition WHERE partmethod = 'h' ORDER BY 1").split("\n"))
-      .to eq(%w[webhook_inbox:source_scope:true webhook_inbox_effects_received:operation_id:true
-                webhook_inbox_outbox:source_scope:true])
+    expect(sql("SELECT logicalrelid::text || ':' || partmethod || ':' || coalesce(column_to_column_name(logicalrelid, partkey), '') " \
+               "|| ':' || (colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox'::regclass)) " \
+               "FROM pg_dist_partition WHERE logicalrelid::text ~ '^webhook_inbox(_outbox|_effects_received)?$' ORDER BY 1").split("\n"))
+      .to eq(%w[webhook_inbox:h:source_scope:true webhook_inbox_effects_received:n::false webhook_inbox_outbox:h:source_scope:true])
     expect(sql("SELECT source_scope || '|' || status FROM webhook_inbox_outbox WHERE operation_id = 'before:1'")).to eq("|pending")
 
     cluster.psql(<<~SQL)
