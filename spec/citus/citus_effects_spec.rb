@@ -82,7 +82,7 @@ RSpec.describe "effects and Ruby handlers on Citus" do
     sql("SELECT webhook_inbox_emit('before:1', 'receipts', '{\"n\": 1}')")
     out, st = Open3.capture2e(bin, "migrate", "--citus", "--database-url", cluster.url)
     expect(st).to be_success, out
-    expect(sql("SELECT logicalrelid::text || ':' || partmethod || ':' || coalesce(column_to_column_name(logicalrelid, partkey), '') " \
+    expect(sql("SELECT logicalrelid::text || ':' || partmethod::text || ':' || coalesce(column_to_column_name(logicalrelid, partkey), '') " \
                "|| ':' || (colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'webhook_inbox'::regclass)) " \
                "FROM pg_dist_partition WHERE logicalrelid::text ~ '^webhook_inbox(_outbox|_effects_received)?$' ORDER BY 1").split("\n"))
       .to eq(%w[webhook_inbox:h:source_scope:true webhook_inbox_effects_received:n::false webhook_inbox_outbox:h:source_scope:true])
