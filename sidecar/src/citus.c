@@ -10,12 +10,21 @@ static const struct wi_pg_stmt layout_stmts[] = {
     {"wi_citus_installed", "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"},
 };
 
-/* Same columns as claim.c's and dispatch.c's statements of these names. */
+/* Same parameters and columns as claim.c's, dispatch.c's and prune.c's statements of these names. */
 static const struct wi_pg_stmt citus_stmts[] = {
     {"wi_claim", "SELECT source_scope, event_id, event_type, attempts FROM webhook_inbox_citus_claim($1::int)"},
     {"wi_dispatch_batch", "SELECT source_scope, event_id, event_type, result, detail, attempts, latency_ms, charged,"
                           " retry_in_ms FROM webhook_inbox_citus_dispatch_batch($1::int, $2, $3::int, $4::bigint,"
                           " $5::bigint, $6::bigint)"},
+    /* prune.c's retention batches: ($1 age in seconds, $2 scope or NULL, $3 limit), one count. */
+    {"wi_prune", "SELECT webhook_inbox_citus_prune('prune', $1::float8, $2, $3::int)"},
+    {"wi_prune_keep", "SELECT webhook_inbox_citus_prune('keep', $1::float8, $2, $3::int)"},
+    {"wi_forget", "SELECT webhook_inbox_citus_prune('forget', $1::float8, $2, $3::int)"},
+    /* v13's forms, which also delete the SQL routes' once-markers: on Citus the markers stay
+     * (the reference table's rows are not joined per shard). */
+    {"wi_prune_keep_markers", "SELECT webhook_inbox_citus_prune('keep', $1::float8, $2, $3::int)"},
+    {"wi_forget_markers", "SELECT webhook_inbox_citus_prune('forget', $1::float8, $2, $3::int)"},
+    {"wi_prune_effects", "SELECT webhook_inbox_citus_prune('effects', $1::float8, $2, $3::int)"},
 };
 
 /* Runs the one-boolean statement `name`. Returns 1, 0 or -1 with *err. */
@@ -52,6 +61,23 @@ void wi_citus_stmts(struct wi_pg_stmt *stmts, int n)
         for (j = 0; j < sizeof citus_stmts / sizeof citus_stmts[0]; j++)
             if (!strcmp(stmts[i].name, citus_stmts[j].name))
                 stmts[i] = citus_stmts[j];
+}
+
+int wi_citus_prepare(struct wi_pg *pg, const struct wi_pg_stmt *stmts, int n, struct wi_err *err)
+{
+    struct wi_pg_stmt one;
+    int i, citus;
+
+    if ((citus = wi_citus_layout(pg, err)) < 0)
+        return -1;
+    for (i = 0; i < n; i++) {
+        one = stmts[i];
+        if (citus)
+            wi_citus_stmts(&one, 1);
+        if (wi_pg_prepare(pg, &one, 1, err) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 /* Length of the dollar-quote tag at p ("$body$", "$$"), or 0 when p starts none. */

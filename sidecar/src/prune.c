@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "audit.h"
+#include "citus.h"
 #include "destination.h"
 #include "schema.h"
 
@@ -121,9 +122,9 @@ static const struct wi_pg_stmt *forget_stmt(int version)
 
 int wi_prune_prepare(struct wi_pg *pg, int version, struct wi_err *err)
 {
-    if (wi_pg_prepare(pg, prune_stmt(version), 1, err) < 0 ||
-        (version >= WI_PRUNE_KEYS_SCHEMA && wi_pg_prepare(pg, forget_stmt(version), 1, err) < 0) ||
-        (version >= WI_PRUNE_EFFECTS_SCHEMA && wi_pg_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0))
+    if (wi_citus_prepare(pg, prune_stmt(version), 1, err) < 0 ||
+        (version >= WI_PRUNE_KEYS_SCHEMA && wi_citus_prepare(pg, forget_stmt(version), 1, err) < 0) ||
+        (version >= WI_PRUNE_EFFECTS_SCHEMA && wi_citus_prepare(pg, &wi_prune_effects_stmt, 1, err) < 0))
         return -1;
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "citus.h"
 #include "log.h"
 #include "metrics.h"
 #include "pgw.h"
