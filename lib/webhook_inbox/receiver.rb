@@ -94,7 +94,7 @@ module WebhookInbox
       @inbox = inbox || (database_url && Inbox.new(database_url: database_url)) or
         raise ConfigurationError, "give inbox: or database_url:"
       @keep_headers = takes_headers?(@inbox)
-      rules = Ordering.new(@verifier.scheme, ordering) # checked even for a store that cannot use it
+      rules = Ordering.new(@provider, ordering) # checked even for a store that cannot use it
       @ordering = rules if takes_keyword?(@inbox, :ordering)
       @keep_refused = Refused.bounds(keep_refused)
       @endpoint = (endpoint || @provider).to_s.freeze

@@ -111,4 +111,23 @@ RSpec.describe WebhookInbox::Ordering do
     expect { WebhookInbox::Endpoint.new(provider: :stripe, secrets: [secret], source_scope: scope, inbox: inbox, ordering: 1) }
       .to raise_error(WebhookInbox::ConfigurationError, /ordering:/)
   end
+
+  it "stores the same key and time through the ActiveRecordStore (transactional receipts)" do
+    require "active_record"
+    require "webhook_inbox/rails/active_record_store"
+    model = Class.new(ActiveRecord::Base) do
+      self.abstract_class = true
+      def self.name = "OrderingSpecRecord"
+    end
+    model.establish_connection(adapter: "postgresql", host: pg.socket_dir, port: pg.port, database: pg.dbname,
+                               username: pg.url[/user=(\S+)/, 1], min_messages: "error")
+    store = WebhookInbox::ActiveRecordStore.new(model: model)
+    ordering = described_class.new(:stripe)
+    store.insert(source_scope: scope, event_id: "evt_ar", payload: stripe_body("evt_ar", "cus_ar", 1_700_000_000),
+                 ordering: ordering.for("customer.updated"))
+    store.insert(source_scope: scope, event_id: "evt_ar_raw", payload: "not json", ordering: ordering.for("x"))
+    expect(ordering_rows).to eq("evt_ar" => ["cus_ar", "1700000000", "true"], "evt_ar_raw" => ["-", "-", "false"])
+  ensure
+    model&.remove_connection
+  end
 end
