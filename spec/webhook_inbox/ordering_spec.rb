@@ -2,6 +2,7 @@
 
 require "spec_helper"
 require "json"
+require "securerandom"
 require "webhook_inbox/test_helpers"
 require_relative "../support/receiver_helpers"
 
@@ -129,5 +130,23 @@ RSpec.describe WebhookInbox::Ordering do
     expect(ordering_rows).to eq("evt_ar" => ["cus_ar", "1700000000", "true"], "evt_ar_raw" => ["-", "-", "false"])
   ensure
     model&.remove_connection
+  end
+
+  it "keeps storing receipts against a schema older than v14 (the ordering is left out)" do
+    db = "wi_order_old_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{db}", db: "postgres")
+    ReceiverHelpers.schema_files.reject { |f| File.basename(f).to_i >= 14 }.each { |f| pg.psql(File.read(f), db: db) }
+    old = WebhookInbox::Inbox.new(database_url: pg.url(db))
+    receipt = old.insert(source_scope: scope, event_id: "evt_old", payload: stripe_body("evt_old", "cus_1", 1_700_000_000),
+                         ordering: described_class.new(:stripe).for("customer.updated"))
+    expect(receipt.status).to eq(:accepted)
+    codes = old.send(:with_connection) do |conn|
+      conn.insert_batch([[scope, "evt_old2", "t", "{}", false, false, nil, nil, ["data.object.id", "created"]],
+                         [scope, "evt_old3", "t", "{}", false, false, nil, nil, nil]])
+    end
+    expect(codes).to eq([1, 1])
+    expect(pg.psql("SELECT count(*) FROM webhook_inbox WHERE source_scope = '#{scope}'", db: db).to_i).to eq(3)
+  ensure
+    old&.close
   end
 end
