@@ -9,7 +9,8 @@
 -- Idempotent: safe to re-run. Applied after 001..013.
 --
 -- Redefines: webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint)
--- (005's, with the ordering filter in its claim; the sidecar's claim.c has the same filter). Additive otherwise: webhook_inbox_schema_min_worker()
+-- (005's, with the ordering filter in its claim - the sidecar's claim.c has the same filter -
+-- and a static done UPDATE for a batch of one event). Additive otherwise: webhook_inbox_schema_min_worker()
 -- stays 4; an older sidecar claims keyed events without looking at their keys.
 
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
@@ -142,7 +143,15 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
-    IF cardinality(done_id) > 0 THEN
+    IF cardinality(done_id) = 1 THEN
+        -- One event (--batch-size 1, a trickle): a static statement by primary key, planned
+        -- once per session (EXECUTE planned it at every call: 100-200 us of ~575 us per
+        -- transaction); the primary key lookup keeps any cached plan cheap as the inbox grows.
+        UPDATE webhook_inbox w
+           SET status = 'done', outcome = done_what[1], processed_at = clock_timestamp(), last_error = NULL,
+               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', done_what[1], done_ms[1]))
+         WHERE w.source_scope = done_scope[1] AND w.event_id = done_id[1];
+    ELSIF cardinality(done_id) > 1 THEN
         EXECUTE $sql$
             UPDATE webhook_inbox w
                SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
