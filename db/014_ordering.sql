@@ -6,7 +6,9 @@
 -- still pending, nor - when the event's route is strict - while one is quarantined: one key
 -- never runs on two workers at once, and its events run in ordering_at, then received_at,
 -- then event_id order. Unkeyed events (ordering_key NULL) are claimed as before.
--- Idempotent: safe to re-run. Applied after 001..013.
+-- Idempotent: safe to re-run. Applied after 001..013. The new index is built with one scan of
+-- the inbox under a SHARE lock (receipts wait meanwhile); on a large inbox create
+-- webhook_inbox_ordering_idx CONCURRENTLY, as below, before migrating.
 --
 -- Redefines: webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint)
 -- (005's, with the ordering filter in its claim - the sidecar's claim.c has the same filter -
@@ -53,17 +55,20 @@ COMMENT ON INDEX webhook_inbox_ordering_idx IS
 -- The key spec: paths separated by ',', each "a.b.c" (object fields; a number indexes an
 -- array) or alternatives "a.b|c.d" (the first present wins). The key is the one value, or
 -- for several paths a JSON array of their values; NULL when a path is missing, the payload
--- is not JSON, or the spec is NULL. Never raises.
+-- is not JSON, or the spec is NULL. A key past 200 bytes is stored as "sha256:" and its hex
+-- digest, so no payload can make the index entry too large (SQLSTATE 54000 would refuse the
+-- receipt). Never raises.
 CREATE OR REPLACE FUNCTION webhook_inbox_ordering_key(p_payload jsonb, p_spec text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT CASE WHEN bool_and(k.v IS NOT NULL) THEN
+    SELECT CASE WHEN octet_length(key) > 200 THEN 'sha256:' || encode(sha256(convert_to(key, 'UTF8')), 'hex') ELSE key END
+      FROM (SELECT CASE WHEN bool_and(k.v IS NOT NULL) THEN
                 CASE WHEN count(*) = 1 THEN min(k.v) ELSE jsonb_agg(k.v ORDER BY k.i)::text END
-           END
+           END AS key
       FROM (SELECT s.i, (SELECT p_payload #>> string_to_array(a.path, '.')
                            FROM unnest(string_to_array(s.alts, '|')) WITH ORDINALITY AS a(path, j)
                           WHERE p_payload #>> string_to_array(a.path, '.') IS NOT NULL
                           ORDER BY a.j LIMIT 1) AS v
-              FROM unnest(string_to_array(p_spec, ',')) WITH ORDINALITY AS s(alts, i)) k
+              FROM unnest(string_to_array(p_spec, ',')) WITH ORDINALITY AS s(alts, i)) k) keyed
 $$;
 COMMENT ON FUNCTION webhook_inbox_ordering_key(jsonb, text) IS
     'The ordering key of a payload for a spec ("data.object.id", "repository.id,issue.number|pull_request.number"): the value, a JSON array of the values, or NULL when a path is missing. Called by the receiver''s INSERT.';

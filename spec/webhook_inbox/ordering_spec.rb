@@ -3,6 +3,7 @@
 require "spec_helper"
 require "json"
 require "securerandom"
+require "digest"
 require "webhook_inbox/test_helpers"
 require_relative "../support/receiver_helpers"
 
@@ -148,5 +149,13 @@ RSpec.describe WebhookInbox::Ordering do
     expect(pg.psql("SELECT count(*) FROM webhook_inbox WHERE source_scope = '#{scope}'", db: db).to_i).to eq(3)
   ensure
     old&.close
+  end
+
+  it "stores a key too long for an index entry as its SHA-256, so the receipt is never refused for it" do
+    long = "cus_#{SecureRandom.alphanumeric(8000)}" # incompressible: past the index entry limit
+    receipt = inbox.insert(source_scope: scope, event_id: "evt_long", payload: stripe_body("evt_long", long, 1_700_000_000),
+                           ordering: described_class.new(:stripe).for("customer.updated"))
+    expect(receipt.status).to eq(:accepted)
+    expect(ordering_rows["evt_long"].first).to eq("sha256:#{Digest::SHA256.hexdigest(long)}")
   end
 end
