@@ -158,4 +158,25 @@ RSpec.describe WebhookInbox::Ordering do
     expect(receipt.status).to eq(:accepted)
     expect(ordering_rows["evt_long"].first).to eq("sha256:#{Digest::SHA256.hexdigest(long)}")
   end
+
+  it "keeps a route's strict flag through the Rails schema statements (what db/schema.rb dumps and loads)" do
+    require "active_record"
+    require "webhook_inbox/rails/schema_statements"
+    model = Class.new(ActiveRecord::Base) do
+      self.abstract_class = true
+      def self.name = "OrderingRoutesRecord"
+    end
+    model.establish_connection(adapter: "postgresql", host: pg.socket_dir, port: pg.port, database: pg.dbname,
+                               username: pg.url[/user=(\S+)/, 1], min_messages: "error")
+    conn = model.connection
+    conn.extend(WebhookInbox::Rails::SchemaStatements)
+    type = "ord_#{SecureRandom.hex(3)}.*"
+    conn.add_webhook_inbox_route(type, "webhook_inbox_ignore", strict: true)
+    expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, true])
+    conn.add_webhook_inbox_route(type, "webhook_inbox_ignore") # the route restated: strict as given
+    expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, false])
+  ensure
+    conn&.remove_webhook_inbox_route(type)
+    model&.remove_connection
+  end
 end
