@@ -20,6 +20,7 @@ end
 require_relative "webhook_inbox/verifier"
 require_relative "webhook_inbox/event"
 require_relative "webhook_inbox/request_headers"
+require_relative "webhook_inbox/ordering"
 require_relative "webhook_inbox/inbox"
 require_relative "webhook_inbox/receiver"
 require_relative "webhook_inbox/rejections"

@@ -191,11 +191,24 @@ static VALUE pinned(VALUE v)
 #define SET_FIELD(row, field, str) \
     ((row)->field = RSTRING_PTR(str), (row)->field##_len = (size_t)RSTRING_LEN(str))
 
+/* Points *ptr and *len at String str (nil: NULL), pinned into pins. */
+static void set_opt(const char **ptr, size_t *len, VALUE pins, VALUE str)
+{
+    if (NIL_P(str))
+        return;
+    str = pinned(str);
+    rb_ary_push(pins, str);
+    *ptr = RSTRING_PTR(str);
+    *len = (size_t)RSTRING_LEN(str);
+}
+
 /* Fills *row from the Ruby values, pinning each string into pins (kept alive by the caller
  * until the call returns). Text fields must already be UTF-8 without NUL (Inbox checks);
- * headers is nil or a JSON object's text (Inbox builds it). */
+ * headers is nil or a JSON object's text (Inbox builds it); ordering is nil or
+ * [key spec, time path or nil] (Inbox checks their form). */
 static void fill_row(struct wi_store_row *row, VALUE pins, VALUE scope, VALUE id, VALUE type,
-                     VALUE payload, VALUE raw, VALUE quarantined, VALUE last_error, VALUE headers)
+                     VALUE payload, VALUE raw, VALUE quarantined, VALUE last_error, VALUE headers,
+                     VALUE ordering)
 {
     memset(row, 0, sizeof *row);
     scope = pinned(scope);
@@ -220,6 +233,17 @@ static void fill_row(struct wi_store_row *row, VALUE pins, VALUE scope, VALUE id
         rb_ary_push(pins, headers);
         SET_FIELD(row, headers, headers);
     }
+    if (!NIL_P(ordering)) {
+        VALUE key, time;
+        Check_Type(ordering, T_ARRAY);
+        if (RARRAY_LEN(ordering) != 2)
+            rb_raise(rb_eArgError, "ordering is [key spec, time path or nil]");
+        key = RARRAY_AREF(ordering, 0);
+        time = RARRAY_AREF(ordering, 1);
+        set_opt(&row->order_key, &row->order_key_len, pins, StringValue(key));
+        if (!NIL_P(time))
+            set_opt(&row->order_time, &row->order_time_len, pins, StringValue(time));
+    }
     row->raw = RTEST(raw);
     row->quarantined = RTEST(quarantined);
 }
@@ -230,21 +254,22 @@ static VALUE result_code(const struct wi_store_result *out)
     return INT2FIX(out->inserted | out->stored_raw << 1 | out->quarantined << 2);
 }
 
-/* #insert(scope, event_id, event_type, payload, raw, quarantined, last_error, headers)
+/* #insert(scope, event_id, event_type, payload, raw, quarantined, last_error, headers[, ordering])
  * -> Integer (see result_code). Text fields must already be UTF-8 without NUL
  * (Inbox#insert checks). */
-static VALUE conn_insert(VALUE self, VALUE scope, VALUE id, VALUE type, VALUE payload,
-                         VALUE raw, VALUE quarantined, VALUE last_error, VALUE headers)
+static VALUE conn_insert(int argc, VALUE *argv, VALUE self)
 {
+    VALUE scope, id, type, payload, raw, quarantined, last_error, headers, ordering;
     struct conn *c = get_conn(self);
     struct insert_call a;
     struct wi_store_row row;
     struct wi_store_result out;
     VALUE pins = rb_ary_new_capa(6);
 
+    rb_scan_args(argc, argv, "81", &scope, &id, &type, &payload, &raw, &quarantined, &last_error, &headers, &ordering);
     memset(&a, 0, sizeof a);
     memset(&out, 0, sizeof out);
-    fill_row(&row, pins, scope, id, type, payload, raw, quarantined, last_error, headers);
+    fill_row(&row, pins, scope, id, type, payload, raw, quarantined, last_error, headers, ordering);
     a.rows = &row;
     a.outs = &out;
     a.n = 1;
@@ -253,7 +278,7 @@ static VALUE conn_insert(VALUE self, VALUE scope, VALUE id, VALUE type, VALUE pa
     return result_code(&out);
 }
 
-/* #insert_batch([[scope, event_id, event_type, payload, raw, quarantined, last_error, headers], ...])
+/* #insert_batch([[scope, event_id, event_type, payload, raw, quarantined, last_error, headers[, ordering]], ...])
  * -> [Integer or StoreError, ...]: the rows in one statement and one commit (see
  * wi_store_insert_batch), per row, in order, its result code - or, for a row the server
  * refused alone (nothing of it stored), a StoreError saying why. At most
@@ -278,11 +303,11 @@ static VALUE conn_insert_batch(VALUE self, VALUE list)
     for (i = 0; i < n; i++) {
         VALUE r = rb_ary_entry(list, i);
         Check_Type(r, T_ARRAY);
-        if (RARRAY_LEN(r) != 8)
-            rb_raise(rb_eArgError, "a batch row has 8 fields");
+        if (RARRAY_LEN(r) != 8 && RARRAY_LEN(r) != 9)
+            rb_raise(rb_eArgError, "a batch row has 8 fields, or 9 with ordering");
         fill_row(&rows[i], pins, RARRAY_AREF(r, 0), RARRAY_AREF(r, 1), RARRAY_AREF(r, 2),
                  RARRAY_AREF(r, 3), RARRAY_AREF(r, 4), RARRAY_AREF(r, 5), RARRAY_AREF(r, 6),
-                 RARRAY_AREF(r, 7));
+                 RARRAY_AREF(r, 7), RARRAY_LEN(r) == 9 ? RARRAY_AREF(r, 8) : Qnil);
     }
     memset(&a, 0, sizeof a);
     memset(outs, 0, (size_t)n * sizeof *outs);
@@ -367,7 +392,7 @@ void wi_inbox_binding_init(VALUE mod)
     cConn = rb_define_class_under(cInbox, "Connection", rb_cObject);
     rb_define_alloc_func(cConn, conn_alloc);
     rb_define_method(cConn, "initialize", conn_initialize, 3);
-    rb_define_method(cConn, "insert", conn_insert, 8);
+    rb_define_method(cConn, "insert", conn_insert, -1);
     rb_define_method(cConn, "insert_batch", conn_insert_batch, 1);
     rb_define_method(cConn, "connect", conn_connect, 0);
     rb_define_method(cConn, "close", conn_close, 0);

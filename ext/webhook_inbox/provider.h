@@ -109,6 +109,10 @@ struct wi_provider {
     const char *jwt_claim; /* JWT schemes (custom wi_sig_jwt): the claim carrying the hex
                               SHA-256 of the body; the token's iat is the time */
     const char *content;  /* README: the signed content in words, when tmpl does not say it */
+    const char *order_key;  /* per-object ordering: the body paths naming the object an event is
+                               about, "a.b" paths, ',' between parts, '|' between alternatives
+                               (db/014: webhook_inbox_ordering_key); NULL: unordered */
+    const char *order_time; /* the body path of the provider's event time (a number), or NULL */
     /* A scheme too irregular for the fields above (Didit); NULL for the rest. Same
      * contract as wi_sig_verify, called after the size and secret checks. */
     int (*custom)(const struct wi_sig_verifier *v, const struct wi_sig_request *req,

@@ -13,12 +13,15 @@
 #define HMAC256(t) {{t, WI_ALG_HMAC_SHA256, WI_KEY_RAW, NULL}}
 #define NONE WI_NO_SLOT
 #define NO_IDS {NONE, NONE}
+/* one repository's issue or pull request (push and other events: unordered) */
+#define GITHUB_ORDER_KEY "repository.id,issue.number|pull_request.number"
 
 static const struct wi_provider table[] = {
     {.name = "stripe", .title = "Stripe", .headers = {"stripe-signature"}, .layout = WI_LAYOUT_KV,
      .kv_sep = ',', .kv_ts = "t", .enc = WI_SIG_HEX, .versions = HMAC256("v1"),
      .tmpl = "{timestamp}.{body}", .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE,
-     .id_fields = {"id"}, .type_fields = {"type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE},
+     .id_fields = {"id"}, .type_fields = {"type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE,
+     .order_key = "data.object.id", .order_time = "created"},
     {.name = "standard_webhooks", .title = "Standard Webhooks, Svix, Clerk, Resend",
      .headers = {"webhook-id", "webhook-timestamp", "webhook-signature", "svix-id", "svix-timestamp", "svix-signature"},
      .alt_offset = 3, .sig_slot = 2, .layout = WI_LAYOUT_LIST, .enc = WI_SIG_BASE64,
@@ -27,7 +30,7 @@ static const struct wi_provider table[] = {
      .type_slot = NONE, .type_fields = {"type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE},
     {.name = "github", .title = "GitHub", .headers = {"x-hub-signature-256", "x-github-delivery", "x-github-event"},
      .prefix = "sha256=", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE,
-     .id_slots = {1, NONE}, .type_slot = 2, .tolerance = -1},
+     .id_slots = {1, NONE}, .type_slot = 2, .tolerance = -1, .order_key = GITHUB_ORDER_KEY},
     {.name = "shopify", .title = "Shopify",
      .headers = {"x-shopify-hmac-sha256", "x-shopify-webhook-id", "x-shopify-event-id", "x-shopify-topic"},
      .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE, .id_slots = {1, 2},
@@ -39,7 +42,7 @@ static const struct wi_provider table[] = {
     {.name = "paddle", .title = "Paddle Billing", .headers = {"paddle-signature"}, .layout = WI_LAYOUT_KV,
      .kv_sep = ';', .kv_ts = "ts", .enc = WI_SIG_HEX, .versions = HMAC256("h1"), .tmpl = "{timestamp}:{body}",
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id"},
-     .type_fields = {"event_type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE},
+     .type_fields = {"event_type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE, .order_key = "data.id"},
     /* not X-Timestamp: no Didit signature covers it, so it is never read */
     {.name = "didit", .title = "Didit", .headers = {"x-signature", "x-signature-v2", "x-signature-simple"},
      .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE, .ts_field = "timestamp",
@@ -47,7 +50,7 @@ static const struct wi_provider table[] = {
      .tolerance = WI_SIG_DEFAULT_TOLERANCE,
      .content = "`x-signature`: body; `x-signature-v2`: canonical JSON (sorted keys, integral floats as "
                 "integers); `x-signature-simple` (`allow_simple: true`): `timestamp:session_id:status:webhook_type`",
-     .custom = wi_sig_didit},
+     .custom = wi_sig_didit, .order_key = "session_id", .order_time = "timestamp"},
     /* Discord interactions: Ed25519 over timestamp + body with the application's public key */
     {.name = "discord", .title = "Discord (interactions)", .headers = {"x-signature-ed25519", "x-signature-timestamp"},
      .enc = WI_SIG_HEX, .versions = {{NULL, WI_ALG_ED25519, WI_KEY_HEX, NULL}}, .tmpl = "{timestamp}{body}",
@@ -77,7 +80,7 @@ static const struct wi_provider table[] = {
     {.name = "github_sha1", .title = "GitHub, legacy SHA-1 (`:github, legacy_sha1: true`)",
      .headers = {"x-hub-signature", "x-github-delivery", "x-github-event"}, .prefix = "sha1=", .enc = WI_SIG_HEX,
      .versions = {{NULL, WI_ALG_HMAC_SHA1, WI_KEY_RAW, NULL}}, .tmpl = "{body}", .ts_slot = NONE,
-     .id_slots = {1, NONE}, .type_slot = 2, .tolerance = -1},
+     .id_slots = {1, NONE}, .type_slot = 2, .tolerance = -1, .order_key = GITHUB_ORDER_KEY},
     {.name = "razorpay", .title = "Razorpay", .headers = {"x-razorpay-signature", "x-razorpay-event-id"},
      .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE, .id_slots = {1, NONE},
      .type_slot = NONE, .type_fields = {"event"}, .tolerance = -1},
@@ -97,7 +100,7 @@ static const struct wi_provider table[] = {
                 "default port); JSON: URL whose `bodySHA256` is the body's SHA-256"},
     {.name = "square", .title = "Square", .headers = {"x-square-hmacsha256-signature"}, .enc = WI_SIG_BASE64,
      .versions = HMAC256(NULL), .tmpl = "{url}{body}", .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE,
-     .id_fields = {"event_id"}, .type_fields = {"type"}, .tolerance = -1},
+     .id_fields = {"event_id"}, .type_fields = {"type"}, .tolerance = -1, .order_key = "data.id"},
     /* HubSpot v3: the URI with a few %XX escapes decoded, the timestamp in milliseconds */
     {.name = "hubspot", .title = "HubSpot (v3)", .headers = {"x-hubspot-signature-v3", "x-hubspot-request-timestamp"},
      .enc = WI_SIG_BASE64, .versions = HMAC256(NULL), .tmpl = "{method}{url}{body}{timestamp}",

@@ -24,30 +24,51 @@
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
 
-/* $8 is request_headers (schema v5). Against an older schema, which lacks the column, the
- * session prepares the *_NO_HEADERS forms instead (session_setup): a gem upgraded before
- * its migration ran keeps storing receipts, without their headers. */
+/* $8 is request_headers (schema v5); $9 and $10 the ordering key spec and event time path
+ * (schema v14): PostgreSQL derives ordering_key and ordering_at from the stored payload
+ * (webhook_inbox_ordering_key/_time, STRICT: no call for an unordered row) and starts a keyed
+ * row's next_attempt_at at its event time when that is earlier. Against an older schema the
+ * session prepares the *_NO_ORDER or *_NO_HEADERS forms instead (session_setup): a gem
+ * upgraded before its migration ran keeps storing receipts, without what the schema lacks. */
 #define INSERT_SQL_HEAD                                                                        \
     "INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, raw_body,"       \
     " status, last_error, processed_at"
 #define INSERT_SQL_TAIL                                                                        \
     " CASE WHEN $6 = 'quarantined' THEN now() END"
+#define ORDER_COLS ", request_headers, ordering_key, ordering_at, next_attempt_at)"
+#define ORDER_VALUES ", o.key, o.at, least(now(), o.at)"
+/* the key and time of payload p for spec k and time path t */
+#define ORDER_FROM(p, k, t)                                                                    \
+    "(SELECT k.key, CASE WHEN k.key IS NOT NULL THEN coalesce(webhook_inbox_ordering_time(" p  \
+    ", " t "), now()) END AS at FROM (SELECT webhook_inbox_ordering_key(" p ", " k ") AS key) k) o"
 static const char INSERT_SQL[] =
+    INSERT_SQL_HEAD ORDER_COLS " SELECT $1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8" ORDER_VALUES
+    " FROM " ORDER_FROM("$4", "$9", "$10") " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1";
+static const char INSERT_SQL_NO_ORDER[] =
     INSERT_SQL_HEAD ", request_headers) VALUES ($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8)"
     " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1";
 static const char INSERT_SQL_NO_HEADERS[] =
     INSERT_SQL_HEAD ") VALUES ($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ")"
     " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1";
 
-#define NPARAMS 8 /* with request_headers; 7 without */
+#define NPARAMS 10        /* with request_headers and the ordering spec */
+#define NPARAMS_NO_ORDER 8
+#define NPARAMS_NO_HEADERS 7
 
-/* Oids of the statement's parameters: text, text, text, jsonb, bytea, text, text, jsonb. */
-static const Oid PARAM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802};
+/* Oids of the statement's parameters: text, text, text, jsonb, bytea, text, text, jsonb, text, text. */
+static const Oid PARAM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25};
 
 /* Many rows in one statement and one commit: one array per column, unnested in order.
  * ON CONFLICT DO NOTHING also skips the second of two rows with the same key in the batch
  * (only DO UPDATE refuses that), so RETURNING names each key inserted exactly once. */
 static const char BATCH_SQL[] =
+    INSERT_SQL_HEAD ORDER_COLS
+    " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END, h" ORDER_VALUES
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
+    " $7::text[], $8::jsonb[], $9::text[], $10::text[]) AS u(s, e, t, p, r, st, le, h, ok, ot),"
+    " LATERAL " ORDER_FROM("u.p", "u.ok", "u.ot")
+    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING source_scope, event_id";
+static const char BATCH_SQL_NO_ORDER[] =
     INSERT_SQL_HEAD ", request_headers)"
     " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END, h"
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
@@ -61,8 +82,8 @@ static const char BATCH_SQL_NO_HEADERS[] =
     " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING source_scope, event_id";
 
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
-static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802};
-static const Oid BATCH_PARAM_TYPES[NPARAMS] = {1009, 1009, 1009, 3807, 1001, 1009, 1009, 3807};
+static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25};
+static const Oid BATCH_PARAM_TYPES[NPARAMS] = {1009, 1009, 1009, 3807, 1001, 1009, 1009, 3807, 1009, 1009};
 
 /* The insert being made. Invariant: active only while conn is open (drop_conn clears it). */
 struct attempt {
@@ -99,7 +120,8 @@ struct wi_store {
     struct attempt attempt;         /* the insert in flight, if attempt.active */
     struct batch batch;             /* the batch in progress, if batch.active */
     unsigned long reconnects;       /* connections reopened after a loss */
-    int nparams;                    /* of the prepared statements: NPARAMS, or 7 without headers */
+    int nparams;                    /* of the prepared statements: NPARAMS, NPARAMS_NO_ORDER or
+                                     * NPARAMS_NO_HEADERS (what the schema has) */
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int ever_connected;
 };
@@ -363,16 +385,26 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
     if (PQserverVersion(s->conn) >= 140000 &&
         setup_cmd(s, "SET client_connection_check_interval = " CHECK_CLOSED_MS, 0, deadline, err) < 0)
         return -1;
+    /* 42703: a column the schema lacks (ordering_key: v13 or older; request_headers: v4);
+     * 42883: the ordering functions are missing. Each refusal tries the next older form. */
     s->nparams = NPARAMS;
     if (prepare(s, STMT_NAME, INSERT_SQL, PARAM_TYPES, deadline, err) < 0) {
-        if (strcmp(s->sqlstate, "42703")) /* not "column request_headers does not exist" */
+        if (strcmp(s->sqlstate, "42703") && strcmp(s->sqlstate, "42883"))
             return -1;
         s->sqlstate[0] = '\0';
-        s->nparams = NPARAMS - 1;
-        if (prepare(s, STMT_NAME, INSERT_SQL_NO_HEADERS, PARAM_TYPES, deadline, err) < 0)
-            return -1;
+        s->nparams = NPARAMS_NO_ORDER;
+        if (prepare(s, STMT_NAME, INSERT_SQL_NO_ORDER, PARAM_TYPES, deadline, err) < 0) {
+            if (strcmp(s->sqlstate, "42703")) /* not "column request_headers does not exist" */
+                return -1;
+            s->sqlstate[0] = '\0';
+            s->nparams = NPARAMS_NO_HEADERS;
+            if (prepare(s, STMT_NAME, INSERT_SQL_NO_HEADERS, PARAM_TYPES, deadline, err) < 0)
+                return -1;
+        }
     }
-    return prepare(s, BATCH_STMT_NAME, s->nparams == NPARAMS ? BATCH_SQL : BATCH_SQL_NO_HEADERS,
+    return prepare(s, BATCH_STMT_NAME,
+                   s->nparams == NPARAMS ? BATCH_SQL : s->nparams == NPARAMS_NO_ORDER ? BATCH_SQL_NO_ORDER
+                                                                                 : BATCH_SQL_NO_HEADERS,
                    BATCH_PARAM_TYPES, deadline, err);
 }
 
@@ -500,7 +532,7 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
 {
     const char *values[NPARAMS];
     int lengths[NPARAMS];
-    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
+    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
     char *jsonb = NULL, *headers = NULL;
     const char *status = a->quarantined ? "quarantined" : "pending";
     enum trip t;
@@ -540,6 +572,8 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
         memcpy(headers + 1, row->headers, row->headers_len);
         values[7] = headers;       lengths[7] = (int)row->headers_len + 1;
     }
+    values[8] = row->order_key;    lengths[8] = (int)row->order_key_len;
+    values[9] = row->order_time;   lengths[9] = (int)row->order_time_len;
 
     t = send_prepared(s, a, STMT_NAME, values, lengths, formats, err);
     free(jsonb);
@@ -593,7 +627,9 @@ static const char *batch_field(const struct wi_store_row *r, int col, size_t *le
         *len = r->quarantined ? sizeof "quarantined" - 1 : sizeof "pending" - 1;
         return r->quarantined ? "quarantined" : "pending";
     case 6: *len = r->last_error_len; return r->last_error;
-    default: *len = r->headers_len; return r->headers;
+    case 7: *len = r->headers_len; return r->headers;
+    case 8: *len = r->order_key_len; return r->order_key;
+    default: *len = r->order_time_len; return r->order_time;
     }
 }
 
@@ -605,7 +641,7 @@ static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows,
 {
     const char *values[NPARAMS];
     int lengths[NPARAMS];
-    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     size_t sizes[NPARAMS], total = 0, i, len;
     char *buf, *p;
     int col;
@@ -846,7 +882,8 @@ static int row_fits(struct wi_store *s, const struct wi_store_row *row, struct w
 {
     if (row->source_scope_len > 0x3fffffff || row->event_id_len > 0x3fffffff ||
         row->event_type_len > 0x3fffffff || row->payload_len > 0x3ffffffe ||
-        row->last_error_len > 0x3fffffff || row->headers_len > 0x3ffffffe) {
+        row->last_error_len > 0x3fffffff || row->headers_len > 0x3ffffffe || row->order_key_len > 0x3fffffff ||
+        row->order_time_len > 0x3fffffff) {
         set_err(s, err, WI_ERR_ARG, "field too large");
         return 0;
     }

@@ -33,6 +33,8 @@ struct wi_store_row {
     int quarantined;          /* 1: status 'quarantined' (processed_at = now()), 0: 'pending' */
     const char *last_error;   size_t last_error_len; /* NULL for none */
     const char *headers;      size_t headers_len;    /* request_headers: a JSON object; NULL for none */
+    const char *order_key;    size_t order_key_len;  /* ordering key spec ("data.object.id"); NULL: unordered */
+    const char *order_time;   size_t order_time_len; /* path of the event time ("created"); NULL: receipt time */
 };
 
 /* What wi_store_insert did. */

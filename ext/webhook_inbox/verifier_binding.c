@@ -516,6 +516,8 @@ static VALUE provider_hash(const struct wi_provider *p)
     rb_hash_aset(h, sym("jwt_claim"), opt_str(p->jwt_claim));
     rb_hash_aset(h, sym("sig_field"), opt_str(p->sig_field));
     rb_hash_aset(h, sym("custom"), p->custom ? Qtrue : Qfalse);
+    rb_hash_aset(h, sym("order_key"), opt_str(p->order_key));
+    rb_hash_aset(h, sym("order_time"), opt_str(p->order_time));
     return rb_obj_freeze(h);
 }
 

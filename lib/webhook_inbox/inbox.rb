@@ -124,9 +124,11 @@ module WebhookInbox
     # MAX_TEXT_BYTES. headers: the
     # delivery's kept request headers (RequestHeaders.from_env's text, or a Hash of
     # Strings), stored in request_headers when the schema has that column (v5); headers
-    # that cannot be stored are left out, never a reason to refuse the event.
+    # that cannot be stored are left out, never a reason to refuse the event. ordering:
+    # [key spec, time path or nil] (Ordering#for) or nil: PostgreSQL derives the event's
+    # ordering key and time from the payload (schema v14; left out against an older one).
     def insert(source_scope:, event_id:, payload:, event_type: "", status: :pending, last_error: nil, raw: false,
-               headers: nil)
+               headers: nil, ordering: nil)
       raise ArgumentError, "status must be :pending or :quarantined" unless STATUSES.include?(status.to_sym)
 
       scope = key_text(source_scope, :source_scope)
@@ -134,7 +136,8 @@ module WebhookInbox
       raise ArgumentError, "source_scope and event_id must not be empty" if scope.empty? || id.empty?
 
       row = [scope, id, key_text(event_type, :event_type), String(payload), raw ? true : false,
-             status.to_sym == :quarantined, last_error && text(last_error, :last_error), RequestHeaders.encode(headers)]
+             status.to_sym == :quarantined, last_error && text(last_error, :last_error), RequestHeaders.encode(headers),
+             ordering && checked_ordering(ordering)]
       code = @group_commit ? group_insert(row) : with_connection { |conn| conn.insert(*row) }
       Receipt.new(status: code.anybits?(1) ? :accepted : :duplicate, source_scope: scope, event_id: id,
                   stored_raw: code.anybits?(2), quarantined: code.anybits?(4))
@@ -252,6 +255,15 @@ module WebhookInbox
       raise ArgumentError, "#{name} contains a NUL byte" if s.include?("\0")
 
       s
+    end
+
+    def checked_ordering(value)
+      unless value.is_a?(Array) && value.size == 2 && (value[1].nil? || Ordering::PATH.match?(value[1].to_s))
+        raise ArgumentError, "ordering must be [key spec, time path or nil] (Ordering#for)"
+      end
+      [Ordering.check(value[0]), value[1]&.to_s]
+    rescue ConfigurationError => e
+      raise ArgumentError, e.message
     end
 
     def key_text(value, name)

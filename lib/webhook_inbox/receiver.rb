@@ -79,7 +79,7 @@ module WebhookInbox
     # ActiveRecordStore) or a new Inbox on database_url:.
     def initialize(provider:, secrets:, source_scope:, inbox: nil, database_url: nil, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                    retry_after: 5, logger: nil, verifier: nil, keep_refused: false, endpoint: nil, refused: nil,
-                   **verifier_options)
+                   ordering: nil, **verifier_options)
       raise ConfigurationError, "source_scope is required (e.g. \"stripe:acct_123:live\")" if source_scope.to_s.empty?
       raise ConfigurationError, "max_body_bytes must be a positive Integer" unless max_body_bytes.is_a?(Integer) && max_body_bytes.positive?
 
@@ -94,6 +94,8 @@ module WebhookInbox
       @inbox = inbox || (database_url && Inbox.new(database_url: database_url)) or
         raise ConfigurationError, "give inbox: or database_url:"
       @keep_headers = takes_headers?(@inbox)
+      rules = Ordering.new(@provider, ordering) # checked even for a store that cannot use it
+      @ordering = rules if takes_keyword?(@inbox, :ordering)
       @keep_refused = Refused.bounds(keep_refused)
       @endpoint = (endpoint || @provider).to_s.freeze
       @refused = refused
@@ -180,6 +182,7 @@ module WebhookInbox
       return reject(400, too_long) if too_long
 
       headers = @keep_headers ? { headers: RequestHeaders.from_env(env) } : NO_HEADERS
+      headers = headers.merge(ordering: @ordering.for(event.event_type)) if @ordering
       # The stored payload is what the signature covers: the raw body, or (a signature over a
       # few fields only, Didit's X-Signature-Simple) the signed fields alone.
       payload = event.body_signed == false ? event.body : body
@@ -214,9 +217,12 @@ module WebhookInbox
                                               bounds: @keep_refused)
     end
 
-    # A store written against an earlier Inbox#insert (no headers:) keeps working without them.
-    def takes_headers?(store)
-      store.method(:insert).parameters.any? { |kind, name| kind == :keyrest || (kind.to_s.start_with?("key") && name == :headers) }
+    # A store written against an earlier Inbox#insert (no headers:, no ordering:) keeps
+    # working without them.
+    def takes_headers?(store) = takes_keyword?(store, :headers)
+
+    def takes_keyword?(store, keyword)
+      store.method(:insert).parameters.any? { |kind, name| kind == :keyrest || (kind.to_s.start_with?("key") && name == keyword) }
     rescue NameError
       false
     end

@@ -1,4 +1,5 @@
-/* claim.c - FOR UPDATE SKIP LOCKED claim of due pending rows, oldest due first. */
+/* claim.c - FOR UPDATE SKIP LOCKED claim of due pending rows, oldest due first, one event
+ * per ordering key at a time. */
 #define _POSIX_C_SOURCE 200809L
 #include "claim.h"
 
@@ -6,17 +7,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Per-object ordering (db/014): a keyed row waits while an earlier row of its key is pending,
+ * or quarantined under a strict route. The same filter as webhook_inbox_dispatch_batch's
+ * claim; inlined (a function holding EXISTS is not), one webhook_inbox_ordering_idx probe per
+ * keyed candidate. */
+#define NOT_BLOCKED                                                                            \
+    " AND (w.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM webhook_inbox p"                \
+    " WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key"              \
+    " AND p.status <> 'done'"                                                                 \
+    " AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)" \
+    " AND (p.status = 'pending' OR webhook_inbox_route_strict(w.event_type))))"
+
 /* Served by webhook_inbox_claim_idx (partial index on pending rows). */
 const struct wi_pg_stmt wi_claim_stmt = {
     "wi_claim",
-    "SELECT source_scope, event_id, event_type, attempts FROM webhook_inbox"
-    " WHERE status = 'pending' AND next_attempt_at <= now()"
+    "SELECT source_scope, event_id, event_type, attempts FROM webhook_inbox w"
+    " WHERE status = 'pending' AND next_attempt_at <= now()" NOT_BLOCKED
     " ORDER BY next_attempt_at, received_at LIMIT $1::int FOR UPDATE SKIP LOCKED"};
 
+/* A row that waits for its key's predecessor is not due: the predecessor is (or holds it for
+ * good, strict), so the idle worker sleeps until the predecessor's time, not 0.1 s. */
 const struct wi_pg_stmt wi_next_due_stmt = {
     "wi_next_due",
-    "SELECT extract(epoch FROM min(next_attempt_at) - clock_timestamp())::float8 FROM webhook_inbox"
-    " WHERE status = 'pending'"};
+    "SELECT extract(epoch FROM w.next_attempt_at - clock_timestamp())::float8 FROM webhook_inbox w"
+    " WHERE status = 'pending'" NOT_BLOCKED " ORDER BY next_attempt_at, received_at LIMIT 1"};
 
 void wi_batch_free(struct wi_batch *b)
 {

@@ -98,6 +98,9 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       stored = JSON.parse(db.value("SELECT payload FROM webhook_inbox WHERE source_scope = #{db.q(scope)} " \
                                    "AND event_id = #{db.q(gap[0]["id"])}"))
       expect(stored).to eq(gap[0]) # what a delivery stores: the event object
+      ordered = db.value("SELECT ordering_key || ' ' || extract(epoch FROM ordering_at)::bigint FROM webhook_inbox " \
+                         "WHERE source_scope = #{db.q(scope)} AND event_id = #{db.q(gap[0]["id"])}")
+      expect(ordered).to eq("pi_#{gap[0]["id"]} #{gap[0]["created"]}") # ordered as a delivery is (db/014)
 
       late = gap.first(10).map { |e| deliver_stripe(e) }
       expect(late).to all(eq([200, "duplicate"]))

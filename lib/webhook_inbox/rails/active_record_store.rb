@@ -18,6 +18,17 @@ module WebhookInbox
       ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1
     SQL
     SQL_NO_HEADERS = SQL.sub(", request_headers)", ")").sub(", $8::jsonb)", ")").freeze
+    # Schema v14: the ordering key and event time derived from the payload, as the native
+    # store's insert does (ext/webhook_inbox/store.c).
+    SQL_ORDERED = <<~SQL.tr("\n", " ").freeze
+      INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, raw_body, status, last_error, processed_at,
+                                 request_headers, ordering_key, ordering_at, next_attempt_at)
+      SELECT $1, $2, $3, $4::jsonb, $5::bytea, $6::text, $7, CASE WHEN $6::text = 'quarantined' THEN now() END, $8::jsonb,
+             o.key, o.at, least(now(), o.at)
+        FROM (SELECT k.key, CASE WHEN k.key IS NOT NULL THEN coalesce(webhook_inbox_ordering_time($4::jsonb, $10), now()) END AS at
+                FROM (SELECT webhook_inbox_ordering_key($4::jsonb, $9) AS key) k) o
+      ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1
+    SQL
     # What webhook_inbox_dispatch writes when a handler succeeds (db/005_history.sql): done,
     # the outcome, processed_at, last_error cleared, a 'done' attempt_log entry (schema v5 on).
     DONE_SQL = <<~SQL.tr("\n", " ").freeze
@@ -33,13 +44,13 @@ module WebhookInbox
     end
 
     def insert(source_scope:, event_id:, payload:, event_type: "", status: :pending, last_error: nil, raw: false,
-               headers: nil)
+               headers: nil, ordering: nil)
       quarantined = status.to_sym == :quarantined
       stored_raw = raw
       headers = RequestHeaders.encode(headers, check: true)
       inserted =
         begin
-          run(source_scope, event_id, event_type, payload, raw, quarantined, last_error, headers)
+          run(source_scope, event_id, event_type, payload, raw, quarantined, last_error, headers, ordering)
         rescue ::ActiveRecord::StatementInvalid => e
           raise StoreError, "#{e.cause.class}: #{e.cause&.message.to_s.lines.first&.strip}" unless !raw && data_exception?(e)
 
@@ -68,7 +79,7 @@ module WebhookInbox
 
     private
 
-    def run(scope, id, type, payload, raw, quarantined, last_error, headers)
+    def run(scope, id, type, payload, raw, quarantined, last_error, headers, ordering = nil)
       conn = @model.connection
       binds = [
         bind("source_scope", scope), bind("event_id", id), bind("event_type", type.to_s),
@@ -77,12 +88,16 @@ module WebhookInbox
       ]
       with_headers = column?(conn, "request_headers")
       binds << bind("request_headers", headers) if with_headers
+      ordered = with_headers && column?(conn, "ordering_key")
+      binds << bind("ordering_key", ordering&.first) << bind("ordering_time", ordering&.last) if ordered
+      sql = ordered ? SQL_ORDERED : with_headers ? SQL : SQL_NO_HEADERS
       conn.transaction(requires_new: true) do
-        conn.exec_query(with_headers ? SQL : SQL_NO_HEADERS, "WebhookInbox Insert", binds).rows.size == 1
+        conn.exec_query(sql, "WebhookInbox Insert", binds).rows.size == 1
       end
     end
 
-    # Columns that came with schema v5 (request_headers, attempt_log): absent before it.
+    # Columns that came with schema v5 (request_headers, attempt_log) or v14 (ordering_key):
+    # absent before it.
     def column?(conn, name)
       return @columns[name] if @columns.key?(name)
 

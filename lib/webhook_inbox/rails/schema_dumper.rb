@@ -41,8 +41,9 @@ module WebhookInbox
           functions(stream)
           triggers(stream)
         end
-        @connection.webhook_inbox_route_rows.each do |type, handler, destination|
-          stream.puts "  add_webhook_inbox_route #{type.inspect}, #{destination ? "destination: #{destination.inspect}" : handler.inspect}"
+        @connection.webhook_inbox_route_rows.each do |type, handler, destination, strict|
+          stream.puts "  add_webhook_inbox_route #{type.inspect}, #{destination ? "destination: #{destination.inspect}" : handler.inspect}" \
+                      "#{", strict: true" if strict}"
         end
       end
 

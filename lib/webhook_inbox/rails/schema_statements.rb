@@ -9,6 +9,7 @@ module WebhookInbox
     #   load_webhook_inbox_schema version: 4           # the gem's db/001..004, never echoed
     #   add_webhook_inbox_route "payment_intent.succeeded", "orders_on_payment_succeeded"
     #   add_webhook_inbox_route "status.*", destination: :app_identity  # v7: to an outbox destination
+    #   add_webhook_inbox_route "customer.*", "app_on_customer", strict: true  # v14: see ordering
     #   remove_webhook_inbox_route "payment_intent.succeeded"
     #   webhook_inbox_functions sql                    # CREATE FUNCTION ... (schema.rb's dump)
     #   webhook_inbox_triggers sql                     # CREATE TRIGGER ... on the app's tables (ditto)
@@ -91,7 +92,8 @@ module WebhookInbox
       # Routes event_type (exact, 'prefix*' or '*') to the SQL function handler (a name), or
       # (schema v7) to an outbox destination: the sidecar then POSTs each event, once, to the
       # destination of that name (the app's receive_effect, say) with retries and backoff.
-      def add_webhook_inbox_route(event_type, handler = nil, destination: nil)
+      # strict: (schema v14) a quarantined event holds the later events of its ordering key.
+      def add_webhook_inbox_route(event_type, handler = nil, destination: nil, strict: false)
         if handler.nil? == destination.nil?
           raise ArgumentError, "add_webhook_inbox_route #{event_type.to_s.inspect}: give a handler function or destination:, not both"
         end
@@ -105,6 +107,7 @@ module WebhookInbox
         else
           execute(format(ROUTE_UPSERT, quote(event_type.to_s), quote(handler.to_s)), "webhook_inbox route")
         end
+        webhook_inbox_route_strict!(event_type, strict)
       end
 
       def remove_webhook_inbox_route(event_type)
@@ -125,21 +128,37 @@ module WebhookInbox
         execute(sql, "webhook_inbox triggers")
       end
 
-      # [[event_type, handler, destination or nil], ...] in event_type order.
+      # [[event_type, handler, destination or nil, strict], ...] in event_type order.
       def webhook_inbox_route_rows
         return [] unless select_value("SELECT to_regclass('webhook_inbox_routes') IS NOT NULL")
 
         destination = webhook_inbox_route_destinations? ? "destination" : "NULL"
-        select_rows("SELECT event_type, handler::text, #{destination} FROM webhook_inbox_routes ORDER BY event_type",
-                    "webhook_inbox routes")
+        strict = webhook_inbox_route_column?("strict") ? "strict" : "false"
+        select_rows("SELECT event_type, handler::text, #{destination}, #{strict} FROM webhook_inbox_routes ORDER BY event_type",
+                    "webhook_inbox routes").map { |type, handler, dest, st| [type, handler, dest, [true, "t"].include?(st)] }
       end
 
       # Whether the routes table has v7's destination column.
-      def webhook_inbox_route_destinations?
+      def webhook_inbox_route_destinations? = webhook_inbox_route_column?("destination")
+
+      def webhook_inbox_route_column?(name)
         select_value(<<~SQL, "webhook_inbox routes") == 1
           SELECT 1 FROM pg_attribute
-           WHERE attrelid = to_regclass('webhook_inbox_routes') AND attname = 'destination' AND NOT attisdropped
+           WHERE attrelid = to_regclass('webhook_inbox_routes') AND attname = #{quote(name)} AND NOT attisdropped
         SQL
+      end
+
+      # Writes the route's strict flag (v14's column); strict: true on an older schema raises.
+      def webhook_inbox_route_strict!(event_type, strict)
+        unless webhook_inbox_route_column?("strict")
+          return unless strict
+
+          raise ActiveRecord::ActiveRecordError, "strict routes need the inbox schema v14 (this database has " \
+                                                 "v#{webhook_inbox_schema_version}): run `bin/rails generate " \
+                                                 "webhook_inbox:install` for the upgrade migration, before this one"
+        end
+        execute("UPDATE webhook_inbox_routes SET strict = #{strict ? "true" : "false"} " \
+                "WHERE event_type = #{quote(event_type.to_s)}", "webhook_inbox route")
       end
 
       def webhook_inbox_route_destination!(destination)

@@ -16,8 +16,9 @@ module WebhookInbox
         File.open(filename, "a") do |f|
           f.puts "-- webhook_inbox routes (appended by webhook_inbox_pg; pg_dump emptied the search path)"
           f.puts "SET search_path TO #{search_path};"
-          rows.each do |type, handler, destination|
+          rows.each do |type, handler, destination, strict|
             f.puts route_upsert(type, handler, destination)
+            f.puts "UPDATE webhook_inbox_routes SET strict = true WHERE event_type = #{quote(type)};" if strict
           end
           f.puts
         end
