@@ -28,7 +28,9 @@ enum wi_key_form {
     WI_KEY_B64_DER, /* base64 of a DER SubjectPublicKeyInfo (SendGrid's verification key) */
     WI_KEY_JWK,     /* an EC P-256 JWK (JSON), with its kid (Plaid's webhook verification keys) */
     WI_KEY_CREDENTIALS, /* "user:password" (HTTP Basic); only its SHA-256 is kept */
-    WI_KEY_PEM          /* a PEM public key, as is */
+    WI_KEY_PEM,         /* a PEM public key, as is */
+    WI_KEY_PAIR         /* "public_key:private_key" (Braintree): the public key is kept as the
+                           key's name, SHA-1(private_key) is the HMAC key */
 };
 
 /* How the signature header is laid out. */
@@ -109,6 +111,7 @@ struct wi_provider {
     const char *jwt_claim; /* JWT schemes (custom wi_sig_jwt): the claim carrying the hex
                               SHA-256 of the body; the token's iat is the time */
     const char *content;  /* README: the signed content in words, when tmpl does not say it */
+    const char *identity; /* README: the event id / type in words, when the fields do not say it */
     /* A scheme too irregular for the fields above (Didit); NULL for the rest. Same
      * contract as wi_sig_verify, called after the size and secret checks. */
     int (*custom)(const struct wi_sig_verifier *v, const struct wi_sig_request *req,

@@ -389,6 +389,57 @@ RSpec.describe WebhookInbox::Verifier do
     end
   end
 
+  describe ":braintree (form bt_signature pairs over bt_payload)" do
+    # As Braintree's SDKs sign: "public_key|" + hex HMAC-SHA1 under SHA-1(private key), pairs joined by "&".
+    def bt_pair(pub, priv, payload) = "#{pub}|#{OpenSSL::HMAC.hexdigest("SHA1", OpenSSL::Digest::SHA1.digest(priv), payload)}"
+
+    let(:xml) { %(<notification><timestamp type="datetime">2023-11-14T22:13:20Z</timestamp><kind>check</kind><subject><check type="boolean">true</check></subject></notification>) }
+    let(:payload) { "#{Base64.encode64(xml)}" } # wrapped at 60 columns, ends in "\n", as Braintree sends it
+    let(:verifier) { described_class.new(:braintree, secrets: ["pub_old:priv_old", "pub_new:priv_new"]) }
+
+    def form(sig, pay = payload) = URI.encode_www_form([["bt_signature", sig], ["bt_payload", pay]])
+
+    it "verifies a pair for any configured public key, among pairs for others, and reads the kind" do
+      sig = "other|#{"0" * 40}&#{bt_pair("pub_new", "priv_new", payload)}"
+      ev = verifier.verify(form(sig), {}, now: now)
+      expect([ev.event_id, ev.event_type]).to eq([OpenSSL::Digest::SHA256.hexdigest(payload), "check"])
+      # signed with the newline, sent without it (the SDKs try both)
+      expect(verifier.verify(form(bt_pair("pub_old", "priv_old", payload), payload.chomp), {}, now: now).event_type).to eq("check")
+    end
+
+    it "refuses a pair signed for another public key, a changed payload, another private key" do
+      expect(reason_of { verifier.verify(form(bt_pair("pub_new", "priv_old", payload)), {}, now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(form(bt_pair("pub_x", "priv_new", payload)), {}, now: now) }).to eq(:signature_mismatch)
+      other = Base64.encode64(xml.sub("check", "subscription_canceled"))
+      expect(reason_of { verifier.verify(form(bt_pair("pub_new", "priv_new", payload), other), {}, now: now) }).to eq(:signature_mismatch)
+    end
+
+    it "refuses no signature, no pair, no or a non-base64 payload, a field twice, and bad secrets" do
+      good = bt_pair("pub_new", "priv_new", payload)
+      expect(reason_of { verifier.verify(URI.encode_www_form(bt_payload: payload), {}, now: now) }).to eq(:missing_signature)
+      expect(reason_of { verifier.verify(form("pub_new:abc"), {}, now: now) }).to eq(:malformed_signature)
+      expect(reason_of { verifier.verify(URI.encode_www_form(bt_signature: good), {}, now: now) }).to eq(:malformed_payload)
+      expect(reason_of { verifier.verify(form(good, "#{payload}<x>"), {}, now: now) }).to eq(:malformed_payload)
+      expect(reason_of { verifier.verify("#{form(good)}&bt_payload=AAAA", {}, now: now) }).to eq(:malformed_payload)
+      expect(reason_of { verifier.verify("#{form(good)}&bt%5Fsignature=x", {}, now: now) }).to eq(:malformed_payload)
+      ["no-colon", ":hushhush", "pubk:", "pu|bk:hushhush"].each do |k|
+        expect { described_class.new(:braintree, secrets: [k]) }
+          .to raise_error(WebhookInbox::ConfigurationError, /public_key:private_key/) { |x| expect(x.message).not_to include(k) }
+      end
+    end
+
+    it "the Receiver takes the form and stores a replay once, by the payload's SHA-256; a forged one is refused" do
+      store = recording_store
+      r = WebhookInbox::Receiver.new(provider: :braintree, secrets: ["pub_new:priv_new"], source_scope: "bt:m1", inbox: store)
+      env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/x-www-form-urlencoded" }
+      body = form(bt_pair("pub_new", "priv_new", payload))
+      expect(r.receive(body, env).http_status).to eq(200)
+      expect(r.receive(form(bt_pair("pub_new", "priv_x", payload)), env).http_status).to eq(401)
+      expect(store.inserts.map { |i| [i[:event_id], i[:event_type]] }).to eq([[OpenSSL::Digest::SHA256.hexdigest(payload), "check"]])
+      expect(described_class::PROVIDERS.fetch(:braintree)[:tolerance]).to be_nil # retried for hours: no time check
+    end
+  end
+
   # HMAC providers signed as their docs say: [scheme, secret, body, headers for (body, ts, secret), tolerance or nil]
   hmac_cases = {
     zoom: ["zoom_secret_token", '{"event":"meeting.started","event_ts":1700000000000,"payload":{"object":{"id":"1"}}}',
