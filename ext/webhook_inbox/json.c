@@ -382,6 +382,13 @@ bad:
                       (size_t)(s.p - p));
 }
 
+const char *wi_json_value_end(const char *p, const char *end)
+{
+    struct scan s = {p, end, 0, NULL, 0, 0, 0, 0};
+    skip_ws(&s);
+    return value(&s, 1, NULL) ? NULL : s.p;
+}
+
 int wi_json_jsonb_safe(const char *p, size_t n)
 {
     int unsafe = 0;

@@ -23,7 +23,8 @@ enum wi_alg {
 enum wi_key_form {
     WI_KEY_RAW,     /* its bytes are the HMAC key */
     WI_KEY_WHSEC,   /* base64 after an optional "whsec_" (Standard Webhooks) */
-    WI_KEY_HEX,     /* hex of a raw public key (Discord's application public key) */
+    WI_KEY_HEX,     /* hex of a raw public key (Discord's application public key), or of an
+                       HMAC key (Adyen's) */
     WI_KEY_BASE64,  /* base64 of a raw public key (after key_prefix, e.g. "whpk_") */
     WI_KEY_B64_DER, /* base64 of a DER SubjectPublicKeyInfo (SendGrid's verification key) */
     WI_KEY_JWK,     /* an EC P-256 JWK (JSON), with its kid (Plaid's webhook verification keys) */

@@ -6,6 +6,7 @@
 #include "sig.h"
 #include "sig_didit.h"
 #include "sig_jwt.h"
+#include "sig_adyen.h"
 #include "sig_basic.h"
 #include "sig_braintree.h"
 #include "sig_mailgun.h"
@@ -155,6 +156,18 @@ static const struct wi_provider table[] = {
                 "`bt_signature` (`&`-separated) under its own key",
      .identity = "SHA-256 of `bt_payload` / its XML `<kind>`",
      .custom = wi_sig_braintree},
+    /* Adyen standard webhooks: an HMAC per notification item over eight of its fields; a
+     * delivery (a batch of items) is one event, stored only when every item verifies */
+    {.name = "adyen", .title = "Adyen (standard webhooks)", .enc = WI_SIG_BASE64,
+     .versions = {{NULL, WI_ALG_HMAC_SHA256, WI_KEY_HEX, NULL}}, .tmpl = "{body}",
+     .sig_field = "notificationItems[].NotificationRequestItem.additionalData.hmacSignature", .ts_slot = NONE,
+     .id_slots = NO_IDS, .type_slot = NONE, .tolerance = -1,
+     .content = "each item's `pspReference:originalReference:merchantAccountCode:merchantReference:amount.value:"
+                "amount.currency:eventCode:success`, every item must verify; **the rest of an item (`eventDate`, "
+                "`reason`, `additionalData`...) is not signed**",
+     .identity = "one item: `pspReference:eventCode:success`, several: SHA-256 of the body / the items' `eventCode` "
+                 "when they share one",
+     .custom = wi_sig_adyen},
     /* generic: the headers, prefix, encoding, algorithm and template come from wi_sig_config */
     {.name = "hmac", .title = "anything else", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id", "id"},

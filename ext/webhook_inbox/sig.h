@@ -86,6 +86,8 @@ struct wi_sig_event {
                                 secret that verified the request */
     char type_copy[64]; /* a type the body holds encoded (Braintree's <kind> inside base64):
                            type then points here, never into the request */
+    char id_copy[160];  /* an id composed of body fields (Adyen's pspReference:eventCode:
+                           success): id then points here */
 };
 
 struct wi_sig_verifier;

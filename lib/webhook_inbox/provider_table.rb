@@ -74,7 +74,7 @@ module WebhookInbox
               end
       kinds = vs.map do |v|
         who = vs.size > 1 ? "#{v[:tag]}: " : ""
-        key = KEYS.fetch(v[:key])
+        key = v[:key] == :hex && v[:algorithm].to_s.start_with?("hmac") ? "hex HMAC key" : KEYS.fetch(v[:key])
         key = "`#{v[:key_prefix]}` + #{key}" if v[:key_prefix]
         "#{who}#{ALGORITHMS.fetch(v[:algorithm])}, key #{key}"
       end

@@ -82,11 +82,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         s = q + 1;
     }
     if (wi_sig_verify(verifiers[data[0] % nentries], &req, &ev, &err) == 0) {
-        /* slices the event holds point into the input (a decoded type into the event) */
+        /* slices the event holds point into the input (a decoded type or composed id into the event) */
         const struct wi_slice *sl[] = {&ev.id, &ev.type, &ev.challenge_value};
         for (int i = 0; i < 3; i++)
             if (sl[i]->p && (sl[i]->p < (const char *)data || sl[i]->p + sl[i]->n > end) &&
-                !(sl[i] == &ev.type && sl[i]->p == ev.type_copy && sl[i]->n < sizeof ev.type_copy))
+                !(i == 1 && sl[i]->p == ev.type_copy && sl[i]->n < sizeof ev.type_copy) &&
+                !(i == 0 && sl[i]->p == ev.id_copy && sl[i]->n < sizeof ev.id_copy))
                 abort();
     } else if (!err.msg[0]) {
         abort(); /* every refusal says why */
