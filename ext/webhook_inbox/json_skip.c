@@ -85,10 +85,11 @@ static uint64_t prefix_xor(uint64_t x)
 
 /* One block of 64 bytes at q with its masks: returns the offset one past the closing
  * bracket, or -1 (st updated). Inlined into each driver, so the counts use its popcount. */
-static inline __attribute__((always_inline)) long block(struct skip *st, const struct masks *m, const char *q)
+static inline __attribute__((always_inline)) long block(struct skip *st, const struct masks *m, const char *q,
+                                                        uint64_t (*pxor)(uint64_t))
 {
     if (m->backslash || st->escaped) return bytes(st, q, 64); /* rare: escapes decide which quotes count */
-    uint64_t in = prefix_xor(m->quote) ^ (st->in_string ? ~(uint64_t)0 : 0);
+    uint64_t in = pxor(m->quote) ^ (st->in_string ? ~(uint64_t)0 : 0);
     uint64_t open = m->open & ~in, close = m->close & ~in;
     long nclose = __builtin_popcountll(close);
     st->in_string = (int)(in >> 63);
@@ -111,14 +112,20 @@ static const char *skip_blocks(const char *p, const char *end)
     long r;
     for (; end - p >= 64; p += 64) {
         block_masks(p, &m);
-        if ((r = block(&st, &m, p)) >= 0) return p + r;
+        if ((r = block(&st, &m, p, prefix_xor)) >= 0) return p + r;
     }
     r = bytes(&st, p, end - p);
     return r >= 0 ? p + r : NULL;
 }
 
 #ifdef HAVE_AVX2_PATH
-__attribute__((target("avx2,popcnt,bmi"))) static const char *skip_avx2(const char *p, const char *end)
+/* prefix_xor in one carry-less multiply by all ones. */
+__attribute__((target("pclmul,sse2"))) static inline uint64_t prefix_xor_clmul(uint64_t x)
+{
+    return (uint64_t)_mm_cvtsi128_si64(_mm_clmulepi64_si128(_mm_set_epi64x(0, (long long)x), _mm_set1_epi8(-1), 0));
+}
+
+__attribute__((target("avx2,popcnt,bmi,pclmul"))) static const char *skip_avx2(const char *p, const char *end)
 {
     const __m256i quote = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'), low = _mm256_set1_epi8(0x20);
     const __m256i open = _mm256_set1_epi8('{'), close = _mm256_set1_epi8('}');
@@ -136,7 +143,7 @@ __attribute__((target("avx2,popcnt,bmi"))) static const char *skip_avx2(const ch
         m.open = MASK(la, lb, open);
         m.close = MASK(la, lb, close);
 #undef MASK
-        if ((r = block(&st, &m, p)) >= 0) return p + r;
+        if ((r = block(&st, &m, p, prefix_xor_clmul)) >= 0) return p + r;
     }
     r = bytes(&st, p, end - p);
     return r >= 0 ? p + r : NULL;
@@ -146,7 +153,8 @@ __attribute__((target("avx2,popcnt,bmi"))) static const char *skip_avx2(const ch
 const char *wi_json_skip_container(const char *p, const char *end)
 {
 #ifdef HAVE_AVX2_PATH
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) return skip_avx2(p, end);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("pclmul"))
+        return skip_avx2(p, end);
 #endif
     return skip_blocks(p, end);
 }
