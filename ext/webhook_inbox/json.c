@@ -1,6 +1,7 @@
 /* json.c - RFC 8259 validator and top-level field extractor; string/number tokenizers
  * and escape decoding shared with canon.c. Never allocates. */
 #include "json.h"
+#include "json_skip.h"
 
 #include <limits.h>
 #include <string.h>
@@ -271,33 +272,13 @@ static int array(struct scan *s, int depth)
     }
 }
 
-/* STOP_EARLY mode: skips a nested container without validating it, only tracking
- * strings (so brackets inside them do not count) and nesting. */
+/* STOP_EARLY mode: skips a nested container without validating it (json_skip.c). */
 static int skip_container(struct scan *s)
 {
-    const char *p = s->p, *end = s->end;
-    long depth = 0;
-    while (p < end) {
-        char c = *p++;
-        if (c == '"') {
-            for (;;) {
-                const char *q = memchr(p, '"', (size_t)(end - p));
-                size_t bs = 0;
-                if (!q) return fail(s, WI_JSON_E_SYNTAX);
-                while (q - bs > p && q[-1 - (long)bs] == '\\') bs++;
-                p = q + 1;
-                if (!(bs & 1)) break;
-            }
-        } else if (c == '{' || c == '[') {
-            depth++;
-        } else if (c == '}' || c == ']') {
-            if (--depth == 0) {
-                s->p = p;
-                return 0;
-            }
-        }
-    }
-    return fail(s, WI_JSON_E_SYNTAX);
+    const char *e = wi_json_skip_container(s->p, s->end);
+    if (!e) return fail(s, WI_JSON_E_SYNTAX);
+    s->p = e;
+    return 0;
 }
 
 static int value(struct scan *s, int depth, struct wi_json_field *f)
@@ -380,6 +361,13 @@ ok:
 bad:
     return wi_err_set(err, s.code, "%s at byte %zu", names[s.code - WI_JSON_E_SYNTAX + 1],
                       (size_t)(s.p - p));
+}
+
+const char *wi_json_value_end(const char *p, const char *end)
+{
+    struct scan s = {p, end, 0, NULL, 0, 0, 0, 0};
+    skip_ws(&s);
+    return value(&s, 1, NULL) ? NULL : s.p;
 }
 
 int wi_json_jsonb_safe(const char *p, size_t n)

@@ -52,6 +52,11 @@ struct wi_json_field {
 int wi_json_scan(const char *p, size_t n, unsigned flags, struct wi_json_field *fields,
                  size_t nfields, int *jsonb_unsafe, struct wi_err *err);
 
+/* Given p at (or before whitespace and) one JSON value, returns one past its end, or NULL
+ * when the value is not valid JSON (it is fully validated) or deeper than WI_JSON_MAX_DEPTH.
+ * Lets a caller walk an array's elements. */
+const char *wi_json_value_end(const char *p, const char *end);
+
 /* 1 when p[0..n) is valid JSON that PostgreSQL jsonb accepts (valid UTF-8, no \u0000, no
  * lone surrogate escapes, numbers within numeric's range), else 0. */
 int wi_json_jsonb_safe(const char *p, size_t n);

@@ -23,12 +23,15 @@ enum wi_alg {
 enum wi_key_form {
     WI_KEY_RAW,     /* its bytes are the HMAC key */
     WI_KEY_WHSEC,   /* base64 after an optional "whsec_" (Standard Webhooks) */
-    WI_KEY_HEX,     /* hex of a raw public key (Discord's application public key) */
+    WI_KEY_HEX,     /* hex of a raw public key (Discord's application public key), or of an
+                       HMAC key (Adyen's) */
     WI_KEY_BASE64,  /* base64 of a raw public key (after key_prefix, e.g. "whpk_") */
     WI_KEY_B64_DER, /* base64 of a DER SubjectPublicKeyInfo (SendGrid's verification key) */
     WI_KEY_JWK,     /* an EC P-256 JWK (JSON), with its kid (Plaid's webhook verification keys) */
     WI_KEY_CREDENTIALS, /* "user:password" (HTTP Basic); only its SHA-256 is kept */
-    WI_KEY_PEM          /* a PEM public key, as is */
+    WI_KEY_PEM,         /* a PEM public key, as is */
+    WI_KEY_PAIR         /* "public_key:private_key" (Braintree): the public key is kept as the
+                           key's name, SHA-1(private_key) is the HMAC key */
 };
 
 /* How the signature header is laid out. */
@@ -113,6 +116,7 @@ struct wi_provider {
                                about, "a.b" paths, ',' between parts, '|' between alternatives
                                (db/014: webhook_inbox_ordering_key); NULL: unordered */
     const char *order_time; /* the body path of the provider's event time (a number), or NULL */
+    const char *identity; /* README: the event id / type in words, when the fields do not say it */
     /* A scheme too irregular for the fields above (Didit); NULL for the rest. Same
      * contract as wi_sig_verify, called after the size and secret checks. */
     int (*custom)(const struct wi_sig_verifier *v, const struct wi_sig_request *req,

@@ -6,7 +6,9 @@
 #include "sig.h"
 #include "sig_didit.h"
 #include "sig_jwt.h"
+#include "sig_adyen.h"
 #include "sig_basic.h"
+#include "sig_braintree.h"
 #include "sig_mailgun.h"
 #include "sig_paddle.h"
 
@@ -148,6 +150,27 @@ static const struct wi_provider table[] = {
      .tolerance = -1,
      .content = "the other form fields sorted by name, PHP-`serialize()`d (`a:N:{s:len:\"name\";s:len:\"value\";…}`)",
      .custom = wi_sig_paddle_classic},
+    /* Braintree: a form; bt_signature's public_key|HMAC-SHA1 pairs sign bt_payload (base64 XML).
+     * The XML's timestamp is not checked: Braintree retries a failed delivery for hours. */
+    {.name = "braintree", .title = "Braintree", .enc = WI_SIG_HEX,
+     .versions = {{NULL, WI_ALG_HMAC_SHA1, WI_KEY_PAIR, NULL}}, .tmpl = "{body}", .sig_field = "bt_signature",
+     .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .tolerance = -1,
+     .content = "form `bt_payload` as sent (base64 XML, or with a newline added), by each `public_key\\|hex` pair of "
+                "`bt_signature` (`&`-separated) under its own key",
+     .identity = "SHA-256 of `bt_payload` / its XML `<kind>`",
+     .custom = wi_sig_braintree},
+    /* Adyen standard webhooks: an HMAC per notification item over eight of its fields; a
+     * delivery (a batch of items) is one event, stored only when every item verifies */
+    {.name = "adyen", .title = "Adyen (standard webhooks)", .enc = WI_SIG_BASE64,
+     .versions = {{NULL, WI_ALG_HMAC_SHA256, WI_KEY_HEX, NULL}}, .tmpl = "{body}",
+     .sig_field = "notificationItems[].NotificationRequestItem.additionalData.hmacSignature", .ts_slot = NONE,
+     .id_slots = NO_IDS, .type_slot = NONE, .tolerance = -1,
+     .content = "each item's `pspReference:originalReference:merchantAccountCode:merchantReference:amount.value:"
+                "amount.currency:eventCode:success`, every item must verify; **the rest of an item (`eventDate`, "
+                "`reason`, `additionalData`...) is not signed**",
+     .identity = "one item: `pspReference:eventCode:success`, several: SHA-256 of the body / the items' `eventCode` "
+                 "when they share one",
+     .custom = wi_sig_adyen},
     /* generic: the headers, prefix, encoding, algorithm and template come from wi_sig_config */
     {.name = "hmac", .title = "anything else", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id", "id"},

@@ -5,6 +5,7 @@
 #include "sig.h"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 #include "json.h"
@@ -198,6 +199,17 @@ static long decode_key(const struct wi_sig_version *ver, const char *s, size_t n
         return dl;
     case WI_KEY_JWK:
         return wi_jwt_jwk_p256(rest.p, rest.n, out, cap, kid, err);
+    case WI_KEY_PAIR: {
+        const char *colon = memchr(rest.p, ':', rest.n);
+        size_t pub = colon ? (size_t)(colon - rest.p) : 0;
+        if (!pub || pub > WI_JWT_KID_MAX || memchr(rest.p, '|', pub) || memchr(rest.p, '&', pub) || pub + 1 == rest.n)
+            return wi_err_set(err, WI_ERR_ARG, "secret #%zu is not public_key:private_key", idx);
+        memcpy(kid, rest.p, pub);
+        kid[pub] = '\0';
+        if (!EVP_Digest(colon + 1, rest.n - pub - 1, out, NULL, EVP_sha1(), NULL))
+            return wi_err_set(err, WI_ERR_CRYPTO, "SHA-1 failed");
+        return 20;
+    }
     case WI_KEY_CREDENTIALS:
         if (!memchr(rest.p, ':', rest.n))
             return wi_err_set(err, WI_ERR_ARG, "secret #%zu is not user:password", idx);

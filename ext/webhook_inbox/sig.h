@@ -84,6 +84,10 @@ struct wi_sig_event {
                                         body (escapes kept) */
     char challenge_hmac[65]; /* Zoom: hex HMAC-SHA256 of the unescaped plainToken under the
                                 secret that verified the request */
+    char type_copy[64]; /* a type the body holds encoded (Braintree's <kind> inside base64):
+                           type then points here, never into the request */
+    char id_copy[160];  /* an id composed of body fields (Adyen's pspReference:eventCode:
+                           success): id then points here */
 };
 
 struct wi_sig_verifier;

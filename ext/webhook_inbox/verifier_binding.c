@@ -469,7 +469,7 @@ static VALUE sym(const char *s)
 static VALUE provider_hash(const struct wi_provider *p)
 {
     static const char *const algs[] = {"hmac_sha1", "hmac_sha256", "hmac_sha512", "ed25519", "ecdsa_p256", "http_basic", "rsa_sha1"};
-    static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der", "jwk", "credentials", "pem"};
+    static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der", "jwk", "credentials", "pem", "pair"};
     static const char *const layouts[] = {"one", "kv", "list"};
     static const char *const challenges[] = {"none", "discord_ping", "slack_url_verification", "zoom_url_validation"};
     VALUE h = rb_hash_new(), headers = rb_ary_new(), versions = rb_ary_new(), ids = rb_ary_new(), types = rb_ary_new();
@@ -513,6 +513,7 @@ static VALUE provider_hash(const struct wi_provider *p)
     rb_hash_aset(h, sym("tolerance"), p->tolerance < 0 ? Qnil : LL2NUM(p->tolerance));
     rb_hash_aset(h, sym("challenge"), p->challenge ? sym(challenges[p->challenge]) : Qnil);
     rb_hash_aset(h, sym("content"), opt_str(p->content));
+    rb_hash_aset(h, sym("identity"), opt_str(p->identity));
     rb_hash_aset(h, sym("jwt_claim"), opt_str(p->jwt_claim));
     rb_hash_aset(h, sym("sig_field"), opt_str(p->sig_field));
     rb_hash_aset(h, sym("custom"), p->custom ? Qtrue : Qfalse);

@@ -16,7 +16,8 @@ module WebhookInbox
     KEYS = { raw: "the secret as is", whsec: "base64 after `whsec_`", hex: "hex public key",
              base64: "base64 public key", base64_der: "base64 DER public key",
              jwk: "EC P-256 JWK (JSON; the token's `kid` picks it)", credentials: "`user:password`",
-             pem: "PEM RSA public key (>= 2048 bits)" }.freeze
+             pem: "PEM RSA public key (>= 2048 bits)",
+             pair: "`public_key:private_key` (HMAC key SHA-1 of the private key; a pair counts for its public key)" }.freeze
     JWT_ALGS = { hmac_sha256: "HS256", ecdsa_p256: "ES256" }.freeze
     CHALLENGES = { discord_ping: "PING (`type` 1) answered `{\"type\":1}`",
                    slack_url_verification: "`url_verification` answered with its `challenge`",
@@ -73,7 +74,7 @@ module WebhookInbox
               end
       kinds = vs.map do |v|
         who = vs.size > 1 ? "#{v[:tag]}: " : ""
-        key = KEYS.fetch(v[:key])
+        key = v[:key] == :hex && v[:algorithm].to_s.start_with?("hmac") ? "hex HMAC key" : KEYS.fetch(v[:key])
         key = "`#{v[:key_prefix]}` + #{key}" if v[:key_prefix]
         "#{who}#{ALGORITHMS.fetch(v[:algorithm])}, key #{key}"
       end
@@ -100,6 +101,8 @@ module WebhookInbox
     end
 
     def identity(e)
+      return e[:identity] if e[:identity]
+
       id = if e[:id_slots].first
              names = e[:id_slots].compact.map { |i| code(e[:headers][i]) }.join(" or ")
              e[:id_signed] ? "#{names} (signed)" : "#{names} unsigned: default id = SHA-256 of the body"

@@ -36,8 +36,8 @@ module WebhookInbox
     DEFAULT_MAX_BODY_BYTES = 1024 * 1024
     JSON_TYPE = "application/json"
     FORM_TYPE = "application/x-www-form-urlencoded"
-    # Providers whose deliveries are always JSON (415 otherwise). Slack, Twilio and Paddle Classic also post forms.
-    FORM_PROVIDERS = %i[slack twilio paddle_classic].freeze
+    # Providers whose deliveries are always JSON (415 otherwise). Slack, Twilio, Paddle Classic and Braintree also post forms.
+    FORM_PROVIDERS = %i[slack twilio paddle_classic braintree].freeze
     UNAUTHORIZED = %i[missing_signature malformed_signature signature_mismatch timestamp_out_of_tolerance
                       missing_timestamp malformed_timestamp no_secret unknown_key].freeze
     # The answers to the two common outcomes, built once: [body, Content-Length].

@@ -44,7 +44,9 @@ module WebhookInbox
   # the event id; event-data is unsigned). :postmark is not signed at all: secrets are
   # "user:password" HTTP Basic credentials, which authenticate the sender, not the body.
   # :paddle_classic takes Paddle's PEM public key and verifies the form's p_signature (RSA-SHA1
-  # over the other fields, sorted and PHP-serialized).
+  # over the other fields, sorted and PHP-serialized). :braintree takes "public_key:private_key"
+  # pairs and verifies the form's bt_signature over bt_payload (the type is the XML's kind).
+  # :adyen takes the hex HMAC key and verifies every notification item (one event per delivery).
   #
   # URL-signed providers (:twilio, :square, :hubspot; :hmac with {url} or {method} in its
   # template) sign the URL they called. Behind a proxy or a TLS terminator the Rack env's

@@ -48,14 +48,16 @@ RSpec.describe WebhookInbox::Verifier do
         end
 
         it "refuses a tampered body, signature or timestamp" do
-          expect(reason_of { verifier.verify(c["body"].sub(/.\z/m) { |x| x == "}" ? " }" : "#{x}1" }, headers, now: c["now"]) })
-            .to eq(:signature_mismatch)
+          # tamper: a signed value to change where not every byte of the body is signed (Adyen)
+          tampered = c["tamper"] ? c["body"].sub(*c["tamper"]) : c["body"].sub(/.\z/m) { |x| x == "}" ? " }" : "#{x}1" }
+          expect(tampered).not_to eq(c["body"])
+          expect(reason_of { verifier.verify(tampered, headers, now: c["now"]) }).to eq(:signature_mismatch)
           c["headers"].each do |name, value|
             next if name =~ /event-id|content-type/i
 
             bad = value.dup
             i = bad.rindex(/[0-9A-Za-z]/)
-            bad[i] = bad[i] == "A" ? "B" : "A"
+            bad[i] = bad[i].casecmp?("a") ? "b" : "a" # not its other case: hex takes either
             expect(reason_of { verifier.verify(c["body"], env_for(c, c["headers"].merge(name => bad)), now: c["now"]) })
               .not_to be_nil, "#{name} altered still verified"
           end
@@ -386,6 +388,124 @@ RSpec.describe WebhookInbox::Verifier do
     it "signs no time (tolerance nil); a replay is the same event by its signed alert_id" do
       expect(described_class::PROVIDERS.fetch(:paddle_classic)[:tolerance]).to be_nil
       expect(verifier.verify(form(fields), {}, now: now + 86_400).event_id).to eq(verifier.verify(form(fields), {}, now: now).event_id)
+    end
+  end
+
+  describe ":braintree (form bt_signature pairs over bt_payload)" do
+    # As Braintree's SDKs sign: "public_key|" + hex HMAC-SHA1 under SHA-1(private key), pairs joined by "&".
+    def bt_pair(pub, priv, payload) = "#{pub}|#{OpenSSL::HMAC.hexdigest("SHA1", OpenSSL::Digest::SHA1.digest(priv), payload)}"
+
+    let(:xml) { %(<notification><timestamp type="datetime">2023-11-14T22:13:20Z</timestamp><kind>check</kind><subject><check type="boolean">true</check></subject></notification>) }
+    let(:payload) { "#{Base64.encode64(xml)}" } # wrapped at 60 columns, ends in "\n", as Braintree sends it
+    let(:verifier) { described_class.new(:braintree, secrets: ["pub_old:priv_old", "pub_new:priv_new"]) }
+
+    def form(sig, pay = payload) = URI.encode_www_form([["bt_signature", sig], ["bt_payload", pay]])
+
+    it "verifies a pair for any configured public key, among pairs for others, and reads the kind" do
+      sig = "other|#{"0" * 40}&#{bt_pair("pub_new", "priv_new", payload)}"
+      ev = verifier.verify(form(sig), {}, now: now)
+      expect([ev.event_id, ev.event_type]).to eq([OpenSSL::Digest::SHA256.hexdigest(payload), "check"])
+      # signed with the newline, sent without it (the SDKs try both)
+      expect(verifier.verify(form(bt_pair("pub_old", "priv_old", payload), payload.chomp), {}, now: now).event_type).to eq("check")
+    end
+
+    it "refuses a pair signed for another public key, a changed payload, another private key" do
+      expect(reason_of { verifier.verify(form(bt_pair("pub_new", "priv_old", payload)), {}, now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(form(bt_pair("pub_x", "priv_new", payload)), {}, now: now) }).to eq(:signature_mismatch)
+      other = Base64.encode64(xml.sub("check", "subscription_canceled"))
+      expect(reason_of { verifier.verify(form(bt_pair("pub_new", "priv_new", payload), other), {}, now: now) }).to eq(:signature_mismatch)
+    end
+
+    it "refuses no signature, no pair, no or a non-base64 payload, a field twice, and bad secrets" do
+      good = bt_pair("pub_new", "priv_new", payload)
+      expect(reason_of { verifier.verify(URI.encode_www_form(bt_payload: payload), {}, now: now) }).to eq(:missing_signature)
+      expect(reason_of { verifier.verify(form("pub_new:abc"), {}, now: now) }).to eq(:malformed_signature)
+      expect(reason_of { verifier.verify(URI.encode_www_form(bt_signature: good), {}, now: now) }).to eq(:malformed_payload)
+      expect(reason_of { verifier.verify(form(good, "#{payload}<x>"), {}, now: now) }).to eq(:malformed_payload)
+      expect(reason_of { verifier.verify("#{form(good)}&bt_payload=AAAA", {}, now: now) }).to eq(:malformed_payload)
+      expect(reason_of { verifier.verify("#{form(good)}&bt%5Fsignature=x", {}, now: now) }).to eq(:malformed_payload)
+      ["no-colon", ":hushhush", "pubk:", "pu|bk:hushhush"].each do |k|
+        expect { described_class.new(:braintree, secrets: [k]) }
+          .to raise_error(WebhookInbox::ConfigurationError, /public_key:private_key/) { |x| expect(x.message).not_to include(k) }
+      end
+    end
+
+    it "the Receiver takes the form and stores a replay once, by the payload's SHA-256; a forged one is refused" do
+      store = recording_store
+      r = WebhookInbox::Receiver.new(provider: :braintree, secrets: ["pub_new:priv_new"], source_scope: "bt:m1", inbox: store)
+      env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/x-www-form-urlencoded" }
+      body = form(bt_pair("pub_new", "priv_new", payload))
+      expect(r.receive(body, env).http_status).to eq(200)
+      expect(r.receive(form(bt_pair("pub_new", "priv_x", payload)), env).http_status).to eq(401)
+      expect(store.inserts.map { |i| [i[:event_id], i[:event_type]] }).to eq([[OpenSSL::Digest::SHA256.hexdigest(payload), "check"]])
+      expect(described_class::PROVIDERS.fetch(:braintree)[:tolerance]).to be_nil # retried for hours: no time check
+    end
+  end
+
+  describe ":adyen (an HMAC per notification item)" do
+    let(:key) { "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056" }
+    let(:verifier) { described_class.new(:adyen, secrets: ["00" * 32, key]) }
+
+    # As Adyen's docs sign: the eight fields joined by ":" (missing ones empty), HMAC-SHA256 under the hex key, base64.
+    def adyen_item(psp, code: "AUTHORISATION", success: "true", value: 1130, ref: "order-1", k: key)
+      i = { "pspReference" => psp, "merchantAccountCode" => "TestMerchant", "merchantReference" => ref,
+            "amount" => { "value" => value, "currency" => "EUR" }, "eventCode" => code, "success" => success,
+            "eventDate" => "2023-11-14T22:13:20+01:00", "reason" => "unsigned" }
+      signed = [psp, "", "TestMerchant", ref, value, "EUR", code, success].join(":")
+      i["additionalData"] = { "hmacSignature" => Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", [k].pack("H*"), signed)) }
+      { "NotificationRequestItem" => i }
+    end
+
+    def adyen_body(*items) = JSON.generate("live" => "false", "notificationItems" => items)
+
+    it "verifies one item: id pspReference:eventCode:success, type its eventCode; escapes are signed decoded" do
+      ev = verifier.verify(adyen_body(adyen_item("psp1", ref: "ordre-é/1")), {}, now: now)
+      expect([ev.event_id, ev.event_type]).to eq(["psp1:AUTHORISATION:true", "AUTHORISATION"])
+      escaped = adyen_body(adyen_item("psp1", ref: "ordre-é/1")).sub("ordre-é/1", "ordre-\\u00e9\\/1")
+      expect(verifier.verify(escaped, {}, now: now).event_id).to eq("psp1:AUTHORISATION:true")
+      # the same payment's failed authorisation is another event
+      expect(verifier.verify(adyen_body(adyen_item("psp1", success: "false")), {}, now: now).event_id).to eq("psp1:AUTHORISATION:false")
+    end
+
+    it "verifies a batch only when every item does; its id is the body's SHA-256, its type the shared eventCode" do
+      body = adyen_body(adyen_item("psp1"), adyen_item("psp2"))
+      ev = verifier.verify(body, {}, now: now)
+      expect([ev.event_id, ev.event_type]).to eq([OpenSSL::Digest::SHA256.hexdigest(body), "AUTHORISATION"])
+      expect(verifier.verify(adyen_body(adyen_item("psp1"), adyen_item("psp2", code: "REFUND")), {}, now: now).event_type).to be_nil
+      forged = adyen_body(adyen_item("psp1"), adyen_item("psp2", k: "11" * 32))
+      expect(reason_of { verifier.verify(forged, {}, now: now) }).to eq(:signature_mismatch)
+    end
+
+    it "refuses a changed signed field, another key; unsigned fields are not covered (documented)" do
+      body = adyen_body(adyen_item("psp1"))
+      expect(reason_of { verifier.verify(body.sub('"value":1130', '"value":1131'), {}, now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(body.sub('"psp1"', '"psp9"'), {}, now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { described_class.new(:adyen, secrets: ["22" * 32]).verify(body, {}, now: now) }).to eq(:signature_mismatch)
+      expect(verifier.verify(body.sub("unsigned", "changed"), {}, now: now).event_id).to eq("psp1:AUTHORISATION:true")
+    end
+
+    it "refuses no items, no signature, a doubled signed key, a malformed array, and a key that is not hex" do
+      one = adyen_item("psp1")
+      expect(reason_of { verifier.verify(adyen_body, {}, now: now) }).to eq(:missing_signature)
+      expect(reason_of { verifier.verify('{"live":"false"}', {}, now: now) }).to eq(:malformed_payload)
+      unsigned = { "NotificationRequestItem" => one["NotificationRequestItem"].except("additionalData") }
+      expect(reason_of { verifier.verify(adyen_body(unsigned), {}, now: now) }).to eq(:missing_signature)
+      doubled = adyen_body(one).sub('"pspReference":"psp1"', '"pspReference":"psp1","pspReference":"psp2"')
+      expect(reason_of { verifier.verify(doubled, {}, now: now) }).to eq(:duplicate_key)
+      expect(reason_of { verifier.verify(adyen_body(one).sub("}]}", "},]}"), {}, now: now) }).to eq(:malformed_payload)
+      expect(reason_of { verifier.verify(adyen_body(one).sub("}]}", "} 1]}"), {}, now: now) }).to eq(:malformed_payload)
+      expect(reason_of { verifier.verify(adyen_body(one).sub('"value":1130', '"value":1130,'), {}, now: now) }).to eq(:malformed_payload)
+      expect { described_class.new(:adyen, secrets: ["not-hex"]) }.to raise_error(WebhookInbox::ConfigurationError, /hex/)
+    end
+
+    it "the Receiver stores a delivery once by its item, signs no time (tolerance nil), and refuses a forged one" do
+      store = recording_store
+      r = WebhookInbox::Receiver.new(provider: :adyen, secrets: [key], source_scope: "adyen:m1", inbox: store)
+      env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/json" }
+      expect(r.receive(adyen_body(adyen_item("psp1")), env).http_status).to eq(200)
+      expect(r.receive(adyen_body(adyen_item("psp1", k: "11" * 32)), env).http_status).to eq(401)
+      expect(store.inserts.map { |i| [i[:event_id], i[:event_type]] }).to eq([%w[psp1:AUTHORISATION:true AUTHORISATION]])
+      expect(described_class::PROVIDERS.fetch(:adyen)[:tolerance]).to be_nil
     end
   end
 

@@ -47,6 +47,7 @@ static void setup(void)
                              : p->versions[0].key == WI_KEY_JWK     ? p256_jwk
                              : p->versions[0].key == WI_KEY_CREDENTIALS ? "user:password"
                              : p->versions[0].key == WI_KEY_PEM     ? rsa_pem
+                             : p->versions[0].key == WI_KEY_PAIR    ? "pub_k1:private_key_1"
                                                                     : "whsec_c2VjcmV0";
         verifiers[i] = wi_sig_verifier_new(&cfg, &err);
         if (!verifiers[i] || wi_sig_verifier_add_secret(verifiers[i], secret, strlen(secret), &err)) abort();
@@ -81,10 +82,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         s = q + 1;
     }
     if (wi_sig_verify(verifiers[data[0] % nentries], &req, &ev, &err) == 0) {
-        /* slices the event holds point into the input */
+        /* slices the event holds point into the input (a decoded type or composed id into the event) */
         const struct wi_slice *sl[] = {&ev.id, &ev.type, &ev.challenge_value};
         for (int i = 0; i < 3; i++)
-            if (sl[i]->p && (sl[i]->p < (const char *)data || sl[i]->p + sl[i]->n > end)) abort();
+            if (sl[i]->p && (sl[i]->p < (const char *)data || sl[i]->p + sl[i]->n > end) &&
+                !(i == 1 && sl[i]->p == ev.type_copy && sl[i]->n < sizeof ev.type_copy) &&
+                !(i == 0 && sl[i]->p == ev.id_copy && sl[i]->n < sizeof ev.id_copy))
+                abort();
     } else if (!err.msg[0]) {
         abort(); /* every refusal says why */
     }

@@ -1,0 +1,133 @@
+/* sig_braintree.c - Braintree: a form whose bt_signature holds "public_key|hex" pairs, each
+ * the HMAC-SHA1 of bt_payload (base64 XML) under SHA-1(private key) of that public key. */
+#include "sig_braintree.h"
+
+#include <openssl/crypto.h>
+#include <stdlib.h>
+#include <string.h>
+#include "form.h"
+#include "sig_engine.h"
+
+#define SIG_NAME "bt_signature"
+#define PAYLOAD_NAME "bt_payload"
+
+/* The encoded value of the one pair named name into *out. Returns 0 (out->p NULL when
+ * absent), or -1 (WI_SIG_E_MALFORMED_PAYLOAD) when the name occurs twice: Rack keeps the
+ * last, wi_form_find the first. */
+static int only_field(struct wi_slice body, const char *name, struct wi_slice *out, struct wi_err *err)
+{
+    struct wi_form_iter it;
+    struct wi_slice k, val;
+    size_t want = strlen(name);
+    char buf[48]; /* room for a name of 16 bytes each written as %XX */
+    *out = (struct wi_slice){NULL, 0};
+    wi_form_init(&it, body.p, body.n);
+    while (wi_form_next(&it, &k, &val)) {
+        if (k.n < want || k.n > 3 * want || k.n > sizeof buf || wi_form_decode(k, buf) != (long)want || memcmp(buf, name, want)) continue;
+        if (out->p) return wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "form field %s occurs twice", name);
+        *out = val;
+    }
+    return 0;
+}
+
+/* 1 when p[0..n) holds only what Braintree's SDKs allow in a payload (base64 and '\n'). */
+static int payload_chars(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/' ||
+              c == '=' || c == '\n'))
+            return 0;
+    }
+    return n > 0;
+}
+
+/* 1 when a secret whose public key is pub signs payload (as is or with '\n' added) as hex. */
+static int pair_matches(const struct wi_sig_verifier *v, struct wi_slice pub, struct wi_slice hex,
+                        struct wi_slice payload, struct wi_err *err)
+{
+    unsigned char want[20], mac[WI_HMAC_MAX];
+    struct wi_slice parts[2] = {payload, {"\n", 1}};
+    int found = 0;
+    if (wi_hex_decode(hex.p, hex.n, want, sizeof want) != (long)sizeof want) return 0;
+    for (size_t k = 0; k < v->nkeys && !found; k++) {
+        const struct wi_sig_key *sk = &v->keys[k];
+        if (!sk->hmac || strlen(sk->kid) != pub.n || memcmp(sk->kid, pub.p, pub.n)) continue;
+        for (size_t np = 1; np <= 2 && !found; np++) {
+            if (wi_hmac_compute(sk->hmac, parts, np, mac, err) != 20) return -1;
+            found = wi_ct_equal(mac, want, sizeof want);
+        }
+    }
+    OPENSSL_cleanse(mac, sizeof mac);
+    return found;
+}
+
+/* The notification's kind (<kind>..</kind> before <subject>, letters, digits and '_') from
+ * the base64 payload into ev->type_copy; no type when there is none. */
+static void read_kind(struct wi_slice payload, struct wi_sig_event *ev)
+{
+    size_t n = 0, cap = payload.n / 4 * 3 + 3;
+    char *b64 = malloc(payload.n + 1), *xml = malloc(cap + 1);
+    long xl;
+    if (!b64 || !xml) goto out;
+    for (size_t i = 0; i < payload.n; i++)
+        if (payload.p[i] != '\n') b64[n++] = payload.p[i];
+    if ((xl = wi_b64_decode(b64, n, (unsigned char *)xml, cap)) <= 0) goto out;
+    xml[xl] = '\0';
+    const char *k = strstr(xml, "<kind>"), *subject = strstr(xml, "<subject");
+    if (!k || (subject && subject < k)) goto out;
+    k += 6;
+    size_t len = strspn(k, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+    if (!len || len >= sizeof ev->type_copy || strncmp(k + len, "</kind>", 7)) goto out;
+    memcpy(ev->type_copy, k, len);
+    ev->type_copy[len] = '\0';
+    ev->type = (struct wi_slice){ev->type_copy, len};
+out:
+    free(xml);
+    free(b64);
+}
+
+int wi_sig_braintree(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
+                     struct wi_sig_event *ev, struct wi_err *err)
+{
+    struct wi_slice sig_enc, pay_enc, sig, payload, pub, hex;
+    char *buf = NULL;
+    long sl, pl;
+    int rc = -1, found = 0, offered = 0;
+
+    if (only_field(req->body, SIG_NAME, &sig_enc, err) || only_field(req->body, PAYLOAD_NAME, &pay_enc, err)) return -1;
+    if (!sig_enc.p || !sig_enc.n) return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE, "form has no " SIG_NAME " field");
+    if (!(buf = malloc(sig_enc.n + pay_enc.n + 1))) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    if ((sl = wi_form_decode(sig_enc, buf)) < 0 || (pl = wi_form_decode(pay_enc, buf + sl)) < 0) {
+        wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "a form field has a malformed %%-escape");
+        goto out;
+    }
+    sig = (struct wi_slice){buf, (size_t)sl};
+    payload = (struct wi_slice){buf + sl, (size_t)pl};
+    if (!pay_enc.p || !payload_chars(payload.p, payload.n)) {
+        wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "form has no " PAYLOAD_NAME " of base64 characters");
+        goto out;
+    }
+    for (const char *p = sig.p, *end = sig.p + sig.n; p && p < end && !found;) {
+        const char *amp = memchr(p, '&', (size_t)(end - p)), *stop = amp ? amp : end;
+        const char *bar = memchr(p, '|', (size_t)(stop - p));
+        if (bar && stop - bar - 1 == 40) {
+            pub = (struct wi_slice){p, (size_t)(bar - p)};
+            hex = (struct wi_slice){bar + 1, 40};
+            offered++;
+            if ((found = pair_matches(v, pub, hex, payload, err)) < 0) goto out;
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    if (!found) {
+        if (offered) wi_sig_mismatch(err);
+        else wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, SIG_NAME " has no public_key|hex SHA-1 pair");
+        goto out;
+    }
+    if (wi_sig_signed_sha256(payload, ev, err)) goto out;
+    read_kind(payload, ev);
+    rc = 0;
+out:
+    free(buf);
+    return rc;
+}
