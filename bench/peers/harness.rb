@@ -88,13 +88,23 @@ module PeersHarness
                   "--poll-interval", "100ms", "--log-events=false", out: log, err: log)
   end
 
-  # The Ruby handler path: processes x `bin/webhook-inbox-sidecar ruby`, and one sidecar that
-  # hands the events over. Returns their pids (the sidecar last).
+  # The Ruby handler path: processes x `bin/webhook-inbox-sidecar ruby`, then (once each has
+  # registered the app's handlers, so no event is taken for unrouted) one sidecar that hands
+  # the events over. log: an append-mode File. Returns their pids (the sidecar last).
   def ruby_workers(pg, log, processes:, threads:, batch:)
-    Array.new(processes) do
+    from = File.size(log.path)
+    pids = Array.new(processes) do
       Process.spawn(app_env(threads: threads), File.join(APP, "bin/webhook-inbox-sidecar"), "ruby", "--concurrency", threads.to_s,
                     "--batch-size", batch.to_s, "--poll-interval", "100ms", chdir: APP, out: log, err: log)
-    end << sidecar(pg, log, concurrency: 1)
+    end
+    deadline = now + 120
+    until File.read(log.path)[from..].to_s.scan("ruby_worker_starting").size >= processes
+      if now > deadline || pids.any? { |p| Process.waitpid(p, Process::WNOHANG) }
+        abort "the Ruby worker did not start:\n#{File.read(log.path).lines.last(20).join}"
+      end
+      sleep 0.1
+    end
+    pids << sidecar(pg, log, concurrency: 1)
   end
 
   def stop(pids)

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # The smallest Rails app that runs the peers the way a Rails 7.2 app would: ActiveRecord
-# models, ActiveJob jobs, GoodJob or Solid Queue as the adapter (PEERS_QUEUE=good_job |
+# models, ActiveJob jobs, a controller (bench/peers/drain's web request), GoodJob or Solid Queue as the adapter (PEERS_QUEUE=good_job |
 # solid_queue; the worker processes are started with it), and webhook_inbox's Ruby handlers
 # (app/webhooks). Production settings unless RAILS_ENV says otherwise: eager loading, cached
 # classes, logs at warn (a tuned app does not log every job at info).
@@ -11,6 +11,7 @@ require "bundler/setup"
 require "rails"
 require "active_record/railtie"
 require "active_job/railtie"
+require "action_controller/railtie"
 require "good_job"
 require "solid_queue"
 require "webhook_inbox"
