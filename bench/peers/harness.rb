@@ -12,7 +12,14 @@ module PeersHarness
   require File.join(ROOT, "spec/support/receiver_helpers") # ProcessTree, PumaProcess
   SIDECAR = File.join(ROOT, "lib/webhook_inbox/webhook-inbox-sidecar")
 
+  # Every process a mode spawned and has not stopped: a bench that aborts (a mode that did not
+  # start or finish) ends them on its way out instead of leaving them retrying a dropped cluster.
+  SPAWNED = []
+  at_exit { SPAWNED.each { |p| Process.kill("TERM", p) rescue nil } } # rubocop:disable Style/RescueModifier
+
   module_function
+
+  def spawn(*args, **kw) = Process.spawn(*args, **kw).tap { |pid| SPAWNED << pid }
 
   def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
@@ -84,7 +91,7 @@ module PeersHarness
   end
 
   def sidecar(pg, log, concurrency:, batch: 100)
-    Process.spawn(SIDECAR, "run", "--database-url", pg.url, "--concurrency", concurrency.to_s, "--batch-size", batch.to_s,
+    spawn(SIDECAR, "run", "--database-url", pg.url, "--concurrency", concurrency.to_s, "--batch-size", batch.to_s,
                   "--poll-interval", "100ms", "--log-events=false", out: log, err: log)
   end
 
@@ -94,7 +101,7 @@ module PeersHarness
   def ruby_workers(pg, log, processes:, threads:, batch:)
     from = File.size(log.path)
     pids = Array.new(processes) do
-      Process.spawn(app_env(threads: threads), File.join(APP, "bin/webhook-inbox-sidecar"), "ruby", "--concurrency", threads.to_s,
+      spawn(app_env(threads: threads), File.join(APP, "bin/webhook-inbox-sidecar"), "ruby", "--concurrency", threads.to_s,
                     "--batch-size", batch.to_s, "--poll-interval", "100ms", chdir: APP, out: log, err: log)
     end
     deadline = now + 120
@@ -110,6 +117,7 @@ module PeersHarness
   def stop(pids)
     pids.each { |p| Process.kill("TERM", p) }
     pids.each { |p| Process.wait(p) }
+    SPAWNED.delete_if { |p| pids.include?(p) }
   end
 
   # The sum of VmRSS over the processes of each tree, in kB.
