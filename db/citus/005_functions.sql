@@ -1,4 +1,4 @@
--- citus/004_functions.sql - the gem's functions as Citus can run them (the last file of
+-- citus/005_functions.sql - the gem's functions as Citus can run them (the last file of
 -- db/citus/, applied after the others by every `migrate` on a Citus layout). Idempotent.
 --
 -- SQL functions over distributed tables: Citus cannot plan the statement of a LANGUAGE sql
