@@ -122,11 +122,21 @@ ALTER FUNCTION webhook_inbox_log_entry(text, text, double precision) IMMUTABLE;
 -- oldest due first, FOR UPDATE SKIP LOCKED in the caller's transaction. Citus refuses
 -- FOR UPDATE across shards; scoped, it is one router query. Order is per scope: there is
 -- no global oldest-first across scopes any more (it never mattered across tenants).
+-- Per-object ordering (db/014, as webhook_inbox_dispatch_batch and sidecar/src/claim.c): a
+-- keyed event is not claimed while an earlier event of its (source_scope, ordering_key) is
+-- pending, nor while one is quarantined and the event's route is strict. A key lives in one
+-- scope, so the predecessor probes run on the scope's shard. The strict flag is read on the
+-- coordinator (inside the shard's query it would read the reference table from the worker):
+-- first the types of the scope's due keyed events behind a quarantined one (one router read),
+-- then which of those take a strict route; the claim holds back those types' events behind a
+-- quarantined one.
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_claim(p_limit integer)
 RETURNS TABLE (source_scope text, event_id text, event_type text, attempts integer)
 LANGUAGE plpgsql AS $$
 DECLARE
-    s text;
+    s      text;
+    types  text[];
+    strict_types text[];
 BEGIN
     FOR s IN
         SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
@@ -135,12 +145,24 @@ BEGIN
                   ORDER BY w.next_attempt_at LIMIT 256) o) d
          ORDER BY random()
     LOOP
+        types := ARRAY(
+            SELECT DISTINCT w.event_type FROM webhook_inbox w
+             WHERE w.source_scope = s AND w.ordering_key IS NOT NULL AND w.status = 'pending' AND w.next_attempt_at <= now()
+               AND EXISTS (SELECT 1 FROM webhook_inbox p
+                            WHERE p.source_scope = s AND p.ordering_key = w.ordering_key AND p.status NOT IN ('done', 'pending')
+                              AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)));
+        strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
         RETURN QUERY
         SELECT w.source_scope, w.event_id, w.event_type, w.attempts FROM webhook_inbox w
          WHERE w.source_scope = s AND w.status = 'pending' AND w.next_attempt_at <= now()
+           AND (w.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM webhook_inbox p
+                 WHERE p.source_scope = s AND p.ordering_key = w.ordering_key AND p.status <> 'done'
+                   AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
+                   AND (p.status = 'pending' OR w.event_type = ANY (strict_types))))
          ORDER BY w.next_attempt_at, w.received_at
          LIMIT p_limit
-           FOR UPDATE SKIP LOCKED;
+           FOR UPDATE OF w SKIP LOCKED;
         IF FOUND THEN
             RETURN;
         END IF;
@@ -148,7 +170,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_citus_claim(integer) IS
-    'Citus: lock up to p_limit due pending events of ONE source_scope (FOR UPDATE SKIP LOCKED, one shard) in the caller''s transaction.';
+    'Citus: lock up to p_limit due pending events of ONE source_scope (FOR UPDATE SKIP LOCKED, one shard) in the caller''s transaction; a keyed event only when no earlier event of its key must run first (db/014).';
 
 -- The sidecar's batch on Citus, with webhook_inbox_dispatch_batch()'s arguments and rows:
 -- the claim above, then webhook_inbox_dispatch() (the one-event dispatch, unchanged) on

@@ -28,17 +28,23 @@
 -- Redefines, with the same signatures and results (Citus refuses FOR UPDATE over several
 -- shards and ON CONFLICT (operation_id) has no unique key any more), re-applied after every
 -- migrate so that a db/NNN redefinition is overridden again here:
+-- Each is the latest db/NNN body (named above it) in its Citus form: a db/NNN that changes one
+-- of these must change its form here too.
 --   webhook_inbox_emit                 ON CONFLICT (source_scope, operation_id)
---   webhook_inbox_run_ruby             the same, and its runs read on the event's shard
---   webhook_inbox_outbox_claim         one scope at a time (router queries), up to p_limit
+--   webhook_inbox_run_ruby             (013) the same, and its runs read on the event's shard
+--   webhook_inbox_outbox_claim         (015) one scope at a time (router queries), up to p_limit
 --   webhook_inbox_outbox_save          the row found by (scope, operation id)
 --   webhook_inbox_outbox_save_batch    one lookup of the scopes, then a save per answer
---   webhook_inbox_ruby_claim           one scope per claim (PL/pgSQL: Citus cannot plan the
+--   webhook_inbox_ruby_claim           (015) one scope per claim (PL/pgSQL: Citus cannot plan the
 --                                      SQL function's parameters), the event joined on its shard
 --   webhook_inbox_ruby_save            the claimed scope, so the save stays on the shard
---   webhook_inbox_ruby_settle          the type's Ruby handlers read before the shard's query, and
---                                      no STABLE concat_ws over a column in the UPDATE
--- and adds webhook_inbox_citus_outbox_save() (the scoped save).
+--   webhook_inbox_ruby_start           (015) one scope at a time, as ruby_claim
+--   webhook_inbox_ruby_lock,           (013) the run locked on its shard (scope and operation id)
+--   webhook_inbox_ruby_finish
+--   webhook_inbox_ruby_settle          (013) the type's Ruby handlers read before the shard's query
+-- and adds webhook_inbox_citus_outbox_save() (the scoped save) and
+-- webhook_inbox_citus_ruby_paused(). db/015's pause checks read webhook_inbox_flow, a
+-- reference table from citus/004; webhook_inbox_outbox_next_due (015) is converted by citus/005.
 
 DROP TRIGGER IF EXISTS webhook_inbox_outbox_notify_insert ON webhook_inbox_outbox;
 
@@ -96,7 +102,8 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_emit(text, text, jsonb) IS
     'Record an external side effect (operation id, destination name, JSON payload) in the caller''s transaction; idempotent per (source scope, operation id) on Citus while the effect is kept (true = recorded now, false = already there).';
 
--- db/009's body; the runs are keyed and counted on the event's shard.
+-- db/013's body (the SQL route's once-marker carries its event's key); the runs are keyed
+-- and counted on the event's shard.
 CREATE OR REPLACE FUNCTION webhook_inbox_run_ruby(ev webhook_inbox, p_handler regproc, p_ruby text[],
         OUT result text, OUT detail text)
 LANGUAGE plpgsql AS $$
@@ -116,7 +123,8 @@ BEGIN
                 RETURN;
             END IF;
             sql_out := detail;
-            INSERT INTO webhook_inbox_effects_received (operation_id, name) VALUES (sql_op, 'sql:' || p_handler::text);
+            INSERT INTO webhook_inbox_effects_received (operation_id, name, source_scope, source_event_id)
+            VALUES (sql_op, 'sql:' || p_handler::text, ev.source_scope, ev.event_id);
         END IF;
     END IF;
     FOREACH h IN ARRAY p_ruby LOOP
@@ -145,7 +153,8 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_run_ruby(webhook_inbox, regproc, text[]) IS
     'Dispatch of an event with Ruby handlers (Citus: runs keyed by scope and operation id): the SQL route once, one outbox run per handler; ''handed'' leaves the row pending for the Ruby worker.';
 
--- The deliverer's claim: db/006's, one source_scope (one shard) at a time among the scopes of
+-- The deliverer's claim: db/015's (nothing while the destination is paused, one effect per
+-- free slot when it is rate limited), one source_scope (one shard) at a time among the scopes of
 -- the oldest due effects of the destination (random order, so concurrent sidecars start on
 -- different scopes), until p_limit effects are leased or the scopes run out. Committed at
 -- once by the sidecar (autocommit), like db/006's; over several nodes with two-phase commit.
@@ -157,10 +166,21 @@ DECLARE
     s    text;
     got  integer := 0;
     k    integer;
+    lim  integer := p_limit;
+    rule webhook_inbox_flow;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_owner IS NULL OR p_lease_ms IS NULL OR p_lease_ms < 1
        OR p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         RAISE EXCEPTION 'webhook_inbox: limit, lease and max attempts must be >= 1, owner non-NULL' USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO rule FROM webhook_inbox_flow f WHERE f.kind = 'destination' AND f.target = p_destination FOR UPDATE;
+    IF rule.paused THEN
+        RETURN;
+    ELSIF rule.rate IS NOT NULL THEN
+        IF rule.tat > now() THEN
+            RETURN;
+        END IF;
+        lim := 1;
     END IF;
     FOR s IN
         SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
@@ -177,7 +197,7 @@ BEGIN
              WHERE c.source_scope = s AND c.destination = p_destination AND c.status = 'pending'
                AND c.next_attempt_at <= now() AND (c.lease_until IS NULL OR c.lease_until < clock_timestamp())
              ORDER BY c.next_attempt_at, c.created_at
-             LIMIT p_limit - got
+             LIMIT lim - got
                FOR UPDATE SKIP LOCKED
         ), quarantined AS (
             UPDATE webhook_inbox_outbox o
@@ -196,12 +216,15 @@ BEGIN
         RETURNING o.operation_id, o.payload::text, o.attempts;
         GET DIAGNOSTICS k = ROW_COUNT;
         got := got + k;
-        EXIT WHEN got >= p_limit;
+        EXIT WHEN got >= lim;
     END LOOP;
+    IF rule.rate IS NOT NULL AND got > 0 THEN
+        PERFORM webhook_inbox_flow_take('destination', p_destination);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_claim(text, integer, text, bigint, integer) IS
-    'Sidecar v6 (Citus: one scope at a time): lease up to p_limit due pending effects of one destination to p_owner for p_lease_ms; those already at p_max_attempts are quarantined instead.';
+    'Sidecar v6 (Citus: one scope at a time): lease up to p_limit due pending effects of one destination to p_owner for p_lease_ms; those already at p_max_attempts are quarantined instead. v15: nothing while the destination is paused, one per rate slot when it is rate limited.';
 
 -- db/006's webhook_inbox_outbox_save on the row (p_scope, p_operation_id): one shard.
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_outbox_save(
@@ -332,7 +355,17 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_save_batch(text, text[], text[], text[], integer[], text[], bigint[], integer, bigint, bigint) IS
     'Sidecar v7 (Citus): webhook_inbox_outbox_save() for many deliveries; one row per delivery, NULL statuses where the lease was lost.';
 
--- The Ruby worker's claim: db/009's, on ONE source_scope (one shard: the runs and their
+-- Whether the destination 'ruby' (the Ruby handlers' runs) is paused (db/015).
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_ruby_paused() RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM webhook_inbox_flow f WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused);
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_ruby_paused() IS
+    'Citus: whether the Ruby handlers'' runs are paused (the destination ruby in webhook_inbox_flow).';
+
+-- The Ruby worker's claim before v13: db/015's (none while the destination ruby is paused), on ONE source_scope (one shard: the runs and their
 -- events are co-located), like webhook_inbox_citus_claim. The scope is kept in the
 -- transaction (webhook_inbox.citus_ruby_scope) for webhook_inbox_ruby_save.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_claim(p_limit integer)
@@ -342,6 +375,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     s text;
 BEGIN
+    IF webhook_inbox_citus_ruby_paused() THEN
+        RETURN;
+    END IF;
     FOR s IN
         SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
                  SELECT c.source_scope AS scope FROM webhook_inbox_outbox c
@@ -371,7 +407,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_claim(integer) IS
-    'Ruby worker (Citus: one source scope per claim): lock up to p_limit due Ruby runs (FOR UPDATE SKIP LOCKED, held until the caller commits) with their events'' columns.';
+    'Ruby worker (Citus: one source scope per claim): lock up to p_limit due Ruby runs (FOR UPDATE SKIP LOCKED, held until the caller commits) with their events'' columns. v15: none while destination ruby is paused.';
 
 -- db/009's save, on the claimed scope's shard (the claim's scope in this transaction; else
 -- the run's scope is looked up on every shard).
@@ -424,7 +460,142 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_save(text, text, text, double precision, integer, bigint, bigint) IS
     'Ruby worker (Citus: on the claimed scope''s shard): record one run''s result (done/retry/quarantine) in its claiming transaction and settle its event; returns the run''s new status (NULL: not a pending Ruby run).';
 
--- db/009's settle, the event type's handlers read before the shard's query.
+-- The Ruby worker's step 1 from v13: db/015's webhook_inbox_ruby_start (013's, with the
+-- pause check), one source_scope at a time like the claim above, the times in variables
+-- (Citus refuses VOLATILE functions, and STABLE ones over a column, in an UPDATE).
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_start(p_max_attempts integer, p_backoff_base_ms bigint,
+        p_backoff_cap_ms bigint)
+RETURNS TABLE (operation_id text, attempt integer, exhausted boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    s    text;
+    op   text;
+    seen integer;
+    t    timestamptz;
+    nxt  timestamptz;
+BEGIN
+    IF webhook_inbox_citus_ruby_paused() THEN
+        RETURN;
+    END IF;
+    FOR s IN
+        SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
+                 SELECT c.source_scope AS scope FROM webhook_inbox_outbox c
+                  WHERE c.destination = 'ruby' AND c.status = 'pending' AND c.next_attempt_at <= now()
+                  ORDER BY c.next_attempt_at LIMIT 256) o) d
+         ORDER BY random()
+    LOOP
+        SELECT o.operation_id, o.attempts INTO op, seen FROM webhook_inbox_outbox o
+         WHERE o.source_scope = s AND o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
+         ORDER BY o.next_attempt_at, o.created_at
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        t := clock_timestamp();
+        nxt := t + webhook_inbox_retry_delay_ms(seen, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+        UPDATE webhook_inbox_outbox o
+           SET attempts = o.attempts + CASE WHEN seen < p_max_attempts THEN 1 ELSE 0 END,
+               last_attempt_at = t, next_attempt_at = nxt
+         WHERE o.source_scope = s AND o.operation_id = op
+        RETURNING o.operation_id, o.attempts, seen >= p_max_attempts INTO operation_id, attempt, exhausted;
+        RETURN NEXT;
+        RETURN;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
+    'Ruby worker, step 1 (committed before the handler runs; Citus: one scope at a time): take one due run, unless the destination ruby is paused (v15), charge it (attempts + 1) and lease it for its backoff; exhausted when it had its last attempt already.';
+
+-- db/013's step 2: the run's event, then the run, both locked on their shard (the run found by
+-- its operation id on every shard first, unlocked). The run's scope is kept in the
+-- transaction (webhook_inbox.citus_ruby_scope, _op) for webhook_inbox_ruby_finish.
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_lock(p_operation_id text, p_attempt integer)
+RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
+               event_type text, payload text, raw_body_base64 text, received_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    run webhook_inbox_outbox;
+    ev  webhook_inbox;
+BEGIN
+    SELECT * INTO run FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO ev FROM webhook_inbox w
+     WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id
+       FOR UPDATE;
+    SELECT * INTO run FROM webhook_inbox_outbox o
+     WHERE o.source_scope = run.source_scope AND o.operation_id = p_operation_id AND o.destination = 'ruby'
+       AND o.status = 'pending' AND o.attempts = p_attempt
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('webhook_inbox.citus_ruby_scope', run.source_scope, true),
+            set_config('webhook_inbox.citus_ruby_op', run.operation_id, true);
+    RETURN QUERY SELECT run.operation_id, run.payload->>'handler', p_attempt, run.source_scope, run.source_event_id,
+                        ev.event_type, ev.payload::text,
+                        CASE WHEN ev.payload IS NULL AND ev.raw_body IS NOT NULL
+                             THEN translate(encode(ev.raw_body, 'base64'), E'\n', '') END,
+                        ev.received_at;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_lock(text, integer) IS
+    'Ruby worker, step 2 (Citus: on the run''s shard): lock the run''s event, then the run if still pending at p_attempt; the run with its event''s columns, or no row (skip it).';
+
+-- db/013's step 3 on the run's shard (the scope webhook_inbox_ruby_lock kept, else looked up),
+-- the times in variables.
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_finish(
+        p_operation_id text, p_attempt integer, p_result text, p_error text, p_duration_ms double precision,
+        p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    run   webhook_inbox_outbox;
+    st    text;
+    scope text;
+    t     timestamptz := clock_timestamp();
+    nxt   timestamptz;
+BEGIN
+    IF p_result IS NULL OR p_result NOT IN ('done', 'retry', 'quarantine') THEN
+        RAISE EXCEPTION 'webhook_inbox_ruby_finish: p_result must be done, retry or quarantine, not %', p_result
+              USING ERRCODE = '22023';
+    END IF;
+    IF current_setting('webhook_inbox.citus_ruby_op', true) IS NOT DISTINCT FROM p_operation_id THEN
+        scope := current_setting('webhook_inbox.citus_ruby_scope', true);
+    ELSE
+        SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o
+         WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' LIMIT 1;
+    END IF;
+    SELECT * INTO run FROM webhook_inbox_outbox o
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id AND o.destination = 'ruby'
+       AND o.status = 'pending' AND o.attempts = p_attempt
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    st := CASE WHEN p_result = 'done' THEN 'delivered'
+               WHEN p_result = 'quarantine' OR run.attempts >= p_max_attempts THEN 'quarantined'
+               ELSE 'pending' END;
+    nxt := run.next_attempt_at;
+    IF st = 'pending' THEN
+        nxt := t + webhook_inbox_retry_delay_ms(run.attempts - 1, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+    END IF;
+    UPDATE webhook_inbox_outbox o
+       SET status = st,
+           processed_at = CASE WHEN st <> 'pending' THEN t END,
+           last_error = CASE WHEN p_result = 'done' THEN NULL ELSE left(p_error, 1000) END,
+           next_attempt_at = nxt
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id
+    RETURNING o.* INTO run;
+    PERFORM webhook_inbox_ruby_settle(run, p_duration_ms);
+    RETURN run.status;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_finish(text, integer, text, text, double precision, integer, bigint, bigint) IS
+    'Ruby worker, step 3 (Citus: on the run''s shard): record the run''s result (done/retry/quarantine) for the attempt charged at its start and settle its event; returns the run''s new status (NULL: not that pending run).';
+
+-- db/013's settle (|| rather than concat_ws, which Citus refuses over a column), the event
+-- type's handlers read before the shard's query.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_settle(run webhook_inbox_outbox, p_duration_ms double precision)
 RETURNS void
 LANGUAGE plpgsql AS $$

@@ -6,13 +6,32 @@
 -- sidecar calls webhook_inbox_citus_prune() under the same statement names instead
 -- (sidecar/src/citus.c): the same batch, one source_scope (one shard) at a time.
 
+-- The SQL routes' once-markers (db/013: webhook_inbox_effects_received rows keyed by their
+-- event) of these events of scope p_scope, deleted with them (a reference table: every
+-- node's copy, so only when there are some). Returns how many events (not markers).
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_forget_markers(p_scope text, p_event_ids text[]) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM webhook_inbox_effects_received r
+                WHERE r.source_scope = p_scope AND r.source_event_id = ANY (coalesce(p_event_ids, '{}'))) THEN
+        DELETE FROM webhook_inbox_effects_received r
+         WHERE r.source_scope = p_scope AND r.source_event_id = ANY (p_event_ids);
+    END IF;
+    RETURN coalesce(cardinality(p_event_ids), 0);
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_forget_markers(text, text[]) IS
+    'Citus: delete the SQL routes'' once-markers of these events of one scope (retention); returns the number of events.';
+
 -- One batch of p_kind, at most p_limit rows, of events received (effects processed) more
 -- than p_age_s seconds ago, in scope p_scope (NULL: any). p_kind:
 --   'prune'    delete done events                      (wi_prune: keys not kept)
---   'keep'     empty done events, keep their keys      (wi_prune_keep, from v8)
---   'forget'   delete emptied events pruned before     (wi_forget)
+--   'keep'     empty done events, keep their keys      (wi_prune_keep, from v8; and from
+--              v13 their SQL once-markers: wi_prune_keep_markers)
+--   'forget'   delete emptied events pruned before     (wi_forget; wi_forget_markers)
 --   'effects'  delete delivered effects and their received rows (wi_prune_effects; a Ruby
 --              run stays while its event is not done: it is the run's once-marker)
+-- The events' SQL once-markers (db/013) go with them, as in prune.c's forms from v13.
 -- Returns how many went. The scopes come from the oldest candidates (one read of every
 -- shard, no lock); each scope's rows are then locked and changed on their shard.
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_prune(p_kind text, p_age_s double precision, p_scope text, p_limit integer)
@@ -24,6 +43,7 @@ DECLARE
     n      bigint := 0;
     k      bigint;
     ops    text[];
+    ids    text[];
 BEGIN
     IF p_kind IS NULL OR p_kind NOT IN ('prune', 'keep', 'forget', 'effects') THEN
         RAISE EXCEPTION 'webhook_inbox_citus_prune: kind must be prune, keep, forget or effects, not %', coalesce(p_kind, 'NULL')
@@ -52,28 +72,37 @@ BEGIN
             WITH doomed AS (
                 SELECT w.source_scope, w.event_id FROM webhook_inbox w
                  WHERE w.source_scope = s AND w.status = 'done' AND w.received_at < before
-                 LIMIT p_limit - n FOR UPDATE SKIP LOCKED)
-            DELETE FROM webhook_inbox w USING doomed d
-             WHERE w.source_scope = s AND w.source_scope = d.source_scope AND w.event_id = d.event_id;
-            GET DIAGNOSTICS k = ROW_COUNT;
+                 LIMIT p_limit - n FOR UPDATE SKIP LOCKED
+            ), gone AS (
+                DELETE FROM webhook_inbox w USING doomed d
+                 WHERE w.source_scope = s AND w.source_scope = d.source_scope AND w.event_id = d.event_id
+                RETURNING w.event_id)
+            SELECT array_agg(g.event_id) INTO ids FROM gone g;
+            k := webhook_inbox_citus_forget_markers(s, ids);
         ELSIF p_kind = 'keep' THEN
             WITH doomed AS (
                 SELECT w.source_scope, w.event_id FROM webhook_inbox w
                  WHERE w.source_scope = s AND w.status = 'done' AND w.pruned_at IS NULL AND w.received_at < before
-                 LIMIT p_limit - n FOR UPDATE SKIP LOCKED)
-            UPDATE webhook_inbox w SET payload = NULL, raw_body = NULL, request_headers = NULL, attempt_log = '[]',
-                   outcome = NULL, last_error = NULL, pruned_at = now()
-              FROM doomed d
-             WHERE w.source_scope = s AND w.source_scope = d.source_scope AND w.event_id = d.event_id;
-            GET DIAGNOSTICS k = ROW_COUNT;
+                 LIMIT p_limit - n FOR UPDATE SKIP LOCKED
+            ), gone AS (
+                UPDATE webhook_inbox w SET payload = NULL, raw_body = NULL, request_headers = NULL, attempt_log = '[]',
+                       outcome = NULL, last_error = NULL, pruned_at = now()
+                  FROM doomed d
+                 WHERE w.source_scope = s AND w.source_scope = d.source_scope AND w.event_id = d.event_id
+                RETURNING w.event_id)
+            SELECT array_agg(g.event_id) INTO ids FROM gone g;
+            k := webhook_inbox_citus_forget_markers(s, ids);
         ELSIF p_kind = 'forget' THEN
             WITH doomed AS (
                 SELECT w.source_scope, w.event_id FROM webhook_inbox w
                  WHERE w.source_scope = s AND w.pruned_at IS NOT NULL AND w.pruned_at < before
-                 LIMIT p_limit - n FOR UPDATE SKIP LOCKED)
-            DELETE FROM webhook_inbox w USING doomed d
-             WHERE w.source_scope = s AND w.source_scope = d.source_scope AND w.event_id = d.event_id;
-            GET DIAGNOSTICS k = ROW_COUNT;
+                 LIMIT p_limit - n FOR UPDATE SKIP LOCKED
+            ), gone AS (
+                DELETE FROM webhook_inbox w USING doomed d
+                 WHERE w.source_scope = s AND w.source_scope = d.source_scope AND w.event_id = d.event_id
+                RETURNING w.event_id)
+            SELECT array_agg(g.event_id) INTO ids FROM gone g;
+            k := webhook_inbox_citus_forget_markers(s, ids);
         ELSE
             WITH doomed AS (
                 SELECT o.operation_id FROM webhook_inbox_outbox o

@@ -20,8 +20,8 @@ static const struct wi_pg_stmt citus_stmts[] = {
     {"wi_prune", "SELECT webhook_inbox_citus_prune('prune', $1::float8, $2, $3::int)"},
     {"wi_prune_keep", "SELECT webhook_inbox_citus_prune('keep', $1::float8, $2, $3::int)"},
     {"wi_forget", "SELECT webhook_inbox_citus_prune('forget', $1::float8, $2, $3::int)"},
-    /* v13's forms, which also delete the SQL routes' once-markers: on Citus the markers stay
-     * (the reference table's rows are not joined per shard). */
+    /* v13's forms, which also delete the SQL routes' once-markers: webhook_inbox_citus_prune
+     * deletes them with their events (a reference table: after the shard's statement). */
     {"wi_prune_keep_markers", "SELECT webhook_inbox_citus_prune('keep', $1::float8, $2, $3::int)"},
     {"wi_forget_markers", "SELECT webhook_inbox_citus_prune('forget', $1::float8, $2, $3::int)"},
     {"wi_prune_effects", "SELECT webhook_inbox_citus_prune('effects', $1::float8, $2, $3::int)"},

@@ -65,8 +65,9 @@ RSpec.describe "the inbox on Citus" do
     expect(out).to include("Citus layout")
     expect(sql("SELECT logicalrelid::text || ':' || partmethod::text || ':' || coalesce(column_to_column_name(logicalrelid, partkey), '')" \
                " FROM pg_dist_partition ORDER BY 1").split("\n"))
-      .to eq(%w[webhook_inbox:h:source_scope webhook_inbox_effects_received:n: webhook_inbox_outbox:h:source_scope
-                webhook_inbox_redeliveries:n: webhook_inbox_routes:n: webhook_inbox_ruby_handlers:n:])
+      .to eq(%w[webhook_inbox:h:source_scope webhook_inbox_effects_received:n:
+                webhook_inbox_flow:n: webhook_inbox_outbox:h:source_scope webhook_inbox_redeliveries:n:
+                webhook_inbox_routes:n: webhook_inbox_ruby_handlers:n:])
     expect(sql("SELECT count(*) FROM webhook_inbox")).to eq("100") # the rows moved into the shards
     # A GitHub delivery reconcile asked to be redelivered is stored, and reconcile's marking
     # (db/012, one router UPDATE on the scope's shard) marks it recovered.

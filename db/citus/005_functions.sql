@@ -1,4 +1,4 @@
--- citus/004_functions.sql - the gem's functions as Citus can run them (the last file of
+-- citus/005_functions.sql - the gem's functions as Citus can run them (the last file of
 -- db/citus/, applied after the others by every `migrate` on a Citus layout). Idempotent.
 --
 -- SQL functions over distributed tables: Citus cannot plan the statement of a LANGUAGE sql
@@ -56,16 +56,17 @@ BEGIN
 END
 $$;
 
--- The claims pick their scope with one read of every shard, inside the sidecar's (or the Ruby
--- worker's) transaction. Citus runs such a read over several connections per worker, and
--- every connection that joined the transaction then takes each SAVEPOINT (one per event:
--- the handler's), RELEASE and COMMIT: 6 connections for 2 workers made each event 5 round
--- trips more. One connection per worker for these reads.
+-- The claims pick their scope with one read of every shard (the Ruby worker's lock finds its
+-- run's scope so), inside the sidecar's (or the Ruby worker's) transaction. Citus runs such a
+-- read over several connections per worker, and every connection that joined the transaction
+-- then takes each SAVEPOINT (one per event: the handler's), RELEASE and COMMIT: 6 connections
+-- for 2 workers made each event 5 round trips more. One connection per worker for these reads.
 DO $$
 DECLARE
     f text;
 BEGIN
     FOREACH f IN ARRAY ARRAY['webhook_inbox_citus_claim(integer)', 'webhook_inbox_ruby_claim(integer)',
+                             'webhook_inbox_ruby_start(integer, bigint, bigint)', 'webhook_inbox_ruby_lock(text, integer)',
                              'webhook_inbox_outbox_claim(text, integer, text, bigint, integer)',
                              'webhook_inbox_outbox_save_batch(text, text[], text[], text[], integer[], text[], bigint[], integer, bigint, bigint)']
     LOOP
