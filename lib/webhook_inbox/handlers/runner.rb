@@ -2,30 +2,46 @@
 
 require "time"
 require "base64"
+require "json"
 
 module WebhookInbox
   module Handlers
-    # Runner - one round of the Ruby worker on an ActiveRecord connection: up to limit runs,
-    # each in a transaction of its own (nested in the caller's, as savepoints, when there is
-    # one: drain_webhook_inbox runs in the test's). Per run (db/013_ruby_handler_fixes.sql):
-    # webhook_inbox_ruby_start takes one due run, charges it and leases it for its backoff, and
-    # commits before the handler runs (with the previous run's result, else alone), so a
-    # handler that kills its process (exit!, kill -9, a segfault, OOM) has spent that attempt
-    # and is quarantined after its last one, and the runs committed before it stay done;
-    # webhook_inbox_ruby_lock locks the run's event, then the run (dispatch's order); the
-    # handler runs in a savepoint; webhook_inbox_ruby_finish records its result in the same
-    # transaction: the handler's writes and its run marked delivered commit together, or not
-    # at all. A handler's StandardError rolls its savepoint back and retries the run (the
-    # events' backoff; quarantined at max_attempts), and so does a handler that raised
+    # Runner - one round of the Ruby worker on an ActiveRecord connection: up to limit runs
+    # (in the caller's transaction, as savepoints, when there is one: drain_webhook_inbox runs
+    # in the test's). Per round (db/013_ruby_handler_fixes.sql):
+    #  1. webhook_inbox_ruby_start, up to limit times in one transaction: each call takes one
+    #     due run, charges it and leases it for its backoff; one commit charges the batch,
+    #     before any handler runs, so a handler that kills its process (exit!, kill -9, a
+    #     segfault, OOM) has spent that attempt and is quarantined after its last one. A batch
+    #     is first attempts only: any other run (attempt > 1: a retry, a batch-mate of a
+    #     crash, an exhausted run) is given back uncharged (a savepoint) and is a round alone;
+    #  2. the batch runs in one transaction (one commit): per run, in its event's order (two
+    #     workers lock events in one order), webhook_inbox_ruby_lock locks its event, then the
+    #     run (dispatch's order); the handler runs in a savepoint; webhook_inbox_ruby_finish
+    #     records its result. A process killed mid-batch applies none of the batch: its runs
+    #     are due again after their backoff, charged once, and each then runs alone, so a
+    #     handler that kills its process dies alone from its second attempt on and its
+    #     batch-mates succeed without it.
+    # The handler's writes and its run marked delivered commit together, or not at all. A
+    # batch-mate whose lease ran out before its turn (a batch slower than the backoff of a
+    # first attempt, d/2..d) may be started by another worker meanwhile: charged a second
+    # time, it runs there alone and this batch skips it (the lock is fenced by the attempt).
+    # A handler's StandardError rolls its savepoint back and retries the run (the events'
+    # backoff; quarantined at max_attempts), and so does a handler that raised
     # ActiveRecord::Rollback (the savepoint swallows it: the block did not complete, nothing
     # applied; a retry, not Permanent, as a condition it checked may pass later);
     # WebhookInbox::Permanent quarantines it (and its event) at once. Anything that breaks
-    # the transaction itself (the connection, a signal) propagates: that run's transaction
-    # rolls back, its attempt stays charged, it is due again after its backoff.
+    # the transaction itself (the connection, a signal) propagates: its transaction rolls
+    # back (the whole batch, or the run alone), the attempts stay charged.
     class Runner
       START_SQL = "SELECT * FROM webhook_inbox_ruby_start($1::int, $2::bigint, $3::bigint)"
       LOCK_SQL = "SELECT * FROM webhook_inbox_ruby_lock($1, $2::int)"
       FINISH_SQL = "SELECT webhook_inbox_ruby_finish($1, $2::int, $3, $4, $5::float8, $6::int, $7::bigint, $8::bigint)"
+      # One statement (one round trip): a savepoint, then the next start.
+      START_NEXT_SQL = "SAVEPOINT webhook_inbox_start; SELECT * FROM webhook_inbox_ruby_start(%d, %d, %d)"
+      UNSTART_SQL = "ROLLBACK TO SAVEPOINT webhook_inbox_start"
+      EVENTS_SQL = "SELECT operation_id, source_scope, source_event_id FROM webhook_inbox_outbox " \
+                   "WHERE operation_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
 
       # status: the run's new status ("delivered", "pending" = will be retried, "quarantined").
       Result = Struct.new(:operation_id, :handler, :source_scope, :event_id, :event_type, :attempt, :status, :error,
@@ -41,24 +57,57 @@ module WebhookInbox
 
       # Runs up to limit due runs; returns their Results (empty: nothing due).
       def run_batch(connection, limit)
-        limit = Integer(limit)
-        results = []
-        started = connection.transaction(requires_new: true) { start(connection) }
-        while started
-          connection.transaction(requires_new: true) do
-            result = run_one(connection, started)
-            results << result if result
-            # The next run's charge commits with this run's result.
-            started = results.size < limit ? start(connection) : nil
-          end
-        end
-        results
+        started = connection.transaction(requires_new: true) { start_batch(connection, Integer(limit)) }
+        return [] if started.empty?
+
+        started = in_event_order(connection, started)
+        connection.transaction(requires_new: true) { started.map { |s| run_one(connection, s) } }.compact
       end
 
       private
 
+      # The round's runs, charged: first attempts, up to limit; or one other run (a retry, a
+      # batch-mate of a crash, an exhausted run) alone. Each start after the first is taken
+      # behind a savepoint, so a run that is not a first attempt is given back uncharged and
+      # starts the next round alone (never charged with, nor killed by, a batch-mate).
+      def start_batch(connection, limit)
+        run = start(connection) or return []
+        started = [run]
+        while first_attempt?(run) && started.size < limit
+          run = start_next(connection) or break
+          unless first_attempt?(run)
+            connection.execute(UNSTART_SQL, "webhook_inbox ruby start")
+            break
+          end
+          # A run is leased past now() once started: taken twice it would be charged twice.
+          raise Error, "webhook_inbox: Ruby run #{run['operation_id']} was started twice in one batch" if started.any? { |s| s["operation_id"] == run["operation_id"] }
+
+          started << run
+        end
+        started
+      end
+
+      # execute: the simple protocol, which takes the two statements (a prepared statement does not).
+      def start_next(connection)
+        result = connection.execute(format(START_NEXT_SQL, @max_attempts, @backoff_base_ms, @backoff_cap_ms), "webhook_inbox ruby start")
+        result.first.tap { result.clear }
+      end
+
+      def first_attempt?(run) = Integer(run["attempt"]) == 1 && ![true, "t"].include?(run["exhausted"])
+
       def start(connection)
         connection.select_all(START_SQL, "webhook_inbox ruby start", [@max_attempts, @backoff_base_ms, @backoff_cap_ms]).first
+      end
+
+      # The runs sorted by their event (then operation id), so two workers' batches
+      # lock events in one order and never deadlock on two events they share.
+      def in_event_order(connection, runs)
+        return runs if runs.size < 2
+
+        ids = JSON.generate(runs.map { |r| r["operation_id"] })
+        keys = connection.select_all(EVENTS_SQL, "webhook_inbox ruby events", [ids])
+                         .to_h { |r| [r["operation_id"], [r["source_scope"].to_s, r["source_event_id"].to_s]] }
+        runs.sort_by { |r| [*keys.fetch(r["operation_id"], ["", ""]), r["operation_id"]] }
       end
 
       # nil when the run is no longer this attempt's (another worker took it after its lease).
