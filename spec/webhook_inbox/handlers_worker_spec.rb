@@ -118,6 +118,21 @@ RSpec.describe WebhookInbox::Handlers::Worker do
                "WHERE o.xmin::text = (c.xid % 4294967296)::text AND o.status = 'delivered' AND o.attempts = 1")).to eq("7")
   end
 
+  it "gives a retry due among first attempts back uncharged: the first attempts before it one batch, it alone, then the rest" do
+    reg = registry(steady: ["steady.x", nil])
+    register(reg)
+    store_and_dispatch((1..4).map { |i| ["evt_#{i}", "steady.x"] })
+    # Due in event order; evt_3's run failed once before (a retry: attempt 2).
+    sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() - (5 - right(source_event_id, 1)::int) * interval '1 second', " \
+        "attempts = CASE WHEN source_event_id = 'evt_3' THEN 1 ELSE 0 END")
+    start_worker(reg, batch_size: 10, backoff_base_ms: 60_000)
+    wait_until("the runs done") { sql("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "4" }
+    expect(sql("SELECT string_agg(e, ' | ' ORDER BY e) FROM (SELECT string_agg(event_id || ' ' || attempt, ',' ORDER BY event_id) e " \
+               "FROM calls GROUP BY xid) t")).to eq("evt_1 1,evt_2 1 | evt_3 2 | evt_4 1") # one transaction each group
+    expect(sql("SELECT string_agg(source_event_id || ' ' || attempts, ',' ORDER BY source_event_id) FROM webhook_inbox_outbox"))
+      .to eq("evt_1 1,evt_2 1,evt_3 2,evt_4 1") # each charged once
+  end
+
   it "charges a handler that kills its process before it runs: alone from its second attempt, quarantined after its last; its batch-mates are charged once and write once" do
     reg = registry(steady: ["steady.x", nil], poison: ["poison.x", ->(_e) { exit!(3) }])
     register(reg)

@@ -9,7 +9,7 @@ module WebhookInbox
     # Runner - one round of the Ruby worker on an ActiveRecord connection: up to limit runs
     # (in the caller's transaction, as savepoints, when there is one: drain_webhook_inbox runs
     # in the test's). Per round (db/013_ruby_handler_fixes.sql):
-    #  1. webhook_inbox_ruby_start, up to limit times in one transaction: each call takes one
+    #  1. webhook_inbox_ruby_start, up to limit times in one statement: each call takes one
     #     due run, charges it and leases it for its backoff; one commit charges the batch,
     #     before any handler runs, so a handler that kills its process (exit!, kill -9, a
     #     segfault, OOM) has spent that attempt and is quarantined after its last one. A batch
@@ -34,11 +34,13 @@ module WebhookInbox
     # the transaction itself (the connection, a signal) propagates: its transaction rolls
     # back (the whole batch, or the run alone), the attempts stay charged.
     class Runner
-      START_SQL = "SELECT * FROM webhook_inbox_ruby_start($1::int, $2::bigint, $3::bigint)"
       LOCK_SQL = "SELECT * FROM webhook_inbox_ruby_lock($1, $2::int)"
       FINISH_SQL = "SELECT webhook_inbox_ruby_finish($1, $2::int, $3, $4, $5::float8, $6::int, $7::bigint, $8::bigint)"
-      # One statement (one round trip): a savepoint, then the next start.
-      START_NEXT_SQL = "SAVEPOINT webhook_inbox_start; SELECT * FROM webhook_inbox_ruby_start(%d, %d, %d)"
+      # A savepoint, then webhook_inbox_ruby_start called once per row of generate_series (its
+      # argument refers to g: an argument that did not would be evaluated once), each call
+      # seeing the runs the ones before it started. One statement, one round trip.
+      START_BATCH_SQL = "SAVEPOINT webhook_inbox_start; SELECT s.* FROM generate_series(1, %d) g " \
+                        "CROSS JOIN LATERAL webhook_inbox_ruby_start(%d + 0 * g, %d, %d) s"
       UNSTART_SQL = "ROLLBACK TO SAVEPOINT webhook_inbox_start"
       EVENTS_SQL = "SELECT operation_id, source_scope, source_event_id FROM webhook_inbox_outbox " \
                    "WHERE operation_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
@@ -67,37 +69,35 @@ module WebhookInbox
       private
 
       # The round's runs, charged: first attempts, up to limit; or one other run (a retry, a
-      # batch-mate of a crash, an exhausted run) alone. Each start after the first is taken
-      # behind a savepoint, so a run that is not a first attempt is given back uncharged and
-      # starts the next round alone (never charged with, nor killed by, a batch-mate).
+      # batch-mate of a crash, an exhausted run) alone. The starts are taken behind a
+      # savepoint: a set with a run that is not a first attempt among others is given back
+      # uncharged and taken again smaller (the first attempts before it, or it alone), so such
+      # a run is never charged with, nor killed by, a batch-mate. Ends: n falls each time.
       def start_batch(connection, limit)
-        run = start(connection) or return []
-        started = [run]
-        while first_attempt?(run) && started.size < limit
-          run = start_next(connection) or break
-          unless first_attempt?(run)
-            connection.execute(UNSTART_SQL, "webhook_inbox ruby start")
-            break
-          end
-          # A run is leased past now() once started: taken twice it would be charged twice.
-          raise Error, "webhook_inbox: Ruby run #{run['operation_id']} was started twice in one batch" if started.any? { |s| s["operation_id"] == run["operation_id"] }
+        n = limit
+        loop do
+          runs = start_many(connection, n)
+          k = runs.index { |r| !first_attempt?(r) }
+          return runs if k.nil? || runs.size == 1
 
-          started << run
+          connection.execute(UNSTART_SQL, "webhook_inbox ruby start")
+          n = [k, 1].max
         end
-        started
       end
 
-      # execute: the simple protocol, which takes the two statements (a prepared statement does not).
-      def start_next(connection)
-        result = connection.execute(format(START_NEXT_SQL, @max_attempts, @backoff_base_ms, @backoff_cap_ms), "webhook_inbox ruby start")
-        result.first.tap { result.clear }
+      # Up to n starts in one statement after a savepoint (execute: the simple protocol takes
+      # two statements, a prepared statement does not).
+      def start_many(connection, n)
+        result = connection.execute(format(START_BATCH_SQL, n, @max_attempts, @backoff_base_ms, @backoff_cap_ms),
+                                    "webhook_inbox ruby start")
+        runs = result.to_a.tap { result.clear }
+        # A started run is leased past now(): taken twice, it would have been charged twice.
+        raise Error, "webhook_inbox: a Ruby run was started twice in one batch" unless runs.uniq { |r| r["operation_id"] }.size == runs.size
+
+        runs
       end
 
       def first_attempt?(run) = Integer(run["attempt"]) == 1 && ![true, "t"].include?(run["exhausted"])
-
-      def start(connection)
-        connection.select_all(START_SQL, "webhook_inbox ruby start", [@max_attempts, @backoff_base_ms, @backoff_cap_ms]).first
-      end
 
       # The runs sorted by their event (then operation id), so two workers' batches
       # lock events in one order and never deadlock on two events they share.
