@@ -10,16 +10,19 @@ require_relative "../support/receiver_helpers"
 
 # The Ruby worker as a process (Handlers::Worker in a forked child, its own connection,
 # committed transactions), for what the in-transaction drain cannot show
-# (db/013_ruby_handler_fixes.sql): a handler that kills its process is charged and in the
-# end quarantined, without running its batch-mates again; and a requeue dispatched while a
-# handler runs waits for it instead of deadlocking with its save.
+# (db/013_ruby_handler_fixes.sql, lib/webhook_inbox/handlers/runner.rb): a batch of first
+# attempts commits once; a handler that kills its process is charged and in the end
+# quarantined, alone from its second attempt, while its batch-mates are charged once for its
+# crash and apply their writes once; and a requeue dispatched while a handler runs waits for
+# it instead of deadlocking with its save.
 RSpec.describe WebhookInbox::Handlers::Worker do
   before(:all) do
     @pg = TestDatabase.cluster
     @db = "handlers_worker_#{SecureRandom.hex(4)}"
     @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
     ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
-    @pg.psql("CREATE TABLE calls (id bigserial PRIMARY KEY, handler text NOT NULL, event_id text NOT NULL, attempt int NOT NULL)", db: @db)
+    @pg.psql("CREATE TABLE calls (id bigserial PRIMARY KEY, handler text NOT NULL, event_id text NOT NULL, attempt int NOT NULL, " \
+              "xid bigint NOT NULL DEFAULT txid_current())", db: @db) # the top transaction, also in a savepoint
     @url = ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db)
   end
 
@@ -103,15 +106,42 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     end.first
   end
 
-  it "charges a handler that kills its process before it runs: quarantined after its last attempt, its batch-mates run once" do
+  it "commits a batch of first attempts once: every handler's writes and every run's result in one transaction" do
+    reg = registry(steady: ["steady.x", nil])
+    register(reg)
+    store_and_dispatch((1..7).map { |i| ["evt_#{i}", "steady.x"] })
+    start_worker(reg, batch_size: 5, backoff_base_ms: 60_000) # a lease of 30..60s: nothing is started twice
+    wait_until("the runs done") { sql("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "7" }
+    # Two rounds of 5 and 2: the handlers' writes in two transactions, the runs saved in them.
+    expect(sql("SELECT string_agg(n::text, ',' ORDER BY n) FROM (SELECT count(*) n FROM calls GROUP BY xid) c")).to eq("2,5")
+    expect(sql("SELECT count(*) FROM webhook_inbox_outbox o JOIN calls c ON c.event_id = o.source_event_id " \
+               "WHERE o.xmin::text = (c.xid % 4294967296)::text AND o.status = 'delivered' AND o.attempts = 1")).to eq("7")
+  end
+
+  it "gives a retry due among first attempts back uncharged: the first attempts before it one batch, it alone, then the rest" do
+    reg = registry(steady: ["steady.x", nil])
+    register(reg)
+    store_and_dispatch((1..4).map { |i| ["evt_#{i}", "steady.x"] })
+    # Due in event order; evt_3's run failed once before (a retry: attempt 2).
+    sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() - (5 - right(source_event_id, 1)::int) * interval '1 second', " \
+        "attempts = CASE WHEN source_event_id = 'evt_3' THEN 1 ELSE 0 END")
+    start_worker(reg, batch_size: 10, backoff_base_ms: 60_000)
+    wait_until("the runs done") { sql("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "4" }
+    expect(sql("SELECT string_agg(e, ' | ' ORDER BY e) FROM (SELECT string_agg(event_id || ' ' || attempt, ',' ORDER BY event_id) e " \
+               "FROM calls GROUP BY xid) t")).to eq("evt_1 1,evt_2 1 | evt_3 2 | evt_4 1") # one transaction each group
+    expect(sql("SELECT string_agg(source_event_id || ' ' || attempts, ',' ORDER BY source_event_id) FROM webhook_inbox_outbox"))
+      .to eq("evt_1 1,evt_2 1,evt_3 2,evt_4 1") # each charged once
+  end
+
+  it "charges a handler that kills its process before it runs: alone from its second attempt, quarantined after its last; its batch-mates are charged once and write once" do
     reg = registry(steady: ["steady.x", nil], poison: ["poison.x", ->(_e) { exit!(3) }])
     register(reg)
-    store_and_dispatch([%w[evt_s1 steady.x], %w[evt_s2 steady.x], %w[evt_p poison.x], %w[evt_s3 steady.x]])
+    store_and_dispatch([%w[evt_1 steady.x], %w[evt_2 steady.x], %w[evt_3 poison.x], %w[evt_4 steady.x]])
 
     deaths = 0
     6.times do # max_attempts 3: three deaths, then the fourth worker quarantines it without running it
       pid = start_worker(reg, batch_size: 10, max_attempts: 3)
-      code = wait_exit(pid) { sql("SELECT status FROM webhook_inbox_outbox WHERE source_event_id = 'evt_p'") == "quarantined" }
+      code = wait_exit(pid) { sql("SELECT status FROM webhook_inbox_outbox WHERE source_event_id = 'evt_3'") == "quarantined" }
       break unless code
 
       expect(code).to eq(3)
@@ -119,14 +149,19 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     end
     wait_until("the steady runs done") { sql("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "3" }
     expect(deaths).to eq(3)
-    expect(ran.grep(/\Apoison/)).to eq(["poison evt_p 1", "poison evt_p 2", "poison evt_p 3"])
-    expect(ran.grep(/\Asteady/).sort).to eq(["steady evt_s1 1", "steady evt_s2 1", "steady evt_s3 1"]) # once each, never again
-    expect(sql("SELECT string_agg(handler || ' ' || event_id, ',' ORDER BY event_id) FROM calls"))
-      .to eq("steady evt_s1,steady evt_s2,steady evt_s3") # the poison's writes never committed
-    expect(sql("SELECT attempts || ' ' || last_error FROM webhook_inbox_outbox WHERE source_event_id = 'evt_p'"))
+    expect(ran.grep(/\Apoison/)).to eq(["poison evt_3 1", "poison evt_3 2", "poison evt_3 3"])
+    # The first batch ran evt_1 and evt_2 (event order) before the poison killed it: nothing of
+    # it committed, and they ran again (outside the database, at least once), alone, as evt_4.
+    expect(ran.grep(/\Asteady/).sort).to eq(["steady evt_1 1", "steady evt_1 2", "steady evt_2 1", "steady evt_2 2", "steady evt_4 2"])
+    expect(sql("SELECT string_agg(handler || ' ' || event_id || ' ' || attempt, ',' ORDER BY event_id) FROM calls"))
+      .to eq("steady evt_1 2,steady evt_2 2,steady evt_4 2") # written once each; the poison's never
+    # Charged once for the crash of their batch, never for the poison's later deaths (alone).
+    expect(sql("SELECT string_agg(source_event_id || ' ' || attempts, ',' ORDER BY source_event_id) FROM webhook_inbox_outbox"))
+      .to eq("evt_1 2,evt_2 2,evt_3 3,evt_4 2")
+    expect(sql("SELECT attempts || ' ' || last_error FROM webhook_inbox_outbox WHERE source_event_id = 'evt_3'"))
       .to start_with("3 attempt 3 started and never finished")
     expect(sql("SELECT string_agg(event_id || ' ' || status, ',' ORDER BY event_id) FROM webhook_inbox"))
-      .to eq("evt_p quarantined,evt_s1 done,evt_s2 done,evt_s3 done")
+      .to eq("evt_1 done,evt_2 done,evt_3 quarantined,evt_4 done")
   end
 
   it "lets a requeue dispatched while a handler of the event runs wait for its save, without a deadlock" do

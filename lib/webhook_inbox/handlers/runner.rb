@@ -2,30 +2,48 @@
 
 require "time"
 require "base64"
+require "json"
 
 module WebhookInbox
   module Handlers
-    # Runner - one round of the Ruby worker on an ActiveRecord connection: up to limit runs,
-    # each in a transaction of its own (nested in the caller's, as savepoints, when there is
-    # one: drain_webhook_inbox runs in the test's). Per run (db/013_ruby_handler_fixes.sql):
-    # webhook_inbox_ruby_start takes one due run, charges it and leases it for its backoff, and
-    # commits before the handler runs (with the previous run's result, else alone), so a
-    # handler that kills its process (exit!, kill -9, a segfault, OOM) has spent that attempt
-    # and is quarantined after its last one, and the runs committed before it stay done;
-    # webhook_inbox_ruby_lock locks the run's event, then the run (dispatch's order); the
-    # handler runs in a savepoint; webhook_inbox_ruby_finish records its result in the same
-    # transaction: the handler's writes and its run marked delivered commit together, or not
-    # at all. A handler's StandardError rolls its savepoint back and retries the run (the
-    # events' backoff; quarantined at max_attempts), and so does a handler that raised
+    # Runner - one round of the Ruby worker on an ActiveRecord connection: up to limit runs
+    # (in the caller's transaction, as savepoints, when there is one: drain_webhook_inbox runs
+    # in the test's). Per round (db/013_ruby_handler_fixes.sql):
+    #  1. webhook_inbox_ruby_start, up to limit times in one statement: each call takes one
+    #     due run, charges it and leases it for its backoff; one commit charges the batch,
+    #     before any handler runs, so a handler that kills its process (exit!, kill -9, a
+    #     segfault, OOM) has spent that attempt and is quarantined after its last one. A batch
+    #     is first attempts only: any other run (attempt > 1: a retry, a batch-mate of a
+    #     crash, an exhausted run) is given back uncharged (a savepoint) and is a round alone;
+    #  2. the batch runs in one transaction (one commit): per run, in its event's order (two
+    #     workers lock events in one order), webhook_inbox_ruby_lock locks its event, then the
+    #     run (dispatch's order); the handler runs in a savepoint; webhook_inbox_ruby_finish
+    #     records its result. A process killed mid-batch applies none of the batch: its runs
+    #     are due again after their backoff, charged once, and each then runs alone, so a
+    #     handler that kills its process dies alone from its second attempt on and its
+    #     batch-mates succeed without it.
+    # The handler's writes and its run marked delivered commit together, or not at all. A
+    # batch-mate whose lease ran out before its turn (a batch slower than the backoff of a
+    # first attempt, d/2..d) may be started by another worker meanwhile: charged a second
+    # time, it runs there alone and this batch skips it (the lock is fenced by the attempt).
+    # A handler's StandardError rolls its savepoint back and retries the run (the events'
+    # backoff; quarantined at max_attempts), and so does a handler that raised
     # ActiveRecord::Rollback (the savepoint swallows it: the block did not complete, nothing
     # applied; a retry, not Permanent, as a condition it checked may pass later);
     # WebhookInbox::Permanent quarantines it (and its event) at once. Anything that breaks
-    # the transaction itself (the connection, a signal) propagates: that run's transaction
-    # rolls back, its attempt stays charged, it is due again after its backoff.
+    # the transaction itself (the connection, a signal) propagates: its transaction rolls
+    # back (the whole batch, or the run alone), the attempts stay charged.
     class Runner
-      START_SQL = "SELECT * FROM webhook_inbox_ruby_start($1::int, $2::bigint, $3::bigint)"
       LOCK_SQL = "SELECT * FROM webhook_inbox_ruby_lock($1, $2::int)"
       FINISH_SQL = "SELECT webhook_inbox_ruby_finish($1, $2::int, $3, $4, $5::float8, $6::int, $7::bigint, $8::bigint)"
+      # A savepoint, then webhook_inbox_ruby_start called once per row of generate_series (its
+      # argument refers to g: an argument that did not would be evaluated once), each call
+      # seeing the runs the ones before it started. One statement, one round trip.
+      START_BATCH_SQL = "SAVEPOINT webhook_inbox_start; SELECT s.* FROM generate_series(1, %d) g " \
+                        "CROSS JOIN LATERAL webhook_inbox_ruby_start(%d + 0 * g, %d, %d) s"
+      UNSTART_SQL = "ROLLBACK TO SAVEPOINT webhook_inbox_start"
+      EVENTS_SQL = "SELECT operation_id, source_scope, source_event_id FROM webhook_inbox_outbox " \
+                   "WHERE operation_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
 
       # status: the run's new status ("delivered", "pending" = will be retried, "quarantined").
       Result = Struct.new(:operation_id, :handler, :source_scope, :event_id, :event_type, :attempt, :status, :error,
@@ -41,24 +59,55 @@ module WebhookInbox
 
       # Runs up to limit due runs; returns their Results (empty: nothing due).
       def run_batch(connection, limit)
-        limit = Integer(limit)
-        results = []
-        started = connection.transaction(requires_new: true) { start(connection) }
-        while started
-          connection.transaction(requires_new: true) do
-            result = run_one(connection, started)
-            results << result if result
-            # The next run's charge commits with this run's result.
-            started = results.size < limit ? start(connection) : nil
-          end
-        end
-        results
+        started = connection.transaction(requires_new: true) { start_batch(connection, Integer(limit)) }
+        return [] if started.empty?
+
+        started = in_event_order(connection, started)
+        connection.transaction(requires_new: true) { started.map { |s| run_one(connection, s) } }.compact
       end
 
       private
 
-      def start(connection)
-        connection.select_all(START_SQL, "webhook_inbox ruby start", [@max_attempts, @backoff_base_ms, @backoff_cap_ms]).first
+      # The round's runs, charged: first attempts, up to limit; or one other run (a retry, a
+      # batch-mate of a crash, an exhausted run) alone. The starts are taken behind a
+      # savepoint: a set with a run that is not a first attempt among others is given back
+      # uncharged and taken again smaller (the first attempts before it, or it alone), so such
+      # a run is never charged with, nor killed by, a batch-mate. Ends: n falls each time.
+      def start_batch(connection, limit)
+        n = limit
+        loop do
+          runs = start_many(connection, n)
+          k = runs.index { |r| !first_attempt?(r) }
+          return runs if k.nil? || runs.size == 1
+
+          connection.execute(UNSTART_SQL, "webhook_inbox ruby start")
+          n = [k, 1].max
+        end
+      end
+
+      # Up to n starts in one statement after a savepoint (execute: the simple protocol takes
+      # two statements, a prepared statement does not).
+      def start_many(connection, n)
+        result = connection.execute(format(START_BATCH_SQL, n, @max_attempts, @backoff_base_ms, @backoff_cap_ms),
+                                    "webhook_inbox ruby start")
+        runs = result.to_a.tap { result.clear }
+        # A started run is leased past now(): taken twice, it would have been charged twice.
+        raise Error, "webhook_inbox: a Ruby run was started twice in one batch" unless runs.uniq { |r| r["operation_id"] }.size == runs.size
+
+        runs
+      end
+
+      def first_attempt?(run) = Integer(run["attempt"]) == 1 && ![true, "t"].include?(run["exhausted"])
+
+      # The runs sorted by their event (then operation id), so two workers' batches
+      # lock events in one order and never deadlock on two events they share.
+      def in_event_order(connection, runs)
+        return runs if runs.size < 2
+
+        ids = JSON.generate(runs.map { |r| r["operation_id"] })
+        keys = connection.select_all(EVENTS_SQL, "webhook_inbox ruby events", [ids])
+                         .to_h { |r| [r["operation_id"], [r["source_scope"].to_s, r["source_event_id"].to_s]] }
+        runs.sort_by { |r| [*keys.fetch(r["operation_id"], ["", ""]), r["operation_id"]] }
       end
 
       # nil when the run is no longer this attempt's (another worker took it after its lease).

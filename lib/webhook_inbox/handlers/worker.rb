@@ -8,10 +8,12 @@ module WebhookInbox
     # (the app booted, its ActiveRecord connection). Beside Puma, never inside it: a backlog
     # is worked through here at the worker's own pace, and web requests only share the
     # database with it. Any number of workers on any number of hosts share the runs (SKIP
-    # LOCKED); each run is charged in a committed step before its handler runs, then run in a
-    # transaction holding its event's and its row locks, so a worker killed mid-handler
-    # applies nothing of that run, keeps the runs it finished before, and the killed run is
-    # due again after its backoff, charged (quarantined after its last attempt).
+    # LOCKED); a round's runs are charged in one commit before their handlers run, then its
+    # first attempts run in one transaction holding their events' and rows' locks (one commit
+    # per batch), every other run alone. A worker killed mid-handler applies nothing of that
+    # transaction and the killed runs are due again after their backoff, charged once; a
+    # handler that kills its process therefore runs alone from its second attempt on, and is
+    # quarantined after its last, while its batch-mates succeed alone (Runner).
     #
     # At start it registers the app's handlers (Handlers.register: adds, never removes); with
     # none loaded it logs level=error and exits 1 (fail closed). It wakes on the outbox's
@@ -31,7 +33,7 @@ module WebhookInbox
         OptionParser.new do |o|
           o.banner = "usage: bin/webhook-inbox-sidecar ruby [options]  (runs the app's Ruby handlers)"
           o.on("--concurrency N", Integer, "threads, each with its own connection (1)") { |v| opts[:concurrency] = v }
-          o.on("--batch-size N", Integer, "runs per round, each its own transaction (10)") { |v| opts[:batch_size] = v }
+          o.on("--batch-size N", Integer, "runs per round; first attempts share one transaction (10)") { |v| opts[:batch_size] = v }
           o.on("--poll-interval D", "look for due runs at least this often (1s)") { |v| opts[:poll_interval] = seconds(v) }
           o.on("--max-attempts N", Integer, "quarantine a run after N failures (10)") { |v| opts[:max_attempts] = v }
           o.on("--backoff-base D", "first retry delay (1s)") { |v| opts[:backoff_base_ms] = (seconds(v) * 1000).round }
@@ -99,7 +101,7 @@ module WebhookInbox
         end
       end
 
-      # Up to batch size runs, each in its own transaction (Runner). A failure drops the
+      # Up to batch size runs (Runner: first attempts in one transaction). A failure drops the
       # connection (the next round connects again): it may be the one that broke.
       def round(connection)
         n = @runner.run_batch(connection, @opts[:batch_size]).size
