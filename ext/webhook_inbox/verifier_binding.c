@@ -468,8 +468,8 @@ static VALUE sym(const char *s)
  * configure it and what the README's provider table shows. */
 static VALUE provider_hash(const struct wi_provider *p)
 {
-    static const char *const algs[] = {"hmac_sha1", "hmac_sha256", "hmac_sha512", "ed25519", "ecdsa_p256", "http_basic", "rsa_sha1"};
-    static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der", "jwk", "credentials", "pem", "pair"};
+    static const char *const algs[] = {"hmac_sha1", "hmac_sha256", "hmac_sha512", "ed25519", "ecdsa_p256", "http_basic", "rsa_sha1", "rsa_sha256"};
+    static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der", "jwk", "credentials", "pem", "pair", "cert"};
     static const char *const layouts[] = {"one", "kv", "list"};
     static const char *const challenges[] = {"none", "discord_ping", "slack_url_verification", "zoom_url_validation"};
     VALUE h = rb_hash_new(), headers = rb_ary_new(), versions = rb_ary_new(), ids = rb_ary_new(), types = rb_ary_new();
