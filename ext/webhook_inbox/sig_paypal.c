@@ -78,7 +78,9 @@ int wi_sig_paypal_time(struct wi_slice s, int64_t *out)
         return -1;
     int y = digits(p, 4), mo = digits(p + 5, 2), d = digits(p + 8, 2), h = digits(p + 11, 2), mi = digits(p + 14, 2),
         se = digits(p + 17, 2), off = 0;
-    if (y < 0 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || h < 0 || h > 23 || mi < 0 || mi > 59 || se < 0 || se > 60)
+    int leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    if (y < 0 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] - (mo == 2 && !leap) || h < 0 || h > 23 || mi < 0 ||
+        mi > 59 || se < 0 || se > 60)
         return -1;
     if (p[i] == '.') { /* a fraction of a second: ignored */
         size_t f = ++i;

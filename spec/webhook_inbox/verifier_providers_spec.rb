@@ -689,6 +689,22 @@ RSpec.describe WebhookInbox::Verifier do
         "PAYPAL-AUTH-ALGO" => "SHA256withRSA" }
     end
 
+    # The committed vector (spec/fixtures/vectors/generator/paypal.sh: OpenSSL CLI, gzip's CRC-32)
+    JSON.parse(File.read(File.join(vectors_dir, "paypal-signatures.json")))["cases"].each do |c|
+      it "verifies the OpenSSL-signed vector #{c["name"]} and refuses it tampered, under another certificate, or stale" do
+        v = described_class.new(:paypal, secrets: [c["secret"]])
+        expect(Zlib.crc32(c["body"])).to eq(c["crc32"])
+        ev = v.verify(c["body"], c["headers"], now: c["now"])
+        expect([ev.event_id, ev.event_type]).to eq(c.values_at("event_id", "event_type"))
+        expect(reason_of { v.verify(c["body"].sub("30.00", "31.00"), c["headers"], now: c["now"]) }).to eq(:signature_mismatch)
+        expect(reason_of { v.verify(c["body"], c["headers"].merge("PAYPAL-TRANSMISSION-ID" => c["headers"]["PAYPAL-TRANSMISSION-ID"].tr("b", "c")), now: c["now"]) })
+          .to eq(:signature_mismatch)
+        expect(reason_of { described_class.new(:paypal, secrets: [c["wrong_secret"]]).verify(c["body"], c["headers"], now: c["now"]) })
+          .to eq(:signature_mismatch)
+        expect(reason_of { v.verify(c["body"], c["headers"], now: c["now"] + 301) }).to eq(:timestamp_out_of_tolerance)
+      end
+    end
+
     it "verifies, reads the body's id and event_type and the signed transmission time" do
       ev = verifier.verify(body, headers, now: now)
       expect([ev.event_id, ev.event_type]).to eq(%w[WH-2WR32451HC0233532-67976317FL4543714 PAYMENT.CAPTURE.COMPLETED])

@@ -14,6 +14,7 @@
 #include "../json.h"
 #include "../num.h"
 #include "../sig.h"
+#include "../sig_paypal.h"
 #include "../sig_header.h"
 
 #include "check.h"
@@ -602,6 +603,41 @@ static void test_provider_table(void)
     }
 }
 
+/* PayPal's pieces: zlib's CRC-32 against its check values, the transmission time parser on
+ * valid forms, impossible dates and every truncation of a valid time, and secret forms. */
+static void test_paypal(void)
+{
+    static const struct { const char *s; int64_t t; } times[] = {
+        {"1970-01-01T00:00:00Z", 0}, {"2023-11-14T22:13:20Z", 1700000000}, {"2023-11-14T23:13:20+01:00", 1700000000},
+        {"2023-11-14T21:13:20-01:00", 1700000000}, {"2023-11-14T22:13:20.123456Z", 1700000000},
+        {"2000-02-29T00:00:00Z", 951782400}, {"2023-11-14t22:13:20z", 1700000000}};
+    static const char *const bad[] = {"2023-02-29T00:00:00Z", "2023-13-01T00:00:00Z", "2023-11-14T24:00:00Z",
+                                      "2023-11-14 22:13:20Z", "2023-11-14T22:13:20", "2023-11-14T22:13:20.Z",
+                                      "2023-11-14T22:13:20+0100", "1700000000", "2023-11-14T22:13:20Zx"};
+    int64_t t;
+    const char *q = "The quick brown fox jumps over the lazy dog";
+    CHECK(wi_sig_paypal_crc32("123456789", 9) == 0xCBF43926u, "crc32 check value");
+    CHECK(wi_sig_paypal_crc32(q, strlen(q)) == 0x414FA339u, "crc32 of the fox");
+    CHECK(wi_sig_paypal_crc32(NULL, 0) == 0, "crc32 of nothing");
+    for (size_t i = 0; i < sizeof times / sizeof *times; i++)
+        CHECK(wi_sig_paypal_time((struct wi_slice){times[i].s, strlen(times[i].s)}, &t) == 0 && t == times[i].t,
+              "time %s", times[i].s);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(wi_sig_paypal_time((struct wi_slice){bad[i], strlen(bad[i])}, &t) == -1, "refused time %s", bad[i]);
+    for (size_t n = 0; n < strlen(times[4].s); n++)
+        CHECK(wi_sig_paypal_time((struct wi_slice){times[4].s, n}, &t) == -1, "truncated time at %zu", n);
+    struct wi_sig_verifier *v = make("paypal", NULL);
+    static const char *const secrets[] = {"WH1:CERT-1:not a pem", "WH1:-----BEGIN CERTIFICATE-----", ":CERT-1:-----BEGIN CERTIFICATE-----",
+                                          "WH 1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----", "WH1",
+                                          "WH1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----"};
+    struct wi_err err;
+    for (size_t i = 0; i < sizeof secrets / sizeof *secrets; i++)
+        CHECK(wi_sig_verifier_add_secret(v, secrets[i], strlen(secrets[i]), &err) == -1 && err.code == WI_ERR_ARG &&
+                  !strstr(err.msg, "WH1"),
+              "paypal secret %zu refused without quoting it: %s", i, err.msg);
+    wi_sig_verifier_free(v);
+}
+
 int main(void)
 {
     test_provider_table();
@@ -615,6 +651,7 @@ int main(void)
     test_canon_bounds();
     test_schemes();
     test_didit_v2_fields();
+    test_paypal();
     printf("verify core: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }
