@@ -15,6 +15,7 @@
 #include "../num.h"
 #include "../sig.h"
 #include "../sig_paypal.h"
+#include "paypal_fixture.h"
 #include "../sig_header.h"
 
 #include "check.h"
@@ -635,6 +636,41 @@ static void test_paypal(void)
         CHECK(wi_sig_verifier_add_secret(v, secrets[i], strlen(secrets[i]), &err) == -1 && err.code == WI_ERR_ARG &&
                   !strstr(err.msg, "WH1"),
               "paypal secret %zu refused without quoting it: %s", i, err.msg);
+    wi_sig_verifier_free(v);
+
+    /* the fixture's delivery verifies; each header changed, the body changed, another webhook
+     * id, a time out of tolerance or outside the certificate, an unknown certificate do not */
+    const char *good[5] = {PAYPAL_ID, PAYPAL_TIME, PAYPAL_SIG, PAYPAL_CERT_URL, "SHA256withRSA"};
+    struct wi_sig_request req = {.body = {PAYPAL_BODY, strlen(PAYPAL_BODY)}, .now = 1700000000};
+    struct wi_sig_event ev;
+    for (int i = 0; i < 5; i++) req.hdr[i] = (struct wi_slice){good[i], strlen(good[i])};
+    v = make("paypal", PAYPAL_SECRET);
+    CHECK(wi_sig_verify(v, &req, &ev, &err) == 0 && ev.id.n == 4 && !memcmp(ev.id.p, "WH-1", 4) && ev.has_timestamp &&
+              ev.timestamp == 1700000000 && ev.type.n == strlen("PAYMENT.CAPTURE.COMPLETED"),
+          "paypal fixture verifies: %s", err.msg);
+    static const struct { int slot; const char *value; int code; } bad_h[] = {
+        {0, "t2", WI_SIG_E_SIGNATURE_MISMATCH}, {1, "2023-11-14T22:13:21Z", WI_SIG_E_SIGNATURE_MISMATCH},
+        {2, "AAAA", WI_SIG_E_MALFORMED_SIGNATURE}, {3, "https://api.paypal.com/v1/notifications/certs/CERT-2", WI_SIG_E_SIGNATURE_MISMATCH},
+        {3, "https://api.paypal.co/v1/notifications/certs/CERT-1", WI_SIG_E_MALFORMED_SIGNATURE},
+        {4, "SHA1withRSA", WI_SIG_E_MALFORMED_SIGNATURE}, {2, "", WI_SIG_E_MISSING_SIGNATURE}};
+    for (size_t i = 0; i < sizeof bad_h / sizeof *bad_h; i++) {
+        struct wi_sig_request r = req;
+        r.hdr[bad_h[i].slot] = (struct wi_slice){bad_h[i].value, strlen(bad_h[i].value)};
+        CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == bad_h[i].code, "paypal header %zu refused: %s", i, err.msg);
+    }
+    struct wi_sig_request r = req;
+    r.body.n--;
+    CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == WI_SIG_E_SIGNATURE_MISMATCH, "paypal body changed");
+    r = req, r.now = 1700000301;
+    CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "paypal stale");
+    r.now = 4102444801; /* after the certificate's notAfter */
+    CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && strstr(err.msg, "not valid now"), "paypal expired: %s", err.msg);
+    wi_sig_verifier_free(v);
+    const char *base = PAYPAL_SECRET;
+    char other[2048];
+    snprintf(other, sizeof other, "WH2%s", base + 3); /* the same certificate for webhook WH2 */
+    v = make("paypal", other);
+    CHECK(wi_sig_verify(v, &req, &ev, &err) == -1 && err.code == WI_SIG_E_SIGNATURE_MISMATCH, "paypal other webhook id");
     wi_sig_verifier_free(v);
 }
 
