@@ -755,6 +755,8 @@ RSpec.describe WebhookInbox::Verifier do
       expect(reason_of { verifier.verify(body, h.except("PAYPAL-AUTH-ALGO"), now: now) }).to eq(:malformed_signature)
       expect(reason_of { verifier.verify(body, h.merge("PAYPAL-AUTH-ALGO" => "SHA1withRSA"), now: now) }).to eq(:malformed_signature)
       expect(reason_of { verifier.verify(body, h.merge("PAYPAL-TRANSMISSION-SIG" => "AAAA"), now: now) }).to eq(:malformed_signature)
+      doubled = body.sub('"id":"WH-', '"id":"WH-other","id":"WH-') # jsonb would keep the second id
+      expect(reason_of { verifier.verify(doubled, headers(doubled), now: now) }).to eq(:duplicate_key)
       ["1700000000", "2023-11-14 22:13:20Z", "2023-02-30T22:13:20Z", "2023-11-14T22:13:20"].each do |t|
         expect(reason_of { verifier.verify(body, headers(time: t), now: now) }).to eq(:malformed_timestamp), t
       end
