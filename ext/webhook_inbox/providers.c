@@ -182,7 +182,7 @@ static const struct wi_provider table[] = {
      .tolerance = WI_SIG_DEFAULT_TOLERANCE,
      .content = "`transmission_id\\|transmission_time\\|webhook_id\\|crc32(body)` (decimal), by the configured "
                 "certificate `paypal-cert-url` names (`api.paypal.com`, `api.sandbox.paypal.com`, `api-m.*` only; "
-                "`SHA256withRSA` only); **the body is bound by its CRC-32 only** (see PayPal below)",
+                "`paypal-auth-algo` `SHA256withRSA` or absent); **the body is bound by its CRC-32 only** (see PayPal below)",
      .custom = wi_sig_paypal},
     /* generic: the headers, prefix, encoding, algorithm and template come from wi_sig_config */
     {.name = "hmac", .title = "anything else", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",

@@ -118,7 +118,7 @@ static int cert_id(struct wi_slice url, struct wi_slice *id, struct wi_err *err)
 }
 
 /* 1 when a configured certificate named cid, valid at now, signs the content for its webhook
- * id; 0 when none (err says why: unknown, outside its validity, or a mismatch); -1 on a
+ * id; 0 when none (err says why: WI_SIG_E_UNKNOWN_KEY, outside its validity, or a mismatch); -1 on a
  * crypto failure. */
 static int match(const struct wi_sig_verifier *v, struct wi_slice cid, int64_t now, struct wi_slice id,
                  struct wi_slice time, uint32_t crc, const unsigned char *sig, size_t sl, struct wi_err *err)
@@ -137,7 +137,7 @@ static int match(const struct wi_sig_verifier *v, struct wi_slice cid, int64_t n
         if (r) return r;
     }
     if (!named)
-        wi_err_set(err, WI_SIG_E_SIGNATURE_MISMATCH,
+        wi_err_set(err, WI_SIG_E_UNKNOWN_KEY,
                    "no configured certificate %.*s: download it from paypal-cert-url and add it as a secret "
                    "WEBHOOK_ID:%.*s:<PEM>",
                    (int)cid.n, cid.p, (int)cid.n, cid.p);
@@ -165,7 +165,9 @@ int wi_sig_paypal(const struct wi_sig_verifier *v, const struct wi_sig_request *
     if (!h[H_TIME].p) return wi_err_set(err, WI_SIG_E_MISSING_TIMESTAMP, "paypal-transmission-time header is missing");
     if (wi_sig_paypal_time(h[H_TIME], &t))
         return wi_err_set(err, WI_SIG_E_MALFORMED_TIMESTAMP, "paypal-transmission-time is not an RFC 3339 time");
-    if (!h[H_ALGO].p || h[H_ALGO].n != strlen(ALGO) || memcmp(h[H_ALGO].p, ALGO, h[H_ALGO].n))
+    /* unsigned, and only RSA-SHA256 is ever tried: absent is taken as SHA256withRSA (a kept
+     * delivery has none: request_headers never keeps a name holding "auth") */
+    if (h[H_ALGO].p && (h[H_ALGO].n != strlen(ALGO) || memcmp(h[H_ALGO].p, ALGO, h[H_ALGO].n)))
         return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "paypal-auth-algo is not " ALGO);
     if (!h[H_CERT_URL].p) return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "paypal-cert-url header is missing");
     if (cert_id(h[H_CERT_URL], &cid, err)) return -1;

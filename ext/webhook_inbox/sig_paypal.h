@@ -21,11 +21,12 @@ uint32_t wi_sig_paypal_crc32(const char *p, size_t n);
  * into *out. Returns 0, or -1 when s is not one. */
 int wi_sig_paypal_time(struct wi_slice s, int64_t *out);
 
-/* Verifies a delivery: PAYPAL-AUTH-ALGO must be SHA256withRSA, PAYPAL-CERT-URL an https URL
+/* Verifies a delivery: PAYPAL-AUTH-ALGO, when sent, must be SHA256withRSA, PAYPAL-CERT-URL an https URL
  * of PayPal's certificate endpoint whose id names a configured certificate valid now, and
  * PAYPAL-TRANSMISSION-SIG its RSA-SHA256 signature of "id|time|webhook_id|crc32(body)" for a
  * configured webhook id; the transmission time must be within the tolerance. The event id
- * is the body's id, the type its event_type. The contract of wi_sig_verify, called after
+ * is the body's id, the type its event_type. A certificate id no secret holds is
+ * WI_SIG_E_UNKNOWN_KEY (its message names the id). The contract of wi_sig_verify, called after
  * its size and secret checks. */
 int wi_sig_paypal(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
                   struct wi_sig_event *ev, struct wi_err *err);
