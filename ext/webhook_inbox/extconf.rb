@@ -28,6 +28,10 @@ pkg_config("libpq")
 have_header("libpq-fe.h") && have_library("pq", "PQconnectdb") or
   missing("libpq (PostgreSQL client library and headers)", "libpq-dev", "libpq-devel")
 
+# sig_paypal.c: PayPal signs the body's CRC-32 (zlib's crc32_z; libruby links zlib too).
+(pkg_config("zlib") || (have_header("zlib.h") && have_library("z", "crc32_z"))) or
+  missing("zlib (headers)", "zlib1g-dev", "zlib-devel")
+
 # num.c builds its power-of-five table once per process under pthread_once.
 have_header("pthread.h") or missing("pthread.h (POSIX threads)", "libc6-dev", "glibc-devel")
 

@@ -1,5 +1,5 @@
-/* pkey.c - Ed25519 and ECDSA P-256 verification with OpenSSL EVP_DigestVerify; keys are
- * parsed once per secret. */
+/* pkey.c - Ed25519, ECDSA P-256 and RSA verification with OpenSSL EVP_DigestVerify; keys (and
+ * PayPal's X.509 certificates) are parsed once per secret. */
 #include "pkey.h"
 
 #include <openssl/bn.h>
@@ -10,11 +10,49 @@
 #include <openssl/x509.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct wi_pkey {
     enum wi_pkey_alg alg;
     EVP_PKEY *pk; /* owned */
 };
+
+/* An X.509 time as unix seconds. Returns 0, or -1 when OpenSSL cannot read it. */
+static int asn1_unix(const ASN1_TIME *t, int64_t *out)
+{
+    struct tm tm;
+    if (!t || ASN1_TIME_to_tm(t, &tm) != 1) return -1;
+    *out = (int64_t)timegm(&tm);
+    return 0;
+}
+
+struct wi_pkey *wi_pkey_from_cert(const char *pem, size_t n, int64_t *not_before, int64_t *not_after,
+                                  struct wi_err *err)
+{
+    BIO *b = n <= 65536 ? BIO_new_mem_buf(pem, (int)n) : NULL;
+    X509 *x = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+    EVP_PKEY *pk = x ? X509_get_pubkey(x) : NULL; /* a new reference */
+    struct wi_pkey *k = NULL;
+
+    BIO_free(b);
+    if (!pk || EVP_PKEY_get_base_id(pk) != EVP_PKEY_RSA || EVP_PKEY_get_bits(pk) < 2048 ||
+        asn1_unix(X509_get0_notBefore(x), not_before) || asn1_unix(X509_get0_notAfter(x), not_after)) {
+        wi_err_set(err, WI_ERR_ARG, "not a PEM X.509 certificate with an RSA key of at least 2048 bits");
+        goto out;
+    }
+    if (!(k = calloc(1, sizeof *k))) {
+        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    k->alg = WI_PKEY_RSA_SHA256;
+    k->pk = pk;
+    pk = NULL;
+out:
+    ERR_clear_error();
+    EVP_PKEY_free(pk);
+    X509_free(x);
+    return k;
+}
 
 struct wi_pkey *wi_pkey_new(enum wi_pkey_alg alg, const unsigned char *der, size_t n, struct wi_err *err)
 {

@@ -4,10 +4,11 @@
 #define WI_PKEY_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "sig_slice.h"
 #include "wi_err.h"
 
-enum wi_pkey_alg { WI_PKEY_ED25519, WI_PKEY_ECDSA_P256, WI_PKEY_RSA_SHA1 };
+enum wi_pkey_alg { WI_PKEY_ED25519, WI_PKEY_ECDSA_P256, WI_PKEY_RSA_SHA1, WI_PKEY_RSA_SHA256 };
 
 struct wi_pkey; /* opaque: an EVP_PKEY and its algorithm */
 
@@ -16,6 +17,13 @@ struct wi_pkey; /* opaque: an EVP_PKEY and its algorithm */
  * 2048 bits) from a PEM "PUBLIC KEY" (Paddle Classic's public key). Returns a key, or NULL and fills *err
  * (WI_ERR_ARG: not such a key; the message never quotes it). Borrows der. */
 struct wi_pkey *wi_pkey_new(enum wi_pkey_alg alg, const unsigned char *der, size_t n, struct wi_err *err);
+
+/* RSA (PKCS#1 v1.5 with SHA-256, at least 2048 bits) from one PEM X.509 certificate (PayPal's
+ * webhook signing certificate); *not_before and *not_after get its validity period as unix
+ * seconds. Only the public key and the period are kept. Returns a key, or NULL and fills *err
+ * (WI_ERR_ARG: not such a certificate; the message never quotes it). Borrows pem. */
+struct wi_pkey *wi_pkey_from_cert(const char *pem, size_t n, int64_t *not_before, int64_t *not_after,
+                                  struct wi_err *err);
 
 /* Frees a key. Accepts NULL. */
 void wi_pkey_free(struct wi_pkey *key);

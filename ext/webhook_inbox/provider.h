@@ -16,7 +16,8 @@ enum wi_sig_encoding { WI_SIG_HEX, WI_SIG_BASE64 };
 enum wi_alg {
     WI_ALG_HMAC_SHA1, WI_ALG_HMAC_SHA256, WI_ALG_HMAC_SHA512, WI_ALG_ED25519, WI_ALG_ECDSA_P256,
     WI_ALG_HTTP_BASIC, /* no signature: HTTP Basic credentials (sig_basic.c) */
-    WI_ALG_RSA_SHA1    /* RSA PKCS#1 v1.5 over SHA-1 (Paddle Classic, sig_paddle.c) */
+    WI_ALG_RSA_SHA1,   /* RSA PKCS#1 v1.5 over SHA-1 (Paddle Classic, sig_paddle.c) */
+    WI_ALG_RSA_SHA256  /* RSA PKCS#1 v1.5 over SHA-256 (PayPal, sig_paypal.c) */
 };
 
 /* What a configured secret is. */
@@ -30,8 +31,10 @@ enum wi_key_form {
     WI_KEY_JWK,     /* an EC P-256 JWK (JSON), with its kid (Plaid's webhook verification keys) */
     WI_KEY_CREDENTIALS, /* "user:password" (HTTP Basic); only its SHA-256 is kept */
     WI_KEY_PEM,         /* a PEM public key, as is */
-    WI_KEY_PAIR         /* "public_key:private_key" (Braintree): the public key is kept as the
+    WI_KEY_PAIR,        /* "public_key:private_key" (Braintree): the public key is kept as the
                            key's name, SHA-1(private_key) is the HMAC key */
+    WI_KEY_CERT         /* "WEBHOOK_ID:CERT_ID:<PEM X.509 certificate>" (PayPal): the key is the
+                           certificate's RSA key, named by CERT_ID, for that webhook id */
 };
 
 /* How the signature header is laid out. */

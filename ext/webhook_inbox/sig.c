@@ -11,6 +11,7 @@
 #include "json.h"
 #include "sig_engine.h"
 #include "sig_header.h"
+#include "sig_paypal.h"
 #include "sig_url.h"
 
 static char *dup_or_null(const char *s, int *oom)
@@ -183,6 +184,8 @@ static long decode_key(const struct wi_sig_version *ver, const char *s, size_t n
     case WI_KEY_RAW:
     case WI_KEY_PEM:
         return -2; /* the secret itself */
+    case WI_KEY_CERT:
+        break; /* wi_sig_paypal_key */
     case WI_KEY_WHSEC:
         wi_slice_strip_prefix(rest, "whsec_", &rest);
         if ((dl = wi_b64_decode(rest.p, rest.n, out, cap)) <= 0)
@@ -247,7 +250,13 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
     if ((k.version = version_of(&v->p, s, n)) < 0)
         return wi_err_set(err, WI_ERR_ARG, "secret #%zu has none of the key prefixes this provider takes", idx);
     const struct wi_sig_version *ver = &v->p.versions[k.version];
-    if ((dl = decode_key(ver, s, n, decoded, sizeof decoded, idx, k.kid, err)) == -1) {
+    if (ver->key == WI_KEY_CERT) {
+        if (wi_sig_paypal_key(s, n, &k, err)) {
+            name_secret(err, idx);
+            goto out;
+        }
+        dl = 0;
+    } else if ((dl = decode_key(ver, s, n, decoded, sizeof decoded, idx, k.kid, err)) == -1) {
         if (ver->key == WI_KEY_JWK) name_secret(err, idx);
         goto out;
     }
@@ -261,7 +270,9 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
         v->keys = nk;
         v->capkeys = cap;
     }
-    if (ver->key == WI_KEY_CREDENTIALS) {
+    if (ver->key == WI_KEY_CERT) {
+        /* k.pk: the certificate's key */
+    } else if (ver->key == WI_KEY_CREDENTIALS) {
         memcpy(k.digest, decoded, 32);
         k.has_digest = 1;
     } else if (is_hmac(ver->alg))
@@ -278,6 +289,7 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
     v->keys[v->nkeys++] = k;
     rc = 0;
 out:
+    if (rc) wi_pkey_free(k.pk);
     OPENSSL_cleanse(decoded, sizeof decoded);
     return rc;
 }

@@ -23,8 +23,9 @@ enum {
     WI_SIG_E_MALFORMED_TIMESTAMP,
     WI_SIG_E_MISSING_ID,
     WI_SIG_E_MALFORMED_PAYLOAD,
-    WI_SIG_E_DUPLICATE_KEY /* a top-level key the event's id, type or time is read from
-                              occurs twice: jsonb keeps the last, the scan the first */
+    WI_SIG_E_DUPLICATE_KEY, /* a top-level key the event's id, type or time is read from
+                               occurs twice: jsonb keeps the last, the scan the first */
+    WI_SIG_E_UNKNOWN_KEY /* the request names a key (PayPal's certificate id) no secret holds */
 };
 
 #define WI_SIG_DEFAULT_TOLERANCE 300

@@ -26,7 +26,10 @@ struct wi_sig_key {
     int version;              /* index into p.versions */
     struct wi_hmac_key *hmac; /* HMAC versions, else NULL */
     struct wi_pkey *pk;       /* public-key versions, else NULL */
-    char kid[WI_JWT_KID_MAX + 1]; /* WI_KEY_JWK: the key's kid, or "" */
+    char kid[WI_JWT_KID_MAX + 1]; /* WI_KEY_JWK: the key's kid, WI_KEY_CERT: the certificate's
+                                     id, WI_KEY_PAIR: the public key; or "" */
+    char account[WI_JWT_KID_MAX + 1]; /* WI_KEY_CERT: PayPal's webhook id, or "" */
+    int64_t not_before, not_after;    /* WI_KEY_CERT: the certificate's validity (unix s) */
     unsigned char digest[32]; /* WI_KEY_CREDENTIALS: SHA-256 of "user:password" (wiped on free) */
     int has_digest;
 };

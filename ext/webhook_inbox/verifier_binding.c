@@ -24,7 +24,7 @@ struct verifier {
 };
 
 static VALUE cVerifier, cEvent;
-static ID id_to_i, id_reasons[WI_SIG_E_DUPLICATE_KEY - WI_SIG_E_MISSING_SIGNATURE + 1];
+static ID id_to_i, id_reasons[WI_SIG_E_UNKNOWN_KEY - WI_SIG_E_MISSING_SIGNATURE + 1];
 static VALUE str_request_method;
 
 static void verifier_mark(void *p)
@@ -78,7 +78,7 @@ static void raise_wi_err(const struct wi_err *e, VALUE reason_override)
     if (e->code == WI_ERR_NOMEM) rb_memerror();
     if (e->code == WI_ERR_ARG)
         rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "%s", e->msg);
-    if (e->code >= WI_SIG_E_MISSING_SIGNATURE && e->code <= WI_SIG_E_DUPLICATE_KEY) {
+    if (e->code >= WI_SIG_E_MISSING_SIGNATURE && e->code <= WI_SIG_E_UNKNOWN_KEY) {
         VALUE args[2] = {ID2SYM(id_reasons[e->code - WI_SIG_E_MISSING_SIGNATURE]),
                          rb_str_new_cstr(e->msg)};
         rb_exc_raise(rb_class_new_instance(2, args, rb_path2class("WebhookInbox::VerificationError")));
@@ -468,8 +468,8 @@ static VALUE sym(const char *s)
  * configure it and what the README's provider table shows. */
 static VALUE provider_hash(const struct wi_provider *p)
 {
-    static const char *const algs[] = {"hmac_sha1", "hmac_sha256", "hmac_sha512", "ed25519", "ecdsa_p256", "http_basic", "rsa_sha1"};
-    static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der", "jwk", "credentials", "pem", "pair"};
+    static const char *const algs[] = {"hmac_sha1", "hmac_sha256", "hmac_sha512", "ed25519", "ecdsa_p256", "http_basic", "rsa_sha1", "rsa_sha256"};
+    static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der", "jwk", "credentials", "pem", "pair", "cert"};
     static const char *const layouts[] = {"one", "kv", "list"};
     static const char *const challenges[] = {"none", "discord_ping", "slack_url_verification", "zoom_url_validation"};
     VALUE h = rb_hash_new(), headers = rb_ary_new(), versions = rb_ary_new(), ids = rb_ary_new(), types = rb_ary_new();
@@ -535,7 +535,7 @@ void wi_verifier_binding_init(VALUE mod)
     static const char *const reasons[] = {
         "missing_signature", "malformed_signature", "signature_mismatch",
         "timestamp_out_of_tolerance", "payload_too_large", "no_secret", "missing_timestamp",
-        "malformed_timestamp", "missing_id", "malformed_payload", "duplicate_key"};
+        "malformed_timestamp", "missing_id", "malformed_payload", "duplicate_key", "unknown_key"};
     for (size_t i = 0; i < sizeof reasons / sizeof *reasons; i++) id_reasons[i] = rb_intern(reasons[i]);
     id_to_i = rb_intern("to_i");
     str_request_method = rb_obj_freeze(rb_str_new_cstr("REQUEST_METHOD"));

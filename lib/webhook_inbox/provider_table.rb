@@ -12,12 +12,13 @@ module WebhookInbox
     ALGORITHMS = { hmac_sha1: "HMAC-SHA1", hmac_sha256: "HMAC-SHA256", hmac_sha512: "HMAC-SHA512",
                    ed25519: "Ed25519", ecdsa_p256: "ECDSA P-256/SHA-256",
                    http_basic: "**no signature**: HTTP Basic credentials, compared in constant time",
-                   rsa_sha1: "RSA PKCS#1 v1.5/SHA-1" }.freeze
+                   rsa_sha1: "RSA PKCS#1 v1.5/SHA-1", rsa_sha256: "RSA PKCS#1 v1.5/SHA-256" }.freeze
     KEYS = { raw: "the secret as is", whsec: "base64 after `whsec_`", hex: "hex public key",
              base64: "base64 public key", base64_der: "base64 DER public key",
              jwk: "EC P-256 JWK (JSON; the token's `kid` picks it)", credentials: "`user:password`",
              pem: "PEM RSA public key (>= 2048 bits)",
-             pair: "`public_key:private_key` (HMAC key SHA-1 of the private key; a pair counts for its public key)" }.freeze
+             pair: "`public_key:private_key` (HMAC key SHA-1 of the private key; a pair counts for its public key)",
+             cert: "`WEBHOOK_ID:CERT_ID:<PEM certificate>` (RSA >= 2048 bits, checked against its validity period)" }.freeze
     JWT_ALGS = { hmac_sha256: "HS256", ecdsa_p256: "ES256" }.freeze
     CHALLENGES = { discord_ping: "PING (`type` 1) answered `{\"type\":1}`",
                    slack_url_verification: "`url_verification` answered with its `challenge`",

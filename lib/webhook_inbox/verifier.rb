@@ -47,6 +47,9 @@ module WebhookInbox
   # over the other fields, sorted and PHP-serialized). :braintree takes "public_key:private_key"
   # pairs and verifies the form's bt_signature over bt_payload (the type is the XML's kind).
   # :adyen takes the hex HMAC key and verifies every notification item (one event per delivery).
+  # :paypal takes "WEBHOOK_ID:CERT_ID:<PEM certificate>" secrets (never fetched: a
+  # PAYPAL-CERT-URL off PayPal's certificate endpoint, or naming an unconfigured id, is refused)
+  # and verifies RSA-SHA256 over transmission id|time|webhook id|CRC-32 of the body.
   #
   # URL-signed providers (:twilio, :square, :hubspot; :hmac with {url} or {method} in its
   # template) sign the URL they called. Behind a proxy or a TLS terminator the Rack env's

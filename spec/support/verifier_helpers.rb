@@ -2,12 +2,38 @@
 
 # VerifierHelpers - shared by the verifier specs: the reason a verification fails, or nil, and a
 # recording store for the Receiver.
+require "base64"
+require "openssl"
+require "zlib"
+
 module VerifierHelpers
   def reason_of
     yield
     nil
   rescue WebhookInbox::VerificationError => e
     e.reason
+  end
+
+  # A PayPal secret "WEBHOOK_ID:CERT_ID:<PEM>" for a self-signed certificate of key valid
+  # from..to (unix seconds).
+  def paypal_secret(key, from:, to:, webhook_id: "8PT597110X687430LKGECATA", cert_id: "CERT-360caa42-fca2a594-a5cafa77")
+    c = OpenSSL::X509::Certificate.new
+    c.version = 2
+    c.serial = 1
+    c.subject = c.issuer = OpenSSL::X509::Name.parse("/CN=messageverificationcerts.paypal.com")
+    c.public_key = key
+    c.not_before = Time.at(from)
+    c.not_after = Time.at(to)
+    c.sign(key, OpenSSL::Digest.new("SHA256"))
+    "#{webhook_id}:#{cert_id}:#{c.to_pem.strip}"
+  end
+
+  # PayPal's headers for body, signed as PayPal signs: id|time|webhook id|CRC-32 of the body.
+  def paypal_headers(body, key:, time:, hook: "8PT597110X687430LKGECATA", tid: "b2384410-f8d2-11ed-8b8f-3f1cf3ed7d15",
+                     url: "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-a5cafa77")
+    sig = Base64.strict_encode64(key.sign("SHA256", [tid, time, hook, Zlib.crc32(body)].join("|")))
+    { "PAYPAL-TRANSMISSION-ID" => tid, "PAYPAL-TRANSMISSION-TIME" => time, "PAYPAL-TRANSMISSION-SIG" => sig,
+      "PAYPAL-CERT-URL" => url, "PAYPAL-AUTH-ALGO" => "SHA256withRSA" }
   end
 
   # A store for Receiver specs that records each insert (keywords) and accepts it.

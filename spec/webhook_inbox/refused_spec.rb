@@ -7,12 +7,14 @@ require "base64"
 require "rack/mock"
 require "securerandom"
 require_relative "../support/receiver_helpers"
+require_relative "../support/verifier_helpers"
 
 # Issue 20 item 2: deliveries refused for a signature or secret mismatch are kept aside
 # (keep_refused), bounded, never processed, and admitted by reverify once the secret is fixed,
 # the signed timestamp checked against the receipt time.
 RSpec.describe WebhookInbox::Refused do
   include ReceiverHelpers
+  include VerifierHelpers
 
   let(:pg) { TestDatabase.cluster }
   let(:conn) { PG.connect(pg.url) }
@@ -127,6 +129,30 @@ RSpec.describe WebhookInbox::Refused do
     expect(WebhookInbox::Refused::Reverify.new(exec: exec, configuration: fixed).call(endpoint, actor: "ops"))
       .to include(admitted: 1, still_refused: 0)
     expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type]] }).to eq([%w[ev-url-1 payment.updated]])
+  end
+
+  it "keeps a PayPal delivery naming a certificate not yet configured (unknown_key) and admits it once it is" do
+    old_key, new_key = OpenSSL::PKey::RSA.new(2048), OpenSSL::PKey::RSA.new(2048)
+    wall = Time.now.to_i
+    old_secret = paypal_secret(old_key, from: wall - 86_400, to: wall + 86_400, cert_id: "CERT-old")
+    new_secret = paypal_secret(new_key, from: wall - 86_400, to: wall + 86_400, cert_id: "CERT-new")
+    body = '{"id":"WH-rotated-1","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"42311647XV020574X"}}'
+    headers = paypal_headers(body, key: new_key, time: Time.at(wall).utc.iso8601,
+                                   url: "https://api.paypal.com/v1/notifications/certs/CERT-new")
+    env = Rack::MockRequest.env_for("/hooks/paypal", method: "POST", input: body, "CONTENT_TYPE" => "application/json",
+                                    **headers.to_h { |k, v| ["HTTP_#{k.tr("-", "_")}", v] })
+    paypal = WebhookInbox::Receiver.new(provider: :paypal, secrets: [old_secret], source_scope: scope, inbox: inbox,
+                                        endpoint: endpoint, keep_refused: true, refused: keeper)
+    expect(paypal.call(env).reason).to eq(:unknown_key)
+    expect(settle(1)).to eq(1)
+    fixed = WebhookInbox::Configuration.new.tap do |c|
+      c.endpoint(endpoint.to_sym, provider: :paypal, secrets: [old_secret, new_secret], scope: scope)
+      c.database_url = pg.url
+      configurations << c
+    end
+    expect(WebhookInbox::Refused::Reverify.new(exec: exec, configuration: fixed).call(endpoint, actor: "ops"))
+      .to include(admitted: 1, still_refused: 0)
+    expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type]] }).to eq([%w[WH-rotated-1 PAYMENT.CAPTURE.COMPLETED]])
   end
 
   it "keeps nothing unless the endpoint asks (off by default)" do

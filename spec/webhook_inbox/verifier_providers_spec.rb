@@ -6,6 +6,7 @@ require "json"
 require "openssl"
 require "base64"
 require "uri"
+require "zlib"
 
 # The providers added as table entries (ext/webhook_inbox/providers.c): for each, a valid
 # delivery, a tampered body, a wrong key, a stale timestamp (where the provider signs one)
@@ -652,6 +653,131 @@ RSpec.describe WebhookInbox::Verifier do
       expect(store.inserts.map { |i| i[:event_id] }).to eq(["Ev1"])
       bad = env.merge("HTTP_X_SLACK_SIGNATURE" => "v0=#{"0" * 64}")
       expect(r.receive(body, bad).http_status).to eq(401)
+    end
+  end
+
+  describe ":paypal (RSA-SHA256 by a configured certificate over id|time|webhook id|crc32)" do
+    # As PayPal signs (docs: "verify webhook signature", self-verification): transmission id,
+    # transmission time, the endpoint's webhook id and the body's CRC-32 in decimal, joined by
+    # "|", RSA-SHA256 by the certificate PAYPAL-CERT-URL names, base64.
+    let(:rsa) { OpenSSL::PKey::RSA.new(2048) }
+    let(:cert_id) { "CERT-360caa42-fca2a594-a5cafa77" }
+    let(:webhook_id) { "8PT597110X687430LKGECATA" }
+    let(:body) { JSON.generate("id" => "WH-2WR32451HC0233532-67976317FL4543714", "event_type" => "PAYMENT.CAPTURE.COMPLETED",
+                               "create_time" => "2023-11-14T22:13:20.000Z", "resource" => { "id" => "42311647XV020574X" }) }
+    let(:verifier) { described_class.new(:paypal, secrets: [secret]) }
+
+    let(:t0) { now } # 2023-11-14T22:13:20Z
+
+    def cert(key) = paypal_secret(key, from: t0 - 86_400, to: t0 + 365 * 86_400).split(":", 3).last
+
+    def secret(key: rsa, id: webhook_id, cid: cert_id, from: t0 - 86_400, to: t0 + 365 * 86_400)
+      paypal_secret(key, from: from, to: to, webhook_id: id, cert_id: cid)
+    end
+
+    def headers(b = body, time: "2023-11-14T22:13:20Z", key: rsa, hook: webhook_id, url: nil, tid: "b2384410-f8d2-11ed-8b8f-3f1cf3ed7d15")
+      paypal_headers(b, key: key, time: time, hook: hook, tid: tid,
+                        url: url || "https://api.sandbox.paypal.com/v1/notifications/certs/#{cert_id}")
+    end
+
+    # The committed vector (spec/fixtures/vectors/generator/paypal.sh: OpenSSL CLI, gzip's CRC-32)
+    JSON.parse(File.read(File.join(vectors_dir, "paypal-signatures.json")))["cases"].each do |c|
+      it "verifies the OpenSSL-signed vector #{c["name"]} and refuses it tampered, under another certificate, or stale" do
+        v = described_class.new(:paypal, secrets: [c["secret"]])
+        expect(Zlib.crc32(c["body"])).to eq(c["crc32"])
+        ev = v.verify(c["body"], c["headers"], now: c["now"])
+        expect([ev.event_id, ev.event_type]).to eq(c.values_at("event_id", "event_type"))
+        expect(reason_of { v.verify(c["body"].sub("30.00", "31.00"), c["headers"], now: c["now"]) }).to eq(:signature_mismatch)
+        expect(reason_of { v.verify(c["body"], c["headers"].merge("PAYPAL-TRANSMISSION-ID" => c["headers"]["PAYPAL-TRANSMISSION-ID"].tr("b", "c")), now: c["now"]) })
+          .to eq(:signature_mismatch)
+        expect(reason_of { described_class.new(:paypal, secrets: [c["wrong_secret"]]).verify(c["body"], c["headers"], now: c["now"]) })
+          .to eq(:signature_mismatch)
+        expect(reason_of { v.verify(c["body"], c["headers"], now: c["now"] + 301) }).to eq(:timestamp_out_of_tolerance)
+      end
+    end
+
+    it "verifies, reads the body's id and event_type and the signed transmission time" do
+      ev = verifier.verify(body, headers, now: now)
+      expect([ev.event_id, ev.event_type]).to eq(%w[WH-2WR32451HC0233532-67976317FL4543714 PAYMENT.CAPTURE.COMPLETED])
+      expect(verifier.verify(body, headers(url: "https://api.paypal.com/v1/notifications/certs/#{cert_id}"), now: now).event_id).to eq(ev.event_id)
+      expect(verifier.verify(body, headers(time: "2023-11-14T23:13:20+01:00"), now: now).event_type).to eq(ev.event_type)
+    end
+
+    it "refuses a tampered body, transmission id or time, another key, and another webhook id" do
+      h = headers
+      expect(reason_of { verifier.verify(body.sub("COMPLETED", "REFUNDED"), h, now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(body, h.merge("PAYPAL-TRANSMISSION-ID" => "x#{h["PAYPAL-TRANSMISSION-ID"]}"), now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(body, h.merge("PAYPAL-TRANSMISSION-TIME" => "2023-11-14T22:13:21Z"), now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(body, headers(key: OpenSSL::PKey::RSA.new(2048)), now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(body, headers(hook: "OTHERWEBHOOK1"), now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { described_class.new(:paypal, secrets: [secret(id: "OTHERWEBHOOK1")]).verify(body, h, now: now) }).to eq(:signature_mismatch)
+    end
+
+    it "refuses a certificate URL off PayPal's hosts or paths, and a certificate it does not have (naming its id)" do
+      ["http://api.paypal.com/v1/notifications/certs/#{cert_id}", "https://api.paypal.com.evil.example/v1/notifications/certs/#{cert_id}",
+       "https://evil.example/v1/notifications/certs/#{cert_id}", "https://api.paypal.com/v2/other/#{cert_id}",
+       "https://api.paypal.com/v1/notifications/certs/#{cert_id}?x=1", "https://api.paypal.com/v1/notifications/certs/../#{cert_id}",
+       "https://user@api.paypal.com/v1/notifications/certs/#{cert_id}"].each do |url|
+        expect(reason_of { verifier.verify(body, headers(url: url), now: now) }).to eq(:malformed_signature), url
+      end
+      unknown = headers(url: "https://api.paypal.com/v1/notifications/certs/CERT-new-one")
+      expect { verifier.verify(body, unknown, now: now) }.to raise_error(WebhookInbox::VerificationError, /CERT-new-one/) { |e|
+        expect(e.reason).to eq(:unknown_key) # 401, and kept by keep_refused for reverify once it is added
+        expect(e.message).not_to include(webhook_id, "BEGIN")
+      }
+    end
+
+    it "refuses a certificate outside its validity period, and a stale or future transmission time" do
+      expired = described_class.new(:paypal, secrets: [secret(from: now - 7200, to: now - 3600)])
+      expect { expired.verify(body, headers, now: now) }.to raise_error(WebhookInbox::VerificationError, /not valid now/)
+      early = described_class.new(:paypal, secrets: [secret(from: now + 3600, to: now + 7200)])
+      expect(reason_of { early.verify(body, headers, now: now) }).to eq(:signature_mismatch)
+      expect(reason_of { verifier.verify(body, headers, now: now + 301) }).to eq(:timestamp_out_of_tolerance)
+      expect(reason_of { verifier.verify(body, headers, now: now - 301) }).to eq(:timestamp_out_of_tolerance)
+      expect(described_class.new(:paypal, secrets: [secret], tolerance: 600).verify(body, headers, now: now + 500).event_id).to start_with("WH-")
+    end
+
+    it "refuses missing headers, another algorithm, a malformed time or signature, and bad secrets" do
+      h = headers
+      expect(reason_of { verifier.verify(body, h.except("PAYPAL-TRANSMISSION-SIG"), now: now) }).to eq(:missing_signature)
+      expect(reason_of { verifier.verify(body, h.except("PAYPAL-TRANSMISSION-ID"), now: now) }).to eq(:missing_id)
+      expect(reason_of { verifier.verify(body, h.except("PAYPAL-TRANSMISSION-TIME"), now: now) }).to eq(:missing_timestamp)
+      expect(reason_of { verifier.verify(body, h.except("PAYPAL-CERT-URL"), now: now) }).to eq(:malformed_signature)
+      # unsigned, and RSA-SHA256 is the only algorithm tried: absent (as in a kept delivery) is SHA256withRSA
+      expect(verifier.verify(body, h.except("PAYPAL-AUTH-ALGO"), now: now).event_id).to start_with("WH-")
+      expect(reason_of { verifier.verify(body, h.merge("PAYPAL-AUTH-ALGO" => "SHA1withRSA"), now: now) }).to eq(:malformed_signature)
+      expect(reason_of { verifier.verify(body, h.merge("PAYPAL-TRANSMISSION-SIG" => "AAAA"), now: now) }).to eq(:malformed_signature)
+      doubled = body.sub('"id":"WH-', '"id":"WH-other","id":"WH-') # jsonb would keep the second id
+      expect(reason_of { verifier.verify(doubled, headers(doubled), now: now) }).to eq(:duplicate_key)
+      ["1700000000", "2023-11-14 22:13:20Z", "2023-02-30T22:13:20Z", "2023-11-14T22:13:20"].each do |t|
+        expect(reason_of { verifier.verify(body, headers(time: t), now: now) }).to eq(:malformed_timestamp), t
+      end
+      pem = cert(rsa)
+      ["#{webhook_id}:#{pem}", "#{webhook_id}:#{cert_id}:not a pem", ":#{cert_id}:#{pem}", "#{webhook_id}:#{cert_id}:#{rsa.public_to_pem.strip}",
+       "#{webhook_id}:#{cert_id}:#{cert(OpenSSL::PKey::RSA.new(1024))}"].each do |k|
+        expect { described_class.new(:paypal, secrets: [k]) }
+          .to raise_error(WebhookInbox::ConfigurationError, /WEBHOOK_ID:CERT_ID|certificate/) { |x| expect(x.message).not_to include(webhook_id) }
+      end
+    end
+
+    it "takes several certificates (rotation) and webhook ids; a retry reaches the Receiver under the body's id, which the inbox dedupes on" do
+      new_key = OpenSSL::PKey::RSA.new(2048)
+      both = [secret, secret(key: new_key, cid: "CERT-next")]
+      v = described_class.new(:paypal, secrets: both)
+      expect(v.verify(body, headers(key: new_key, url: "https://api-m.paypal.com/v1/notifications/certs/CERT-next"), now: now).event_id).to start_with("WH-")
+      # the Receiver checks against the clock: a certificate and transmission times around it
+      wall = Time.now.to_i
+      store = recording_store
+      r = WebhookInbox::Receiver.new(provider: :paypal, secrets: [secret(from: wall - 86_400, to: wall + 86_400)],
+                                     source_scope: "paypal:live", inbox: store)
+      env_of = ->(h) { h.to_h { |k, val| ["HTTP_#{k.tr("-", "_")}", val] }.merge("REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/json") }
+      first, again = [[wall - 60, "t1"], [wall, "t2"]].map { |t, tid| env_of.call(headers(time: Time.at(t).utc.iso8601, tid: tid)) }
+      expect(r.receive(body, first).http_status).to eq(200)
+      expect(r.receive(body, again).http_status).to eq(200) # PayPal's retry: a new transmission, the same event
+      expect(r.receive(body.sub("COMPLETED", "DENIED"), again).http_status).to eq(401)
+      unknown = env_of.call(headers(time: Time.at(wall).utc.iso8601, url: "https://api.paypal.com/v1/notifications/certs/CERT-next2"))
+      expect(r.receive(body, unknown).http_status).to eq(401)
+      expect(store.inserts.map { |i| i[:event_id] }).to eq(["WH-2WR32451HC0233532-67976317FL4543714"] * 2)
     end
   end
 end

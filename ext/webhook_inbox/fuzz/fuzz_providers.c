@@ -1,7 +1,7 @@
 /* fuzz_providers.c - libFuzzer entry point for every provider entry through the generic
  * engine (signature layouts, timestamp and id headers, body field paths such as
  * "meta.event_name", challenges) and for secret parsing in each key form (hex and base64
- * public keys, DER P-256, P-256 JWKs, RSA PEM, user:password, whsec_/whpk_); JWT entries (Vonage, Plaid) get
+ * public keys, DER P-256, P-256 JWKs, RSA PEM, PayPal's certificates, user:password, whsec_/whpk_); JWT entries (Vonage, Plaid) get
  * their token in the first header. The first byte picks the entry; the second says
  * whether the rest is a secret to add or a request: body, then header values split on 0xff,
  * then the URL ({url}: Twilio's sorted form and bodySHA256, Square, HubSpot's unescaping). */
@@ -10,6 +10,7 @@
 #include <string.h>
 #include "../provider.h"
 #include "../sig.h"
+#include "../test/paypal_fixture.h"
 
 #define MAX_ENTRIES 64
 
@@ -48,6 +49,7 @@ static void setup(void)
                              : p->versions[0].key == WI_KEY_CREDENTIALS ? "user:password"
                              : p->versions[0].key == WI_KEY_PEM     ? rsa_pem
                              : p->versions[0].key == WI_KEY_PAIR    ? "pub_k1:private_key_1"
+                             : p->versions[0].key == WI_KEY_CERT    ? PAYPAL_SECRET
                                                                     : "whsec_c2VjcmV0";
         verifiers[i] = wi_sig_verifier_new(&cfg, &err);
         if (!verifiers[i] || wi_sig_verifier_add_secret(verifiers[i], secret, strlen(secret), &err)) abort();

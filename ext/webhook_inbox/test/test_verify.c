@@ -14,6 +14,8 @@
 #include "../json.h"
 #include "../num.h"
 #include "../sig.h"
+#include "../sig_paypal.h"
+#include "paypal_fixture.h"
 #include "../sig_header.h"
 
 #include "check.h"
@@ -602,6 +604,79 @@ static void test_provider_table(void)
     }
 }
 
+/* PayPal's pieces: zlib's CRC-32 against its check values, the transmission time parser on
+ * valid forms, impossible dates and every truncation of a valid time, and secret forms. */
+static void test_paypal(void)
+{
+    static const struct { const char *s; int64_t t; } times[] = {
+        {"1970-01-01T00:00:00Z", 0}, {"2023-11-14T22:13:20Z", 1700000000}, {"2023-11-14T23:13:20+01:00", 1700000000},
+        {"2023-11-14T21:13:20-01:00", 1700000000}, {"2023-11-14T22:13:20.123456Z", 1700000000},
+        {"2000-02-29T00:00:00Z", 951782400}, {"2023-11-14t22:13:20z", 1700000000}};
+    static const char *const bad[] = {"2023-02-29T00:00:00Z", "2023-13-01T00:00:00Z", "2023-11-14T24:00:00Z",
+                                      "2023-11-14 22:13:20Z", "2023-11-14T22:13:20", "2023-11-14T22:13:20.Z",
+                                      "2023-11-14T22:13:20+0100", "1700000000", "2023-11-14T22:13:20Zx"};
+    int64_t t;
+    const char *q = "The quick brown fox jumps over the lazy dog";
+    CHECK(wi_sig_paypal_crc32("123456789", 9) == 0xCBF43926u, "crc32 check value");
+    CHECK(wi_sig_paypal_crc32(q, strlen(q)) == 0x414FA339u, "crc32 of the fox");
+    CHECK(wi_sig_paypal_crc32(NULL, 0) == 0, "crc32 of nothing");
+    for (size_t i = 0; i < sizeof times / sizeof *times; i++)
+        CHECK(wi_sig_paypal_time((struct wi_slice){times[i].s, strlen(times[i].s)}, &t) == 0 && t == times[i].t,
+              "time %s", times[i].s);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(wi_sig_paypal_time((struct wi_slice){bad[i], strlen(bad[i])}, &t) == -1, "refused time %s", bad[i]);
+    for (size_t n = 0; n < strlen(times[4].s); n++)
+        CHECK(wi_sig_paypal_time((struct wi_slice){times[4].s, n}, &t) == -1, "truncated time at %zu", n);
+    struct wi_sig_verifier *v = make("paypal", NULL);
+    static const char *const secrets[] = {"WH1:CERT-1:not a pem", "WH1:-----BEGIN CERTIFICATE-----", ":CERT-1:-----BEGIN CERTIFICATE-----",
+                                          "WH 1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----", "WH1",
+                                          "WH1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----"};
+    struct wi_err err;
+    for (size_t i = 0; i < sizeof secrets / sizeof *secrets; i++)
+        CHECK(wi_sig_verifier_add_secret(v, secrets[i], strlen(secrets[i]), &err) == -1 && err.code == WI_ERR_ARG &&
+                  !strstr(err.msg, "WH1"),
+              "paypal secret %zu refused without quoting it: %s", i, err.msg);
+    wi_sig_verifier_free(v);
+
+    /* the fixture's delivery verifies; each header changed, the body changed, another webhook
+     * id, a time out of tolerance or outside the certificate, an unknown certificate do not */
+    const char *good[5] = {PAYPAL_ID, PAYPAL_TIME, PAYPAL_SIG, PAYPAL_CERT_URL, "SHA256withRSA"};
+    struct wi_sig_request req = {.body = {PAYPAL_BODY, strlen(PAYPAL_BODY)}, .now = 1700000000};
+    struct wi_sig_event ev;
+    for (int i = 0; i < 5; i++) req.hdr[i] = (struct wi_slice){good[i], strlen(good[i])};
+    v = make("paypal", PAYPAL_SECRET);
+    CHECK(wi_sig_verify(v, &req, &ev, &err) == 0 && ev.id.n == 4 && !memcmp(ev.id.p, "WH-1", 4) && ev.has_timestamp &&
+              ev.timestamp == 1700000000 && ev.type.n == strlen("PAYMENT.CAPTURE.COMPLETED"),
+          "paypal fixture verifies: %s", err.msg);
+    static const struct { int slot; const char *value; int code; } bad_h[] = {
+        {0, "t2", WI_SIG_E_SIGNATURE_MISMATCH}, {1, "2023-11-14T22:13:21Z", WI_SIG_E_SIGNATURE_MISMATCH},
+        {2, "AAAA", WI_SIG_E_MALFORMED_SIGNATURE}, {3, "https://api.paypal.com/v1/notifications/certs/CERT-2", WI_SIG_E_UNKNOWN_KEY},
+        {3, "https://api.paypal.co/v1/notifications/certs/CERT-1", WI_SIG_E_MALFORMED_SIGNATURE},
+        {4, "SHA1withRSA", WI_SIG_E_MALFORMED_SIGNATURE}, {2, "", WI_SIG_E_MISSING_SIGNATURE}};
+    for (size_t i = 0; i < sizeof bad_h / sizeof *bad_h; i++) {
+        struct wi_sig_request r = req;
+        r.hdr[bad_h[i].slot] = (struct wi_slice){bad_h[i].value, strlen(bad_h[i].value)};
+        CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == bad_h[i].code, "paypal header %zu refused: %s", i, err.msg);
+    }
+    struct wi_sig_request r = req;
+    r.hdr[4] = (struct wi_slice){NULL, 0}; /* no PAYPAL-AUTH-ALGO: SHA256withRSA */
+    CHECK(wi_sig_verify(v, &r, &ev, &err) == 0, "paypal without auth-algo: %s", err.msg);
+    r = req;
+    r.body.n--;
+    CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == WI_SIG_E_SIGNATURE_MISMATCH, "paypal body changed");
+    r = req, r.now = 1700000301;
+    CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "paypal stale");
+    r.now = 4102444801; /* after the certificate's notAfter */
+    CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && strstr(err.msg, "not valid now"), "paypal expired: %s", err.msg);
+    wi_sig_verifier_free(v);
+    const char *base = PAYPAL_SECRET;
+    char other[2048];
+    snprintf(other, sizeof other, "WH2%s", base + 3); /* the same certificate for webhook WH2 */
+    v = make("paypal", other);
+    CHECK(wi_sig_verify(v, &req, &ev, &err) == -1 && err.code == WI_SIG_E_SIGNATURE_MISMATCH, "paypal other webhook id");
+    wi_sig_verifier_free(v);
+}
+
 int main(void)
 {
     test_provider_table();
@@ -615,6 +690,7 @@ int main(void)
     test_canon_bounds();
     test_schemes();
     test_didit_v2_fields();
+    test_paypal();
     printf("verify core: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }
