@@ -58,7 +58,8 @@ struct wi_rc_api {
     void (*filters)(const struct wi_rc_endpoint *ep, char *contains, size_t cn, char *absent, size_t an);
     /* NULL, or NULL for ep: the key is WEBHOOK_INBOX_<NAME>_API_KEY. Else ep authenticates
      * with an RS256 JWT of this issuer (jwt_sign.h) from the PEM private key in
-     * WEBHOOK_INBOX_<NAME>_APP_PRIVATE_KEY, minted anew before it expires; headers() gets it as key. */
+     * WEBHOOK_INBOX_<NAME>_APP_PRIVATE_KEY, minted anew before it expires; headers() gets it as
+     * key, check() an empty key. */
     const char *(*jwt_iss)(const struct wi_rc_endpoint *ep);
 };
 

@@ -321,6 +321,10 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
         st, _o, err = reconcile(*flags, e: env.merge("WEBHOOK_INBOX_GA_APP_PRIVATE_KEY" => bad))
         expect([st.exitstatus, err]).to match([2, /WEBHOOK_INBOX_GA_APP_PRIVATE_KEY: the private key is not an unencrypted PEM/])
         expect(err).not_to include("c2VjcmV0")
+        big = OpenSSL::PKey::RSA.new(4096) # its JWT does not fit the Authorization line: refused, not cut
+        st, _o, err = reconcile(*flags, e: env.merge("WEBHOOK_INBOX_GA_APP_PRIVATE_KEY" => big.to_pem))
+        expect([st.exitstatus, err]).to match([2, /the App's JWT is too long for a header/])
+        expect(err).not_to include(*key_lines(big))
         st, _o, err = reconcile("--endpoint", "ga=github:#{scope} app=1 hook=repos/a/b/hooks/1", "--endpoint", "ga")
         expect([st.exitstatus, err]).to match([2, /hook= or app=, not both/])
         expect(api.requests_to("/app/").size).to eq(asked) # refused before any request
