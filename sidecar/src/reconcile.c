@@ -14,6 +14,7 @@
 #include <libpq-fe.h>
 
 #include "clock.h"
+#include "jwt_sign.h"
 #include "log.h"
 #include "pgw.h"
 #include "reconcile_http.h"
@@ -58,13 +59,15 @@ static const struct wi_pg_stmt cursor_stmts[] = {
     {"wi_rc_mark", "SELECT webhook_inbox_reconcile_mark($1::text)"}, /* db/012 */
 };
 
-/* One walk's state. Invariant: key and hdr hold the credential; both wiped by walk_end. */
+/* One walk's state. Invariant: key and hdr hold the credential (an App endpoint's JWT,
+ * from signer); both wiped, and signer freed, when the walk ends. */
 struct walk {
     const struct wi_rc_endpoint *ep;
     struct wi_rc_endpoint own;  /* ep after check() (the key's mode) */
     struct wi_pg *pg;
     struct wi_pg_stmt page;
     char key[512];
+    struct wi_jwt_signer *signer; /* an App endpoint (api->jwt_iss): mints key; else NULL */
     char hdr[6][512];
     int nhdr;
     char base[256];
@@ -99,27 +102,79 @@ static int nap(const struct walk *w, double s)
     return stopped(w) ? -1 : 0;
 }
 
-/* WEBHOOK_INBOX_<NAME>_API_KEY, and the base URL (the test override: loopback only). */
+/* WEBHOOK_INBOX_<NAME><suffix> into env (128 bytes). */
+static void env_name(const struct wi_rc_endpoint *ep, const char *suffix, char *env)
+{
+    size_t i, n = (size_t)snprintf(env, 128, "WEBHOOK_INBOX_");
+    for (i = 0; ep->name[i] && n + 1 < 128; i++)
+        env[n++] = (char)toupper((unsigned char)ep->name[i]);
+    snprintf(env + n, 128 - n, "%s", suffix);
+}
+
+/* An App endpoint: a fresh JWT in key and hdr when the one there is near its exp (at the
+ * walk's start and before each request: a walk can outlast one). 0 or -1 with *err. */
+static int renew(struct walk *w, struct wi_err *err)
+{
+    int minted;
+    const char *t;
+
+    if (!w->signer)
+        return 0;
+    if (!(t = wi_jwt_signer_token(w->signer, (long long)time(NULL), &minted, err)))
+        return -1;
+    if (!minted)
+        return 0;
+    if (strlen(t) >= sizeof w->key)
+        return wi_err_set(err, WI_ERR_ARG, "endpoint %s: the App's JWT is too long for a header (GitHub issues "
+                          "2048-bit App keys)", w->ep->name);
+    memcpy(w->key, t, strlen(t) + 1);
+    if ((w->nhdr = w->ep->api->headers(&w->own, w->key, w->hdr, 6)) < 0)
+        return wi_err_set(err, WI_ERR_ARG, "endpoint %s: the App's JWT is too long for a header", w->ep->name);
+    log_debug("reconcile_app_jwt", "endpoint=%s valid_s=%d", w->ep->name, WI_JWT_LIFE_S);
+    return 0;
+}
+
+/* An App endpoint's signer from WEBHOOK_INBOX_<NAME>_APP_PRIVATE_KEY (never quoted). */
+static int app_signer(struct walk *w, const char *iss, struct wi_err *err)
+{
+    char env[128];
+    const char *v;
+    struct wi_err why;
+
+    env_name(w->ep, "_APP_PRIVATE_KEY", env);
+    if (!(v = getenv(env)) || !*v)
+        return wi_err_set(err, WI_ERR_ARG, "endpoint %s: no App private key: set %s (PEM)", w->ep->name, env);
+    if (!(w->signer = wi_jwt_signer_new(v, strlen(v), iss, &why)))
+        return wi_err_set(err, why.code, "endpoint %s: %s: %s", w->ep->name, env, why.msg);
+    return 0;
+}
+
+/* WEBHOOK_INBOX_<NAME>_API_KEY (or an App's JWT), and the base URL (the test override:
+ * loopback only). */
 static int credentials(struct walk *w, struct wi_err *err)
 {
     char env[128];
-    const char *v, *test;
-    size_t i, n = (size_t)snprintf(env, sizeof env, "WEBHOOK_INBOX_");
+    const char *v, *test, *iss = w->ep->api->jwt_iss ? w->ep->api->jwt_iss(w->ep) : NULL;
+    size_t i;
 
-    for (i = 0; w->ep->name[i] && n + 1 < sizeof env; i++)
-        env[n++] = (char)toupper((unsigned char)w->ep->name[i]);
-    snprintf(env + n, sizeof env - n, "_API_KEY");
-    v = getenv(env);
-    if (!v || !*v)
-        return wi_err_set(err, WI_ERR_ARG, "endpoint %s: no API key: set %s", w->ep->name, env);
-    for (i = 0; v[i]; i++)
-        if ((unsigned char)v[i] <= ' ' || v[i] == 0x7f || i >= sizeof w->key - 1)
-            return wi_err_set(err, WI_ERR_ARG, "endpoint %s: %s holds spaces or control characters, or is too long",
-                              w->ep->name, env);
-    memcpy(w->key, v, i + 1);
     w->own = *w->ep;
-    if (w->ep->api->check(&w->own, w->key, err) < 0)
-        return -1;
+    if (iss) {
+        if (w->ep->api->check(&w->own, "", err) < 0 || app_signer(w, iss, err) < 0)
+            return -1;
+    } else {
+        env_name(w->ep, "_API_KEY", env);
+        v = getenv(env);
+        if (!v || !*v)
+            return wi_err_set(err, WI_ERR_ARG, "endpoint %s: no API key: set %s", w->ep->name, env);
+        for (i = 0; v[i]; i++)
+            if ((unsigned char)v[i] <= ' ' || v[i] == 0x7f || i >= sizeof w->key - 1)
+                return wi_err_set(err, WI_ERR_ARG,
+                                  "endpoint %s: %s holds spaces or control characters, or is too long", w->ep->name,
+                                  env);
+        memcpy(w->key, v, i + 1);
+        if (w->ep->api->check(&w->own, w->key, err) < 0)
+            return -1;
+    }
     snprintf(w->base, sizeof w->base, "%s",
              w->own.live == 0 && w->ep->api->sandbox_base ? w->ep->api->sandbox_base : w->ep->api->base);
     if ((test = getenv(w->ep->api->test_base_env)) && *test) {
@@ -131,6 +186,8 @@ static int credentials(struct walk *w, struct wi_err *err)
         log_warnx("reconcile_test_api", "endpoint=%s env=%s note=\"a test API, not the provider's\"", w->ep->name,
                   w->ep->api->test_base_env);
     }
+    if (w->signer)
+        return renew(w, err);
     if ((w->nhdr = w->ep->api->headers(&w->own, w->key, w->hdr, 6)) < 0)
         return wi_err_set(err, WI_ERR_ARG, "endpoint %s: the API key is too long", w->ep->name);
     return 0;
@@ -148,13 +205,16 @@ static int call(struct walk *w, const char *method, const char *url, const char 
                             .timeout_ms = REQ_TIMEOUT_MS, .stopping = w->stopping, .body = body};
     int tries = 0, waits = 0;
 
-    for (int i = 0; i < w->nhdr; i++)
+    for (int i = 0; i < 6; i++) /* the rows: renew() may rewrite them */
         h[i] = w->hdr[i];
     for (;;) {
         double wait = w->next_at - wi_clock_s();
         if (wait > 0 && nap(w, wait) < 0)
             return wi_err_set(err, WI_ERR_IO, "stopping");
         w->next_at = wi_clock_s() + 1.0 / w->own.rate;
+        if (renew(w, err) < 0)
+            return -1;
+        req.nheaders = w->nhdr;
         if (wi_rc_http(&req, res, err) < 0)
             return -1;
         if (res->status == 429 || (res->status == 403 && res->retry_after_ms >= 0)) {
@@ -187,8 +247,8 @@ static int call(struct walk *w, const char *method, const char *url, const char 
         if (res->status == 401 || res->status == 403) {
             long st = res->status;
             wi_rc_res_free(res);
-            return wi_err_set(err, WI_ERR_ARG, "the provider refused the API key of endpoint %s (HTTP %ld)",
-                              w->ep->name, st);
+            return wi_err_set(err, WI_ERR_ARG, "the provider refused the %s of endpoint %s (HTTP %ld)",
+                              w->signer ? "App JWT (app=, its private key)" : "API key", w->ep->name, st);
         }
         return 0;
     }
@@ -449,6 +509,7 @@ out:
         PQclear(exec(&w, "wi_rc_unlock", 1, p1, PGRES_TUPLES_OK, &ignore));
     free(cursor);
     wi_pg_free(w.pg);
+    wi_jwt_signer_free(w.signer);
     wipe(w.key, sizeof w.key);
     wipe(w.hdr, sizeof w.hdr);
     return rc;

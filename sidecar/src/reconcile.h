@@ -56,6 +56,11 @@ struct wi_rc_api {
     int (*headers)(const struct wi_rc_endpoint *ep, const char *key, char (*lines)[512], int n);
     /* $6 and $7 of the page statement (page_nparams 7), as text. */
     void (*filters)(const struct wi_rc_endpoint *ep, char *contains, size_t cn, char *absent, size_t an);
+    /* NULL, or NULL for ep: the key is WEBHOOK_INBOX_<NAME>_API_KEY. Else ep authenticates
+     * with an RS256 JWT of this issuer (jwt_sign.h) from the PEM private key in
+     * WEBHOOK_INBOX_<NAME>_APP_PRIVATE_KEY, minted anew before it expires; headers() gets it as
+     * key, check() an empty key. */
+    const char *(*jwt_iss)(const struct wi_rc_endpoint *ep);
 };
 
 extern const struct wi_rc_api wi_rc_stripe, wi_rc_github, wi_rc_paddle, wi_rc_square;
@@ -77,6 +82,7 @@ struct wi_rc_endpoint {
     int live;           /* mode=live (1), test or sandbox (0); a key that tells its mode must agree */
     int failed_only;    /* stripe: failed_only=true lists delivery_success=false only */
     char *hook;         /* github: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID */
+    char *app;          /* github: app=APP_ID instead: the App's own webhook (app/hook), a JWT as key */
     double rate;        /* requests per second at most (rate=N, default 5) */
 };
 

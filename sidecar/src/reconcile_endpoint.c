@@ -41,6 +41,8 @@ static int option(struct wi_rc_endpoint *ep, const char *k, size_t kn, const cha
         return set_str(&ep->account, v, vn, err);
     if (kn == 4 && !strncmp(k, "hook", 4))
         return set_str(&ep->hook, v, vn, err);
+    if (kn == 3 && !strncmp(k, "app", 3))
+        return set_str(&ep->app, v, vn, err);
     if (kn == 4 && !strncmp(k, "mode", 4)) {
         const char *other = ep->api->sandbox_base ? "sandbox" : "test"; /* the provider's word */
         if (vn == 4 && !strncmp(v, "live", 4))
@@ -135,6 +137,7 @@ void wi_rc_endpoint_clear(struct wi_rc_endpoint *ep)
     free(ep->scope);
     free(ep->account);
     free(ep->hook);
+    free(ep->app);
     memset(ep, 0, sizeof *ep);
 }
 

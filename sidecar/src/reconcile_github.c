@@ -1,6 +1,7 @@
 /* reconcile_github.c - GitHub's hook deliveries API as reconcile reads it: list a
- * repository's or organization's hook deliveries (newest first, per_page=100, cursor from
- * the Link header), and for each failed one no later attempt delivered, ask GitHub to
+ * repository's or organization's hook deliveries (hook=, a token), or a GitHub App's
+ * (app=: GET /app/hook/deliveries, an App JWT), newest first, per_page=100, cursor from
+ * the Link header, and for each failed one no later attempt delivered, ask GitHub to
  * redeliver it (POST .../deliveries/{id}/attempts). Redelivery, not the listed payload:
  * GitHub resends the very bytes it signed, so the receiver verifies them and keys the event
  * by the SHA-256 of that body as it keys every delivery - a payload re-serialized from the
@@ -11,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const options[] = {"hook", "rate", NULL};
+static const char *const options[] = {"hook", "app", "rate", NULL};
 
 /* To redeliver: a failed attempt (not 2xx) in the window whose GUID no attempt on this page
  * delivered, newer than the attempt last redelivered for that GUID; one per GUID. */
@@ -64,12 +65,28 @@ static int hook_ok(const char *h)
     return *p && strspn(p, "0123456789") == strlen(p) && strlen(p) <= 19;
 }
 
+/* The deliveries' path under the base: the App's webhook, or the hook= named. */
+static const char *hook_path(const struct wi_rc_endpoint *ep)
+{
+    return ep->app ? "app/hook" : ep->hook;
+}
+
 static int check(struct wi_rc_endpoint *ep, const char *key, struct wi_err *err)
 {
     (void)key;
+    if (ep->app) {
+        size_t n = strlen(ep->app);
+        if (ep->hook)
+            return wi_err_set(err, WI_ERR_ARG, "endpoint %s: hook= or app=, not both", ep->name);
+        if (n < 1 || n > 64 ||
+            strspn(ep->app, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n)
+            return wi_err_set(err, WI_ERR_ARG, "endpoint %s: app= must be the GitHub App's id (or client id)",
+                              ep->name);
+        return 0;
+    }
     if (!ep->hook || !hook_ok(ep->hook))
         return wi_err_set(err, WI_ERR_ARG, "endpoint %s: hook= must be repos/OWNER/REPO/hooks/ID or "
-                          "orgs/ORG/hooks/ID (the webhook whose deliveries to recover)", ep->name);
+                          "orgs/ORG/hooks/ID (the webhook whose deliveries to recover), or app=APP_ID", ep->name);
     return 0;
 }
 
@@ -81,7 +98,7 @@ static int page_url(const struct wi_rc_endpoint *ep, const char *base, double si
     if (cursor && strspn(cursor, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.~%=-") !=
                       strlen(cursor))
         return -1;
-    w = snprintf(url, n, "%s/%s/deliveries?per_page=100%s%s", base, ep->hook, cursor ? "&cursor=" : "",
+    w = snprintf(url, n, "%s/%s/deliveries?per_page=100%s%s", base, hook_path(ep), cursor ? "&cursor=" : "",
                  cursor ? cursor : "");
     return w < 0 || (size_t)w >= n ? -1 : 0;
 }
@@ -91,7 +108,7 @@ static int redeliver_url(const struct wi_rc_endpoint *ep, const char *base, cons
     int w;
     if (!*id || strspn(id, "0123456789") != strlen(id))
         return -1;
-    w = snprintf(url, n, "%s/%s/deliveries/%s/attempts", base, ep->hook, id);
+    w = snprintf(url, n, "%s/%s/deliveries/%s/attempts", base, hook_path(ep), id);
     return w < 0 || (size_t)w >= n ? -1 : 0;
 }
 
@@ -101,6 +118,11 @@ static int headers(const struct wi_rc_endpoint *ep, const char *key, char (*line
                                         NULL};
     (void)ep;
     return wi_rc_bearer(key, extra, lines, n);
+}
+
+static const char *jwt_iss(const struct wi_rc_endpoint *ep)
+{
+    return ep->app;
 }
 
 const struct wi_rc_api wi_rc_github = {
@@ -115,4 +137,5 @@ const struct wi_rc_api wi_rc_github = {
     .page_url = page_url,
     .redeliver_url = redeliver_url,
     .headers = headers,
+    .jwt_iss = jwt_iss,
 };

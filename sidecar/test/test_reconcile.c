@@ -52,6 +52,25 @@ int main(void)
         wi_rc_endpoint_clear(&ep);
     }
     CHECK(parses("o=github:s hook=orgs/acme/hooks/1"));
+    /* a GitHub App's own webhook: app=APP_ID, its key a JWT (jwt_iss) */
+    CHECK(wi_rc_endpoint_parse("ga=github:github:app app=123456", &ep, &err) == 0);
+    CHECK(wi_rc_github.check(&ep, "", &err) == 0 && !strcmp(wi_rc_github.jwt_iss(&ep), "123456"));
+    CHECK(wi_rc_github.page_url(&ep, "https://api.github.com", 0, 0, NULL, url, sizeof url) == 0);
+    CHECK(!strcmp(url, "https://api.github.com/app/hook/deliveries?per_page=100"));
+    CHECK(wi_rc_github.redeliver_url(&ep, "https://api.github.com", "77", url, sizeof url) == 0);
+    CHECK(!strcmp(url, "https://api.github.com/app/hook/deliveries/77/attempts"));
+    wi_rc_endpoint_clear(&ep);
+    CHECK(wi_rc_endpoint_parse("gh=github:s hook=repos/acme/app/hooks/42", &ep, &err) == 0);
+    CHECK(wi_rc_github.jwt_iss(&ep) == NULL); /* a hook= endpoint keeps its API key */
+    wi_rc_endpoint_clear(&ep);
+    for (const char *const *a = (const char *const[]){"ga=github:s app=1 hook=repos/a/b/hooks/1", "ga=github:s app=1/2",
+                                                       "ga=github:s app=\"1\"", NULL};
+         *a; a++) {
+        CHECK(wi_rc_endpoint_parse(*a, &ep, &err) == 0);
+        CHECK(wi_rc_github.check(&ep, "", &err) < 0 && strstr(err.msg, "app="));
+        wi_rc_endpoint_clear(&ep);
+    }
+    CHECK(!parses("st=stripe:s app=1")); /* app= is GitHub's */
 
     CHECK(wi_rc_endpoint_parse("pad=paddle:paddle:acme mode=sandbox", &ep, &err) == 0 && ep.api == &wi_rc_paddle);
     CHECK(wi_rc_paddle.check(&ep, "pdl_live_apikey_x", &err) < 0 &&

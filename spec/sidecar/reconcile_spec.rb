@@ -22,11 +22,14 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
   SQUARE_URL = "https://example.com/webhooks/square"
   WHSEC = "whsec_reconcile_secret"
   GH_SECRET = "github-hook-secret"
+  GH_APP_ID = "31337"
+  GH_APP_KEY = OpenSSL::PKey::RSA.new(2048) # the App's private key, as GitHub issues it
 
   before(:all) { @db = SidecarHelper::DB.new(TestDatabase.cluster) }
   before do
     @api = FakeProviderApis.new(stripe_key: STRIPE_KEY, github_token: GITHUB_TOKEN, paddle_key: PADDLE_KEY,
-                                square_token: SQUARE_TOKEN)
+                                square_token: SQUARE_TOKEN,
+                                github_app: { id: GH_APP_ID, public_key: GH_APP_KEY.public_key })
     db.psql("TRUNCATE webhook_inbox_reconcile_cursors, webhook_inbox_redeliveries")
   end
   after { @api.stop }
@@ -37,7 +40,8 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
     { "WEBHOOK_INBOX_TEST_STRIPE_API" => api.url, "WEBHOOK_INBOX_TEST_GITHUB_API" => api.url,
       "WEBHOOK_INBOX_TEST_PADDLE_API" => api.url, "WEBHOOK_INBOX_TEST_SQUARE_API" => api.url,
       "WEBHOOK_INBOX_BILLING_API_KEY" => STRIPE_KEY, "WEBHOOK_INBOX_GH_API_KEY" => GITHUB_TOKEN,
-      "WEBHOOK_INBOX_PAD_API_KEY" => PADDLE_KEY, "WEBHOOK_INBOX_SQ_API_KEY" => SQUARE_TOKEN }
+      "WEBHOOK_INBOX_PAD_API_KEY" => PADDLE_KEY, "WEBHOOK_INBOX_SQ_API_KEY" => SQUARE_TOKEN,
+      "WEBHOOK_INBOX_GA_APP_PRIVATE_KEY" => GH_APP_KEY.to_pem }
   end
 
   def endpoint_flags(name = "billing", spec = "billing=stripe:#{scope}")
@@ -253,6 +257,132 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       settled = "SELECT coalesce(string_agg(delivery_guid, ','), '') FROM webhook_inbox_redeliveries " \
                 "WHERE source_scope = #{db.q(scope)} AND settled_at IS NOT NULL"
       expect(db.value(settled)).to eq(guids[1]) # the original's request is still looked for, for an hour
+    end
+
+    # A GitHub App's own webhook: app=APP_ID, GET /app/hook/deliveries with a JWT minted from
+    # WEBHOOK_INBOX_GA_APP_PRIVATE_KEY (no API key), which the fake verifies with the public key.
+    describe "App webhook (app=)" do
+      let(:flags) { ["--endpoint", "ga=github:#{scope} app=#{GH_APP_ID}", "--endpoint", "ga"] }
+
+      def app_posts
+        api.requests_to("/app/hook/deliveries/").select { |r| r.method == "POST" }
+      end
+
+      def key_lines(key)
+        key.to_pem.lines.map(&:strip).reject { |l| l.start_with?("-----") }
+      end
+
+      it "redelivers a failed App delivery exactly once, marked recovered like a repository hook's" do
+        ok_body, ok_headers = github_request("ga-ok-#{SecureRandom.hex(3)}", { "action" => "created", "n" => 1 })
+        bad_body, bad_headers = github_request("ga-bad-#{SecureRandom.hex(3)}", { "action" => "deleted", "n" => 2 })
+        receiver.call(rack_request("/gh", ok_body, ok_headers))
+        api.add_delivery(guid: ok_headers["X-GitHub-Delivery"], event: "installation", body: ok_body,
+                         headers: ok_headers, status_code: 200, delivered_at: Time.now - 3600, app: true)
+        failed_id = api.add_delivery(guid: bad_headers["X-GitHub-Delivery"], event: "installation", body: bad_body,
+                                     headers: bad_headers, status_code: 502, delivered_at: Time.now - 3500, app: true)
+        # a repository hook's failed attempt: not the App's webhook, not listed for it
+        api.add_delivery(guid: "g-repo-#{SecureRandom.hex(3)}", event: "issues", body: "{}", headers: {},
+                         status_code: 500, delivered_at: Time.now - 3400)
+        api.deliver = ->(body, headers) { receiver.call(rack_request("/gh", body, headers))[0] }
+
+        st, out, err = reconcile(*flags)
+        expect(st.exitstatus).to eq(0), err
+        expect(out).to match(/reconcile ga: pages=1 listed=2 recovered=1 .*marked=1\b/)
+        expect(app_posts.map(&:path)).to eq(["/app/hook/deliveries/#{failed_id}/attempts"])
+        expect(rows).to eq(2)
+        expect(recovered_ids).to eq([Digest::SHA256.hexdigest(bad_body)]) # webhook_inbox_reconcile_mark (db/012)
+        claims = api.app_claims
+        expect(claims.size).to eq(2) # the list and the redelivery, each verified
+        expect(claims).to all(include("iss" => GH_APP_ID))
+        expect(claims.map { |c| c["exp"] - c["iat"] }).to all(eq(600))
+
+        st, out, err = reconcile(*flags) # the redelivery succeeded: nothing to ask for
+        expect(st.exitstatus).to eq(0), err
+        expect(out).to match(/reconcile ga: pages=1 listed=3 recovered=0 /)
+        expect(app_posts.size).to eq(1)
+        expect(receiver.call(rack_request("/gh", bad_body, bad_headers))[2].join).to include("duplicate")
+        expect(out + err).not_to include(*key_lines(GH_APP_KEY))
+      end
+
+      it "reports a JWT GitHub refuses (401) and a missing or malformed key, never printing the key" do
+        other = OpenSSL::PKey::RSA.new(2048)
+        st, _o, err = reconcile(*flags, e: env.merge("WEBHOOK_INBOX_GA_APP_PRIVATE_KEY" => other.to_pem))
+        expect([st.exitstatus, err]).to match([2, /refused the App JWT \(app=, its private key\) of endpoint ga \(HTTP 401\)/])
+        expect(err).not_to include(*key_lines(other))
+        expect(err).not_to include("PRIVATE KEY")
+        st, _o, err = reconcile("--endpoint", "ga=github:#{scope} app=999", "--endpoint", "ga") # another App's id
+        expect([st.exitstatus, err]).to match([2, /refused the App JWT .* \(HTTP 401\)/])
+        expect(api.app_claims).to be_empty
+
+        asked = api.requests_to("/app/").size
+        st, _o, err = reconcile(*flags, e: env.merge("WEBHOOK_INBOX_GA_APP_PRIVATE_KEY" => nil))
+        expect([st.exitstatus, err]).to match([2, /no App private key: set WEBHOOK_INBOX_GA_APP_PRIVATE_KEY/])
+        bad = "-----BEGIN RSA PRIVATE KEY-----\nc2VjcmV0LWJ1dC1ub3QtYS1rZXk=\n-----END RSA PRIVATE KEY-----\n"
+        st, _o, err = reconcile(*flags, e: env.merge("WEBHOOK_INBOX_GA_APP_PRIVATE_KEY" => bad))
+        expect([st.exitstatus, err]).to match([2, /WEBHOOK_INBOX_GA_APP_PRIVATE_KEY: the private key is not an unencrypted PEM/])
+        expect(err).not_to include("c2VjcmV0")
+        big = OpenSSL::PKey::RSA.new(4096) # its JWT does not fit the Authorization line: refused, not cut
+        st, _o, err = reconcile(*flags, e: env.merge("WEBHOOK_INBOX_GA_APP_PRIVATE_KEY" => big.to_pem))
+        expect([st.exitstatus, err]).to match([2, /the App's JWT is too long for a header/])
+        expect(err).not_to include(*key_lines(big))
+        st, _o, err = reconcile("--endpoint", "ga=github:#{scope} app=1 hook=repos/a/b/hooks/1", "--endpoint", "ga")
+        expect([st.exitstatus, err]).to match([2, /hook= or app=, not both/])
+        expect(api.requests_to("/app/").size).to eq(asked) # refused before any request
+      end
+
+      it "has a fake that refuses a token living longer than 10 minutes or signed by another key" do
+        token = lambda do |key, iat, exp|
+          enc = ->(s) { Base64.urlsafe_encode64(s, padding: false) }
+          input = "#{enc.(JSON.generate(alg: "RS256", typ: "JWT"))}.#{enc.(JSON.generate(iat: iat, exp: exp, iss: GH_APP_ID))}"
+          "#{input}.#{enc.(key.sign("SHA256", input))}"
+        end
+        get = lambda do |t|
+          uri = URI("#{api.url}/app/hook/deliveries")
+          Net::HTTP.start(uri.host, uri.port) { |h| h.get(uri.path, "Authorization" => "Bearer #{t}").code }
+        end
+        now = Time.now.to_i
+        expect(get.(token.(GH_APP_KEY, now - 60, now + 540))).to eq("200")
+        expect(get.(token.(GH_APP_KEY, now - 60, now + 640))).to eq("401")
+        expect(get.(token.(GH_APP_KEY, now - 700, now - 100))).to eq("401")
+        expect(get.(token.(OpenSSL::PKey::RSA.new(2048), now - 60, now + 540))).to eq("401")
+      end
+
+      it "walks the App's deliveries page by page, waits out a short 429, resumes after a long one, redelivering each once" do
+        now = Time.now
+        failed = []
+        ids = Array.new(250) do |i| # oldest first: ids[249] is listed first, 100 a page
+          body, headers = github_request("ga-#{i}-#{SecureRandom.hex(3)}", { "action" => "created", "n" => i })
+          code = (i % 50 == 7) ? 500 : 200
+          id = api.add_delivery(guid: headers["X-GitHub-Delivery"], event: "installation", body: body,
+                                headers: headers, status_code: code, delivered_at: now - 3600 - ((249 - i) * 10),
+                                app: true)
+          failed << [id, body] if code == 500
+          id
+        end
+        api.deliver = ->(body, headers) { receiver.call(rack_request("/gh", body, headers))[0] }
+        page2 = ->(r) { r.method == "GET" && r.params["cursor"] == "v1_#{ids[150]}" }
+        page3 = ->(r) { r.method == "GET" && r.params["cursor"] == "v1_#{ids[50]}" }
+        api.fault(status: 429, retry_after: 1, &page2)    # waited out: the same page again
+        api.fault(status: 429, retry_after: 3600, &page3) # beyond 60s: the walk stops, cursor kept
+
+        st, _out, err = reconcile(*flags)
+        expect(st.exitstatus).to eq(1)
+        expect(err).to include("rate limited (HTTP 429, Retry-After 3600s)")
+        expect(app_posts.size).to eq(4) # pages 1 and 2: i = 157, 207, 57, 107
+
+        st, out, err = reconcile(*flags)
+        expect(st.exitstatus).to eq(0), err
+        expect(out).to match(/reconcile ga: pages=1 listed=50 recovered=1 .*marked=5\b.*resumed a walk stopped before/)
+        gets = api.requests_to("/app/hook/deliveries").select { |r| r.method == "GET" }.map { |r| r.params["cursor"] }
+        expect(gets).to eq([nil, "v1_#{ids[150]}", "v1_#{ids[150]}", "v1_#{ids[50]}", "v1_#{ids[50]}"])
+        expect(app_posts.map { |r| r.path[%r{/(\d+)/attempts}, 1].to_i }.sort).to eq(failed.map(&:first).sort)
+        expect(recovered_ids).to eq(failed.map { |_id, body| Digest::SHA256.hexdigest(body) }.sort)
+
+        st, out, err = reconcile(*flags, "--since", "72h") # a new walk over everything: nothing twice
+        expect(st.exitstatus).to eq(0), err
+        expect(out).to match(/reconcile ga: pages=3 listed=255 recovered=0 /)
+        expect(app_posts.size).to eq(5)
+      end
     end
   end
 

@@ -2,6 +2,7 @@
 
 require "webrick"
 require "json"
+require "openssl"
 require "uri"
 require "base64"
 require "securerandom"
@@ -18,6 +19,10 @@ require "time"
 #           cursor, Link: <...&cursor=...>; rel="next"; POST .../deliveries/:id/attempts
 #           answers 202 and redelivers the stored request (deliver.call(body, headers) ->
 #           HTTP status), recorded as a new attempt with redelivery: true.
+#           GET /app/hook/deliveries and POST /app/hook/deliveries/:id/attempts: the same for a
+#           GitHub App's own webhook (add_delivery(app: true)), authenticated with an App JWT:
+#           RS256 verified with the App's public key, iss the App id, exp - iat <= 600 and
+#           exp not past, else 401; #app_claims records each verified token's claims.
 #   Paddle  GET /events: Bearer key; order_by id[ASC] (default) or id[DESC]; per_page
 #           (<= 200, default 50), after (an event id); {"data": [...], "meta": {"request_id",
 #           "pagination": {"per_page", "next" (URL with after=), "has_more", "estimated_total"}}};
@@ -36,15 +41,18 @@ class FakeProviderApis
   Request = Struct.new(:method, :path, :params, :account, keyword_init: true)
   Fault = Struct.new(:match, :status, :retry_after, :cut, :times)
 
-  attr_reader :requests
+  attr_reader :requests, :app_claims
   attr_accessor :deliver
 
   def initialize(stripe_key: "sk_test_fake", github_token: "ghp_fake", paddle_key: "pdl_sdbx_apikey_fake",
-                 square_token: "EAAAfake")
+                 square_token: "EAAAfake", github_app: nil)
     @stripe_key = stripe_key
     @github_token = github_token
     @paddle_key = paddle_key
     @square_token = square_token
+    @github_app = github_app                # {id:, public_key:} of the GitHub App, or nil
+    @app_ids = {}                           # ids of the App's attempts
+    @app_claims = []
     @paddle = []                            # Paddle events, any order
     @square = []                            # Square events, any order
     @events = Hash.new { |h, k| h[k] = [] } # account (nil: the platform) => events, any order
@@ -82,14 +90,16 @@ class FakeProviderApis
   end
 
   # A GitHub attempt: the request GitHub sent (body, headers) and the answer it got.
-  def add_delivery(guid:, event:, body:, headers:, status_code:, delivered_at:, redelivery: false)
+  # app: true, an attempt of the GitHub App's own webhook (listed at /app/hook/deliveries only).
+  def add_delivery(guid:, event:, body:, headers:, status_code:, delivered_at:, redelivery: false, app: false)
     @lock.synchronize do
       id = (@next_id += 1)
       @deliveries << { "id" => id, "guid" => guid, "delivered_at" => delivered_at.utc.iso8601,
                        "redelivery" => redelivery, "duration" => 0.1, "status" => status_code.between?(200, 299) ? "OK" : "failed",
-                       "status_code" => status_code, "event" => event, "action" => nil, "installation_id" => nil,
-                       "repository_id" => 1 }
+                       "status_code" => status_code, "event" => event, "action" => nil,
+                       "installation_id" => app ? 4242 : nil, "repository_id" => 1 }
       @payloads[id] = [body, headers]
+      @app_ids[id] = true if app
       id
     end
   end
@@ -124,6 +134,9 @@ class FakeProviderApis
     in ["GET", %r{\A/(repos/[^/]+/[^/]+|orgs/[^/]+)/hooks/\d+/deliveries\z}] then github_list(req, r, res, fault)
     in ["POST", %r{\A/(?:repos/[^/]+/[^/]+|orgs/[^/]+)/hooks/\d+/deliveries/(\d+)/attempts\z}]
       github_redeliver(req, Integer(Regexp.last_match(1)), res)
+    in ["GET", "/app/hook/deliveries"] then github_list(req, r, res, fault, app: true)
+    in ["POST", %r{\A/app/hook/deliveries/(\d+)/attempts\z}]
+      github_redeliver(req, Integer(Regexp.last_match(1)), res, app: true)
     else
       res.status = 404
       res.body = JSON.generate(message: "Not Found")
@@ -263,13 +276,38 @@ class FakeProviderApis
     send_body(res, JSON.generate(out), fault)
   end
 
-  def github_list(req, r, res, fault)
-    return unauthorized(res, "Bad credentials") unless bearer?(req, @github_token)
+  # The claims of a valid App JWT in Authorization (RS256 by the App's key, iss the App id,
+  # exp - iat <= 600, iat not ahead, exp not past), else nil. As GitHub checks them.
+  def app_jwt(req)
+    token = req["Authorization"].to_s[/\ABearer ([\w-]+\.[\w-]+\.[\w-]+)\z/, 1] or return nil
+    h, c, s = token.split(".")
+    return nil unless JSON.parse(Base64.urlsafe_decode64(h)) == { "alg" => "RS256", "typ" => "JWT" } &&
+                      @github_app[:public_key].verify("SHA256", Base64.urlsafe_decode64(s), "#{h}.#{c}")
+
+    claims = JSON.parse(Base64.urlsafe_decode64(c))
+    iat, exp, now = claims["iat"], claims["exp"], Time.now.to_i
+    return nil unless claims["iss"].to_s == @github_app[:id].to_s && iat.is_a?(Integer) && exp.is_a?(Integer) &&
+                      exp - iat <= 600 && iat <= now + 60 && exp > now
+
+    @lock.synchronize { @app_claims << claims }
+  rescue ArgumentError, JSON::ParserError, OpenSSL::PKey::PKeyError
+    nil
+  end
+
+  def github_auth?(req, app)
+    app ? @github_app && app_jwt(req) : bearer?(req, @github_token)
+  end
+
+  def github_list(req, r, res, fault, app: false)
+    unless github_auth?(req, app)
+      return unauthorized(res, app ? "A JSON web token could not be decoded" : "Bad credentials")
+    end
 
     per_page = Integer(r.params.fetch("per_page", "30")).clamp(1, 100)
     # a cursor stands for a position (the last id shown), stable while attempts are added
     before = r.params["cursor"] ? Integer(r.params["cursor"].delete_prefix("v1_")) : Float::INFINITY
-    rest = deliveries.select { |d| d["id"] < before }.sort_by { |d| -d["id"] }
+    apps = @lock.synchronize { @app_ids.dup }
+    rest = deliveries.select { |d| d["id"] < before && apps.key?(d["id"]) == app }.sort_by { |d| -d["id"] }
     page = rest.first(per_page)
     if rest.size > per_page
       res["Link"] = "<#{url}#{req.path}?per_page=#{per_page}&cursor=v1_#{page.last["id"]}>; rel=\"next\""
@@ -277,16 +315,16 @@ class FakeProviderApis
     send_body(res, JSON.generate(page), fault)
   end
 
-  def github_redeliver(req, id, res)
-    return unauthorized(res, "Bad credentials") unless bearer?(req, @github_token)
+  def github_redeliver(req, id, res, app: false)
+    return unauthorized(res, "Bad credentials") unless github_auth?(req, app)
 
     original = deliveries.find { |d| d["id"] == id }
-    return (res.status = 404) unless original
+    return (res.status = 404) unless original && @lock.synchronize { @app_ids.key?(id) } == app
 
     body, headers = @lock.synchronize { @payloads[id] }
     status = deliver ? deliver.call(body, headers) : 502
     add_delivery(guid: original["guid"], event: original["event"], body: body, headers: headers,
-                 status_code: status, delivered_at: Time.now, redelivery: true)
+                 status_code: status, delivered_at: Time.now, redelivery: true, app: app)
     res.status = 202
     res.body = "{}"
   end
