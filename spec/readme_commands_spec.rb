@@ -28,6 +28,10 @@ RSpec.describe "README commands" do
       "spec/sidecar/reconcile_spec.rb",
     "webhook-inbox-sidecar reconcile --endpoint 'gh=github:github:acme hook=repos/acme/app/hooks/42' --endpoint gh " \
     "--since 72h" => "spec/sidecar/reconcile_spec.rb",
+    "webhook-inbox-sidecar reconcile --endpoint 'pad=paddle:paddle:acme:live' --endpoint pad --since 72h" =>
+      "spec/sidecar/reconcile_spec.rb",
+    "webhook-inbox-sidecar reconcile --endpoint 'sq=square:square:acme merchant=ML123' --endpoint sq --since 72h" =>
+      "spec/sidecar/reconcile_spec.rb",
     "webhook-inbox-sidecar run --endpoint 'billing=stripe:stripe:acct_123:live' --reconcile billing=1h" =>
       "spec/sidecar/reconcile_spec.rb",
     # In spec/rails_app under Puma, with refused deliveries kept:
@@ -37,8 +41,11 @@ RSpec.describe "README commands" do
     "webhook-inbox-sidecar migrate", "webhook-inbox-sidecar stats", "webhook-inbox-sidecar stats --json",
     "webhook-inbox-sidecar requeue --id 'stripe:acct_123:live/evt_1'",
     "webhook-inbox-sidecar requeue --type payment_intent.succeeded", "webhook-inbox-sidecar prune --older-than 30d",
-    "webhook-inbox-sidecar run --print-config", "bin/chaos --orders 2000 --db-restarts 3",
-    "bench/verify", "bench/receive", "bench/sidecar", "bench/pipeline", "bench/stats", "bench/effects"
+    "webhook-inbox-sidecar run --print-config", "webhook-inbox-sidecar pause --type 'invoice.*'",
+    "webhook-inbox-sidecar pause --scope stripe:acct_123:live", "webhook-inbox-sidecar pause --destination crm",
+    "webhook-inbox-sidecar resume --type 'invoice.*' --rate 50", "bin/chaos --orders 2000 --db-restarts 3",
+    "bench/verify", "bench/receive", "bench/sidecar", "bench/pipeline", "bench/stats", "bench/effects",
+    "bench/ruby_handlers", "bench/peers/run", "bench/peers/drain"
   ]
 
   it "shows only commands that a test exercises" do
@@ -94,6 +101,13 @@ RSpec.describe "README commands" do
 
       config = sidecar("run", "--print-config")
       expect(config).to include("concurrency").and include("batch-size")
+
+      sidecar("pause", "--type", "invoice.*")
+      sidecar("pause", "--scope", "stripe:acct_123:live")
+      sidecar("pause", "--destination", "crm")
+      sidecar("resume", "--type", "invoice.*", "--rate", "50")
+      expect(sql("SELECT string_agg(kind || ' ' || target || ' ' || paused, ',' ORDER BY kind, target) FROM webhook_inbox_flow").strip)
+        .to eq("destination crm true,route invoice.* false,scope stripe:acct_123:live true")
     end
 
     it "prune refuses a retention shorter than 3 days (Stripe's retry window) and a missing --older-than" do
@@ -120,9 +134,16 @@ RSpec.describe "README commands" do
       ["bench/receive", "--duration", "1", "--warmup", "0"] => /\(c\)/,
       ["bench/stats", "--small", "2000", "--large", "20000", "--pending", "50", "--quarantined", "5", "--recent", "100",
        "--runs", "3"] => /ratio 20000\/2000 rows: \(s\) stats/,
-      ["bench/effects", "--effects", "200"] => %r{\(b\)/\(a\)}
+      ["bench/effects", "--effects", "200"] => %r{\(b\)/\(a\)},
+      ["bench/ruby_handlers", "--runs", "50", "--rounds", "1", "--batch-sizes", "10"] => /ratio \d/,
+      # The peers' own bundle (bench/peers/Gemfile.lock, installed by bin/setup):
+      ["bench/peers/run", "--quick", "--events", "30", "--sidecar-events", "200", "--rounds", "1"] => %r{\(c\)/peer = .*\(d\)/peer = },
+      # A backlog the worker cannot finish before the draining phase is measured:
+      ["bench/peers/drain", "--backlog", "5000", "--duration", "2", "--rounds", "1"] => %r{p99 draining / idle = }
     }.each do |cmd, pattern|
-      out, status = Open3.capture2e(File.join(root, cmd.first), *cmd.drop(1), chdir: root)
+      run = -> { Open3.capture2e(File.join(root, cmd.first), *cmd.drop(1), chdir: root) }
+      # bench/peers runs in its own bundle, not this spec's (`bundle exec` exports it to children).
+      out, status = cmd.first.start_with?("bench/peers/") ? Bundler.with_unbundled_env(&run) : run.call
       # bench/receive exits 1 when a throughput target is missed: at smoke size on a shared
       # machine that is noise, not a failure (no timing is asserted here); a crash is.
       missed_only = cmd.first == "bench/receive" && status.exitstatus == 1 && out.include?("MISSED")
