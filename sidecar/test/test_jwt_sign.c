@@ -1,7 +1,8 @@
 /* test_jwt_sign.c - the GitHub App JWT: a known key's token decoded and its RS256 signature
  * verified here with OpenSSL and the public key, its exact header and claims, the cache
- * until near exp, and the keys refused (never quoted). The key is a test fixture only. */
+ * until near exp, and the keys refused (never quoted). The key is generated per run. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,46 +14,9 @@
 #include "jwt_sign.h"
 #include "minitest.h"
 
-static const char PRIVATE_PEM[] =
-    "-----BEGIN RSA PRIVATE KEY-----\n"
-    "MIIEowIBAAKCAQEAmxRo3GTlqPZVmDu/0lmslIJH7cgB2MXmD74XN80vcjTPLJAm\n"
-    "G/TRZdLv5fAcguzeib8gpAfs1Ito9PlnbWVjGSjtER3HFRPZc65KwItLNFQ2vxhY\n"
-    "DiwZD6/asJgb+MaaZkBFg9QojddKpxYGdalEskw7JeCh7e8Jl9nnLGj3Uxnagspt\n"
-    "ztQZYNDcXKLlagzxGG90jHFIlYsoSsBr05k4p0QNBXrxukOT4X6JoeWE8Sx/REnl\n"
-    "MDkqhc+okk9Gwi4HXP58U10CizLc/rReElzz3BRXwyJC45Zpa+g60DsFM/B5WRSy\n"
-    "zx0lCIT1SupHCfiBzIU6jiIbaeqEZWyiSUFDRwIDAQABAoIBAA8mgkwUMcYJzGwj\n"
-    "KJohsQhdMsiNkEI5eA1nq8sDnIDS0Fg9/CS7cs2fOvKpPFyjsxk2XYQvUtLWjKCj\n"
-    "0P5RN/1x3LjRKO1SBoRHrcpIkXm0rhiJn08OV3Bx5LKSwBptnkRV2RshwGIcrpCX\n"
-    "4g+sQ44Ls03/0Rh2qhncuIbDk0FAXJuhJwVHH19kICEEQcn2XklVlA9nDudCt0uF\n"
-    "6xah05PgP58fX2Z2P6DYGB4N4USKgeyru4KmYCuoYSjEyr0YTiKr40I6XpzceAMP\n"
-    "tkL9FrRnmkc4SRz5YFpeygkrsQ+k/y5BO3Jlx5nPU4tE9clxktKNVrlQZPrHwrjy\n"
-    "Go0QNLkCgYEAy+rkdmS293gcBky2+4S0aBSfAgsqavy3fj4jb4GKm80dSjACFM0C\n"
-    "Rf1Oe6zjb8pZjYVbLse4px+MNRluT5u6rKBPAMvp8ih6m8Ky4Hr3pRF7uzeRc7fM\n"
-    "ZpShRDpbGLnscPLgHx6XODhsL4wYLdA6L0m8b0gV9tB4DcyYgs7esXMCgYEAwrBE\n"
-    "GB65AthXU0srhxAxs3cuSAj2AZf2XzbPwayhtmnmZC1vxhYwQnPJ2X4QhyLyUinc\n"
-    "3VI0IKNkhFbi88vMNIN1tXPzxzCsPaN+rMCQo3D22ZNS7t4nLyUiySIuPBIiuSxh\n"
-    "XuLEAwtU5NQ1NUEHsqaadTPVh4c5lAlp8C/E4d0CgYBE1qsBfMZ3jEiJp+QtzILK\n"
-    "kAuNuQ88xst7BqcXwXd1WS0GGmbZdsvJrNWN0rOEzZ6ls9swU6P2ZyQB2O/wV/YQ\n"
-    "yJ1i+3OimB+r7XJNbbWkN965OO0VT3rlNk+qpLiUBE/ZYWRfnQgXppR/CKAw9xZt\n"
-    "WEsQlhk0FPQyVFs37XYoGQKBgFq5YUIMLxMQVcFO6j3KYh7Ljxmqc1lSw1CjbjVG\n"
-    "iSVEPES6l7erZ1nQM2PSx0jyFBINyAqq3/fFrHWvN5t8gPCHwjaIjjVojRs8MS+3\n"
-    "nK9NWPsTGDaP95qUp50q/HipytyXvdhFvCnfAfSQnyrt3vR1hszPFtZNQZumt2Ni\n"
-    "H1FRAoGBAJuoOKo8NkwKWqjiXj31BiE0xo1Aj7s1EcDeAwcTqYmRNcZbmAeVl9K0\n"
-    "c+IG6msn/ZsfAjQ6KQgHpTnMV83FPBjmvvicUAhJEldzZrrRMomgAz3xhOJmJRGL\n"
-    "M7UCqnWQbch3mhzjoU5H23MRVfrhqwPPW4fmN8bp8nT8RrI1ephT\n"
-    "-----END RSA PRIVATE KEY-----\n"
-    ;
-static const char PUBLIC_PEM[] =
-    "-----BEGIN PUBLIC KEY-----\n"
-    "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAmxRo3GTlqPZVmDu/0lms\n"
-    "lIJH7cgB2MXmD74XN80vcjTPLJAmG/TRZdLv5fAcguzeib8gpAfs1Ito9PlnbWVj\n"
-    "GSjtER3HFRPZc65KwItLNFQ2vxhYDiwZD6/asJgb+MaaZkBFg9QojddKpxYGdalE\n"
-    "skw7JeCh7e8Jl9nnLGj3UxnagsptztQZYNDcXKLlagzxGG90jHFIlYsoSsBr05k4\n"
-    "p0QNBXrxukOT4X6JoeWE8Sx/REnlMDkqhc+okk9Gwi4HXP58U10CizLc/rReElzz\n"
-    "3BRXwyJC45Zpa+g60DsFM/B5WRSyzx0lCIT1SupHCfiBzIU6jiIbaeqEZWyiSUFD\n"
-    "RwIDAQAB\n"
-    "-----END PUBLIC KEY-----\n"
-    ;
+/* The key of the known-key checks, made at start (no key is committed): PKCS#1 ("BEGIN RSA
+ * PRIVATE KEY", the form GitHub hands out) and its public half. */
+static char *private_pem, *public_pem;
 
 /* base64url (no padding) s[0..n) decoded by OpenSSL into out (NUL added); length or -1. */
 static long unb64url(const char *s, size_t n, unsigned char *out, size_t cap)
@@ -80,7 +44,7 @@ static int token_ok(const char *token, const char *want_header, const char *want
     const char *d1 = strchr(token, '.'), *d2 = d1 ? strchr(d1 + 1, '.') : NULL;
     unsigned char h[256], c[256], sig[1024];
     long hn, cn, sn;
-    BIO *bio = BIO_new_mem_buf(PUBLIC_PEM, -1);
+    BIO *bio = BIO_new_mem_buf(public_pem, -1);
     EVP_PKEY *pub = PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL);
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     int ok = 0;
@@ -101,24 +65,45 @@ out:
     return ok;
 }
 
+/* Text of bio's contents (malloc'd, NUL-terminated), or NULL. */
+static char *bio_text(BIO *bio)
+{
+    char *data, *out = NULL;
+    long n = BIO_get_mem_data(bio, &data);
+    if (n > 0 && (out = malloc((size_t)n + 1))) {
+        memcpy(out, data, (size_t)n);
+        out[n] = '\0';
+    }
+    return out;
+}
+
 /* A fresh key as PEM (malloc'd): RSA of bits, or EC P-256 when bits is 0; encrypted with
  * a passphrase when enc. */
 static char *pem_of(int bits, int enc)
 {
     EVP_PKEY *k = bits ? EVP_RSA_gen((unsigned)bits) : EVP_EC_gen("P-256");
     BIO *bio = BIO_new(BIO_s_mem());
-    char *data, *out = NULL;
-    long n;
+    char *out = NULL;
     if (k && bio &&
         PEM_write_bio_PrivateKey(bio, k, enc ? EVP_aes_128_cbc() : NULL, enc ? (unsigned char *)"pw" : NULL,
-                                 enc ? 2 : 0, NULL, NULL) == 1 &&
-        (n = BIO_get_mem_data(bio, &data)) > 0 && (out = malloc((size_t)n + 1))) {
-        memcpy(out, data, (size_t)n);
-        out[n] = '\0';
-    }
+                                 enc ? 2 : 0, NULL, NULL) == 1)
+        out = bio_text(bio);
     BIO_free(bio);
     EVP_PKEY_free(k);
     return out;
+}
+
+/* Makes private_pem (PKCS#1) and public_pem from a fresh RSA-2048 key. 0, or -1. */
+static int make_known_key(void)
+{
+    EVP_PKEY *k = EVP_RSA_gen(2048);
+    BIO *priv = BIO_new(BIO_s_mem()), *pub = BIO_new(BIO_s_mem());
+    int ok = k && priv && pub && PEM_write_bio_PrivateKey_traditional(priv, k, NULL, NULL, 0, NULL, NULL) == 1 &&
+             PEM_write_bio_PUBKEY(pub, k) == 1 && (private_pem = bio_text(priv)) && (public_pem = bio_text(pub));
+    BIO_free(priv);
+    BIO_free(pub);
+    EVP_PKEY_free(k);
+    return ok && strstr(private_pem, "BEGIN RSA PRIVATE KEY") ? 0 : -1;
 }
 
 static int refused(const char *pem, const char *iss, const char *why)
@@ -134,10 +119,16 @@ int main(void)
 {
     static const char header[] = "{\"alg\":\"RS256\",\"typ\":\"JWT\"}";
     struct wi_err err;
-    struct wi_jwt_signer *s = wi_jwt_signer_new(PRIVATE_PEM, strlen(PRIVATE_PEM), "123456", &err);
+    struct wi_jwt_signer *s;
     const char *t;
     char first[WI_JWT_TOKEN_MAX], tampered[WI_JWT_TOKEN_MAX], oneline[4096];
     int minted = -1;
+
+    if (make_known_key() < 0) {
+        fprintf(stderr, "test_jwt_sign: could not make the RSA key\n");
+        return 1;
+    }
+    s = wi_jwt_signer_new(private_pem, strlen(private_pem), "123456", &err);
 
     CHECK(s != NULL);
     t = wi_jwt_signer_token(s, 1700000000, &minted, &err);
@@ -162,7 +153,7 @@ int main(void)
     /* the one-line form of an environment file: \n for each line break; a client id as iss */
     {
         size_t k = 0;
-        for (const char *p = PRIVATE_PEM; *p && k + 2 < sizeof oneline; p++) {
+        for (const char *p = private_pem; *p && k + 2 < sizeof oneline; p++) {
             if (*p == '\n') {
                 oneline[k++] = '\\';
                 oneline[k++] = 'n';
@@ -181,9 +172,9 @@ int main(void)
 
     /* refused, and never quoted */
     CHECK(refused("not a key at all", "1", "not an unencrypted PEM private key"));
-    CHECK(refused(PUBLIC_PEM, "1", "not an unencrypted PEM private key"));
-    CHECK(refused(PRIVATE_PEM, "1\"}", "must be 1..64 bytes"));
-    CHECK(refused(PRIVATE_PEM, "", "must be 1..64 bytes"));
+    CHECK(refused(public_pem, "1", "not an unencrypted PEM private key"));
+    CHECK(refused(private_pem, "1\"}", "must be 1..64 bytes"));
+    CHECK(refused(private_pem, "", "must be 1..64 bytes"));
     {
         char *ec = pem_of(0, 0), *small = pem_of(1024, 0), *enc = pem_of(2048, 1), *big = pem_of(4096, 0);
         CHECK(ec && refused(ec, "1", "must be RSA of 2048 to 4096 bits"));
@@ -197,5 +188,7 @@ int main(void)
         free(enc);
         free(big);
     }
+    free(private_pem);
+    free(public_pem);
     DONE("test_jwt_sign");
 }
