@@ -53,17 +53,23 @@ static int apply(struct wi_pg *pg, const struct wi_migration *files, int n, cons
 }
 
 /* The index of the first embedded file newer than version (file NNN brings the schema to
- * NNN): version when the files are numbered 1..n in order, else 0 (apply them all). */
+ * NNN; the files are sorted, numbers may skip one), wi_migrations_count when none is; 0
+ * (apply them all) for no version or a file not numbered in increasing order. */
 static int first_newer(int version)
 {
-    int i;
+    int i, prev = 0, from = wi_migrations_count;
 
     if (version <= 0)
         return 0;
-    for (i = 0; i < wi_migrations_count; i++)
-        if (atoi(wi_migrations[i].name) != i + 1)
+    for (i = 0; i < wi_migrations_count; i++) {
+        int num = atoi(wi_migrations[i].name);
+        if (num <= prev)
             return 0;
-    return version < wi_migrations_count ? version : wi_migrations_count;
+        if (num > version && from == wi_migrations_count)
+            from = i;
+        prev = num;
+    }
+    return from;
 }
 
 int wi_migrate(const char *conninfo, int citus, FILE *out, struct wi_err *err)
