@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "openssl"
 
 module WebhookInbox
   # Receiver - the one code path from a raw request to an answer, shared by the Rack
@@ -12,7 +13,7 @@ module WebhookInbox
   #       with what the provider expects (Event#challenge) and never stored
   #   400 malformed request (empty body, malformed payload; an event id, type or scope
   #       longer than Inbox::MAX_TEXT_BYTES: :event_id_too_long, :event_type_too_long,
-  #       :source_scope_too_long)
+  #       :source_scope_too_long; a signed id that long is stored as "sha256:<hex>" instead)
   #   401 signature or timestamp failures (missing, malformed, mismatch, stale, no secret)
   #   405 not a POST (Allow: POST)     413 body larger than max_body_bytes
   #   415 a JSON provider's request without a JSON Content-Type
@@ -48,6 +49,7 @@ module WebhookInbox
     NOTIFICATION = "receive.webhook_inbox"
     DIGITS = /\A\d+\z/.freeze
     NO_HEADERS = {}.freeze # for a store whose insert takes no headers: (see takes_headers?)
+    LONG_ID_PREFIX = "sha256:" # a signed event id too long to store as it is (bound_signed_id)
 
     # The outcome of one delivery. http_status and body are what the sender gets.
     # error: the StoreError message (logs only; it holds no secrets or payload).
@@ -178,6 +180,7 @@ module WebhookInbox
       event = @verifier.verify(body, env, now: now)
       return Result.new(http_status: 200, status: :challenge, event: event) if event.challenge
 
+      event = bound_signed_id(event)
       too_long = oversized_key(event)
       return reject(400, too_long) if too_long
 
@@ -199,6 +202,19 @@ module WebhookInbox
     rescue StoreError => e
       Result.new(http_status: 503, status: :unavailable, reason: :store_unavailable,
                  headers: { "Retry-After" => @retry_after }, event: event, error: e.message)
+    end
+
+    # An event id past Inbox::MAX_TEXT_BYTES that the signature covers is stored (and seen by
+    # the app, Event#event_id) as "sha256:" + the lowercase hex SHA-256 of its bytes (71 bytes):
+    # the provider's retries of it are then duplicates, not lost events. An id no signature
+    # covers stays refused (oversized_key): anyone could mint those. Another verifier:
+    # answering id_signed? true opts in. Returns the event to store (a copy when changed).
+    def bound_signed_id(event)
+      id = event.event_id
+      return event if id.bytesize <= Inbox::MAX_TEXT_BYTES[:event_id]
+      return event unless @verifier.respond_to?(:id_signed?) && @verifier.id_signed?
+
+      event.dup.tap { |e| e.event_id = "#{LONG_ID_PREFIX}#{OpenSSL::Digest.hexdigest('SHA256', id)}" }
     end
 
     # The rejection reason for a key field past Inbox::MAX_TEXT_BYTES, or nil: checked before

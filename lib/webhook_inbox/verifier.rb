@@ -107,7 +107,9 @@ module WebhookInbox
       if @scheme != :hmac && (signature_header || timestamp_header || id_header || template || prefix)
         raise ConfigurationError, "signature_header, timestamp_header, id_header, template and prefix apply to :hmac only"
       end
-      event_id ||= default_event_id(entry, id_header, template)
+      # :body_sha256 by default where the provider's id is in a header no signature covers.
+      header_id_unsigned = @scheme == :hmac ? id_header && !template.to_s.include?("{id}") : !entry[:id_signed]
+      event_id ||= header_id_unsigned ? :body_sha256 : :provider
       unless EVENT_IDS.include?(event_id)
         raise ConfigurationError, "event_id must be :provider or :body_sha256"
       end
@@ -117,6 +119,7 @@ module WebhookInbox
       @public_url = checked_public_url(public_url)
       @tolerance = tolerance
       @event_id = event_id
+      @id_signed = event_id == :body_sha256 || !header_id_unsigned
       @max_body_bytes = max_body_bytes
       _setup(@scheme, entry_name.to_s, tolerance, max_body_bytes, allow_simple, alg, enc, prefix,
              header_name(signature_header), header_name(timestamp_header), header_name(id_header),
@@ -133,6 +136,12 @@ module WebhookInbox
               (headers["REQUEST_METHOD"] || "POST" if @signs_method))
     end
 
+    # True when the signature covers every Event#event_id this verifier returns (read from the
+    # signed body or a signed header, or the body's SHA-256); false for event_id: :provider
+    # with an id from a header no signature covers (GitHub, Shopify, :hmac's id_header
+    # without {id}).
+    def id_signed? = @id_signed
+
     # The native state (HMAC keys) is not copyable; build another Verifier instead.
     def initialize_copy(_other)
       raise TypeError, "#{self.class.name} cannot be copied; build another with Verifier.new"
@@ -145,12 +154,6 @@ module WebhookInbox
     alias to_s inspect
 
     private
-
-    # :body_sha256 where the provider's id is in a header no signature covers.
-    def default_event_id(entry, id_header, template)
-      unsigned = @scheme == :hmac ? id_header && !template.to_s.include?("{id}") : !entry[:id_signed]
-      unsigned ? :body_sha256 : :provider
-    end
 
     def checked_public_url(url)
       return nil if url.nil?

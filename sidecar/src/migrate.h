@@ -21,7 +21,8 @@ extern const int wi_citus_migrations_count;
  * (every one when it says none), in order, each in its own transaction, holding
  * pg_advisory_lock(WI_MIGRATE_LOCK_KEY), then writes one line to out saying the schema
  * version (never the SQL): on a current database it changes nothing and takes no lock on
- * the inbox. Idempotent. A database whose schema is newer than
+ * the inbox, unless a function the files define is missing (then every file is applied
+ * again, with a warning naming it). Idempotent. A database whose schema is newer than
  * WI_SCHEMA_VERSION is left as it is (one line says so; returns 0). citus: also apply the
  * Citus layout (db/citus/) after the chain; a database that has it already gets it again
  * whatever citus says (the chain runs with citus.enable_unsafe_triggers there: its

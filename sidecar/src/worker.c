@@ -482,9 +482,9 @@ static void enter_careful(const struct wi_worker *w, int *careful, int events)
 
 /* Nothing (more) was due: goes idle and waits for a notification no claim has covered (the
  * listener hands it to one idle worker, wake.h), a backlog, the next due retry, the poll
- * interval or a stop. *active is the worker's flag in rt->claims. Returns 0 (claim now) or
- * -1 (connection lost). */
-static int wait_for_work(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int *active)
+ * interval or a stop. worked: the batch just ended claimed events. *active is the worker's
+ * flag in rt->claims. Returns 0 (claim now) or -1 (connection lost). */
+static int wait_for_work(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, int worked, int *active)
 {
     struct wi_runtime *rt = w->rt;
     double due, timeout = s->poll_interval, defer = s->batch_linger + DEFER_EXTRA_S;
@@ -493,6 +493,12 @@ static int wait_for_work(struct wi_worker *w, struct wi_pg *pg, const struct sna
         return 0;
     if ((due = wi_claim_next_due(pg)) < 0 && !wi_pg_ok(pg))
         return -1;
+    /* Due now after a batch that did work: most often the next event of a key whose earlier
+     * event that batch just finished (the claim passed it, db/014), which sends no NOTIFY.
+     * Claim again at once: a hot key drains at one transaction per event, not one per 0.1 s.
+     * Only after a non-empty batch, so a row locked elsewhere costs at most one empty claim. */
+    if (worked && due == 0)
+        return 0;
     /* A row already due that the batch did not claim is locked by another transaction
      * (SKIP LOCKED passed it) whose end sends no NOTIFY: look again shortly, without
      * spinning on it every few milliseconds. */
@@ -602,7 +608,7 @@ void *wi_worker_main(void *arg)
         }
         if (rt->cfg.once)
             break;
-        if (wait_for_work(w, pg, &s, &active) < 0) {
+        if (wait_for_work(w, pg, &s, n > 0, &active) < 0) {
             log_warnx("connection_lost", "worker=%d in=idle", w->id);
             wi_pg_free(pg);
             pg = NULL;

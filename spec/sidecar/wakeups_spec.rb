@@ -9,7 +9,7 @@ require_relative "../support/prometheus_text"
 # a worker whose batch took every due row waits for the next notification instead of
 # claiming again to find nothing. A full batch wakes one more worker, so a backlog brings
 # them all in. A worker held by a slow handler does not hold a new event back: an idle
-# sibling is woken for it.
+# sibling is woken for it. A Ruby worker's registration wakes the events of its types.
 RSpec.describe "webhook-inbox-sidecar wake-ups", :sidecar do
   include SidecarHelper::Payloads
 
@@ -93,5 +93,21 @@ RSpec.describe "webhook-inbox-sidecar wake-ups", :sidecar do
     wait_for(10, 0.01, "the fast event done") { db.event("evt_fast")[:status] == "done" }
     expect(db.event("evt_slow")[:status]).to eq("pending") # still running: the fast one did not wait for it
     wait_for(10, 0.05, "the slow event done") { db.event("evt_slow")[:status] == "done" }
+  end
+
+  # db/018: a sidecar that started before the Ruby worker put the type's events off by
+  # --unrouted-delay; the worker's registration makes them due and sends a NOTIFY.
+  it "hands events that waited for a route to the Ruby worker once it registers their type, woken at once" do
+    start(1, "--poll-interval", "1h", "--unrouted-delay", "1h")
+    db.insert_event("evt_early", "ruby_wake.created", { "type" => "ruby_wake.created" })
+    wait_for(10, 0.02, "the event waiting for a route") { db.event("evt_early")[:last_error] == "no route for event type" }
+    db.psql(%(SELECT webhook_inbox_ruby_register('[["ruby_wake.*", "RubyWakeHandler"]]')))
+    wait_for(10, 0.02, "the event handed to the Ruby worker") do
+      db.int("SELECT count(*) FROM webhook_inbox_outbox WHERE destination = 'ruby' AND source_event_id = 'evt_early'") == 1
+    end
+    expect(db.event("evt_early")).to include(status: "pending", attempts: 0)
+  ensure
+    db.psql("DELETE FROM webhook_inbox_ruby_handlers WHERE handler = 'RubyWakeHandler'; " \
+            "DELETE FROM webhook_inbox_outbox WHERE destination = 'ruby'")
   end
 end

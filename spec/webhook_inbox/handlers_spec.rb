@@ -232,6 +232,21 @@ RSpec.describe WebhookInbox::Handlers do
     expect(calls).to eq([])
   end
 
+  it "makes events that waited for a route due at once when a worker registers handlers for their types (v18)" do
+    store_webhook_event(event_type: "invoice.paid", payload: { "id" => "evt_w1" })
+    store_webhook_event(event_type: "invoice.created", payload: { "id" => "evt_w2" })
+    store_webhook_event(event_type: "payout.paid", payload: { "id" => "evt_w3" })
+    expect(dispatch).to eq([["waiting"]] * 3) # the sidecar ran before the Ruby worker registered
+    expect(dispatch).to eq([]) # put off by the unrouted delay
+
+    WebhookInbox.subscribe("invoice.*", as: :invoices) { |e| record("invoices", e) }
+    WebhookInbox::Handlers.register(ActiveRecord::Base.connection)
+    expect(dispatch).to eq([["handed"]] * 2) # not a minute later
+    expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox WHERE next_attempt_at <= now()"))
+      .to be_nil # payout.paid still waits for its route; the handed ones wait for the worker
+    expect(sql("SELECT attempts FROM webhook_inbox WHERE event_id = 'evt_w3'")).to eq(0)
+  end
+
   it "names handlers stably: a second unnamed block on the same types is refused, classes go by their name" do
     WebhookInbox.subscribe("a.b") { nil }
     expect { WebhookInbox.subscribe("a.b") { nil } }.to raise_error(ArgumentError, /already subscribed.*as: :send_receipt/)

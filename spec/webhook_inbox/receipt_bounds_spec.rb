@@ -53,6 +53,31 @@ RSpec.describe "Receipt bounds" do
     inbox&.close
   end
 
+  it "stores a signed event id past the bound as sha256:<hex of the id>, so the provider's retry is a duplicate" do
+    inbox = WebhookInbox::Inbox.new(database_url: pg.url)
+    stripe = WebhookInbox::Endpoint.new(provider: :stripe, secrets: ["whsec_bounds"], source_scope: scope, inbox: inbox)
+    long_id = "evt_#{'é' * 200}" # 404 bytes, from the signed body
+    body = JSON.generate("id" => long_id, "type" => "invoice.paid", "object" => "event")
+    deliver = lambda do
+      status, _, out = stripe.call(rack_request("/webhooks/stripe", body,
+                                                WebhookInbox::TestHelpers.stripe_headers(body, secret: "whsec_bounds")))
+      [status, JSON.parse(out.join)["status"]]
+    end
+    expect(deliver.call).to eq([200, "accepted"])
+    expect(deliver.call).to eq([200, "duplicate"]) # the provider's retry
+    derived = "sha256:#{OpenSSL::Digest.hexdigest('SHA256', long_id)}"
+    expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type]] }).to eq([[derived, "invoice.paid"]])
+
+    # The same id from a header no signature covers stays refused: anyone could mint it.
+    github = WebhookInbox::Endpoint.new(provider: :github, secrets: [GITHUB_SECRET], source_scope: scope, inbox: inbox,
+                                        event_id: :provider)
+    status, _, out = github.call(github_env(%({"zen":"1"}), long_id))
+    expect([status, JSON.parse(out.join)["reason"]]).to eq([400, "event_id_too_long"])
+    expect(inbox_count(pg, scope)).to eq(1)
+  ensure
+    inbox&.close
+  end
+
   it "answers 400 source_scope_too_long for a per-request scope past the bound, and stores nothing" do
     inbox = WebhookInbox::Inbox.new(database_url: pg.url)
     long_scope = "shopify:#{'x' * 300}:live"

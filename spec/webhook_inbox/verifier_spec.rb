@@ -567,6 +567,14 @@ RSpec.describe WebhookInbox::Verifier do
       # an unsigned id header stays allowed (GitHub-style); event_id: :body_sha256 dedupes on the body instead
       v = described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", id_header: "X-Id", event_id: :body_sha256)
       expect(v.verify("b", { "X-Sig" => hmac_hex("k", "b"), "X-Id" => "i-1" }, now: NOW).event_id).to eq(OpenSSL::Digest::SHA256.hexdigest("b"))
+      # id_signed? (the receiver's bound for a long id): false only for an id header no signature covers
+      expect(v.id_signed?).to be(true)
+      expect(described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", id_header: "X-Id", event_id: :provider).id_signed?)
+        .to be(false)
+      expect(described_class.new(:hmac, secrets: "k", signature_header: "X-Sig", id_header: "X-Id", template: "{id}.{body}")
+        .id_signed?).to be(true)
+      expect(%i[stripe standard_webhooks github].map { |p| described_class.new(p, secrets: []).id_signed? }).to eq([true, true, true])
+      expect(described_class.new(:github, secrets: [], event_id: :provider).id_signed?).to be(false)
       expect { described_class.new(:stripe, secrets: "k", template: "{body}") }.to raise_error(WebhookInbox::ConfigurationError)
       expect { described_class.new(:nope, secrets: "k") }.to raise_error(WebhookInbox::ConfigurationError, /unknown scheme/)
     end
