@@ -373,6 +373,9 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
     counter(out, "webhook_inbox_empty_claims_total",
             "Claims that found no due event (each a transaction; many per event processed mean idle workers woken for nothing)",
             wi_metrics_get(WI_M_EMPTY_CLAIMS));
+    counter(out, "webhook_inbox_idle_waits_total",
+            "Times a worker went idle after a claim: nothing it could claim was due, so it waited for a notification, a due time or the poll interval",
+            wi_metrics_get(WI_M_IDLE_WAITS));
     counter(out, "webhook_inbox_reconnects_total", "Worker reconnections after a lost or failed connection",
             wi_metrics_get(WI_M_RECONNECTS));
     counter(out, "webhook_inbox_retention_deleted_total",
@@ -385,9 +388,10 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
 
 void wi_metrics_log_summary(void)
 {
-    log_info("summary", "done=%ld quarantined=%ld retry=%ld batches=%ld reconnects=%ld waiting=%ld",
+    log_info("summary", "done=%ld quarantined=%ld retry=%ld batches=%ld reconnects=%ld waiting=%ld idle_waits=%ld",
              wi_metrics_get(WI_M_DONE), wi_metrics_get(WI_M_QUARANTINED), wi_metrics_get(WI_M_RETRY),
-             wi_metrics_get(WI_M_BATCHES), wi_metrics_get(WI_M_RECONNECTS), wi_metrics_get(WI_M_WAITING));
+             wi_metrics_get(WI_M_BATCHES), wi_metrics_get(WI_M_RECONNECTS), wi_metrics_get(WI_M_WAITING),
+             wi_metrics_get(WI_M_IDLE_WAITS));
 }
 
 static const struct wi_pg_stmt stmts[] = {

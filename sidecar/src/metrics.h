@@ -12,10 +12,12 @@
  * delivered outbox effects deleted by it. */
 /* WI_M_EMPTY_CLAIMS: claims that found nothing due (a transaction each; many per event
  * mean workers woken for nothing). */
+/* WI_M_IDLE_WAITS: times a worker went idle (nothing it could claim was due right after its
+ * batch) and waited for a notification, a due time or the poll interval. */
 /* WI_M_PAUSED, WI_M_THROTTLED: runs that left the event pending, uncharged, because its
  * route or scope is paused / over its rate (db/015). */
 enum { WI_M_DONE, WI_M_QUARANTINED, WI_M_RETRY, WI_M_WAITING, WI_M_BATCHES, WI_M_RECONNECTS, WI_M_PRUNED,
-       WI_M_PRUNED_EFFECTS, WI_M_EMPTY_CLAIMS,
+       WI_M_PRUNED_EFFECTS, WI_M_EMPTY_CLAIMS, WI_M_IDLE_WAITS,
        WI_M_PAUSED, WI_M_THROTTLED,
        WI_M_COUNT };
 

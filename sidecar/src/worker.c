@@ -504,6 +504,7 @@ static int wait_for_work(struct wi_worker *w, struct wi_pg *pg, const struct sna
      * spinning on it every few milliseconds. */
     if (due >= 0 && due < timeout)
         timeout = due <= 0 ? (timeout < 0.1 ? timeout : 0.1) : due < 0.005 ? 0.005 : due;
+    wi_metrics_add(WI_M_IDLE_WAITS, 1);
     (void)wi_wake_wait(&rt->claims, active, wi_clock_s() + timeout, defer);
     return 0;
 }
