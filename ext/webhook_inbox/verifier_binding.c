@@ -11,6 +11,7 @@
 #include "canon.h"
 #include "json.h"
 #include "sig.h"
+#include "sig_paypal.h"
 
 /* Invariant: core is NULL until #_setup succeeds; candidates[i] is a frozen Array of the
  * Hash keys tried for header slot i (Rack env, lowercase, Title-Case, underscores). */
@@ -522,6 +523,20 @@ static VALUE provider_hash(const struct wi_provider *p)
     return rb_obj_freeze(h);
 }
 
+/* Verifier.paypal_cert_id(url): the certificate id of a URL on PayPal's certificate endpoint
+ * (the one allowlist sig_paypal.c verifies by), or nil for any other URL. */
+static VALUE verifier_s_paypal_cert_id(VALUE klass, VALUE url)
+{
+    struct wi_slice id;
+    struct wi_err e;
+    (void)klass;
+    StringValue(url);
+    if (wi_sig_paypal_cert_id((struct wi_slice){RSTRING_PTR(url), (size_t)RSTRING_LEN(url)}, &id, &e)) return Qnil;
+    VALUE r = frozen(id.p, id.n);
+    RB_GC_GUARD(url);
+    return r;
+}
+
 /* Verifier.provider_table: every provider entry, in table order. */
 static VALUE verifier_s_provider_table(VALUE klass)
 {
@@ -554,4 +569,5 @@ void wi_verifier_binding_init(VALUE mod)
     rb_define_singleton_method(cVerifier, "jsonb_safe?", verifier_s_jsonb_safe, 1);
     rb_define_singleton_method(cVerifier, "didit_canonical_json", verifier_s_didit_canonical, 1);
     rb_define_singleton_method(cVerifier, "provider_table", verifier_s_provider_table, 0);
+    rb_define_singleton_method(cVerifier, "paypal_cert_id", verifier_s_paypal_cert_id, 1);
 }

@@ -17,7 +17,9 @@ module WebhookInbox
   #   405 not a POST (Allow: POST)     413 body larger than max_body_bytes
   #   415 a JSON provider's request without a JSON Content-Type
   #   503 + Retry-After: the inbox is unavailable or did not answer in time; the sender
-  #                      retries (a row committed after all is then answered duplicate)
+  #                      retries (a row committed after all is then answered duplicate);
+  #                      or (:paypal with fetch_certificates:) PayPal's certificate could not
+  #                      be fetched: certificate_unavailable, kept by keep_refused as unknown_key
   #
   # A verified JSON-provider body that PostgreSQL refuses as jsonb is stored raw and
   # quarantined (reason "payload is not valid JSON") and answered 200: the sender must
@@ -40,6 +42,8 @@ module WebhookInbox
     FORM_PROVIDERS = %i[slack twilio paddle_classic braintree].freeze
     UNAUTHORIZED = %i[missing_signature malformed_signature signature_mismatch timestamp_out_of_tolerance
                       missing_timestamp malformed_timestamp no_secret unknown_key].freeze
+    # Refusals the sender should retry (503 + Retry-After), and the reason each is kept under.
+    RETRYABLE = { certificate_unavailable: :unknown_key }.freeze
     # The answers to the two common outcomes, built once: [body, Content-Length].
     COMMON_BODIES = %i[accepted duplicate].to_h do |s|
       b = JSON.generate(status: s.to_s).freeze
@@ -192,10 +196,12 @@ module WebhookInbox
     rescue VerificationError => e
       status = if e.reason == :payload_too_large then 413
                elsif UNAUTHORIZED.include?(e.reason) then 401
+               elsif RETRYABLE.key?(e.reason) then 503
                else 400
                end
-      keep_aside(body, env, e.reason, now) if keep && Refused::REASONS.include?(e.reason)
-      reject(status, e.reason)
+      kept = RETRYABLE.fetch(e.reason, e.reason)
+      keep_aside(body, env, kept, now) if keep && Refused::REASONS.include?(kept)
+      reject(status, e.reason, (status == 503 ? { "Retry-After" => @retry_after } : nil))
     rescue StoreError => e
       Result.new(http_status: 503, status: :unavailable, reason: :store_unavailable,
                  headers: { "Retry-After" => @retry_after }, event: event, error: e.message)

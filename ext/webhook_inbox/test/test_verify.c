@@ -629,7 +629,7 @@ static void test_paypal(void)
         CHECK(wi_sig_paypal_time((struct wi_slice){times[4].s, n}, &t) == -1, "truncated time at %zu", n);
     struct wi_sig_verifier *v = make("paypal", NULL);
     static const char *const secrets[] = {"WH1:CERT-1:not a pem", "WH1:-----BEGIN CERTIFICATE-----", ":CERT-1:-----BEGIN CERTIFICATE-----",
-                                          "WH 1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----", "WH1",
+                                          "WH 1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----", "WH 1", "WH1:",
                                           "WH1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----"};
     struct wi_err err;
     for (size_t i = 0; i < sizeof secrets / sizeof *secrets; i++)
@@ -669,6 +669,26 @@ static void test_paypal(void)
     r.now = 4102444801; /* after the certificate's notAfter */
     CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && strstr(err.msg, "not valid now"), "paypal expired: %s", err.msg);
     wi_sig_verifier_free(v);
+    /* a bare webhook id (fetch_certificates: the gem adds the fetched certificate) names no
+     * certificate: unknown key, until the certificate is configured beside it */
+    v = make("paypal", "WH1");
+    CHECK(wi_sig_verifier_secret_count(v) == 1 && wi_sig_verify(v, &req, &ev, &err) == -1 && err.code == WI_SIG_E_UNKNOWN_KEY,
+          "paypal bare webhook id: unknown key: %s", err.msg);
+    CHECK(wi_sig_verifier_add_secret(v, PAYPAL_SECRET, strlen(PAYPAL_SECRET), &err) == 0 && wi_sig_verify(v, &req, &ev, &err) == 0,
+          "paypal bare id beside a certificate: %s", err.msg);
+    wi_sig_verifier_free(v);
+    static const char *const urls[] = {"https://api.paypal.com/v1/notifications/certs/CERT-1",
+                                       "https://api-m.sandbox.paypal.com/v1/notifications/certs/CERT-1",
+                                       "https://api.paypal.com/v1/notifications/certs/..", "https://api.paypal.com/v1/notifications/certs/.x",
+                                       "https://api.paypal.com:443/v1/notifications/certs/CERT-1",
+                                       "https://api.paypal.com/v1/notifications/certs/CERT-1/x",
+                                       "https://api.paypal.com/v1/notifications/certs/"};
+    for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+        struct wi_slice id = {NULL, 0};
+        int rc = wi_sig_paypal_cert_id((struct wi_slice){urls[i], strlen(urls[i])}, &id, &err);
+        CHECK(i < 2 ? rc == 0 && id.n == 6 && !memcmp(id.p, "CERT-1", 6) : rc == -1 && err.code == WI_SIG_E_MALFORMED_SIGNATURE,
+              "paypal cert url %zu", i);
+    }
     const char *base = PAYPAL_SECRET;
     char other[2048];
     snprintf(other, sizeof other, "WH2%s", base + 3); /* the same certificate for webhook WH2 */
