@@ -158,7 +158,7 @@ static const struct wi_provider table[] = {
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .tolerance = -1,
      .content = "form `bt_payload` as sent (base64 XML, or with a newline added), by each `public_key\\|hex` pair of "
                 "`bt_signature` (`&`-separated) under its own key",
-     .identity = "SHA-256 of `bt_payload` / its XML `<kind>`",
+     .identity = "SHA-256 of `bt_payload` / its XML `<kind>`", .challenge = WI_CHALLENGE_BRAINTREE_GET,
      .custom = wi_sig_braintree},
     /* Adyen standard webhooks: an HMAC per notification item over eight of its fields; a
      * delivery (a batch of items) is one event, stored only when every item verifies */

@@ -575,7 +575,7 @@ static int challenge(const struct wi_sig_verifier *v, const struct wi_sig_reques
     static const char *const paths[] = {NULL, "type", "challenge", "payload.plainToken"};
     enum wi_challenge c = v->p.challenge;
     struct wi_json_field t, val;
-    if (c == WI_CHALLENGE_NONE || !is_object(req->body)) return 0;
+    if (c == WI_CHALLENGE_NONE || c == WI_CHALLENGE_BRAINTREE_GET || !is_object(req->body)) return 0;
     if (wi_sig_field_at(req->body, c == WI_CHALLENGE_ZOOM_URL ? "event" : "type", &t, err)) return -1;
     if (c == WI_CHALLENGE_DISCORD_PING) {
         if (t.kind == WI_JSON_NUMBER && t.value.n == 1 && t.value.p[0] == '1') ev->challenge = c;

@@ -23,7 +23,8 @@ module WebhookInbox
     JWT_ALGS = { hmac_sha256: "HS256", ecdsa_p256: "ES256" }.freeze
     CHALLENGES = { discord_ping: "PING (`type` 1) answered `{\"type\":1}`",
                    slack_url_verification: "`url_verification` answered with its `challenge`",
-                   zoom_url_validation: "`endpoint.url_validation` answered with `plainToken` and its HMAC" }.freeze
+                   zoom_url_validation: "`endpoint.url_validation` answered with `plainToken` and its HMAC",
+                   braintree_get: "GET `bt_challenge` (20-32 hex) answered `public_key\\|hex` (HMAC-SHA1, first secret)" }.freeze
     HEAD = "| provider | scheme | headers | signature | signed content | event id / type | time check | challenge |\n" \
            "|---|---|---|---|---|---|---|---|\n"
 

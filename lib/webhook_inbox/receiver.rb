@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "uri"
 
 module WebhookInbox
   # Receiver - the one code path from a raw request to an answer, shared by the Rack
@@ -14,7 +15,9 @@ module WebhookInbox
   #       longer than Inbox::MAX_TEXT_BYTES: :event_id_too_long, :event_type_too_long,
   #       :source_scope_too_long)
   #   401 signature or timestamp failures (missing, malformed, mismatch, stale, no secret)
-  #   405 not a POST (Allow: POST)     413 body larger than max_body_bytes
+  #   405 not a POST (Allow: POST), except Braintree's URL check: a GET with one bt_challenge
+  #       (20-32 lowercase hex) is answered 200 "public_key|hex" (text/plain, never stored),
+  #       400 for another challenge    413 body larger than max_body_bytes
   #   415 a JSON provider's request without a JSON Content-Type
   #   503 + Retry-After: the inbox is unavailable or did not answer in time; the sender
   #                      retries (a row committed after all is then answered duplicate);
@@ -51,6 +54,7 @@ module WebhookInbox
     end.freeze
     NOTIFICATION = "receive.webhook_inbox"
     DIGITS = /\A\d+\z/.freeze
+    MAX_CHALLENGE_QUERY = 256 # bytes of QUERY_STRING read for a bt_challenge
     NO_HEADERS = {}.freeze # for a store whose insert takes no headers: (see takes_headers?)
 
     # The outcome of one delivery. http_status and body are what the sender gets.
@@ -95,6 +99,7 @@ module WebhookInbox
       @form_ok = FORM_PROVIDERS.include?(@provider)
       @log_levels = logger.respond_to?(:info?) && logger.respond_to?(:error?) # else log every line
       @verifier = verifier || Verifier.new(@provider, secrets: Array(secrets), max_body_bytes: max_body_bytes, **verifier_options)
+      @bt_challenge = Verifier::PROVIDERS.dig(@verifier.scheme, :challenge) == :braintree_get
       @inbox = inbox || (database_url && Inbox.new(database_url: database_url)) or
         raise ConfigurationError, "give inbox: or database_url:"
       @keep_headers = takes_headers?(@inbox)
@@ -115,6 +120,8 @@ module WebhookInbox
         kind = media_kind(env["CONTENT_TYPE"])
         length = env["CONTENT_LENGTH"]&.to_s
         length = length.match?(DIGITS) ? length.to_i : nil if length
+        next bt_challenge(env) if @bt_challenge && env["REQUEST_METHOD"] == "GET"
+
         early = precheck(env["REQUEST_METHOD"], kind, length)
         next early if early
 
@@ -128,6 +135,8 @@ module WebhookInbox
     # Receives a body already read (e.g. Rails' raw_post) with its Rack env for headers.
     def receive(body, env)
       finish do
+        next bt_challenge(env) if @bt_challenge && env["REQUEST_METHOD"] == "GET"
+
         kind = media_kind(env["CONTENT_TYPE"])
         precheck(env["REQUEST_METHOD"] || "POST", kind, body.bytesize) || deliver(body, env, kind == :form)
       end
@@ -156,6 +165,26 @@ module WebhookInbox
     end
 
     private
+
+    # Braintree's URL check: GET ?bt_challenge=<hex> answered with Verifier#braintree_challenge
+    # (a GET without one is the 405 of any GET). The query is bounded; the challenge is never
+    # stored or logged.
+    def bt_challenge(env)
+      query = env["QUERY_STRING"].to_s
+      return reject(400, :malformed_payload) if query.bytesize > MAX_CHALLENGE_QUERY
+
+      values = URI.decode_www_form(query).filter_map { |k, v| v if k == "bt_challenge" }
+      return precheck("GET", nil, nil) if values.empty?
+      return reject(400, :malformed_payload) unless values.size == 1
+
+      answer = @verifier.braintree_challenge(values[0])
+      Result.new(http_status: 200, status: :challenge, event: Event.new(@provider, nil, nil, nil, nil, nil, answer),
+                 headers: { "Content-Type" => "text/plain" })
+    rescue ArgumentError # not a form-encoded query
+      reject(400, :malformed_payload)
+    rescue VerificationError => e
+      reject(e.reason == :no_secret ? 401 : 400, e.reason)
+    end
 
     # kind: media_kind's answer; length: the declared or actual body size (nil: unknown).
     def precheck(method, kind, length)

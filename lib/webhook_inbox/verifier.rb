@@ -45,7 +45,8 @@ module WebhookInbox
   # "user:password" HTTP Basic credentials, which authenticate the sender, not the body.
   # :paddle_classic takes Paddle's PEM public key and verifies the form's p_signature (RSA-SHA1
   # over the other fields, sorted and PHP-serialized). :braintree takes "public_key:private_key"
-  # pairs and verifies the form's bt_signature over bt_payload (the type is the XML's kind).
+  # pairs and verifies the form's bt_signature over bt_payload (the type is the XML's kind);
+  # #braintree_challenge answers the bt_challenge GET of Braintree's URL check.
   # :adyen takes the hex HMAC key and verifies every notification item (one event per delivery).
   # :paypal takes "WEBHOOK_ID:CERT_ID:<PEM certificate>" secrets (pinned: the first certificate
   # of the PEM is the key, the rest are not read) and verifies RSA-SHA256 over transmission
@@ -142,6 +143,17 @@ module WebhookInbox
       raise unless @certificates && e.reason == :unknown_key
 
       fetched_verifier(cert_url(headers)).verify(body, headers, now: now)
+    end
+
+    # Braintree's webhook URL check (a GET with ?bt_challenge=): the answer
+    # "public_key|hex(HMAC-SHA1 of the challenge under SHA-1(private key))" for the first
+    # secret, as Braintree's SDKs' WebhookNotification.verify gives it. The challenge must be 20
+    # to 32 lowercase hex digits (the SDKs' rule): else VerificationError :malformed_payload;
+    # no secret: :no_secret.
+    def braintree_challenge(challenge)
+      raise ConfigurationError, "bt_challenge is Braintree's (this verifier is #{@scheme})" unless @scheme == :braintree
+
+      _braintree_challenge(challenge.to_s)
     end
 
     # The native state (HMAC keys) is not copyable; build another Verifier instead.

@@ -14,6 +14,7 @@
 #include "../json.h"
 #include "../num.h"
 #include "../sig.h"
+#include "../sig_braintree.h"
 #include "../sig_paypal.h"
 #include "paypal_fixture.h"
 #include "../sig_header.h"
@@ -697,6 +698,40 @@ static void test_paypal(void)
     wi_sig_verifier_free(v);
 }
 
+/* Braintree's bt_challenge answer: the SDK's (webhookNotification.verify, from
+ * spec/fixtures/vectors/sdk-challenges.json), its charset and length rule at every bound,
+ * the first secret during a rotation, no secret, another provider. */
+static void test_braintree_challenge(void)
+{
+    const char *sdk = "pub_key_1|a08632096e4d7743f10d0650570edde544ca7b8a", *ch = "13ef90b16585cefb5282";
+    char out[WI_BT_ANSWER_MAX], hex[40];
+    struct wi_err err;
+    struct wi_sig_verifier *v = make("braintree", "pub_key_1:eb871a9248c2a67d3c36266d57a609e1");
+    CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) == (long)strlen(sdk) &&
+              !strcmp(out, sdk), "braintree challenge as the SDK answers: %s", out);
+    memset(hex, 'a', sizeof hex);
+    for (size_t n = 0; n <= sizeof hex; n++) {
+        long r = wi_sig_braintree_challenge(v, (struct wi_slice){hex, n}, out, sizeof out, &err);
+        CHECK((n >= 20 && n <= 32) ? r == 10 + 40 : r == -1 && err.code == WI_SIG_E_MALFORMED_PAYLOAD, "challenge of %zu", n);
+    }
+    static const char *const bad[] = {"ABCDEF0123456789abcd", "0123456789abcdef012g", "0123456789abcdef012\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){bad[i], 20}, out, sizeof out, &err) == -1 &&
+                  err.code == WI_SIG_E_MALFORMED_PAYLOAD, "challenge %zu refused", i);
+    CHECK(wi_sig_verifier_add_secret(v, "pub_key_2:x", 11, &err) == 0 &&
+              wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) > 0 && !strcmp(out, sdk),
+          "braintree challenge: the first secret answers");
+    wi_sig_verifier_free(v);
+    v = make("braintree", NULL);
+    CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) == -1 && err.code == WI_SIG_E_NO_SECRET,
+          "braintree challenge without a secret");
+    wi_sig_verifier_free(v);
+    v = make("github", "s");
+    CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) == -1 && err.code == WI_ERR_ARG,
+          "bt_challenge on another provider");
+    wi_sig_verifier_free(v);
+}
+
 int main(void)
 {
     test_provider_table();
@@ -711,6 +746,7 @@ int main(void)
     test_schemes();
     test_didit_v2_fields();
     test_paypal();
+    test_braintree_challenge();
     printf("verify core: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }
