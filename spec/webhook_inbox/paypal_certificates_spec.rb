@@ -59,6 +59,14 @@ RSpec.describe WebhookInbox::PaypalCertificates do
     expect(asked).to eq(0)
   end
 
+  it "takes a configured PEM chain's first certificate as the key (pinned; the rest are not read)" do
+    pinned = ->(pem) { WebhookInbox::Verifier.new(:paypal, secrets: ["#{hook}:#{cid}:#{pem.strip}"]) }
+    expect(pinned.call(chain.pem).verify(body, signed, now: wall).event_type).to eq("PAYMENT.CAPTURE.COMPLETED")
+    other_first = server.chain.leaf.to_pem + chain.pem
+    expect(reason_of { pinned.call(other_first).verify(body, signed, now: wall) }).to eq(:signature_mismatch)
+    expect(asked).to eq(0)
+  end
+
   it "fetches one URL once for concurrent deliveries" do
     serve(200, chain.pem, nil, 0.5)
     ids = Array.new(6) { Thread.new { verifier.verify(body, signed, now: wall).event_id } }.map(&:value)
