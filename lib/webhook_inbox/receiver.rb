@@ -99,7 +99,7 @@ module WebhookInbox
       @form_ok = FORM_PROVIDERS.include?(@provider)
       @log_levels = logger.respond_to?(:info?) && logger.respond_to?(:error?) # else log every line
       @verifier = verifier || Verifier.new(@provider, secrets: Array(secrets), max_body_bytes: max_body_bytes, **verifier_options)
-      @bt_challenge = Verifier::PROVIDERS.dig(@verifier.scheme, :challenge) == :braintree_get
+      @bt_challenge = Verifier::PROVIDERS.dig(@provider, :challenge) == :braintree_get && @verifier.respond_to?(:braintree_challenge)
       @inbox = inbox || (database_url && Inbox.new(database_url: database_url)) or
         raise ConfigurationError, "give inbox: or database_url:"
       @keep_headers = takes_headers?(@inbox)
