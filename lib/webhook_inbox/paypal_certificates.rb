@@ -108,13 +108,16 @@ module WebhookInbox
     end
 
     def fetch_into(url, entry)
-      pem = fetch(url)
-      settle(url, entry, Entry.new(:ok, pem.freeze))
-    rescue VerificationError => e
-      settle(url, entry, Entry.new(:failed, nil, e.reason, e.message, now + FAILURE_TTL))
-    rescue StandardError => e # a bug here must still answer 503, never a 500 or a 200
-      settle(url, entry, Entry.new(:failed, nil, :certificate_unavailable,
-                                   "paypal certificate fetch failed (#{e.class})", now + FAILURE_TTL))
+      result = begin
+        Entry.new(:ok, fetch(url).freeze)
+      rescue VerificationError => e
+        Entry.new(:failed, nil, e.reason, e.message, now + FAILURE_TTL)
+      rescue StandardError => e # a bug here must still answer 503, never a 500 or a 200
+        Entry.new(:failed, nil, :certificate_unavailable, "paypal certificate fetch failed (#{e.class})", now + FAILURE_TTL)
+      end
+    ensure # a thread killed mid-fetch must not leave the others waiting on it
+      result = settle(url, entry, result || Entry.new(:failed, nil, :certificate_unavailable, "paypal certificate fetch " \
+                                                      "interrupted", now + FAILURE_TTL))
     end
 
     def settle(url, mine, result)

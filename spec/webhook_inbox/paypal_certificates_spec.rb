@@ -5,6 +5,7 @@ require_relative "../support/verifier_helpers"
 require_relative "../support/paypal_cert_server"
 require "json"
 require "securerandom"
+require "timeout"
 
 # :paypal with fetch_certificates: an unknown certificate is fetched from PAYPAL-CERT-URL (a
 # local HTTPS server with a test CA stands in for PayPal: PaypalCertServer), verified and cached.
@@ -71,6 +72,15 @@ RSpec.describe WebhookInbox::PaypalCertificates do
     serve(200, chain.pem, nil, 0.5)
     ids = Array.new(6) { Thread.new { verifier.verify(body, signed, now: wall).event_id } }.map(&:value)
     expect(ids.uniq).to eq([JSON.parse(body)["id"]])
+    expect(asked).to eq(1)
+  end
+
+  it "settles a fetch whose thread was killed: the next caller is answered, not left waiting" do
+    serve(200, chain.pem, nil, 2)
+    fetcher = Thread.new { store.leaf_pem(url) }
+    sleep 0.01 until asked == 1
+    fetcher.kill.join
+    expect(reason_of { Timeout.timeout(20) { store.leaf_pem(url) } }).to eq(:certificate_unavailable) # before: waited forever
     expect(asked).to eq(1)
   end
 
