@@ -49,8 +49,10 @@ enum wi_challenge {
     WI_CHALLENGE_NONE,
     WI_CHALLENGE_DISCORD_PING, /* body "type":1 -> {"type":1} */
     WI_CHALLENGE_SLACK_URL,    /* "type":"url_verification" -> {"challenge":<its challenge>} */
-    WI_CHALLENGE_ZOOM_URL      /* "event":"endpoint.url_validation" -> {"plainToken":..,
+    WI_CHALLENGE_ZOOM_URL,     /* "event":"endpoint.url_validation" -> {"plainToken":..,
                                   "encryptedToken": hex HMAC-SHA256(secret, plainToken)} */
+    WI_CHALLENGE_BRAINTREE_GET /* a GET ?bt_challenge=<hex>, not a delivery: answered by the
+                                  gem through wi_sig_braintree_challenge, never by wi_sig_verify */
 };
 
 /* One kind of signature a provider sends. A secret is for the first version whose

@@ -158,7 +158,7 @@ static const struct wi_provider table[] = {
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .tolerance = -1,
      .content = "form `bt_payload` as sent (base64 XML, or with a newline added), by each `public_key\\|hex` pair of "
                 "`bt_signature` (`&`-separated) under its own key",
-     .identity = "SHA-256 of `bt_payload` / its XML `<kind>`",
+     .identity = "SHA-256 of `bt_payload` / its XML `<kind>`", .challenge = WI_CHALLENGE_BRAINTREE_GET,
      .custom = wi_sig_braintree},
     /* Adyen standard webhooks: an HMAC per notification item over eight of its fields; a
      * delivery (a batch of items) is one event, stored only when every item verifies */
@@ -172,16 +172,17 @@ static const struct wi_provider table[] = {
      .identity = "one item: `pspReference:eventCode:success`, several: SHA-256 of the body / the items' `eventCode` "
                  "when they share one",
      .custom = wi_sig_adyen},
-    /* PayPal: RSA-SHA256 by the X.509 certificate PAYPAL-CERT-URL names (configured, never
-     * fetched) over "transmission_id|transmission_time|webhook_id|crc32(body)" */
+    /* PayPal: RSA-SHA256 by the X.509 certificate PAYPAL-CERT-URL names (configured, or
+     * fetched by the gem: PaypalCertificates) over "transmission_id|transmission_time|webhook_id|crc32(body)" */
     {.name = "paypal", .title = "PayPal",
      .headers = {"paypal-transmission-id", "paypal-transmission-time", "paypal-transmission-sig", "paypal-cert-url",
                  "paypal-auth-algo"},
      .sig_slot = 2, .enc = WI_SIG_BASE64, .versions = {{NULL, WI_ALG_RSA_SHA256, WI_KEY_CERT, NULL}}, .tmpl = "{body}",
      .ts_slot = 1, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"id"}, .type_fields = {"event_type"},
      .tolerance = WI_SIG_DEFAULT_TOLERANCE,
-     .content = "`transmission_id\\|transmission_time\\|webhook_id\\|crc32(body)` (decimal), by the configured "
-                "certificate `paypal-cert-url` names (`api.paypal.com`, `api.sandbox.paypal.com`, `api-m.*` only; "
+     .content = "`transmission_id\\|transmission_time\\|webhook_id\\|crc32(body)` (decimal), by the "
+                "certificate `paypal-cert-url` names, configured or (`fetch_certificates:`) fetched from that URL once, "
+                "chain and subject checked (`api.paypal.com`, `api.sandbox.paypal.com`, `api-m.*` only; "
                 "`paypal-auth-algo` `SHA256withRSA` or absent); **the body is bound by its CRC-32 only** (see PayPal below)",
      .custom = wi_sig_paypal},
     /* generic: the headers, prefix, encoding, algorithm and template come from wi_sig_config */

@@ -282,7 +282,7 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
         k.pk = dl == -2 ? wi_pkey_new(WI_PKEY_RSA_SHA1, (const unsigned char *)s, n, err)
                         : wi_pkey_new(ver->alg == WI_ALG_ED25519 ? WI_PKEY_ED25519 : WI_PKEY_ECDSA_P256, decoded,
                                       (size_t)dl, err);
-    if (!k.hmac && !k.pk && !k.has_digest) {
+    if (!k.hmac && !k.pk && !k.has_digest && ver->key != WI_KEY_CERT) { /* a bare PayPal webhook id has none */
         name_secret(err, idx);
         goto out;
     }
@@ -575,7 +575,7 @@ static int challenge(const struct wi_sig_verifier *v, const struct wi_sig_reques
     static const char *const paths[] = {NULL, "type", "challenge", "payload.plainToken"};
     enum wi_challenge c = v->p.challenge;
     struct wi_json_field t, val;
-    if (c == WI_CHALLENGE_NONE || !is_object(req->body)) return 0;
+    if (c == WI_CHALLENGE_NONE || c == WI_CHALLENGE_BRAINTREE_GET || !is_object(req->body)) return 0;
     if (wi_sig_field_at(req->body, c == WI_CHALLENGE_ZOOM_URL ? "event" : "type", &t, err)) return -1;
     if (c == WI_CHALLENGE_DISCORD_PING) {
         if (t.kind == WI_JSON_NUMBER && t.value.n == 1 && t.value.p[0] == '1') ev->challenge = c;

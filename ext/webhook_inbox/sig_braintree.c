@@ -131,3 +131,29 @@ out:
     free(buf);
     return rc;
 }
+
+long wi_sig_braintree_challenge(const struct wi_sig_verifier *v, struct wi_slice challenge, char *out, size_t cap,
+                                struct wi_err *err)
+{
+    unsigned char mac[WI_HMAC_MAX];
+    const struct wi_sig_key *sk = NULL;
+    for (size_t k = 0; k < v->nkeys && !sk; k++)
+        if (v->keys[k].hmac) sk = &v->keys[k];
+    if (v->p.challenge != WI_CHALLENGE_BRAINTREE_GET) return wi_err_set(err, WI_ERR_ARG, "bt_challenge is Braintree's");
+    size_t hex = 0;
+    while (hex < challenge.n && ((challenge.p[hex] >= '0' && challenge.p[hex] <= '9') ||
+                                 (challenge.p[hex] >= 'a' && challenge.p[hex] <= 'f')))
+        hex++;
+    if (challenge.n < WI_BT_CHALLENGE_MIN || challenge.n > WI_BT_CHALLENGE_MAX || hex < challenge.n) /* [a-f0-9]{20,32} */
+        return wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "bt_challenge is not 20 to 32 lowercase hex digits");
+    if (!sk) return wi_err_set(err, WI_SIG_E_NO_SECRET, "no secret configured");
+    size_t pl = strlen(sk->kid);
+    if (cap < pl + 1 + 40 + 1) return wi_err_set(err, WI_ERR_ARG, "challenge answer buffer too small");
+    if (wi_hmac_compute(sk->hmac, &challenge, 1, mac, err) != 20) return -1;
+    memcpy(out, sk->kid, pl);
+    out[pl] = '|';
+    wi_hex_encode(mac, 20, out + pl + 1);
+    out[pl + 41] = '\0';
+    OPENSSL_cleanse(mac, sizeof mac);
+    return (long)(pl + 41);
+}

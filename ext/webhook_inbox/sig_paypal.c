@@ -1,6 +1,7 @@
 /* sig_paypal.c - PayPal: PAYPAL-TRANSMISSION-SIG is the RSA-SHA256 signature, by the
  * certificate PAYPAL-CERT-URL names, of "transmission_id|transmission_time|webhook_id|crc32"
- * (the body's CRC-32 in decimal). Certificates are configured per secret, never fetched. */
+ * (the body's CRC-32 in decimal). Certificates are configured per secret; a secret of a bare
+ * webhook id holds none (the gem fetches the certificate: lib/webhook_inbox/paypal_certificates.rb). */
 #include "sig_paypal.h"
 
 #include <stdio.h>
@@ -31,10 +32,17 @@ static size_t id_len(const char *s, size_t n, char stop, size_t max)
 
 int wi_sig_paypal_key(const char *s, size_t n, struct wi_sig_key *k, struct wi_err *err)
 {
-    size_t wl = id_len(s, n, ':', WI_JWT_KID_MAX), cl = wl && wl < n ? id_len(s + wl + 1, n - wl - 1, ':', WI_JWT_KID_MAX) : 0;
+    size_t wl = id_len(s, n, ':', WI_JWT_KID_MAX), cl;
+    if (wl && wl == n) { /* a bare webhook id: no certificate, k->pk stays NULL */
+        memcpy(k->account, s, wl);
+        k->account[wl] = '\0';
+        return 0;
+    }
+    cl = wl && wl < n ? id_len(s + wl + 1, n - wl - 1, ':', WI_JWT_KID_MAX) : 0;
     const char *pem = s + wl + 1 + cl + 1;
     if (!wl || !cl || wl + cl + 2 > n || (size_t)(s + n - pem) < strlen(PEM_BEGIN) || memcmp(pem, PEM_BEGIN, strlen(PEM_BEGIN)))
-        return wi_err_set(err, WI_ERR_ARG, "not WEBHOOK_ID:CERT_ID:<PEM certificate> (ids of letters, digits, '-', '_', '.')");
+        return wi_err_set(err, WI_ERR_ARG,
+                          "not WEBHOOK_ID:CERT_ID:<PEM certificate> or WEBHOOK_ID (ids of letters, digits, '-', '_', '.')");
     if (!(k->pk = wi_pkey_from_cert(pem, (size_t)(s + n - pem), &k->not_before, &k->not_after, err))) return -1;
     memcpy(k->account, s, wl);
     k->account[wl] = '\0';
@@ -100,15 +108,13 @@ int wi_sig_paypal_time(struct wi_slice s, int64_t *out)
     return 0;
 }
 
-/* The certificate id at the end of a PayPal certificate URL into *id. Returns 0, or -1
- * (WI_SIG_E_MALFORMED_SIGNATURE) for any other URL: a certificate is never taken from one. */
-static int cert_id(struct wi_slice url, struct wi_slice *id, struct wi_err *err)
+int wi_sig_paypal_cert_id(struct wi_slice url, struct wi_slice *id, struct wi_err *err)
 {
     for (size_t i = 0; i < sizeof cert_prefixes / sizeof *cert_prefixes; i++) {
         size_t pl = strlen(cert_prefixes[i]);
         if (url.n <= pl || memcmp(url.p, cert_prefixes[i], pl)) continue;
         size_t n = id_len(url.p + pl, url.n - pl, '\0', WI_JWT_KID_MAX);
-        if (n != url.n - pl) break;
+        if (n != url.n - pl || url.p[pl] == '.') break; /* no "..": the id is one path segment */
         *id = (struct wi_slice){url.p + pl, n};
         return 0;
     }
@@ -170,7 +176,7 @@ int wi_sig_paypal(const struct wi_sig_verifier *v, const struct wi_sig_request *
     if (h[H_ALGO].p && (h[H_ALGO].n != strlen(ALGO) || memcmp(h[H_ALGO].p, ALGO, h[H_ALGO].n)))
         return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "paypal-auth-algo is not " ALGO);
     if (!h[H_CERT_URL].p) return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "paypal-cert-url header is missing");
-    if (cert_id(h[H_CERT_URL], &cid, err)) return -1;
+    if (wi_sig_paypal_cert_id(h[H_CERT_URL], &cid, err)) return -1;
     if ((sl = wi_b64_decode(h[H_SIG].p, h[H_SIG].n, sig, sizeof sig)) < 256)
         return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "paypal-transmission-sig is not a base64 RSA signature");
     /* the id and time are signed as sent (header values, trimmed) */

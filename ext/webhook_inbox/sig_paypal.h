@@ -10,9 +10,17 @@ struct wi_sig_key;
 
 /* Parses a secret "WEBHOOK_ID:CERT_ID:<PEM certificate>" into k: kid gets the certificate's
  * id (the last segment of PAYPAL-CERT-URL), account the webhook id, pk the certificate's RSA
- * key and its validity period. Returns 0, or -1 and fills *err (WI_ERR_ARG; the message
- * never quotes the secret). Borrows s. */
+ * key (of the first certificate: a chain's others are not read) and its validity period. A
+ * bare "WEBHOOK_ID" fills account only (pk NULL: it names no certificate, so a delivery is
+ * WI_SIG_E_UNKNOWN_KEY until one is added). Returns 0, or -1 and fills *err (WI_ERR_ARG; the
+ * message never quotes the secret). Borrows s. */
 int wi_sig_paypal_key(const char *s, size_t n, struct wi_sig_key *k, struct wi_err *err);
+
+/* The certificate id at the end of url, one of PayPal's certificate endpoints
+ * (https://api.paypal.com/v1/notifications/certs/<id>, api-m., api.sandbox., api-m.sandbox.;
+ * no port, userinfo, query or dot segments) into *id (a slice of url). Returns 0, or -1
+ * (WI_SIG_E_MALFORMED_SIGNATURE) for any other URL: no certificate is taken or fetched from one. */
+int wi_sig_paypal_cert_id(struct wi_slice url, struct wi_slice *id, struct wi_err *err);
 
 /* The CRC-32 (ISO-HDLC, zlib's) of p[0..n). */
 uint32_t wi_sig_paypal_crc32(const char *p, size_t n);

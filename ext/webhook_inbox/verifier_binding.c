@@ -11,6 +11,8 @@
 #include "canon.h"
 #include "json.h"
 #include "sig.h"
+#include "sig_braintree.h"
+#include "sig_paypal.h"
 
 /* Invariant: core is NULL until #_setup succeeds; candidates[i] is a frozen Array of the
  * Hash keys tried for header slot i (Rack env, lowercase, Title-Case, underscores). */
@@ -314,7 +316,8 @@ static VALUE challenge_answer(const struct wi_sig_event *ev)
 {
     VALUE out;
     switch (ev->challenge) {
-    case WI_CHALLENGE_NONE: return Qnil;
+    case WI_CHALLENGE_NONE:
+    case WI_CHALLENGE_BRAINTREE_GET: return Qnil; /* a GET: Verifier#braintree_challenge */
     case WI_CHALLENGE_DISCORD_PING: return rb_obj_freeze(rb_utf8_str_new_cstr("{\"type\":1}"));
     case WI_CHALLENGE_SLACK_URL: out = rb_utf8_str_new_cstr("{\"challenge\":\""); break;
     case WI_CHALLENGE_ZOOM_URL: out = rb_utf8_str_new_cstr("{\"plainToken\":\""); break;
@@ -415,6 +418,21 @@ static VALUE verifier_header_names(VALUE self)
     return a;
 }
 
+/* _braintree_challenge(challenge) -> "public_key|hex", the bt_challenge answer; raises
+ * VerificationError (:malformed_payload, :no_secret). */
+static VALUE verifier_braintree_challenge(VALUE self, VALUE challenge)
+{
+    struct verifier *v = get_verifier(self);
+    char out[WI_BT_ANSWER_MAX];
+    struct wi_err e;
+    StringValue(challenge);
+    long n = wi_sig_braintree_challenge(v->core, (struct wi_slice){RSTRING_PTR(challenge), (size_t)RSTRING_LEN(challenge)},
+                                        out, sizeof out, &e);
+    RB_GC_GUARD(challenge);
+    if (n < 0) raise_wi_err(&e, Qnil);
+    return rb_str_new(out, n);
+}
+
 /* Verifier.jsonb_safe?(str): valid JSON that PostgreSQL jsonb accepts. */
 static VALUE verifier_s_jsonb_safe(VALUE klass, VALUE str)
 {
@@ -471,7 +489,8 @@ static VALUE provider_hash(const struct wi_provider *p)
     static const char *const algs[] = {"hmac_sha1", "hmac_sha256", "hmac_sha512", "ed25519", "ecdsa_p256", "http_basic", "rsa_sha1", "rsa_sha256"};
     static const char *const keys[] = {"raw", "whsec", "hex", "base64", "base64_der", "jwk", "credentials", "pem", "pair", "cert"};
     static const char *const layouts[] = {"one", "kv", "list"};
-    static const char *const challenges[] = {"none", "discord_ping", "slack_url_verification", "zoom_url_validation"};
+    static const char *const challenges[] = {"none", "discord_ping", "slack_url_verification", "zoom_url_validation",
+                                             "braintree_get"};
     VALUE h = rb_hash_new(), headers = rb_ary_new(), versions = rb_ary_new(), ids = rb_ary_new(), types = rb_ary_new();
     for (int i = 0; i < WI_SIG_MAX_HEADERS; i++) rb_ary_push(headers, opt_str(p->headers[i]));
     for (int i = 0; i < 2 && (i == 0 || p->versions[i].tag); i++) {
@@ -522,6 +541,20 @@ static VALUE provider_hash(const struct wi_provider *p)
     return rb_obj_freeze(h);
 }
 
+/* Verifier.paypal_cert_id(url): the certificate id of a URL on PayPal's certificate endpoint
+ * (the one allowlist sig_paypal.c verifies by), or nil for any other URL. */
+static VALUE verifier_s_paypal_cert_id(VALUE klass, VALUE url)
+{
+    struct wi_slice id;
+    struct wi_err e;
+    (void)klass;
+    StringValue(url);
+    if (wi_sig_paypal_cert_id((struct wi_slice){RSTRING_PTR(url), (size_t)RSTRING_LEN(url)}, &id, &e)) return Qnil;
+    VALUE r = frozen(id.p, id.n);
+    RB_GC_GUARD(url);
+    return r;
+}
+
 /* Verifier.provider_table: every provider entry, in table order. */
 static VALUE verifier_s_provider_table(VALUE klass)
 {
@@ -550,8 +583,10 @@ void wi_verifier_binding_init(VALUE mod)
     rb_define_private_method(cVerifier, "_setup", verifier_setup, -1);
     rb_define_private_method(cVerifier, "_verify", verifier_verify, 5);
     rb_define_method(cVerifier, "secret_count", verifier_secret_count, 0);
+    rb_define_private_method(cVerifier, "_braintree_challenge", verifier_braintree_challenge, 1);
     rb_define_method(cVerifier, "header_names", verifier_header_names, 0);
     rb_define_singleton_method(cVerifier, "jsonb_safe?", verifier_s_jsonb_safe, 1);
     rb_define_singleton_method(cVerifier, "didit_canonical_json", verifier_s_didit_canonical, 1);
     rb_define_singleton_method(cVerifier, "provider_table", verifier_s_provider_table, 0);
+    rb_define_singleton_method(cVerifier, "paypal_cert_id", verifier_s_paypal_cert_id, 1);
 }

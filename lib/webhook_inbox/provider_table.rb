@@ -18,11 +18,13 @@ module WebhookInbox
              jwk: "EC P-256 JWK (JSON; the token's `kid` picks it)", credentials: "`user:password`",
              pem: "PEM RSA public key (>= 2048 bits)",
              pair: "`public_key:private_key` (HMAC key SHA-1 of the private key; a pair counts for its public key)",
-             cert: "`WEBHOOK_ID:CERT_ID:<PEM certificate>` (RSA >= 2048 bits, checked against its validity period)" }.freeze
+             cert: "`WEBHOOK_ID:CERT_ID:<PEM certificate>` (RSA >= 2048 bits, checked against its validity period; the " \
+                   "first certificate of a chain), or `WEBHOOK_ID` with `fetch_certificates:`" }.freeze
     JWT_ALGS = { hmac_sha256: "HS256", ecdsa_p256: "ES256" }.freeze
     CHALLENGES = { discord_ping: "PING (`type` 1) answered `{\"type\":1}`",
                    slack_url_verification: "`url_verification` answered with its `challenge`",
-                   zoom_url_validation: "`endpoint.url_validation` answered with `plainToken` and its HMAC" }.freeze
+                   zoom_url_validation: "`endpoint.url_validation` answered with `plainToken` and its HMAC",
+                   braintree_get: "GET `bt_challenge` (20-32 hex) answered `public_key\\|hex` (HMAC-SHA1, first secret)" }.freeze
     HEAD = "| provider | scheme | headers | signature | signed content | event id / type | time check | challenge |\n" \
            "|---|---|---|---|---|---|---|---|\n"
 

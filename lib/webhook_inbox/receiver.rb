@@ -2,6 +2,7 @@
 
 require "json"
 require "openssl"
+require "uri"
 
 module WebhookInbox
   # Receiver - the one code path from a raw request to an answer, shared by the Rack
@@ -15,10 +16,14 @@ module WebhookInbox
   #       longer than Inbox::MAX_TEXT_BYTES: :event_id_too_long, :event_type_too_long,
   #       :source_scope_too_long; a signed id that long is stored as "sha256:<hex>" instead)
   #   401 signature or timestamp failures (missing, malformed, mismatch, stale, no secret)
-  #   405 not a POST (Allow: POST)     413 body larger than max_body_bytes
+  #   405 not a POST (Allow: POST), except Braintree's URL check: a GET with one bt_challenge
+  #       (20-32 lowercase hex) is answered 200 "public_key|hex" (text/plain, never stored),
+  #       400 for another challenge    413 body larger than max_body_bytes
   #   415 a JSON provider's request without a JSON Content-Type
   #   503 + Retry-After: the inbox is unavailable or did not answer in time; the sender
-  #                      retries (a row committed after all is then answered duplicate)
+  #                      retries (a row committed after all is then answered duplicate);
+  #                      or (:paypal with fetch_certificates:) PayPal's certificate could not
+  #                      be fetched: certificate_unavailable, kept by keep_refused as unknown_key
   #
   # A verified JSON-provider body that PostgreSQL refuses as jsonb is stored raw and
   # quarantined (reason "payload is not valid JSON") and answered 200: the sender must
@@ -41,6 +46,8 @@ module WebhookInbox
     FORM_PROVIDERS = %i[slack twilio paddle_classic braintree].freeze
     UNAUTHORIZED = %i[missing_signature malformed_signature signature_mismatch timestamp_out_of_tolerance
                       missing_timestamp malformed_timestamp no_secret unknown_key].freeze
+    # Refusals the sender should retry (503 + Retry-After), and the reason each is kept under.
+    RETRYABLE = { certificate_unavailable: :unknown_key }.freeze
     # The answers to the two common outcomes, built once: [body, Content-Length].
     COMMON_BODIES = %i[accepted duplicate].to_h do |s|
       b = JSON.generate(status: s.to_s).freeze
@@ -48,6 +55,7 @@ module WebhookInbox
     end.freeze
     NOTIFICATION = "receive.webhook_inbox"
     DIGITS = /\A\d+\z/.freeze
+    MAX_CHALLENGE_QUERY = 256 # bytes of QUERY_STRING read for a bt_challenge
     NO_HEADERS = {}.freeze # for a store whose insert takes no headers: (see takes_headers?)
     LONG_ID_PREFIX = "sha256:" # a signed event id too long to store as it is (bound_signed_id)
 
@@ -93,6 +101,7 @@ module WebhookInbox
       @form_ok = FORM_PROVIDERS.include?(@provider)
       @log_levels = logger.respond_to?(:info?) && logger.respond_to?(:error?) # else log every line
       @verifier = verifier || Verifier.new(@provider, secrets: Array(secrets), max_body_bytes: max_body_bytes, **verifier_options)
+      @bt_challenge = Verifier::PROVIDERS.dig(@provider, :challenge) == :braintree_get && @verifier.respond_to?(:braintree_challenge)
       @inbox = inbox || (database_url && Inbox.new(database_url: database_url)) or
         raise ConfigurationError, "give inbox: or database_url:"
       @keep_headers = takes_headers?(@inbox)
@@ -113,6 +122,8 @@ module WebhookInbox
         kind = media_kind(env["CONTENT_TYPE"])
         length = env["CONTENT_LENGTH"]&.to_s
         length = length.match?(DIGITS) ? length.to_i : nil if length
+        next bt_challenge(env) if @bt_challenge && env["REQUEST_METHOD"] == "GET"
+
         early = precheck(env["REQUEST_METHOD"], kind, length)
         next early if early
 
@@ -126,6 +137,8 @@ module WebhookInbox
     # Receives a body already read (e.g. Rails' raw_post) with its Rack env for headers.
     def receive(body, env)
       finish do
+        next bt_challenge(env) if @bt_challenge && env["REQUEST_METHOD"] == "GET"
+
         kind = media_kind(env["CONTENT_TYPE"])
         precheck(env["REQUEST_METHOD"] || "POST", kind, body.bytesize) || deliver(body, env, kind == :form)
       end
@@ -154,6 +167,26 @@ module WebhookInbox
     end
 
     private
+
+    # Braintree's URL check: GET ?bt_challenge=<hex> answered with Verifier#braintree_challenge
+    # (a GET without one is the 405 of any GET). The query is bounded; the challenge is never
+    # stored or logged.
+    def bt_challenge(env)
+      query = env["QUERY_STRING"].to_s
+      return reject(400, :malformed_payload) if query.bytesize > MAX_CHALLENGE_QUERY
+
+      values = URI.decode_www_form(query).filter_map { |k, v| v if k == "bt_challenge" }
+      return precheck("GET", nil, nil) if values.empty?
+      return reject(400, :malformed_payload) unless values.size == 1
+
+      answer = @verifier.braintree_challenge(values[0])
+      Result.new(http_status: 200, status: :challenge, event: Event.new(@provider, nil, nil, nil, nil, nil, answer),
+                 headers: { "Content-Type" => "text/plain" })
+    rescue ArgumentError # not a form-encoded query
+      reject(400, :malformed_payload)
+    rescue VerificationError => e
+      reject(e.reason == :no_secret ? 401 : 400, e.reason)
+    end
 
     # kind: media_kind's answer; length: the declared or actual body size (nil: unknown).
     def precheck(method, kind, length)
@@ -195,10 +228,12 @@ module WebhookInbox
     rescue VerificationError => e
       status = if e.reason == :payload_too_large then 413
                elsif UNAUTHORIZED.include?(e.reason) then 401
+               elsif RETRYABLE.key?(e.reason) then 503
                else 400
                end
-      keep_aside(body, env, e.reason, now) if keep && Refused::REASONS.include?(e.reason)
-      reject(status, e.reason)
+      kept = RETRYABLE.fetch(e.reason, e.reason)
+      keep_aside(body, env, kept, now) if keep && Refused::REASONS.include?(kept)
+      reject(status, e.reason, (status == 503 ? { "Retry-After" => @retry_after } : nil))
     rescue StoreError => e
       Result.new(http_status: 503, status: :unavailable, reason: :store_unavailable,
                  headers: { "Retry-After" => @retry_after }, event: event, error: e.message)

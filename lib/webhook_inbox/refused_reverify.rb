@@ -74,7 +74,7 @@ module WebhookInbox
         env = Reverify.env(row["request_headers"], row["request_env"])
         body = [row["body"]].pack("H*")
         result = receiver_for.call(row["source_scope"]).reverify(body, env, received_at: Time.at(row["received_at"].to_r))
-        raise StoreError, result.error.to_s if result.http_status == 503
+        raise StoreError, (result.error || result.reason).to_s if result.http_status == 503 # the next run retries
 
         result.http_status == 200
       end

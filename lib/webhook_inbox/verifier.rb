@@ -45,11 +45,18 @@ module WebhookInbox
   # "user:password" HTTP Basic credentials, which authenticate the sender, not the body.
   # :paddle_classic takes Paddle's PEM public key and verifies the form's p_signature (RSA-SHA1
   # over the other fields, sorted and PHP-serialized). :braintree takes "public_key:private_key"
-  # pairs and verifies the form's bt_signature over bt_payload (the type is the XML's kind).
+  # pairs and verifies the form's bt_signature over bt_payload (the type is the XML's kind);
+  # #braintree_challenge answers the bt_challenge GET of Braintree's URL check.
   # :adyen takes the hex HMAC key and verifies every notification item (one event per delivery).
-  # :paypal takes "WEBHOOK_ID:CERT_ID:<PEM certificate>" secrets (never fetched: a
-  # PAYPAL-CERT-URL off PayPal's certificate endpoint, or naming an unconfigured id, is refused)
-  # and verifies RSA-SHA256 over transmission id|time|webhook id|CRC-32 of the body.
+  # :paypal takes "WEBHOOK_ID:CERT_ID:<PEM certificate>" secrets (pinned: the first certificate
+  # of the PEM is the key, the rest are not read) and verifies RSA-SHA256 over transmission
+  # id|time|webhook id|CRC-32 of the body. A PAYPAL-CERT-URL off PayPal's certificate endpoint
+  # is refused; one naming an unconfigured id is :unknown_key, unless fetch_certificates: is on
+  # (true: PaypalCertificates.default; or a PaypalCertificates): then that certificate is
+  # fetched from the URL once (chain and subject checked, see PaypalCertificates), its key
+  # parsed once and cached, and the delivery verified with it for each configured webhook id
+  # (a secret may then be the bare "WEBHOOK_ID"). A fetch that fails is
+  # :certificate_unavailable (the Receiver answers 503: PayPal retries).
   #
   # URL-signed providers (:twilio, :square, :hubspot; :hmac with {url} or {method} in its
   # template) sign the URL they called. Behind a proxy or a TLS terminator the Rack env's
@@ -82,7 +89,7 @@ module WebhookInbox
     def initialize(scheme, secrets:, tolerance: :provider, max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                    allow_simple: false, legacy_sha1: false, algorithm: :sha256, encoding: :hex, prefix: nil,
                    signature_header: nil, timestamp_header: nil, id_header: nil, template: nil, event_id: nil,
-                   public_url: nil)
+                   public_url: nil, fetch_certificates: false)
       @scheme = ALIASES.fetch(scheme, scheme)
       raise ConfigurationError, "legacy_sha1 applies to :github only" if legacy_sha1 && @scheme != :github
 
@@ -117,6 +124,7 @@ module WebhookInbox
       @signs_url = signed.include?("{url}")
       @signs_method = signed.include?("{method}")
       @public_url = checked_public_url(public_url)
+      @certificates = certificate_source(fetch_certificates, secrets)
       @tolerance = tolerance
       @event_id = event_id
       @id_signed = event_id == :body_sha256 || !header_id_unsigned
@@ -134,6 +142,21 @@ module WebhookInbox
       headers = headers.env if !headers.is_a?(Hash) && headers.respond_to?(:env)
       _verify(body, headers, now, (request_url(headers) if @signs_url),
               (headers["REQUEST_METHOD"] || "POST" if @signs_method))
+    rescue VerificationError => e
+      raise unless @certificates && e.reason == :unknown_key
+
+      fetched_verifier(cert_url(headers)).verify(body, headers, now: now)
+    end
+
+    # Braintree's webhook URL check (a GET with ?bt_challenge=): the answer
+    # "public_key|hex(HMAC-SHA1 of the challenge under SHA-1(private key))" for the first
+    # secret, as Braintree's SDKs' WebhookNotification.verify gives it. The challenge must be 20
+    # to 32 lowercase hex digits (the SDKs' rule): else VerificationError :malformed_payload;
+    # no secret: :no_secret.
+    def braintree_challenge(challenge)
+      raise ConfigurationError, "bt_challenge is Braintree's (this verifier is #{@scheme})" unless @scheme == :braintree
+
+      _braintree_challenge(challenge.to_s)
     end
 
     # True when the signature covers every Event#event_id this verifier returns (read from the
@@ -154,6 +177,57 @@ module WebhookInbox
     alias to_s inspect
 
     private
+
+    # The PaypalCertificates to fetch from, or nil; @webhook_ids: the secrets' webhook ids.
+    def certificate_source(option, secrets)
+      if option && @scheme != :paypal
+        raise ConfigurationError, "fetch_certificates applies to :paypal only"
+      end
+      unless option.nil? || option == false || option == true || option.is_a?(PaypalCertificates)
+        raise ConfigurationError, "fetch_certificates must be true, false or a WebhookInbox::PaypalCertificates"
+      end
+      return nil unless @scheme == :paypal
+
+      bare = secrets.index { |s| !s.include?(":") }
+      if bare && !option
+        raise ConfigurationError, "secret ##{bare + 1} is a bare webhook id: give fetch_certificates: true, " \
+                                  "or WEBHOOK_ID:CERT_ID:<PEM certificate>"
+      end
+      @webhook_ids = secrets.map { |s| s.split(":", 2).first }.uniq.freeze
+      @fetched = {}
+      @fetched_lock = Mutex.new
+      option == true ? PaypalCertificates.default : option || nil
+    end
+
+    # A Verifier (without fetching) for the certificate at url, built once per URL: its key is
+    # parsed once, not per request. At most the store's max_entries are kept.
+    def fetched_verifier(url)
+      v = @fetched_lock.synchronize { @fetched[url] }
+      return v if v
+
+      cid = Verifier.paypal_cert_id(url.to_s) or
+        raise VerificationError.new(:malformed_signature, "paypal-cert-url is not PayPal's certificate endpoint")
+      pem = @certificates.leaf_pem(url).strip
+      v = begin
+        Verifier.new(:paypal, secrets: @webhook_ids.map { |id| "#{id}:#{cid}:#{pem}" }, tolerance: @tolerance,
+                              max_body_bytes: @max_body_bytes, event_id: @event_id)
+      rescue ConfigurationError # not an RSA key of 2048 bits or more: never a 500
+        raise VerificationError.new(:certificate_unavailable, "the fetched PayPal certificate is not an RSA key of >= 2048 bits")
+      end
+      @fetched_lock.synchronize do
+        @fetched.delete(@fetched.each_key.first) while @fetched.size >= @certificates.max_entries
+        @fetched[url] ||= v
+      end
+    end
+
+    # PAYPAL-CERT-URL as the native lookup finds it (Rack env, then any spelling).
+    def cert_url(headers)
+      %w[HTTP_PAYPAL_CERT_URL paypal-cert-url Paypal-Cert-Url PAYPAL-CERT-URL].each do |k|
+        return headers[k].to_s if headers.key?(k)
+      end
+      headers.each { |k, v| return v.to_s if k.to_s.downcase.tr("_", "-").delete_prefix("http-") == "paypal-cert-url" }
+      nil
+    end
 
     def checked_public_url(url)
       return nil if url.nil?
@@ -190,3 +264,4 @@ module WebhookInbox
   end
 end
 require_relative "provider_table"
+require_relative "paypal_certificates"

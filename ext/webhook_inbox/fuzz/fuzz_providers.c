@@ -4,12 +4,14 @@
  * public keys, DER P-256, P-256 JWKs, RSA PEM, PayPal's certificates, user:password, whsec_/whpk_); JWT entries (Vonage, Plaid) get
  * their token in the first header. The first byte picks the entry; the second says
  * whether the rest is a secret to add or a request: body, then header values split on 0xff,
- * then the URL ({url}: Twilio's sorted form and bodySHA256, Square, HubSpot's unescaping). */
+ * then the URL ({url}: Twilio's sorted form and bodySHA256, Square, HubSpot's unescaping).
+ * Braintree's body is also tried as a bt_challenge (wi_sig_braintree_challenge). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../provider.h"
 #include "../sig.h"
+#include "../sig_braintree.h"
 #include "../test/paypal_fixture.h"
 
 #define MAX_ENTRIES 64
@@ -93,6 +95,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
     } else if (!err.msg[0]) {
         abort(); /* every refusal says why */
+    }
+    if (!strcmp(p->name, "braintree")) { /* the body as a bt_challenge: an answer or a refusal, in bounds */
+        char answer[WI_BT_ANSWER_MAX];
+        long an = wi_sig_braintree_challenge(verifiers[data[0] % nentries], req.body, answer, sizeof answer, &err);
+        if (an < 0 ? !err.msg[0] : (size_t)an != strlen(answer) || req.body.n < WI_BT_CHALLENGE_MIN) abort();
     }
     return 0;
 }

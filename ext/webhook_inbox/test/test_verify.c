@@ -14,6 +14,7 @@
 #include "../json.h"
 #include "../num.h"
 #include "../sig.h"
+#include "../sig_braintree.h"
 #include "../sig_paypal.h"
 #include "paypal_fixture.h"
 #include "../sig_header.h"
@@ -629,7 +630,7 @@ static void test_paypal(void)
         CHECK(wi_sig_paypal_time((struct wi_slice){times[4].s, n}, &t) == -1, "truncated time at %zu", n);
     struct wi_sig_verifier *v = make("paypal", NULL);
     static const char *const secrets[] = {"WH1:CERT-1:not a pem", "WH1:-----BEGIN CERTIFICATE-----", ":CERT-1:-----BEGIN CERTIFICATE-----",
-                                          "WH 1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----", "WH1",
+                                          "WH 1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----", "WH 1", "WH1:",
                                           "WH1:CERT-1:-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----"};
     struct wi_err err;
     for (size_t i = 0; i < sizeof secrets / sizeof *secrets; i++)
@@ -669,11 +670,65 @@ static void test_paypal(void)
     r.now = 4102444801; /* after the certificate's notAfter */
     CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && strstr(err.msg, "not valid now"), "paypal expired: %s", err.msg);
     wi_sig_verifier_free(v);
+    /* a bare webhook id (fetch_certificates: the gem adds the fetched certificate) names no
+     * certificate: unknown key, until the certificate is configured beside it */
+    v = make("paypal", "WH1");
+    CHECK(wi_sig_verifier_secret_count(v) == 1 && wi_sig_verify(v, &req, &ev, &err) == -1 && err.code == WI_SIG_E_UNKNOWN_KEY,
+          "paypal bare webhook id: unknown key: %s", err.msg);
+    CHECK(wi_sig_verifier_add_secret(v, PAYPAL_SECRET, strlen(PAYPAL_SECRET), &err) == 0 && wi_sig_verify(v, &req, &ev, &err) == 0,
+          "paypal bare id beside a certificate: %s", err.msg);
+    wi_sig_verifier_free(v);
+    static const char *const urls[] = {"https://api.paypal.com/v1/notifications/certs/CERT-1",
+                                       "https://api-m.sandbox.paypal.com/v1/notifications/certs/CERT-1",
+                                       "https://api.paypal.com/v1/notifications/certs/..", "https://api.paypal.com/v1/notifications/certs/.x",
+                                       "https://api.paypal.com:443/v1/notifications/certs/CERT-1",
+                                       "https://api.paypal.com/v1/notifications/certs/CERT-1/x",
+                                       "https://api.paypal.com/v1/notifications/certs/"};
+    for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+        struct wi_slice id = {NULL, 0};
+        int rc = wi_sig_paypal_cert_id((struct wi_slice){urls[i], strlen(urls[i])}, &id, &err);
+        CHECK(i < 2 ? rc == 0 && id.n == 6 && !memcmp(id.p, "CERT-1", 6) : rc == -1 && err.code == WI_SIG_E_MALFORMED_SIGNATURE,
+              "paypal cert url %zu", i);
+    }
     const char *base = PAYPAL_SECRET;
     char other[2048];
     snprintf(other, sizeof other, "WH2%s", base + 3); /* the same certificate for webhook WH2 */
     v = make("paypal", other);
     CHECK(wi_sig_verify(v, &req, &ev, &err) == -1 && err.code == WI_SIG_E_SIGNATURE_MISMATCH, "paypal other webhook id");
+    wi_sig_verifier_free(v);
+}
+
+/* Braintree's bt_challenge answer: the SDK's (webhookNotification.verify, from
+ * spec/fixtures/vectors/sdk-challenges.json), its charset and length rule at every bound,
+ * the first secret during a rotation, no secret, another provider. */
+static void test_braintree_challenge(void)
+{
+    const char *sdk = "pub_key_1|a08632096e4d7743f10d0650570edde544ca7b8a", *ch = "13ef90b16585cefb5282";
+    char out[WI_BT_ANSWER_MAX], hex[40];
+    struct wi_err err;
+    struct wi_sig_verifier *v = make("braintree", "pub_key_1:eb871a9248c2a67d3c36266d57a609e1");
+    CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) == (long)strlen(sdk) &&
+              !strcmp(out, sdk), "braintree challenge as the SDK answers: %s", out);
+    memset(hex, 'a', sizeof hex);
+    for (size_t n = 0; n <= sizeof hex; n++) {
+        long r = wi_sig_braintree_challenge(v, (struct wi_slice){hex, n}, out, sizeof out, &err);
+        CHECK((n >= 20 && n <= 32) ? r == 10 + 40 : r == -1 && err.code == WI_SIG_E_MALFORMED_PAYLOAD, "challenge of %zu", n);
+    }
+    static const char *const bad[] = {"ABCDEF0123456789abcd", "0123456789abcdef012g", "0123456789abcdef012\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){bad[i], 20}, out, sizeof out, &err) == -1 &&
+                  err.code == WI_SIG_E_MALFORMED_PAYLOAD, "challenge %zu refused", i);
+    CHECK(wi_sig_verifier_add_secret(v, "pub_key_2:x", 11, &err) == 0 &&
+              wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) > 0 && !strcmp(out, sdk),
+          "braintree challenge: the first secret answers");
+    wi_sig_verifier_free(v);
+    v = make("braintree", NULL);
+    CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) == -1 && err.code == WI_SIG_E_NO_SECRET,
+          "braintree challenge without a secret");
+    wi_sig_verifier_free(v);
+    v = make("github", "s");
+    CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) == -1 && err.code == WI_ERR_ARG,
+          "bt_challenge on another provider");
     wi_sig_verifier_free(v);
 }
 
@@ -691,6 +746,7 @@ int main(void)
     test_schemes();
     test_didit_v2_fields();
     test_paypal();
+    test_braintree_challenge();
     printf("verify core: %d checks, %d failures\n", checks, failures);
     return failures != 0;
 }
