@@ -9,14 +9,15 @@
 --
 -- Now a batch runs optimistically: the claim (unchanged, db/014) at the top level, then every
 -- event in ONE subtransaction, the plain ones (a SQL route, no Ruby handlers, no route marker,
--- no pause or rate rule at all, the row neither held nor holding a slot) with the handler
--- called directly, the others through webhook_inbox_run_event as before. If any handler
+-- no paused scope or route nor rate-limited route that matches, the row neither held nor
+-- holding a slot) with the handler called directly, the others through
+-- webhook_inbox_run_event as before. If any handler
 -- raises (a failure, a quarantine), that subtransaction is rolled back and the batch is run
 -- again, each event through webhook_inbox_run_event in its own savepoint (db/015's path,
 -- exactly): handlers are transactional SQL, so the redo sees what the first run saw and only
--- the failing event rolls back. The Ruby handlers, route markers and "any rule?" are read
--- once per batch (a pause committed during a batch holds from the next batch, as it would
--- had it committed a moment later). The rows are returned after the batch, so a redo returns
+-- the failing event rolls back. The routes, Ruby handlers, route markers and the pause and
+-- rate rules are read once per batch (a pause committed during a batch holds from the next
+-- batch, as it would had it committed a moment later). The rows are returned after the batch, so a redo returns
 -- each event once. Idempotent: safe to re-run. Applied after 001..015 (and 016).
 --
 -- Redefines: webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint)
@@ -45,10 +46,14 @@ DECLARE
     plain    boolean[];        -- per type: SQL route, no Ruby handlers
     k        integer[];        -- per event: its type's index in types
     marked   integer[];        -- events whose SQL route already ran (009's marker)
-    rules    boolean;          -- any pause or rate rule
+    gated    integer[];        -- events a pause or rate rule may hold (or holding a slot)
     redo     boolean := false;
     call     text;
     outcome  text;
+    res      text;             -- one webhook_inbox_run_event row
+    det      text;
+    chg      boolean;
+    rty      bigint;
     t0       timestamptz;
     r_result text[];
     r_detail text[];
@@ -82,7 +87,7 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
               USING ERRCODE = '22023';
     END IF;
-    -- Once per batch: each type's route and Ruby handlers, the route markers, the rules.
+    -- Once per batch: each type's route and Ruby handlers, the route markers.
     types := ARRAY(SELECT DISTINCT e.event_type FROM unnest(evs) e);
     handlers := ARRAY(SELECT webhook_inbox_route(t) FROM unnest(types) t);
     plain := ARRAY(SELECT h IS NOT NULL AND webhook_inbox_ruby_handlers_for(t) IS NULL
@@ -94,15 +99,22 @@ BEGIN
                SELECT 1 FROM webhook_inbox_effects_received r
                 WHERE r.operation_id = webhook_inbox_handler_operation_id(x.source_scope, x.event_id,
                                                                           'sql:' || handlers[k[x.ordinality::int]]::text)));
-    rules := EXISTS (SELECT 1 FROM webhook_inbox_flow);
+    -- 015's gate, read once: the events a paused scope, a paused route or a rate-limited
+    -- route matches, or that hold a slot or were held, go through it (webhook_inbox_run_event).
+    gated := ARRAY(
+        SELECT x.ordinality::int FROM unnest(evs) WITH ORDINALITY AS x
+         WHERE x.held_at IS NOT NULL OR x.rate_slot_at IS NOT NULL OR EXISTS (
+               SELECT 1 FROM webhook_inbox_flow f
+                WHERE (f.kind = 'scope' AND f.paused AND f.target = x.source_scope)
+                   OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
+                       AND webhook_inbox_flow_matches(f.target, x.event_type))));
     <<optimistic>>
     BEGIN
         FOR i IN 1 .. n LOOP
             ev := evs[i];
             t0 := clock_timestamp();
             r_lat[i] := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
-            IF plain[k[i]] AND NOT rules AND ev.held_at IS NULL AND ev.rate_slot_at IS NULL
-               AND NOT i = ANY (marked) THEN
+            IF plain[k[i]] AND NOT i = ANY (marked) AND NOT i = ANY (gated) THEN
                 -- 006's webhook_inbox_run_handler without its savepoint: a raise leaves the loop.
                 PERFORM set_config('webhook_inbox.source_scope', ev.source_scope, true),
                         set_config('webhook_inbox.source_event_id', ev.event_id, true);
@@ -112,9 +124,13 @@ BEGIN
                 r_charge[i] := false;
                 r_retry[i] := NULL;
             ELSE
-                SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO r_result[i], r_detail[i], r_charge[i], r_retry[i]
+                SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
                   FROM webhook_inbox_run_event(ev, handlers[k[i]], p_unrouted, p_max_attempts, p_backoff_base_ms,
                                                p_backoff_cap_ms, p_unrouted_delay_ms) r;
+                r_result[i] := res;
+                r_detail[i] := det;
+                r_charge[i] := chg;
+                r_retry[i] := rty;
             END IF;
             r_ms[i] := extract(epoch FROM clock_timestamp() - t0) * 1000;
         END LOOP;
@@ -130,9 +146,13 @@ BEGIN
             ev := evs[i];
             t0 := clock_timestamp();
             r_lat[i] := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
-            SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO r_result[i], r_detail[i], r_charge[i], r_retry[i]
+            SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
               FROM webhook_inbox_run_event(ev, handlers[k[i]], p_unrouted, p_max_attempts, p_backoff_base_ms,
                                            p_backoff_cap_ms, p_unrouted_delay_ms) r;
+            r_result[i] := res;
+            r_detail[i] := det;
+            r_charge[i] := chg;
+            r_retry[i] := rty;
             r_ms[i] := extract(epoch FROM clock_timestamp() - t0) * 1000;
         END LOOP;
     END IF;
