@@ -11,24 +11,43 @@
 -- event in ONE subtransaction, the plain ones (a SQL route, no Ruby handlers, no route marker,
 -- no paused scope or route nor rate-limited route that matches, the row neither held nor
 -- holding a slot) with the handler called directly, the others through
--- webhook_inbox_run_event as before. If any handler
--- raises (a failure, a quarantine), that subtransaction is rolled back and the batch is run
--- again, each event through webhook_inbox_run_event in its own savepoint (db/015's path,
--- exactly): handlers are transactional SQL, so the redo sees what the first run saw and only
--- the failing event rolls back. The routes, Ruby handlers, route markers and the pause and
--- rate rules are read once per batch (a pause committed during a batch holds from the next
--- batch, as it would had it committed a moment later). The rows are returned after the batch, so a redo returns
--- each event once. Idempotent: safe to re-run. Applied after 001..015 (and 016).
+-- webhook_inbox_run_event as before. If a handler raises (a failure, a quarantine), that
+-- subtransaction is rolled back and the batch run again, each event through
+-- webhook_inbox_run_event in its own savepoint (db/015's path, exactly), except that the
+-- event whose handler raised is not run again: its error is raised in its place, so it is
+-- charged (or quarantined) once per run, as before (its attempt_log duration is then the
+-- stand-in's). Only that event rolls back; the events claimed before it in the batch ran once
+-- more, their first run rolled back (a handler's writes commit once; only what a rollback
+-- does not undo, a nextval(), sees two runs). The routes, Ruby handlers, route markers and
+-- the pause and rate rules are read once per batch (a pause committed during a batch holds
+-- from the next batch, as it would had it committed a moment later). The rows are returned
+-- after the batch, so a redo returns each event once. Idempotent: safe to re-run. Applied
+-- after 001..015 (and 016).
 --
 -- Redefines: webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint)
--- (014's; same arguments, rows and results). Additive: webhook_inbox_schema_min_worker()
--- stays 4. Citus runs webhook_inbox_citus_dispatch_batch (db/citus/001), which calls
--- webhook_inbox_dispatch per event and is not changed.
+-- (014's; same arguments, rows and results). New: webhook_inbox_batch_failure(webhook_inbox).
+-- Additive: webhook_inbox_schema_min_worker() stays 4. Citus runs
+-- webhook_inbox_citus_dispatch_batch (db/citus/001), which calls webhook_inbox_dispatch per
+-- event and is not changed.
 
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
 LANGUAGE sql STABLE AS $$ SELECT 17 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+
+-- The handler that stands in, in the redo, for the one that raised in the batch's first run:
+-- raises that error again (SQLSTATE and message from transaction-local settings), so
+-- webhook_inbox_run_event records it (retry with backoff, or quarantined for WIQ01) without
+-- running the handler a second time.
+CREATE OR REPLACE FUNCTION webhook_inbox_batch_failure(ev webhook_inbox) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = current_setting('webhook_inbox.batch_error_state'),
+                          MESSAGE = current_setting('webhook_inbox.batch_error_text');
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_batch_failure(webhook_inbox) IS
+    'webhook_inbox_dispatch_batch only: raises again the error a handler raised in the batch''s first run (its SQLSTATE and message).';
 
 CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(
         p_limit integer, p_unrouted text, p_max_attempts integer,
@@ -47,7 +66,10 @@ DECLARE
     k        integer[];        -- per event: its type's index in types
     marked   integer[];        -- events whose SQL route already ran (009's marker)
     gated    integer[];        -- events a pause or rate rule may hold (or holding a slot)
-    redo     boolean := false;
+    running  integer;          -- the event whose handler runs now in the one subtransaction
+    failed   integer;          -- the event whose handler raised there
+    err_state text;
+    err_text text;
     call     text;
     outcome  text;
     res      text;             -- one webhook_inbox_run_event row
@@ -118,7 +140,9 @@ BEGIN
                 -- 006's webhook_inbox_run_handler without its savepoint: a raise leaves the loop.
                 PERFORM set_config('webhook_inbox.source_scope', ev.source_scope, true),
                         set_config('webhook_inbox.source_event_id', ev.event_id, true);
+                running := i;
                 EXECUTE format('SELECT %s($1)', handlers[k[i]]) INTO outcome USING ev;
+                running := NULL;
                 r_result[i] := 'done';
                 r_detail[i] := coalesce(outcome, 'done');
                 r_charge[i] := false;
@@ -138,17 +162,27 @@ BEGIN
                 set_config('webhook_inbox.source_event_id', '', true);
     EXCEPTION
         WHEN OTHERS THEN
-            redo := true;
+            IF running IS NULL THEN
+                RAISE; -- not a handler's error: the statement fails, as in 014
+            END IF;
+            failed := running;
+            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_text = MESSAGE_TEXT;
     END;
-    IF redo THEN
-        -- A handler raised: everything above rolled back; each event in its own savepoint.
+    IF failed IS NOT NULL THEN
+        -- A handler raised: everything above rolled back. Each event again in its own
+        -- savepoint (webhook_inbox_run_event); the one that raised is not run again: its error
+        -- is raised in its place (webhook_inbox_batch_failure), so it is recorded as it was.
+        PERFORM set_config('webhook_inbox.batch_error_state', err_state, true),
+                set_config('webhook_inbox.batch_error_text', err_text, true);
         FOR i IN 1 .. n LOOP
             ev := evs[i];
             t0 := clock_timestamp();
             r_lat[i] := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
             SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
-              FROM webhook_inbox_run_event(ev, handlers[k[i]], p_unrouted, p_max_attempts, p_backoff_base_ms,
-                                           p_backoff_cap_ms, p_unrouted_delay_ms) r;
+              FROM webhook_inbox_run_event(ev, CASE WHEN i = failed THEN 'webhook_inbox_batch_failure'::regproc
+                                                    ELSE handlers[k[i]] END,
+                                           p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                           p_unrouted_delay_ms) r;
             r_result[i] := res;
             r_detail[i] := det;
             r_charge[i] := chg;
@@ -181,4 +215,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS
-    'Sidecar v4: claim up to p_limit due events (FOR UPDATE SKIP LOCKED; a keyed event only when no earlier event of its key must run first), run each handler, record done/quarantined/retry (charged, with backoff)/waiting and an attempt_log entry in the same transaction; one row per event; latency from requeued_at or received_at. v17: the batch runs in one subtransaction; when a handler raises, it is rolled back and redone with each handler in its own (only the failing event rolls back). Args: limit, unrouted policy (wait|ignore|quarantine|retry), max attempts, backoff base ms, backoff cap ms, unrouted delay ms.';
+    'Sidecar v4: claim up to p_limit due events (FOR UPDATE SKIP LOCKED; a keyed event only when no earlier event of its key must run first), run each handler, record done/quarantined/retry (charged, with backoff)/waiting and an attempt_log entry in the same transaction; one row per event; latency from requeued_at or received_at. v17: the batch runs in one subtransaction; when a handler raises, it is rolled back and redone with each handler in its own savepoint and the raising one not run again (only the failing event rolls back). Args: limit, unrouted policy (wait|ignore|quarantine|retry), max attempts, backoff base ms, backoff cap ms, unrouted delay ms.';

@@ -20,9 +20,13 @@ RSpec.describe "webhook_inbox_dispatch_batch (db/017)", :sidecar do
     db.psql(<<~SQL)
       CREATE TABLE IF NOT EXISTS t_batch_runs (event_id text NOT NULL);
       TRUNCATE t_batch_runs;
+      DROP SEQUENCE IF EXISTS t_batch_failed_runs; CREATE SEQUENCE t_batch_failed_runs;
       CREATE OR REPLACE FUNCTION t_batch_handler(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
       BEGIN
           INSERT INTO t_batch_runs VALUES (ev.event_id);
+          IF ev.payload ->> 'fail' IS NOT NULL THEN
+              PERFORM nextval('t_batch_failed_runs'); -- not rolled back: counts the failing runs
+          END IF;
           IF ev.payload ->> 'fail' = 'transient' THEN
               RAISE EXCEPTION 'upstream not ready' USING ERRCODE = 'WIR01';
           ELSIF ev.payload ->> 'fail' = 'permanent' THEN
@@ -77,6 +81,14 @@ RSpec.describe "webhook_inbox_dispatch_batch (db/017)", :sidecar do
     # backoff 60 s with equal jitter: due in 30..60 s
     expect(db.value("SELECT next_attempt_at > now() + interval '25 seconds' FROM webhook_inbox WHERE event_id = 'e5'")).to eq("t")
     expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status = 'done' AND jsonb_array_length(attempt_log) = 1")).to eq(9)
+    expect(db.int("SELECT last_value FROM t_batch_failed_runs")).to eq(1) # charged once, run once: not run again in the redo
+  end
+
+  it "fails the statement on an error that is not a handler's, as before" do
+    insert_events
+    expect { db.psql("SELECT * FROM webhook_inbox_dispatch_batch(100, 'bogus', 5, 1000, 1000, 1000)") }
+      .to raise_error(/p_unrouted must be wait, ignore, quarantine or retry/)
+    expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status = 'pending' AND attempts = 0")).to eq(10)
   end
 
   it "quarantines an event whose handler calls webhook_inbox_quarantine, the others done once" do
@@ -86,6 +98,7 @@ RSpec.describe "webhook_inbox_dispatch_batch (db/017)", :sidecar do
     expect((2..9).map { |i| results["e#{i}"] }).to all(eq("done"))
     expect(runs).to eq((2..9).map { |i| "e#{i}" }.sort.join(","))
     expect(db.event("e1")).to include(status: "quarantined", last_error: "bad event")
+    expect(db.int("SELECT last_value FROM t_batch_failed_runs")).to eq(2) # e1 and e10, once each
   end
 
   it "keeps the batch's other events in one subtransaction when an unrouted event is among them" do
