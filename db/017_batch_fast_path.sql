@@ -21,7 +21,9 @@
 -- does not undo, a nextval(), sees two runs). The routes, Ruby handlers, route markers and
 -- the pause and rate rules are read once per batch (a pause committed during a batch holds
 -- from the next batch, as it would had it committed a moment later). The rows are returned
--- after the batch, so a redo returns each event once. Idempotent: safe to re-run. Applied
+-- after the batch, so a redo returns each event once. A batch of one event (--batch-size 1)
+-- keeps 014's path (one savepoint; the reads once per batch would cost it more than they
+-- save). Idempotent: safe to re-run. Applied
 -- after 001..015 (and 016).
 --
 -- Redefines: webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint)
@@ -109,86 +111,102 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
               USING ERRCODE = '22023';
     END IF;
-    -- Once per batch: each type's route and Ruby handlers, the route markers.
-    types := ARRAY(SELECT DISTINCT e.event_type FROM unnest(evs) e);
-    handlers := ARRAY(SELECT webhook_inbox_route(t) FROM unnest(types) t);
-    plain := ARRAY(SELECT h IS NOT NULL AND webhook_inbox_ruby_handlers_for(t) IS NULL
-                     FROM unnest(types, handlers) AS x(t, h));
-    k := ARRAY(SELECT array_position(types, e.event_type) FROM unnest(evs) e);
-    marked := ARRAY(
-        SELECT x.ordinality::int FROM unnest(evs) WITH ORDINALITY AS x
-         WHERE plain[k[x.ordinality::int]] AND EXISTS (
-               SELECT 1 FROM webhook_inbox_effects_received r
-                WHERE r.operation_id = webhook_inbox_handler_operation_id(x.source_scope, x.event_id,
-                                                                          'sql:' || handlers[k[x.ordinality::int]]::text)));
-    -- 015's gate, read once: the events a paused scope, a paused route or a rate-limited
-    -- route matches, or that hold a slot or were held, go through it (webhook_inbox_run_event).
-    gated := ARRAY(
-        SELECT x.ordinality::int FROM unnest(evs) WITH ORDINALITY AS x
-         WHERE x.held_at IS NOT NULL OR x.rate_slot_at IS NOT NULL OR EXISTS (
-               SELECT 1 FROM webhook_inbox_flow f
-                WHERE (f.kind = 'scope' AND f.paused AND f.target = x.source_scope)
-                   OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
-                       AND webhook_inbox_flow_matches(f.target, x.event_type))));
-    <<optimistic>>
-    BEGIN
-        FOR i IN 1 .. n LOOP
-            ev := evs[i];
-            t0 := clock_timestamp();
-            r_lat[i] := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
-            IF plain[k[i]] AND NOT i = ANY (marked) AND NOT i = ANY (gated) THEN
-                -- 006's webhook_inbox_run_handler without its savepoint: a raise leaves the loop.
-                PERFORM set_config('webhook_inbox.source_scope', ev.source_scope, true),
-                        set_config('webhook_inbox.source_event_id', ev.event_id, true);
-                running := i;
-                EXECUTE format('SELECT %s($1)', handlers[k[i]]) INTO outcome USING ev;
-                running := NULL;
-                r_result[i] := 'done';
-                r_detail[i] := coalesce(outcome, 'done');
-                r_charge[i] := false;
-                r_retry[i] := NULL;
-            ELSE
+    IF n = 1 THEN
+        -- One event (--batch-size 1, a trickle): 014's path, its handler in a savepoint (one
+        -- subxid); the reads once per batch below would cost more than they save.
+        ev := evs[1];
+        t0 := clock_timestamp();
+        r_lat[1] := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
+        SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
+          FROM webhook_inbox_run_event(ev, webhook_inbox_route(ev.event_type), p_unrouted, p_max_attempts,
+                                       p_backoff_base_ms, p_backoff_cap_ms, p_unrouted_delay_ms) r;
+        r_result[1] := res;
+        r_detail[1] := det;
+        r_charge[1] := chg;
+        r_retry[1] := rty;
+        r_ms[1] := extract(epoch FROM clock_timestamp() - t0) * 1000;
+    ELSE
+        -- Once per batch: each type's route and Ruby handlers, the route markers.
+        types := ARRAY(SELECT DISTINCT e.event_type FROM unnest(evs) e);
+        handlers := ARRAY(SELECT webhook_inbox_route(t) FROM unnest(types) t);
+        plain := ARRAY(SELECT h IS NOT NULL AND webhook_inbox_ruby_handlers_for(t) IS NULL
+                         FROM unnest(types, handlers) AS x(t, h));
+        k := ARRAY(SELECT array_position(types, e.event_type) FROM unnest(evs) e);
+        marked := ARRAY(
+            SELECT x.ordinality::int FROM unnest(evs) WITH ORDINALITY AS x
+             WHERE plain[k[x.ordinality::int]] AND EXISTS (
+                   SELECT 1 FROM webhook_inbox_effects_received r
+                    WHERE r.operation_id = webhook_inbox_handler_operation_id(x.source_scope, x.event_id,
+                                                                              'sql:' || handlers[k[x.ordinality::int]]::text)));
+        -- 015's gate, read once: the events a paused scope, a paused route or a rate-limited
+        -- route matches, or that hold a slot or were held, go through it (webhook_inbox_run_event).
+        gated := ARRAY(
+            SELECT x.ordinality::int FROM unnest(evs) WITH ORDINALITY AS x
+             WHERE x.held_at IS NOT NULL OR x.rate_slot_at IS NOT NULL OR EXISTS (
+                   SELECT 1 FROM webhook_inbox_flow f
+                    WHERE (f.kind = 'scope' AND f.paused AND f.target = x.source_scope)
+                       OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
+                           AND webhook_inbox_flow_matches(f.target, x.event_type))));
+        <<optimistic>>
+        BEGIN
+            FOR i IN 1 .. n LOOP
+                ev := evs[i];
+                t0 := clock_timestamp();
+                r_lat[i] := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
+                IF plain[k[i]] AND NOT i = ANY (marked) AND NOT i = ANY (gated) THEN
+                    -- 006's webhook_inbox_run_handler without its savepoint: a raise leaves the loop.
+                    PERFORM set_config('webhook_inbox.source_scope', ev.source_scope, true),
+                            set_config('webhook_inbox.source_event_id', ev.event_id, true);
+                    running := i;
+                    EXECUTE format('SELECT %s($1)', handlers[k[i]]) INTO outcome USING ev;
+                    running := NULL;
+                    r_result[i] := 'done';
+                    r_detail[i] := coalesce(outcome, 'done');
+                    r_charge[i] := false;
+                    r_retry[i] := NULL;
+                ELSE
+                    SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
+                      FROM webhook_inbox_run_event(ev, handlers[k[i]], p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                                   p_backoff_cap_ms, p_unrouted_delay_ms) r;
+                    r_result[i] := res;
+                    r_detail[i] := det;
+                    r_charge[i] := chg;
+                    r_retry[i] := rty;
+                END IF;
+                r_ms[i] := extract(epoch FROM clock_timestamp() - t0) * 1000;
+            END LOOP;
+            PERFORM set_config('webhook_inbox.source_scope', '', true),
+                    set_config('webhook_inbox.source_event_id', '', true);
+        EXCEPTION
+            WHEN OTHERS THEN
+                IF running IS NULL THEN
+                    RAISE; -- not a handler's error: the statement fails, as in 014
+                END IF;
+                failed := running;
+                GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_text = MESSAGE_TEXT;
+        END;
+        IF failed IS NOT NULL THEN
+            -- A handler raised: everything above rolled back. Each event again in its own
+            -- savepoint (webhook_inbox_run_event); the one that raised is not run again: its error
+            -- is raised in its place (webhook_inbox_batch_failure), so it is recorded as it was.
+            PERFORM set_config('webhook_inbox.batch_error_state', err_state, true),
+                    set_config('webhook_inbox.batch_error_text', err_text, true);
+            FOR i IN 1 .. n LOOP
+                ev := evs[i];
+                t0 := clock_timestamp();
+                r_lat[i] := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
                 SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
-                  FROM webhook_inbox_run_event(ev, handlers[k[i]], p_unrouted, p_max_attempts, p_backoff_base_ms,
-                                               p_backoff_cap_ms, p_unrouted_delay_ms) r;
+                  FROM webhook_inbox_run_event(ev, CASE WHEN i = failed THEN 'webhook_inbox_batch_failure'::regproc
+                                                        ELSE handlers[k[i]] END,
+                                               p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                               p_unrouted_delay_ms) r;
                 r_result[i] := res;
                 r_detail[i] := det;
                 r_charge[i] := chg;
                 r_retry[i] := rty;
-            END IF;
-            r_ms[i] := extract(epoch FROM clock_timestamp() - t0) * 1000;
-        END LOOP;
-        PERFORM set_config('webhook_inbox.source_scope', '', true),
-                set_config('webhook_inbox.source_event_id', '', true);
-    EXCEPTION
-        WHEN OTHERS THEN
-            IF running IS NULL THEN
-                RAISE; -- not a handler's error: the statement fails, as in 014
-            END IF;
-            failed := running;
-            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_text = MESSAGE_TEXT;
-    END;
-    IF failed IS NOT NULL THEN
-        -- A handler raised: everything above rolled back. Each event again in its own
-        -- savepoint (webhook_inbox_run_event); the one that raised is not run again: its error
-        -- is raised in its place (webhook_inbox_batch_failure), so it is recorded as it was.
-        PERFORM set_config('webhook_inbox.batch_error_state', err_state, true),
-                set_config('webhook_inbox.batch_error_text', err_text, true);
-        FOR i IN 1 .. n LOOP
-            ev := evs[i];
-            t0 := clock_timestamp();
-            r_lat[i] := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
-            SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
-              FROM webhook_inbox_run_event(ev, CASE WHEN i = failed THEN 'webhook_inbox_batch_failure'::regproc
-                                                    ELSE handlers[k[i]] END,
-                                           p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
-                                           p_unrouted_delay_ms) r;
-            r_result[i] := res;
-            r_detail[i] := det;
-            r_charge[i] := chg;
-            r_retry[i] := rty;
-            r_ms[i] := extract(epoch FROM clock_timestamp() - t0) * 1000;
-        END LOOP;
+                r_ms[i] := extract(epoch FROM clock_timestamp() - t0) * 1000;
+            END LOOP;
+        END IF;
     END IF;
     -- 014's done marks, one statement: by primary key for one event, else set-based.
     IF n = 1 THEN
