@@ -65,6 +65,7 @@ DECLARE
     types    text[];           -- the batch's event types, each once
     handlers regproc[];        -- their routes (NULL: none)
     plain    boolean[];        -- per type: SQL route, no Ruby handlers
+    calls    text[];           -- per type: the statement that calls its route
     k        integer[];        -- per event: its type's index in types
     marked   integer[];        -- events whose SQL route already ran (009's marker)
     gated    integer[];        -- events a pause or rate rule may hold (or holding a slot)
@@ -131,6 +132,7 @@ BEGIN
         handlers := ARRAY(SELECT webhook_inbox_route(t) FROM unnest(types) t);
         plain := ARRAY(SELECT h IS NOT NULL AND webhook_inbox_ruby_handlers_for(t) IS NULL
                          FROM unnest(types, handlers) AS x(t, h));
+        calls := ARRAY(SELECT format('SELECT %s($1)', h) FROM unnest(handlers) h);
         k := ARRAY(SELECT array_position(types, e.event_type) FROM unnest(evs) e);
         marked := ARRAY(
             SELECT x.ordinality::int FROM unnest(evs) WITH ORDINALITY AS x
@@ -158,7 +160,7 @@ BEGIN
                     PERFORM set_config('webhook_inbox.source_scope', ev.source_scope, true),
                             set_config('webhook_inbox.source_event_id', ev.event_id, true);
                     running := i;
-                    EXECUTE format('SELECT %s($1)', handlers[k[i]]) INTO outcome USING ev;
+                    EXECUTE calls[k[i]] INTO outcome USING ev;
                     running := NULL;
                     r_result[i] := 'done';
                     r_detail[i] := coalesce(outcome, 'done');
