@@ -19,7 +19,7 @@ RSpec.describe "webhook_inbox_dispatch_batch (db/017)", :sidecar do
     db.reset!
     db.psql(<<~SQL)
       CREATE TABLE IF NOT EXISTS t_batch_runs (event_id text NOT NULL);
-      TRUNCATE t_batch_runs;
+      TRUNCATE t_batch_runs, webhook_inbox_effects_received;
       DROP SEQUENCE IF EXISTS t_batch_failed_runs; CREATE SEQUENCE t_batch_failed_runs;
       CREATE OR REPLACE FUNCTION t_batch_handler(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
       BEGIN
@@ -107,6 +107,18 @@ RSpec.describe "webhook_inbox_dispatch_batch (db/017)", :sidecar do
     results = dispatch_batch
     expect(results["e_unrouted"]).to eq("done") # --unrouted ignore
     expect(db.event("e_unrouted")).to include(status: "done", outcome: "ignored: no route")
+    expect(subtransactions).to eq(1)
+  end
+
+  it "does not run again a route whose once-marker (db/009) an event already has, beside plain events" do
+    insert_events
+    db.psql("INSERT INTO webhook_inbox_effects_received (operation_id, name) " \
+            "SELECT webhook_inbox_handler_operation_id('#{SidecarHelper::SCOPE}', 'e3', 'sql:t_batch_handler'), " \
+            "'sql:t_batch_handler'")
+    results = dispatch_batch
+    expect(results.values).to all(eq("done"))
+    expect(db.event("e3")[:outcome]).to eq("SQL route t_batch_handler already ran for this event")
+    expect(runs.split(",")).not_to include("e3")
     expect(subtransactions).to eq(1)
   end
 
