@@ -329,6 +329,17 @@ static VALUE challenge_answer(const struct wi_sig_event *ev)
     return rb_obj_freeze(out);
 }
 
+/* An Event filled member by member. rb_struct_new runs Event#initialize (a method call and
+ * an arity check): 4x the instructions, 40 % of the binding's own for a 2 KiB Stripe body. */
+static VALUE new_event(VALUE provider, VALUE id, VALUE type, VALUE ts, VALUE body, VALUE body_signed,
+                       VALUE challenge)
+{
+    const VALUE members[] = {provider, id, type, ts, body, body_signed, challenge};
+    VALUE event = rb_obj_alloc(cEvent);
+    for (int i = 0; i < (int)(sizeof members / sizeof *members); i++) RSTRUCT_SET(event, i, members[i]);
+    return event;
+}
+
 /* The String s as a slice (a frozen snapshot when snap), or absent for nil. */
 static struct wi_slice opt_slice(VALUE *s, int snap)
 {
@@ -393,8 +404,8 @@ static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now, V
     VALUE id = ev.id.p ? event_text(json_str(ev.id, ev.id_escaped), "id") : rb_usascii_str_new(ev.body_sha256, 64);
     VALUE type = ev.type.p ? event_text(json_str(ev.type, ev.type_escaped), "type") : Qnil;
     VALUE ts = ev.has_timestamp ? LL2NUM(ev.timestamp) : Qnil;
-    VALUE event = rb_struct_new(cEvent, v->provider, id, type, ts, ev.simple ? simple_body(&ev) : body,
-                                ev.simple ? Qfalse : Qtrue, challenge_answer(&ev));
+    VALUE event = new_event(v->provider, id, type, ts, ev.simple ? simple_body(&ev) : body,
+                            ev.simple ? Qfalse : Qtrue, challenge_answer(&ev));
     RB_GC_GUARD(body);
     RB_GC_GUARD(snap);
     RB_GC_GUARD(headers);

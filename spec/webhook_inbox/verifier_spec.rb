@@ -315,6 +315,15 @@ RSpec.describe WebhookInbox::Verifier do
       expect([e.provider, e.event_id, e.event_type, e.timestamp]).to eq([:stripe, "evt_1", "payment_intent.succeeded", NOW])
     end
 
+    it "returns an Event equal to one built with Event.new, every member set (it is filled member by member)" do
+      e = verifier.verify(body, { "Stripe-Signature" => header(NOW, sign(secret, NOW, body)) }, now: NOW)
+      expect(e).to be_an_instance_of(WebhookInbox::Event)
+      expect(e).to eq(WebhookInbox::Event.new(:stripe, "evt_1", "payment_intent.succeeded", NOW, body, true, nil))
+      expect(e.body).to equal(body)
+      expect([e.event_id.frozen?, e.event_type.frozen?, e.frozen?]).to eq([false, false, false])
+      expect(e.event_type.encoding).to eq(Encoding::UTF_8)
+    end
+
     it "accepts any of several v1 signatures and ignores v0" do
       h = "t=#{NOW},v0=#{"0" * 64},v1=#{"a" * 64},v1=#{sign(secret, NOW, body)}"
       expect(verifier.verify(body, { "Stripe-Signature" => h }, now: NOW).event_id).to eq("evt_1")

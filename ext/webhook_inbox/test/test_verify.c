@@ -117,6 +117,17 @@ static void test_codecs(void)
     CHECK(wi_hex_decode("abc", 3, out, sizeof out) == -1, "odd hex");
     CHECK(wi_hex_decode("zz", 2, out, sizeof out) == -1, "bad hex");
     CHECK(wi_hex_decode("0000", 4, out, 1) == -1, "hex overflow");
+    for (int c = 0; c < 256; c++) { /* the digit table: every byte, high and low position */
+        int want = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        char hi[2] = {(char)c, '7'}, lo[2] = {'7', (char)c};
+        long rh = wi_hex_decode(hi, 2, out, sizeof out), rl;
+        int oh = out[0];
+        rl = wi_hex_decode(lo, 2, out, sizeof out);
+        CHECK(want < 0 ? rh == -1 && rl == -1 : rh == 1 && oh == (want << 4 | 7) && rl == 1 && out[0] == (0x70 | want),
+              "hex digit 0x%02x", c);
+    }
+    CHECK(wi_hex_decode("0g00000000", 10, out, sizeof out) == -1 && wi_hex_decode("000000000\0", 10, out, sizeof out) == -1,
+          "a bad digit anywhere");
     wi_hex_encode((const unsigned char *)"\x01\xab", 2, hex);
     CHECK(strcmp(hex, "01ab") == 0, "hex encode");
     static const struct { const char *in; long n; const char *out; } b64[] = {
