@@ -3,6 +3,7 @@
 require "spec_helper"
 require "fileutils"
 require "tmpdir"
+require "stringio"
 require "active_record"
 require "webhook_inbox/handlers"
 require "webhook_inbox/handlers/worker"
@@ -163,6 +164,20 @@ RSpec.describe WebhookInbox::Handlers::Worker do
                "AND o.status = 'delivered' AND o.attempts = 1")).to eq("5")
   ensure
     ActiveRecord::Base.remove_connection
+  end
+
+  it "refuses to start against a schema older than its batch steps (v15): level=error, exit 1, nothing registered" do
+    old = "handlers_worker_v15_#{SecureRandom.hex(4)}"
+    @pg.psql("CREATE DATABASE #{old}", db: "postgres")
+    ReceiverHelpers.schema_files.select { |f| File.basename(f).to_i <= 15 }.each { |f| @pg.psql(File.read(f), db: old) }
+    ActiveRecord::Base.establish_connection(@url.sub(@db, old))
+    out = StringIO.new
+    expect(WebhookInbox::Handlers::Worker.new(registry: registry(steady: ["steady.x", nil]), out: out).run).to eq(1)
+    expect(out.string).to include("level=error event=ruby_worker_schema_old", "older than v16")
+    expect(@pg.psql("SELECT count(*) FROM webhook_inbox_ruby_handlers", db: old).strip).to eq("0")
+  ensure
+    ActiveRecord::Base.remove_connection
+    @pg.psql("DROP DATABASE IF EXISTS #{old}", db: "postgres")
   end
 
   it "keeps the v13 single-run steps working on a v16 database (a worker of the previous release)" do
