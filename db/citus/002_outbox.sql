@@ -42,6 +42,9 @@
 --   webhook_inbox_ruby_lock,           (013) the run locked on its shard (scope and operation id)
 --   webhook_inbox_ruby_finish
 --   webhook_inbox_ruby_settle          (013) the type's Ruby handlers read before the shard's query
+--   webhook_inbox_ruby_start_batch,    (016) the batch steps: starts one scope at a time as
+--   webhook_inbox_ruby_lock_batch,     ruby_start, the runs found once and locked on their shards,
+--   webhook_inbox_ruby_finish_batch    their scopes read once for ruby_finish
 -- and adds webhook_inbox_citus_outbox_save() (the scoped save) and
 -- webhook_inbox_citus_ruby_paused(). db/015's pause checks read webhook_inbox_flow, a
 -- reference table from citus/004; webhook_inbox_outbox_next_due (015) is converted by citus/005.
@@ -593,6 +596,142 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_finish(text, integer, text, text, double precision, integer, bigint, bigint) IS
     'Ruby worker, step 3 (Citus: on the run''s shard): record the run''s result (done/retry/quarantine) for the attempt charged at its start and settle its event; returns the run''s new status (NULL: not that pending run).';
+
+-- db/016's batch steps. Step 1 as the Citus webhook_inbox_ruby_start above (one source scope
+-- at a time, each run taken alone and charged on its shard, the times in variables), up to
+-- p_limit first attempts over the scopes; a run with an earlier attempt comes alone, as in
+-- db/016.
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_start_batch(p_limit integer, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
+RETURNS TABLE (operation_id text, attempt integer, exhausted boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    s    text;
+    op   text;
+    seen integer;
+    n    integer := 0;
+    t    timestamptz;
+    nxt  timestamptz;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'webhook_inbox_ruby_start_batch: p_limit and p_max_attempts must be >= 1' USING ERRCODE = '22023';
+    END IF;
+    IF webhook_inbox_citus_ruby_paused() THEN
+        RETURN;
+    END IF;
+    FOR s IN
+        SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
+                 SELECT c.source_scope AS scope FROM webhook_inbox_outbox c
+                  WHERE c.destination = 'ruby' AND c.status = 'pending' AND c.next_attempt_at <= now()
+                  ORDER BY c.next_attempt_at LIMIT 256) o) d
+         ORDER BY random()
+    LOOP
+        LOOP
+            -- A charged run is leased past now(): the next look skips it.
+            SELECT o.operation_id, o.attempts INTO op, seen FROM webhook_inbox_outbox o
+             WHERE o.source_scope = s AND o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
+             ORDER BY o.next_attempt_at, o.created_at
+             LIMIT 1
+               FOR UPDATE SKIP LOCKED;
+            EXIT WHEN NOT FOUND;
+            IF n > 0 AND seen > 0 THEN
+                RETURN;
+            END IF;
+            t := clock_timestamp();
+            nxt := t + webhook_inbox_retry_delay_ms(seen, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+            UPDATE webhook_inbox_outbox o
+               SET attempts = o.attempts + CASE WHEN seen < p_max_attempts THEN 1 ELSE 0 END,
+                   last_attempt_at = t, next_attempt_at = nxt
+             WHERE o.source_scope = s AND o.operation_id = op
+            RETURNING o.operation_id, o.attempts, seen >= p_max_attempts INTO operation_id, attempt, exhausted;
+            RETURN NEXT;
+            n := n + 1;
+            IF seen > 0 OR n >= p_limit THEN
+                RETURN;
+            END IF;
+        END LOOP;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_start_batch(integer, integer, bigint, bigint) IS
+    'Ruby worker v16, step 1 (Citus: one scope at a time): up to p_limit due first attempts, or one other run alone, each charged and leased as webhook_inbox_ruby_start; none while destination ruby is paused.';
+
+-- db/016's step 2: the runs found by their operation ids on every shard once (unlocked), then
+-- in the order of their events each event and then its run locked on their shard, as the
+-- Citus webhook_inbox_ruby_lock above does for one.
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_lock_batch(p_operation_ids text[], p_attempts integer[])
+RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
+               event_type text, payload text, raw_body_base64 text, received_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r   record;
+    at  integer;
+    run webhook_inbox_outbox;
+    ev  webhook_inbox;
+BEGIN
+    IF p_operation_ids IS NULL OR p_attempts IS NULL OR cardinality(p_operation_ids) <> cardinality(p_attempts) THEN
+        RAISE EXCEPTION 'webhook_inbox_ruby_lock_batch: one attempt per operation id' USING ERRCODE = '22023';
+    END IF;
+    FOR r IN
+        SELECT o.source_scope AS scope, o.source_event_id AS event, o.operation_id AS op FROM webhook_inbox_outbox o
+         WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
+         ORDER BY 1, 2, 3
+    LOOP
+        at := p_attempts[array_position(p_operation_ids, r.op)];
+        SELECT * INTO ev FROM webhook_inbox w
+         WHERE w.source_scope = r.scope AND w.event_id = r.event
+           FOR UPDATE;
+        SELECT * INTO run FROM webhook_inbox_outbox o
+         WHERE o.source_scope = r.scope AND o.operation_id = r.op AND o.destination = 'ruby'
+           AND o.status = 'pending' AND o.attempts = at
+           FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;
+        RETURN QUERY SELECT run.operation_id, run.payload->>'handler', at, run.source_scope, run.source_event_id,
+                            ev.event_type, ev.payload::text,
+                            CASE WHEN ev.payload IS NULL AND ev.raw_body IS NOT NULL
+                                 THEN translate(encode(ev.raw_body, 'base64'), E'\n', '') END,
+                            ev.received_at;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_lock_batch(text[], integer[]) IS
+    'Ruby worker v16, step 2 (Citus: on each run''s shard): each run''s event, then the run if still pending at its attempt, in the order of their events; the runs still pending at their attempt.';
+
+-- db/016's step 3: the runs' scopes read on every shard once, then the Citus
+-- webhook_inbox_ruby_finish above for each, given its scope (webhook_inbox.citus_ruby_scope, _op).
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_finish_batch(
+        p_operation_ids text[], p_attempts integer[], p_results text[], p_errors text[], p_durations_ms double precision[],
+        p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
+RETURNS TABLE (operation_id text, status text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r      record;
+    scopes jsonb := '{}';
+BEGIN
+    IF p_operation_ids IS NULL OR p_attempts IS NULL OR p_results IS NULL OR p_errors IS NULL OR p_durations_ms IS NULL
+       OR cardinality(p_attempts) <> cardinality(p_operation_ids) OR cardinality(p_results) <> cardinality(p_operation_ids)
+       OR cardinality(p_errors) <> cardinality(p_operation_ids) OR cardinality(p_durations_ms) <> cardinality(p_operation_ids) THEN
+        RAISE EXCEPTION 'webhook_inbox_ruby_finish_batch: one attempt, result, error and duration per operation id'
+              USING ERRCODE = '22023';
+    END IF;
+    FOR r IN
+        SELECT o.operation_id AS op, o.source_scope AS scope FROM webhook_inbox_outbox o
+         WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
+    LOOP
+        scopes := scopes || jsonb_build_object(r.op, r.scope);
+    END LOOP;
+    FOR i IN 1 .. cardinality(p_operation_ids) LOOP
+        PERFORM set_config('webhook_inbox.citus_ruby_scope', coalesce(scopes->>p_operation_ids[i], ''), true),
+                set_config('webhook_inbox.citus_ruby_op', p_operation_ids[i], true);
+        operation_id := p_operation_ids[i];
+        status := webhook_inbox_ruby_finish(p_operation_ids[i], p_attempts[i], p_results[i], p_errors[i], p_durations_ms[i],
+                                            p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_finish_batch(text[], integer[], text[], text[], double precision[], integer, bigint, bigint) IS
+    'Ruby worker v16, step 3 (Citus: each run on its shard): webhook_inbox_ruby_finish for each run of the batch in one call; each run''s new status (NULL: not that pending run).';
 
 -- db/013's settle (|| rather than concat_ws, which Citus refuses over a column), the event
 -- type's handlers read before the shard's query.

@@ -6,10 +6,10 @@
 #include "pgw.h"
 
 /* The schema version this binary speaks: db/NNN files up to this number, embedded for
- * `migrate`; equal to what the last embedded file (db/015_pause.sql) makes
+ * `migrate`; equal to what the last embedded file (db/018_ruby_register_wake.sql) makes
  * webhook_inbox_schema_version() return. Required even with no --destination or --retain
  * configured: one version for `migrate` and for the check (the deploy runs the migration
- * first, as for every upgrade), and a database at v15 still accepts v4 sidecars (min_worker
+ * first, as for every upgrade), and a database at v18 still accepts v4 sidecars (min_worker
  * stays 4). */
 #define WI_SCHEMA_VERSION 18
 

@@ -52,4 +52,32 @@ RSpec.describe "Ruby handler registration on Citus" do
     sql("DELETE FROM webhook_inbox_outbox WHERE source_scope = 's2'; " \
         "DELETE FROM webhook_inbox_ruby_handlers WHERE handler = 'c'; UPDATE webhook_inbox_outbox SET next_attempt_at = now()")
   end
+
+  it "runs a batch over two scopes (shards) through db/016's batch steps: started together, locked, one retried, the others done" do
+    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", @cluster.url)
+    expect(st).to be_success, out
+    sql(%(SELECT webhook_inbox_ruby_register('[["v.x", "d"]]')))
+    sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() + interval '1 day' WHERE status = 'pending'") # the others'
+    sql("UPDATE webhook_inbox SET next_attempt_at = now() + interval '1 day' WHERE status = 'pending'")
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES " \
+        "('s3', 'e3', 'v.x', '{}'), ('s4', 'e4', 'v.x', '{}'), ('s4', 'e5', 'v.x', '{}')")
+    handed = Array.new(3) { sql("SELECT string_agg(result, ',') FROM webhook_inbox_citus_dispatch_batch(10, 'wait', 10, 1000, 3600000, 60000)") }
+    expect(handed.join(",").split(",").reject(&:empty?)).to eq(%w[handed] * 3) # a scope per call
+    started = sql("SELECT string_agg(operation_id || ':' || attempt || ':' || exhausted, ' ') " \
+                  "FROM webhook_inbox_ruby_start_batch(10, 10, 60000, 3600000)").split.map { |s| s.split(":") }
+    expect(started.map { |_, a, e| [a, e] }).to eq([%w[1 false]] * 3)
+    ops = "ARRAY['#{started.map(&:first).join("','")}']"
+    retry_op = sql("SELECT operation_id FROM webhook_inbox_outbox WHERE source_event_id = 'e4'")
+    results = started.map { |op, _, _| op == retry_op ? "'retry'" : "'done'" }.join(", ")
+    locked = sql("BEGIN; SELECT string_agg(event_id, ',') FROM webhook_inbox_ruby_lock_batch(#{ops}, ARRAY[1, 1, 1]); " \
+                 "SELECT string_agg(coalesce(status, 'NULL'), ',') FROM webhook_inbox_ruby_finish_batch(#{ops}, ARRAY[1, 1, 1], " \
+                 "ARRAY[#{results}], ARRAY['boom', 'boom', 'boom'], ARRAY[1, 1, 1]::float8[], 10, 60000, 3600000); COMMIT;")
+    statuses = started.map { |op, _, _| op == retry_op ? "pending" : "delivered" }.join(",")
+    expect(locked.lines.map(&:strip)).to eq(["e3,e4,e5", statuses]) # locked in the events' order
+    expect(sql("SELECT string_agg(event_id || ' ' || status, ',' ORDER BY event_id) FROM webhook_inbox WHERE event_id IN ('e3', 'e4', 'e5')"))
+      .to eq("e3 done,e4 pending,e5 done")
+  ensure
+    sql("DELETE FROM webhook_inbox_outbox WHERE source_scope IN ('s3', 's4'); " \
+        "DELETE FROM webhook_inbox_ruby_handlers WHERE handler = 'd'; UPDATE webhook_inbox_outbox SET next_attempt_at = now()")
+  end
 end

@@ -212,6 +212,7 @@ RSpec.describe "webhook-inbox-sidecar pause and resume", :sidecar do
       start = "SELECT count(*) FROM webhook_inbox_ruby_start(3, 1000, 60000)"
       expect(db.int("SELECT count(*) FROM webhook_inbox_ruby_claim(10)")).to eq(0) # workers before v13
       expect(db.int(start)).to eq(0)
+      expect(db.int("SELECT count(*) FROM webhook_inbox_ruby_start_batch(10, 3, 1000, 60000)")).to eq(0) # the batch's (v16)
       expect(db.value("SELECT attempts FROM webhook_inbox_outbox WHERE operation_id = 'run_1'")).to eq("0") # not charged
       cli("resume", "--destination", "ruby")
       expect(db.int(start)).to eq(1)

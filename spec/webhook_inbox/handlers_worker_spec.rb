@@ -3,6 +3,7 @@
 require "spec_helper"
 require "fileutils"
 require "tmpdir"
+require "stringio"
 require "active_record"
 require "webhook_inbox/handlers"
 require "webhook_inbox/handlers/worker"
@@ -116,6 +117,95 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     expect(sql("SELECT string_agg(n::text, ',' ORDER BY n) FROM (SELECT count(*) n FROM calls GROUP BY xid) c")).to eq("2,5")
     expect(sql("SELECT count(*) FROM webhook_inbox_outbox o JOIN calls c ON c.event_id = o.source_event_id " \
                "WHERE o.xmin::text = (c.xid % 4294967296)::text AND o.status = 'delivered' AND o.attempts = 1")).to eq("7")
+  end
+
+  it "rolls back only the failing handler's writes in a batch of 5: its batch-mates' writes and results commit once, it is retried" do
+    reg = registry(steady: ["steady.x", ->(e) { raise "evt_3 failed" if e.id == "evt_3" && e.attempt == 1 }])
+    register(reg)
+    store_and_dispatch((1..5).map { |i| ["evt_#{i}", "steady.x"] })
+    start_worker(reg, batch_size: 5, backoff_base_ms: 60_000) # the retry is leased 30..60s: not in this example
+    wait_until("the four done") { sql("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "4" }
+    wait_until("evt_3's error saved") { sql("SELECT last_error FROM webhook_inbox_outbox WHERE source_event_id = 'evt_3'") != "" }
+    expect(ran.sort).to eq((1..5).map { |i| "steady evt_#{i} 1" }) # all five ran, in one batch
+    expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) || ' ' || count(DISTINCT xid) FROM calls"))
+      .to eq("evt_1,evt_2,evt_4,evt_5 1") # evt_3's insert rolled back with its savepoint
+    # Its run saved with the others' in one call (one transaction id: after ROLLBACK TO its
+    # savepoint stays open, so the save is in it, committed with the batch), pending for a retry.
+    expect(sql("SELECT string_agg(source_event_id || ' ' || status || ' ' || attempts, ',' ORDER BY source_event_id) " \
+               "|| ' ' || count(DISTINCT xmin::text) FROM webhook_inbox_outbox"))
+      .to eq("evt_1 delivered 1,evt_2 delivered 1,evt_3 pending 1,evt_4 delivered 1,evt_5 delivered 1 1")
+    expect(sql("SELECT last_error FROM webhook_inbox_outbox WHERE source_event_id = 'evt_3'")).to eq("RuntimeError: evt_3 failed")
+    expect(sql("SELECT status || ' ' || last_error FROM webhook_inbox WHERE event_id = 'evt_3'"))
+      .to eq("pending Ruby handler steady: RuntimeError: evt_3 failed")
+  end
+
+  it "runs a batch in a fixed number of round trips (db/016): one start, then one lock, one finish and one commit, whatever its size" do
+    reg = registry(steady: ["steady.x", nil])
+    register(reg)
+    store_and_dispatch((1..5).map { |i| ["evt_#{i}", "steady.x"] })
+    statements = []
+    ActiveRecord::Base.establish_connection(@url)
+    ActiveRecord::Base.connection.verify! # connected (its settings sent) before counting
+    runner = WebhookInbox::Handlers::Runner.new(reg, backoff_base_ms: 60_000)
+    counting = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
+      statements << payload[:sql] unless payload[:sql].include?("calls") # the handlers' own inserts
+    end
+    results = runner.run_batch(ActiveRecord::Base.connection, 10)
+    ActiveSupport::Notifications.unsubscribe(counting)
+    expect(results.map(&:status)).to eq(%w[delivered] * 5)
+    # Each handler's savepoint is ActiveRecord's (opened by its first query, released after it).
+    expect(statements.map { |q| q[/\A\w+(?: \* FROM \w+)?/] }).to eq(
+      ["SELECT * FROM webhook_inbox_ruby_start_batch", "BEGIN", "SELECT * FROM webhook_inbox_ruby_lock_batch",
+       *(%w[SAVEPOINT RELEASE] * 5), "SELECT * FROM webhook_inbox_ruby_finish_batch", "COMMIT"]
+    )
+    # Two transactions: the starts (committed alone), then the batch; every run saved in the second.
+    expect(sql("SELECT count(DISTINCT xid) FROM calls")).to eq("1")
+    expect(sql("SELECT count(*) FROM webhook_inbox_outbox o WHERE o.xmin::text = (SELECT (min(xid) % 4294967296)::text FROM calls) " \
+               "AND o.status = 'delivered' AND o.attempts = 1")).to eq("5")
+  ensure
+    ActiveRecord::Base.remove_connection
+  end
+
+  it "refuses to start against a schema older than its batch steps (v15): level=error, exit 1, nothing registered" do
+    old = "handlers_worker_v15_#{SecureRandom.hex(4)}"
+    @pg.psql("CREATE DATABASE #{old}", db: "postgres")
+    ReceiverHelpers.schema_files.select { |f| File.basename(f).to_i <= 15 }.each { |f| @pg.psql(File.read(f), db: old) }
+    ActiveRecord::Base.establish_connection(@url.sub(@db, old))
+    out = StringIO.new
+    expect(WebhookInbox::Handlers::Worker.new(registry: registry(steady: ["steady.x", nil]), out: out).run).to eq(1)
+    expect(out.string).to include("level=error event=ruby_worker_schema_old", "older than v16")
+    expect(@pg.psql("SELECT count(*) FROM webhook_inbox_ruby_handlers", db: old).strip).to eq("0")
+  ensure
+    ActiveRecord::Base.remove_connection
+    @pg.psql("DROP DATABASE IF EXISTS #{old}", db: "postgres")
+  end
+
+  it "keeps the v13 single-run steps working on a v16 database (a worker of the previous release)" do
+    reg = registry(steady: ["steady.x", nil])
+    register(reg)
+    store_and_dispatch([%w[evt_1 steady.x]])
+    op, attempt, exhausted = sql("SELECT operation_id || ' ' || attempt || ' ' || exhausted FROM webhook_inbox_ruby_start(10, 60000, 3600000)").split
+    expect([attempt, exhausted]).to eq(%w[1 false])
+    expect(sql("BEGIN; SELECT event_type FROM webhook_inbox_ruby_lock('#{op}', 1); " \
+               "SELECT webhook_inbox_ruby_finish('#{op}', 1, 'done', NULL, 1, 10, 60000, 3600000); COMMIT;").lines.map(&:strip))
+      .to eq(%w[steady.x delivered])
+    expect(sql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_1'")).to eq("done")
+  end
+
+  it "refuses batch arrays of different lengths, and locks a batch in its events' order, skipping a run past its attempt" do
+    reg = registry(steady: ["steady.x", nil])
+    register(reg)
+    store_and_dispatch([%w[evt_2 steady.x], %w[evt_1 steady.x], %w[evt_3 steady.x]])
+    started = sql("SELECT string_agg(operation_id, ',') FROM webhook_inbox_ruby_start_batch(10, 10, 60000, 3600000)").split(",")
+    expect(started.size).to eq(3)
+    sql("UPDATE webhook_inbox_outbox SET attempts = 2 WHERE source_event_id = 'evt_3'") # started again elsewhere
+    ids = "ARRAY['#{started.join("','")}']"
+    expect(sql("SELECT string_agg(event_id || ' ' || attempt, ',') FROM webhook_inbox_ruby_lock_batch(#{ids}, ARRAY[1, 1, 1])"))
+      .to eq("evt_1 1,evt_2 1")
+    expect { sql("SELECT webhook_inbox_ruby_lock_batch(#{ids}, ARRAY[1])") }.to raise_error(/one attempt per operation id/)
+    expect { sql("SELECT webhook_inbox_ruby_finish_batch(#{ids}, ARRAY[1, 1, 1], ARRAY['done'], ARRAY[NULL, NULL, NULL]::text[], " \
+                 "ARRAY[1, 1, 1]::float8[], 10, 0, 0)") }.to raise_error(/one attempt, result, error and duration/)
+    expect(sql("SELECT count(*) FROM webhook_inbox_outbox WHERE status = 'pending'")).to eq("3") # nothing saved
   end
 
   it "gives a retry due among first attempts back uncharged: the first attempts before it one batch, it alone, then the rest" do

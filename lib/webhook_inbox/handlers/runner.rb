@@ -2,28 +2,27 @@
 
 require "time"
 require "base64"
-require "json"
+require "pg"
 
 module WebhookInbox
   module Handlers
     # Runner - one round of the Ruby worker on an ActiveRecord connection: up to limit runs
     # (in the caller's transaction, as savepoints, when there is one: drain_webhook_inbox runs
-    # in the test's). Per round (db/013_ruby_handler_fixes.sql):
-    #  1. webhook_inbox_ruby_start, up to limit times in one statement: each call takes one
-    #     due run, charges it and leases it for its backoff; one commit charges the batch,
-    #     before any handler runs, so a handler that kills its process (exit!, kill -9, a
-    #     segfault, OOM) has spent that attempt and is quarantined after its last one. A batch
-    #     is first attempts only: any other run (attempt > 1: a retry, a batch-mate of a
-    #     crash, an exhausted run) is given back uncharged (a savepoint) and is a round alone;
-    #  2. the batch runs in one transaction (one commit): per run, in its event's order (two
-    #     workers lock events in one order), webhook_inbox_ruby_lock locks its event, then the
-    #     run (dispatch's order); the handler runs in a savepoint; webhook_inbox_ruby_finish
-    #     records its result. A process killed mid-batch applies none of the batch: its runs
-    #     are due again after their backoff, charged once, and each then runs alone, so a
-    #     handler that kills its process dies alone from its second attempt on and its
-    #     batch-mates succeed without it.
+    # in the test's). Per round, three calls (db/016_ruby_batch.sql):
+    #  1. webhook_inbox_ruby_start_batch, one statement committed alone: up to limit due first
+    #     attempts, each charged and leased for its backoff, before any handler runs, so a
+    #     handler that kills its process (exit!, kill -9, a segfault, OOM) has spent that
+    #     attempt and is quarantined after its last one. Any other run (attempt > 1: a retry,
+    #     a batch-mate of a crash, an exhausted run) is a round alone;
+    #  2. the batch runs in one transaction (one commit): webhook_inbox_ruby_lock_batch locks
+    #     each run's event, then the run (dispatch's order), in the order of their events (two
+    #     workers lock events in one order); each handler runs in a savepoint;
+    #     webhook_inbox_ruby_finish_batch records every result, then the commit. A process
+    #     killed mid-batch applies none of the batch: its runs are due again after their
+    #     backoff, charged once, and each then runs alone, so a handler that kills its process
+    #     dies alone from its second attempt on and its batch-mates succeed without it.
     # The handler's writes and its run marked delivered commit together, or not at all. A
-    # batch-mate whose lease ran out before its turn (a batch slower than the backoff of a
+    # batch-mate whose lease ran out before the lock (a batch slower than the backoff of a
     # first attempt, d/2..d) may be started by another worker meanwhile: charged a second
     # time, it runs there alone and this batch skips it (the lock is fenced by the attempt).
     # A handler's StandardError rolls its savepoint back and retries the run (the events'
@@ -34,16 +33,13 @@ module WebhookInbox
     # the transaction itself (the connection, a signal) propagates: its transaction rolls
     # back (the whole batch, or the run alone), the attempts stay charged.
     class Runner
-      LOCK_SQL = "SELECT * FROM webhook_inbox_ruby_lock($1, $2::int)"
-      FINISH_SQL = "SELECT webhook_inbox_ruby_finish($1, $2::int, $3, $4, $5::float8, $6::int, $7::bigint, $8::bigint)"
-      # A savepoint, then webhook_inbox_ruby_start called once per row of generate_series (its
-      # argument refers to g: an argument that did not would be evaluated once), each call
-      # seeing the runs the ones before it started. One statement, one round trip.
-      START_BATCH_SQL = "SAVEPOINT webhook_inbox_start; SELECT s.* FROM generate_series(1, %d) g " \
-                        "CROSS JOIN LATERAL webhook_inbox_ruby_start(%d + 0 * g, %d, %d) s"
-      UNSTART_SQL = "ROLLBACK TO SAVEPOINT webhook_inbox_start"
-      EVENTS_SQL = "SELECT operation_id, source_scope, source_event_id FROM webhook_inbox_outbox " \
-                   "WHERE operation_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
+      START_BATCH_PROC = "webhook_inbox_ruby_start_batch(integer, integer, bigint, bigint)" # db/016: this Runner's schema
+      START_BATCH_SQL = "SELECT * FROM webhook_inbox_ruby_start_batch($1::int, $2::int, $3::bigint, $4::bigint)"
+      LOCK_BATCH_SQL = "SELECT * FROM webhook_inbox_ruby_lock_batch($1::text[], $2::int[])"
+      FINISH_BATCH_SQL = "SELECT * FROM webhook_inbox_ruby_finish_batch($1::text[], $2::int[], $3::text[], $4::text[], " \
+                         "$5::float8[], $6::int, $7::bigint, $8::bigint)"
+      TEXT_ARRAY = PG::TextEncoder::Array.new
+      FLOAT_ARRAY = PG::TextEncoder::Array.new(elements_type: PG::TextEncoder::Float.new)
 
       # status: the run's new status ("delivered", "pending" = will be retried, "quarantined").
       Result = Struct.new(:operation_id, :handler, :source_scope, :event_id, :event_type, :attempt, :status, :error,
@@ -59,83 +55,72 @@ module WebhookInbox
 
       # Runs up to limit due runs; returns their Results (empty: nothing due).
       def run_batch(connection, limit)
-        started = connection.transaction(requires_new: true) { start_batch(connection, Integer(limit)) }
+        started = start_batch(connection, Integer(limit))
         return [] if started.empty?
 
-        started = in_event_order(connection, started)
-        connection.transaction(requires_new: true) { started.map { |s| run_one(connection, s) } }.compact
+        connection.transaction(requires_new: true) { run_started(connection, started) }
       end
 
       private
 
-      # The round's runs, charged: first attempts, up to limit; or one other run (a retry, a
-      # batch-mate of a crash, an exhausted run) alone. The starts are taken behind a
-      # savepoint: a set with a run that is not a first attempt among others is given back
-      # uncharged and taken again smaller (the first attempts before it, or it alone), so such
-      # a run is never charged with, nor killed by, a batch-mate. Ends: n falls each time.
+      # The round's runs, charged and committed: first attempts, up to limit, or one other run
+      # alone. Outside a transaction the statement commits itself (one round trip); in the
+      # caller's, it is a savepoint.
       def start_batch(connection, limit)
-        n = limit
-        loop do
-          runs = start_many(connection, n)
-          k = runs.index { |r| !first_attempt?(r) }
-          return runs if k.nil? || runs.size == 1
-
-          connection.execute(UNSTART_SQL, "webhook_inbox ruby start")
-          n = [k, 1].max
-        end
-      end
-
-      # Up to n starts in one statement after a savepoint (execute: the simple protocol takes
-      # two statements, a prepared statement does not).
-      def start_many(connection, n)
-        result = connection.execute(format(START_BATCH_SQL, n, @max_attempts, @backoff_base_ms, @backoff_cap_ms),
-                                    "webhook_inbox ruby start")
-        runs = result.to_a.tap { result.clear }
+        binds = [limit, @max_attempts, @backoff_base_ms, @backoff_cap_ms]
+        select = proc { connection.select_all(START_BATCH_SQL, "webhook_inbox ruby start", binds).to_a }
+        runs = connection.transaction_open? ? connection.transaction(requires_new: true, &select) : select.call
         # A started run is leased past now(): taken twice, it would have been charged twice.
         raise Error, "webhook_inbox: a Ruby run was started twice in one batch" unless runs.uniq { |r| r["operation_id"] }.size == runs.size
 
         runs
       end
 
-      def first_attempt?(run) = Integer(run["attempt"]) == 1 && ![true, "t"].include?(run["exhausted"])
+      # In the batch's transaction: the runs locked (those still this attempt's, in their
+      # events' order), each handler in its savepoint, every result saved in one call.
+      def run_started(connection, started)
+        exhausted = started.to_h { |s| [s["operation_id"], [true, "t"].include?(s["exhausted"])] }
+        rows = connection.select_all(LOCK_BATCH_SQL, "webhook_inbox ruby lock",
+                                     [TEXT_ARRAY.encode(started.map { |s| s["operation_id"] }),
+                                      TEXT_ARRAY.encode(started.map { |s| Integer(s["attempt"]).to_s })]).to_a
+        return [] if rows.empty?
 
-      # The runs sorted by their event (then operation id), so two workers' batches
-      # lock events in one order and never deadlock on two events they share.
-      def in_event_order(connection, runs)
-        return runs if runs.size < 2
-
-        ids = JSON.generate(runs.map { |r| r["operation_id"] })
-        keys = connection.select_all(EVENTS_SQL, "webhook_inbox ruby events", [ids])
-                         .to_h { |r| [r["operation_id"], [r["source_scope"].to_s, r["source_event_id"].to_s]] }
-        runs.sort_by { |r| [*keys.fetch(r["operation_id"], ["", ""]), r["operation_id"]] }
+        ran = rows.map { |row| run_one(connection, row, exhausted.fetch(row["operation_id"])) }
+        statuses = finish(connection, ran)
+        ran.map do |r, _outcome|
+          # NULL: the run locked is no longer pending at this attempt (changed under the lock:
+          # a handler itself, a bug); the batch's transaction fails and rolls back, the handlers' writes with it.
+          r.status = statuses[r.operation_id] or
+            raise Error, "webhook_inbox: Ruby run #{r.operation_id} was no longer pending when saved; its transaction rolled back"
+          r.tap { @on_result&.call(r) }
+        end
       end
 
-      # nil when the run is no longer this attempt's (another worker took it after its lease).
-      def run_one(connection, started)
-        attempt = Integer(started["attempt"])
-        row = connection.select_all(LOCK_SQL, "webhook_inbox ruby lock", [started["operation_id"], attempt]).first
-        return nil unless row
-
-        event = event_for(row)
+      # The handler of one locked run (or the quarantine of an exhausted one): [its Result
+      # (status set once saved), "done" | "retry" | "quarantine"].
+      def run_one(connection, row, exhausted)
+        attempt = Integer(row["attempt"])
         t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         result, error =
-          if [true, "t"].include?(started["exhausted"])
+          if exhausted
             ["quarantine", "attempt #{attempt} started and never finished (the worker was killed, crashed or lost its " \
                            "connection during the handler); it was the last of #{@max_attempts}"]
           else
-            call_handler(connection, row["handler"], event)
+            call_handler(connection, row["handler"], event_for(row))
           end
         ms = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000
-        status = connection.select_value(FINISH_SQL, "webhook_inbox ruby finish",
-                                         [row["operation_id"], attempt, result, error, ms, @max_attempts, @backoff_base_ms,
-                                          @backoff_cap_ms])
-        # NULL: the run locked is no longer pending at this attempt (changed under the lock:
-        # the handler itself, a bug); its transaction fails and rolls back, the handler's writes with it.
-        raise Error, "webhook_inbox: Ruby run #{row['operation_id']} was no longer pending when saved; its transaction rolled back" unless status
+        [Result.new(operation_id: row["operation_id"], handler: row["handler"], source_scope: row["source_scope"],
+                    event_id: row["event_id"], event_type: row["event_type"], attempt: attempt, error: error, duration_ms: ms),
+         result]
+      end
 
-        Result.new(operation_id: row["operation_id"], handler: row["handler"], source_scope: row["source_scope"],
-                   event_id: row["event_id"], event_type: row["event_type"], attempt: attempt, status: status,
-                   error: error, duration_ms: ms).tap { |r| @on_result&.call(r) }
+      # Every run's outcome saved in one call: { operation_id => new status, or nil }.
+      def finish(connection, ran)
+        runs = ran.map(&:first)
+        binds = [TEXT_ARRAY.encode(runs.map(&:operation_id)), TEXT_ARRAY.encode(runs.map { |r| r.attempt.to_s }),
+                 TEXT_ARRAY.encode(ran.map(&:last)), TEXT_ARRAY.encode(runs.map(&:error)),
+                 FLOAT_ARRAY.encode(runs.map(&:duration_ms)), @max_attempts, @backoff_base_ms, @backoff_cap_ms]
+        connection.select_all(FINISH_BATCH_SQL, "webhook_inbox ruby finish", binds).to_h { |r| [r["operation_id"], r["status"]] }
       end
 
       # ["done", nil] | ["retry", error] | ["quarantine", reason]

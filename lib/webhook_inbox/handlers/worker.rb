@@ -16,7 +16,8 @@ module WebhookInbox
     # quarantined after its last, while its batch-mates succeed alone (Runner).
     #
     # At start it registers the app's handlers (Handlers.register: adds, never removes); with
-    # none loaded it logs level=error and exits 1 (fail closed). It wakes on the outbox's
+    # none loaded, or a schema older than the Runner's functions (db/016), it logs
+    # level=error and exits 1 (fail closed). It wakes on the outbox's
     # NOTIFY, else every poll interval. The first SIGTERM/SIGINT finishes the round in flight
     # and exits; a second exits at once. A lost database connection is retried with backoff.
     class Worker
@@ -66,6 +67,10 @@ module WebhookInbox
         Handlers.load_app_handlers
         if @registry.empty? # fail closed: a worker that loaded nothing must not run (nor register) anything
           log("ruby_worker_no_handlers", %(note="nothing subscribed: WebhookInbox.subscribe or app/webhooks/; exiting"), level: "error")
+          return 1
+        end
+        unless ::ActiveRecord::Base.connection_pool.with_connection { |c| c.select_value("SELECT to_regprocedure('#{Runner::START_BATCH_PROC}') IS NOT NULL") }
+          log("ruby_worker_schema_old", %(note="the inbox schema is older than v16 (no webhook_inbox_ruby_start_batch): run migrate; exiting"), level: "error")
           return 1
         end
         n = ::ActiveRecord::Base.connection_pool.with_connection { |c| Handlers.register(c, @registry) }

@@ -55,12 +55,12 @@ module WebhookInbox
 
       # A Runner over the app's handlers, registered in this transaction; nil when the app
       # has none and the schema predates them. A schema with Ruby handlers older than the
-      # Runner's functions (db/013) raises Error: migrate first.
+      # Runner's functions (db/016) raises Error: migrate first.
       def ruby_runner(connection, **options)
         Handlers.load_app_handlers
         return nil unless connection.select_value("SELECT to_regprocedure('webhook_inbox_ruby_claim(integer)') IS NOT NULL")
-        unless connection.select_value("SELECT to_regprocedure('webhook_inbox_ruby_start(integer, bigint, bigint)') IS NOT NULL")
-          raise Error, "drain_webhook_inbox: the inbox schema is older than v13 (no webhook_inbox_ruby_start): run bin/rails db:migrate"
+        unless connection.select_value("SELECT to_regprocedure('#{Handlers::Runner::START_BATCH_PROC}') IS NOT NULL")
+          raise Error, "drain_webhook_inbox: the inbox schema is older than v16 (no webhook_inbox_ruby_start_batch): run bin/rails db:migrate"
         end
 
         Handlers.register(connection) unless Handlers.registry.empty?
