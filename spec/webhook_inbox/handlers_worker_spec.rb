@@ -166,6 +166,28 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     ActiveRecord::Base.remove_connection
   end
 
+  it "closes a failed handler's savepoint, so the next handler's does not nest inside it" do
+    reg = registry(steady: ["steady.x", ->(e) { raise "evt_2 failed" if e.id == "evt_2" }])
+    register(reg)
+    store_and_dispatch((1..3).map { |i| ["evt_#{i}", "steady.x"] })
+    statements = []
+    ActiveRecord::Base.establish_connection(@url)
+    ActiveRecord::Base.connection.verify!
+    runner = WebhookInbox::Handlers::Runner.new(reg, backoff_base_ms: 60_000)
+    counting = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
+      statements << payload[:sql][/\A(ROLLBACK TO|\w+)/] if payload[:sql].include?("SAVEPOINT")
+    end
+    results = runner.run_batch(ActiveRecord::Base.connection, 10)
+    ActiveSupport::Notifications.unsubscribe(counting)
+    expect(results.map(&:status)).to eq(%w[delivered pending delivered])
+    # ActiveRecord alone leaves evt_2's savepoint open after ROLLBACK TO (no RELEASE), so
+    # evt_3's SAVEPOINT of the same name would open inside it.
+    expect(statements).to eq(["SAVEPOINT", "RELEASE", "SAVEPOINT", "ROLLBACK TO", "RELEASE", "SAVEPOINT", "RELEASE"])
+    expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM calls")).to eq("evt_1,evt_3")
+  ensure
+    ActiveRecord::Base.remove_connection
+  end
+
   it "refuses to start against a schema older than its batch steps (v15): level=error, exit 1, nothing registered" do
     old = "handlers_worker_v15_#{SecureRandom.hex(4)}"
     @pg.psql("CREATE DATABASE #{old}", db: "postgres")

@@ -130,7 +130,9 @@ module WebhookInbox
         return ["retry", "the event row is missing"] if event.type.nil?
 
         completed = false
+        savepoint = nil
         connection.transaction(requires_new: true) do
+          savepoint = connection.current_transaction
           subscription.callable.call(event)
           completed = true
         end
@@ -144,6 +146,20 @@ module WebhookInbox
         raise if connection_lost?(connection)
 
         ["retry", describe(e)]
+      ensure
+        close_rolled_back(connection, savepoint) unless completed
+      end
+
+      # ActiveRecord rolls a failed handler's savepoint back (ROLLBACK TO) but leaves it open,
+      # so the next handler's savepoint (same name) would nest inside it: a batch with many
+      # failures would pile up subtransactions (past 64, every snapshot on the server is
+      # suboverflowed). Releases it; nothing of the handler remains either way.
+      def close_rolled_back(connection, savepoint)
+        return unless savepoint.respond_to?(:savepoint_name) && savepoint.materialized? && connection.active?
+
+        connection.release_savepoint(savepoint.savepoint_name)
+      rescue StandardError
+        nil # the connection failed meanwhile: the batch's transaction fails as it would have
       end
 
       def describe(error) = "#{error.class}: #{error.message}"[0, 1000]
