@@ -260,14 +260,16 @@ BEGIN
         RETURN;
     END IF;
     PERFORM set_config('lock_timeout', p_lock_timeout, true); -- the sidecar's, set on its coordinator session
-    EXECUTE format($q$
-        SELECT ARRAY(SELECT DISTINCT w.event_type FROM %1$s w
-                      WHERE w.ordering_key IS NOT NULL AND w.status = 'pending' AND w.next_attempt_at <= now()
-                        AND EXISTS (SELECT 1 FROM %1$s p
-                                     WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key
-                                       AND p.status NOT IN ('done', 'pending')
-                                       AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)))
-        $q$, shard) INTO types;
+    IF EXISTS (SELECT 1 FROM webhook_inbox_routes r WHERE r.strict) THEN -- else no type is strict: skip the read
+        EXECUTE format($q$
+            SELECT ARRAY(SELECT DISTINCT w.event_type FROM %1$s w
+                          WHERE w.ordering_key IS NOT NULL AND w.status = 'pending' AND w.next_attempt_at <= now()
+                            AND EXISTS (SELECT 1 FROM %1$s p
+                                         WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key
+                                           AND p.status NOT IN ('done', 'pending')
+                                           AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)))
+            $q$, shard) INTO types;
+    END IF;
     strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
     FOR c IN EXECUTE format($q$
         SELECT w.source_scope, w.event_id FROM %1$s w
