@@ -149,13 +149,19 @@ int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int limit, co
 {
     int tried, n = 0;
 
+    char lock_timeout[sizeof s->lock_timeout];
+
     for (tried = 0; tried < s->n && n == 0; tried++) {
         const char *key = s->key[s->next];
         s->next = (s->next + 1) % s->n; /* round robin: each batch on the next shard, busy or not */
         if ((n = wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, key, s->lock_timeout, limit, p, b, err)) < 0)
             return -1;
     }
-    return n;
+    if (n > 0)
+        return n;
+    /* Idle: the keys again, in case shards were split or added (a key per new shard). */
+    memcpy(lock_timeout, s->lock_timeout, sizeof lock_timeout);
+    return wi_citus_shards_load(pg, s, s->next, lock_timeout, err) < 0 ? -1 : 0;
 }
 
 /* Length of the dollar-quote tag at p ("$body$", "$$"), or 0 when p starts none. */

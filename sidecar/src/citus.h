@@ -48,7 +48,8 @@ void wi_citus_shards_free(struct wi_citus_shards *s);
 /* One batch on the next shard in the cycle that has due events, each shard tried at most once:
  * webhook_inbox_citus_dispatch_shard() outside a transaction block, so the worker holding the
  * shard runs claim, handlers and results as one transaction of its own. Fills *b (previous
- * content freed). Returns the events committed, 0 when no shard had any, or -1 with *err
+ * content freed). Returns the events committed, 0 when no shard had any (the keys are then
+ * loaded again: shards may have been split or added; s->n may become 0), or -1 with *err
  * (that batch rolled back, *b empty). Needs s->n > 0. */
 int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int limit, const struct wi_policy *p,
                       struct wi_batch *b, struct wi_err *err);
