@@ -21,8 +21,10 @@
 -- with two-phase commit (one touching two nodes) fails it ("cannot PREPARE a transaction that
 -- has executed LISTEN, UNLISTEN, or NOTIFY"). Sidecars find new events by polling
 -- (--poll-interval); requeue's NOTIFY runs on the coordinator and still wakes them.
--- Claiming: webhook_inbox_citus_claim() and webhook_inbox_citus_dispatch_batch() below; a
--- sidecar uses them when it finds them (sidecar/src/citus.c).
+-- Claiming: webhook_inbox_citus_dispatch_shard() below, a batch pushed down to the node of one
+-- shard; webhook_inbox_citus_claim() and webhook_inbox_citus_dispatch_batch() (one scope
+-- through the coordinator) for the one-event-per-statement path; a sidecar uses them when it
+-- finds them (sidecar/src/citus.c).
 
 DO $$
 BEGIN
@@ -199,6 +201,103 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_citus_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS
     'Citus: webhook_inbox_dispatch_batch() kept on one shard - claim up to p_limit due events of one scope, webhook_inbox_dispatch() each; same arguments and rows.';
+
+-- The sidecar's batch delegated to a worker (sidecar/src/citus.c): one key per shard of
+-- webhook_inbox, a distribution value that hashes into it ('shard:N'), ordered by hash range.
+-- The sidecar cycles through them and names one in each call of
+-- webhook_inbox_citus_dispatch_shard() below, which Citus then runs on that shard's node.
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_shard_keys() RETURNS SETOF text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    shards bigint[] := ARRAY(SELECT s.shardid FROM pg_dist_shard s WHERE s.logicalrelid = 'webhook_inbox'::regclass
+                              ORDER BY s.shardminvalue::bigint);
+    keys   text[] := array_fill(NULL::text, ARRAY[cardinality(shards)]);
+    todo   integer := cardinality(shards);
+    i      integer := 0;
+    k      integer;
+BEGIN
+    WHILE todo > 0 AND i < 1000000 LOOP
+        k := array_position(shards, get_shard_id_for_distribution_column('webhook_inbox', 'shard:' || i));
+        IF k IS NOT NULL AND keys[k] IS NULL THEN
+            keys[k] := 'shard:' || i;
+            todo := todo - 1;
+        END IF;
+        i := i + 1;
+    END LOOP;
+    RETURN QUERY SELECT u.key FROM unnest(keys) WITH ORDINALITY u(key, n) WHERE u.key IS NOT NULL ORDER BY u.n;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_shard_keys() IS
+    'Citus: one distribution value per shard of webhook_inbox (''shard:N''), in hash order: the keys the sidecar passes to webhook_inbox_citus_dispatch_shard().';
+
+-- The sidecar's batch on one shard, on the node that holds it: a distributed function
+-- co-located with webhook_inbox by p_key, so a call outside a transaction block with a
+-- constant key is pushed down whole to that shard's worker (one round trip from the
+-- coordinator). There, under p_lock_timeout (the sidecar's --lock-timeout, which its session
+-- on the coordinator does not carry to the worker), it claims up to p_limit due pending events of the shard, every scope
+-- the shard holds (the shard table itself, FOR UPDATE SKIP LOCKED; db/014's ordering as in
+-- webhook_inbox_citus_claim, the strict types read from the local copy of the routes), and
+-- runs webhook_inbox_dispatch() (the one-event dispatch, unchanged) on each: its statements
+-- name the event's scope and run on the local shard, in the worker's transaction, which
+-- commits on that node alone. Same rows as webhook_inbox_dispatch_batch(). Where the shard is
+-- not local (the call was not pushed down: inside a transaction block, or a node without
+-- metadata) it is webhook_inbox_citus_dispatch_batch(), one scope through the coordinator.
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_dispatch_shard(
+        p_key text, p_lock_timeout text, p_limit integer, p_unrouted text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
+RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
+               attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    shard regclass := to_regclass(shard_name('webhook_inbox', get_shard_id_for_distribution_column('webhook_inbox', p_key)));
+    types text[];
+    strict_types text[];
+    c record;
+BEGIN
+    IF shard IS NULL THEN
+        RETURN QUERY SELECT * FROM webhook_inbox_citus_dispatch_batch(p_limit, p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                                                       p_backoff_cap_ms, p_unrouted_delay_ms);
+        RETURN;
+    END IF;
+    PERFORM set_config('lock_timeout', p_lock_timeout, true); -- the sidecar's, set on its coordinator session
+    IF EXISTS (SELECT 1 FROM webhook_inbox_routes r WHERE r.strict) THEN -- else no type is strict: skip the read
+        EXECUTE format($q$
+            SELECT ARRAY(SELECT DISTINCT w.event_type FROM %1$s w
+                          WHERE w.ordering_key IS NOT NULL AND w.status = 'pending' AND w.next_attempt_at <= now()
+                            AND EXISTS (SELECT 1 FROM %1$s p
+                                         WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key
+                                           AND p.status NOT IN ('done', 'pending')
+                                           AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)))
+            $q$, shard) INTO types;
+    END IF;
+    strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
+    FOR c IN EXECUTE format($q$
+        SELECT w.source_scope, w.event_id FROM %1$s w
+         WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+           AND (w.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM %1$s p
+                 WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
+                   AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
+                   AND (p.status = 'pending' OR w.event_type = ANY ($2))))
+         ORDER BY w.next_attempt_at, w.received_at
+         LIMIT $1
+           FOR UPDATE OF w SKIP LOCKED
+        $q$, shard) USING p_limit, strict_types
+    LOOP
+        source_scope := c.source_scope;
+        event_id := c.event_id;
+        SELECT d.event_type, d.result, d.detail, d.attempts, d.latency_ms, d.charged, d.retry_in_ms
+          INTO event_type, result, detail, attempts, latency_ms, charged, retry_in_ms
+          FROM webhook_inbox_dispatch(c.source_scope, c.event_id, p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                      p_backoff_cap_ms, p_unrouted_delay_ms) d;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint) IS
+    'Citus: webhook_inbox_dispatch_batch() on the shard p_key hashes to, pushed down to its node (lock_timeout p_lock_timeout) - claim up to p_limit due events of that shard, webhook_inbox_dispatch() each; same rows.';
+SELECT create_distributed_function('webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint)',
+                                   'p_key', colocate_with := 'webhook_inbox');
 
 -- Every gem function but triggers (they run on the shards) and the STABLE SQL ones that
 -- are inlined (a SET would stop that) runs with the shadowed clock first. A SET stays in

@@ -1,7 +1,9 @@
-/* citus.c - the sidecar on a Citus cluster: the layout check and the one-shard claim statements. */
+/* citus.c - the sidecar on a Citus cluster: the layout check, the one-shard claim statements and
+ * the batch delegated to each shard's node in turn. */
 #define _POSIX_C_SOURCE 200809L
 #include "citus.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +11,20 @@ static const struct wi_pg_stmt layout_stmts[] = {
     {"wi_citus_layout", "SELECT to_regprocedure('webhook_inbox_citus_claim(integer)') IS NOT NULL"},
     {"wi_citus_installed", "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"},
 };
+
+/* The shard keys, none on a layout without the shard dispatch (an older db/citus/). */
+static const struct wi_pg_stmt shard_stmts[] = {
+    {"wi_citus_shard_keys",
+     "SELECT k FROM webhook_inbox_citus_shard_keys() k"
+     " WHERE to_regprocedure('webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint)')"
+     " IS NOT NULL"},
+};
+
+/* wi_dispatch_batch_stmt's columns; $1 the shard key, $2 the lock_timeout, then its parameters. */
+static const struct wi_pg_stmt dispatch_shard_stmt = {
+    "wi_citus_dispatch_shard", "SELECT source_scope, event_id, event_type, result, detail, attempts, latency_ms, charged,"
+                               " retry_in_ms FROM webhook_inbox_citus_dispatch_shard($1, $2, $3::int, $4, $5::int,"
+                               " $6::bigint, $7::bigint, $8::bigint)"};
 
 /* Same parameters and columns as claim.c's, dispatch.c's and prune.c's statements of these names. */
 static const struct wi_pg_stmt citus_stmts[] = {
@@ -78,6 +94,74 @@ int wi_citus_prepare(struct wi_pg *pg, const struct wi_pg_stmt *stmts, int n, st
             return -1;
     }
     return 0;
+}
+
+void wi_citus_shards_free(struct wi_citus_shards *s)
+{
+    int i;
+
+    for (i = 0; i < s->n; i++)
+        free(s->key[i]);
+    free(s->key);
+    s->key = NULL;
+    s->n = s->next = 0;
+}
+
+int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start, const char *lock_timeout,
+                         struct wi_err *err)
+{
+    PGresult *res;
+    int i, n;
+
+    wi_citus_shards_free(s);
+    if (wi_pg_prepare(pg, shard_stmts, 1, err) < 0)
+        return -1;
+    if (!(res = wi_pg_exec(pg, "wi_citus_shard_keys", 0, NULL, PGRES_TUPLES_OK, err)))
+        return -1;
+    if ((n = PQntuples(res)) == 0) {
+        PQclear(res);
+        return 0;
+    }
+    if (wi_pg_prepare(pg, &dispatch_shard_stmt, 1, err) < 0) {
+        PQclear(res);
+        return -1;
+    }
+    if (!(s->key = calloc((size_t)n, sizeof *s->key))) {
+        PQclear(res);
+        return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    }
+    for (i = 0; i < n; i++) {
+        s->n = i + 1;
+        if (!(s->key[i] = strdup(PQgetvalue(res, i, 0)))) {
+            PQclear(res);
+            wi_citus_shards_free(s);
+            return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        }
+    }
+    PQclear(res);
+    snprintf(s->lock_timeout, sizeof s->lock_timeout, "%s", lock_timeout);
+    s->next = (start % n + n) % n;
+    return 0;
+}
+
+int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int limit, const struct wi_policy *p,
+                      struct wi_batch *b, struct wi_err *err)
+{
+    int tried, n = 0;
+
+    char lock_timeout[sizeof s->lock_timeout];
+
+    for (tried = 0; tried < s->n && n == 0; tried++) {
+        const char *key = s->key[s->next];
+        s->next = (s->next + 1) % s->n; /* round robin: each batch on the next shard, busy or not */
+        if ((n = wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, key, s->lock_timeout, limit, p, b, err)) < 0)
+            return -1;
+    }
+    if (n > 0)
+        return n;
+    /* Idle: the keys again, in case shards were split or added (a key per new shard). */
+    memcpy(lock_timeout, s->lock_timeout, sizeof lock_timeout);
+    return wi_citus_shards_load(pg, s, s->next, lock_timeout, err) < 0 ? -1 : 0;
 }
 
 /* Length of the dollar-quote tag at p ("$body$", "$$"), or 0 when p starts none. */

@@ -1,4 +1,5 @@
-/* dispatch.c - the prepared calls of webhook_inbox_dispatch_batch() and webhook_inbox_dispatch(). */
+/* dispatch.c - the prepared calls of webhook_inbox_dispatch_batch(), its keyed forms (citus.c) and
+ * webhook_inbox_dispatch(). */
 #define _POSIX_C_SOURCE 200809L
 #include "dispatch.h"
 
@@ -68,6 +69,21 @@ static int fill_batch(PGresult *res, struct wi_batch *b, struct wi_err *err)
     return n;
 }
 
+/* The batch statements' parameters from params[at]: the limit, then the policy; the strings
+ * live in lim and pp. */
+static void batch_params(const char **params, int at, char *lim, size_t lim_size, int limit, const struct wi_policy *p,
+                         struct policy_params *pp)
+{
+    snprintf(lim, lim_size, "%d", limit);
+    policy_params(p, pp);
+    params[at] = lim;
+    params[at + 1] = p->unrouted;
+    params[at + 2] = pp->max;
+    params[at + 3] = pp->base;
+    params[at + 4] = pp->cap;
+    params[at + 5] = pp->delay;
+}
+
 int wi_dispatch_batch_tx(struct wi_pg *pg, int limit, const struct wi_policy *p, struct wi_batch *b,
                          struct wi_err *err)
 {
@@ -78,15 +94,28 @@ int wi_dispatch_batch_tx(struct wi_pg *pg, int limit, const struct wi_policy *p,
     int n;
 
     wi_batch_free(b);
-    snprintf(lim, sizeof lim, "%d", limit);
-    policy_params(p, &pp);
-    params[0] = lim;
-    params[1] = p->unrouted;
-    params[2] = pp.max;
-    params[3] = pp.base;
-    params[4] = pp.cap;
-    params[5] = pp.delay;
+    batch_params(params, 0, lim, sizeof lim, limit, p, &pp);
     if (wi_pg_exec_tx(pg, "wi_begin", wi_dispatch_batch_stmt.name, 6, params, "wi_commit", "wi_rollback", &res, err) < 0)
+        return -1;
+    n = fill_batch(res, b, err);
+    PQclear(res);
+    return n;
+}
+
+int wi_dispatch_batch_keyed(struct wi_pg *pg, const char *name, const char *key, const char *lock_timeout, int limit,
+                            const struct wi_policy *p, struct wi_batch *b, struct wi_err *err)
+{
+    char lim[16];
+    struct policy_params pp;
+    const char *params[8];
+    PGresult *res;
+    int n;
+
+    wi_batch_free(b);
+    params[0] = key;
+    params[1] = lock_timeout;
+    batch_params(params, 2, lim, sizeof lim, limit, p, &pp);
+    if (!(res = wi_pg_exec(pg, name, 8, params, PGRES_TUPLES_OK, err)))
         return -1;
     n = fill_batch(res, b, err);
     PQclear(res);

@@ -35,4 +35,13 @@ int wi_dispatch(struct wi_pg *pg, struct wi_event *e, const struct wi_policy *p,
 int wi_dispatch_batch_tx(struct wi_pg *pg, int limit, const struct wi_policy *p, struct wi_batch *b,
                          struct wi_err *err);
 
+/* The same batch through the prepared statement `name`, a keyed form of the batch function
+ * (parameters: key, lock_timeout for the batch's transaction, then those of
+ * wi_dispatch_batch_stmt; the same columns) run as one statement outside a transaction block,
+ * which is then its own transaction (Citus pushes such a call of a distributed function down
+ * to the key's node: citus.c). Fills *b (previous content freed). Returns the number
+ * committed, or -1 with *err (rolled back, *b empty). */
+int wi_dispatch_batch_keyed(struct wi_pg *pg, const char *name, const char *key, const char *lock_timeout, int limit,
+                            const struct wi_policy *p, struct wi_batch *b, struct wi_err *err);
+
 #endif

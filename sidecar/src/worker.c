@@ -198,8 +198,10 @@ static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct s
     double t0 = wi_clock_s();
     int n;
 
-    /* BEGIN, claim+dispatch, COMMIT: one round trip (pipelined). */
-    if ((n = wi_dispatch_batch_tx(pg, s->batch_size, &s->policy, b, &err)) >= 0) {
+    /* BEGIN, claim+dispatch, COMMIT: one round trip (pipelined); on Citus one statement, its
+     * own transaction on the node of the shard it names (citus.h). */
+    if ((n = w->shards.n > 0 ? wi_citus_dispatch(pg, &w->shards, s->batch_size, &s->policy, b, &err)
+                             : wi_dispatch_batch_tx(pg, s->batch_size, &s->policy, b, &err)) >= 0) {
         if (n > 0)
             report(w, b, s, t0);
         return n;
@@ -368,7 +370,8 @@ static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s
     if (careful)
         return run_batch_stepwise(w, pg, s, 1, b, lost);
     if ((n = run_batch_fused(w, pg, s, b)) != -2) {
-        *took_all = n >= 0 && n < s->batch_size;
+        /* On Citus a short batch took one shard's due events: the others may have more. */
+        *took_all = n >= 0 && n < s->batch_size && w->shards.n == 0;
         return n;
     }
     if (!schema_still_ok(w, pg))
@@ -439,9 +442,12 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, int *r
     }
     if (citus) /* one source_scope, so one shard, per transaction (citus.h) */
         wi_citus_stmts(inbox_stmts, (int)(sizeof inbox_stmts / sizeof inbox_stmts[0]));
+    wi_citus_shards_free(&w->shards);
     snprintf(lock_timeout, sizeof lock_timeout, "%ldms", (long)(w->rt->cfg.lock_timeout * 1000));
     if (wi_pg_prepare(pg, inbox_stmts, (int)(sizeof inbox_stmts / sizeof inbox_stmts[0]), err) < 0 ||
-        wi_pg_cmd(pg, "wi_lock_timeout", 1, params, err) < 0) {
+        wi_pg_cmd(pg, "wi_lock_timeout", 1, params, err) < 0 ||
+        /* the shards to cycle through, workers starting apart (a prime stride) */
+        (citus && wi_citus_shards_load(pg, &w->shards, w->id * 13, lock_timeout, err) < 0)) {
         wi_pg_free(pg);
         return NULL;
     }
@@ -620,6 +626,7 @@ void *wi_worker_main(void *arg)
     event_clear(&lost);
     wi_batch_free(&batch);
     wi_pg_free(pg);
+    wi_citus_shards_free(&w->shards);
     log_info("worker_exit", "worker=%d", w->id);
     atomic_fetch_sub(&rt->alive, 1);
     (void)!write(rt->wake_fd, "w", 1);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include "citus.h"
 #include "config.h"
 #include "wake.h"
 
@@ -35,6 +36,7 @@ struct wi_worker {
     int id;
     struct wi_runtime *rt;
     pthread_t thread;
+    struct wi_citus_shards shards; /* Citus layout: the shards its batches cycle through (n = 0 elsewhere) */
 };
 
 /* Thread entry point: runs until rt->stopping (after finishing the transaction in

@@ -110,8 +110,11 @@ RSpec.describe "the inbox on Citus" do
     # The crash: a sidecar killed while the handler of slow_1 sleeps inside its transaction.
     inbox.insert(source_scope: "scope_slow", event_id: "slow_1", event_type: "test.slow", payload: '{"sleep": 2}')
     pids << spawn_sidecar(log)
-    wait_for("slow_1's handler running") { sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "1" }
-    killed = sql("SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
+    # The batch runs on the worker holding the shard (webhook_inbox_citus_dispatch_shard, pushed
+    # down): its backend is found cluster-wide; the nodes share this machine, so pids are unique.
+    sleeping = "SELECT pid FROM citus_stat_activity WHERE wait_event = 'PgSleep'"
+    wait_for("slow_1's handler running") { sql("SELECT count(*) FROM (#{sleeping}) s") == "1" }
+    killed = sql(sleeping)
     Process.kill(:KILL, pids.pop)
     Process.wait
 

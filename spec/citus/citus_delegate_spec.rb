@@ -1,0 +1,121 @@
+# frozen_string_literal: true
+
+require "open3"
+require_relative "../spec_helper"
+require_relative "../support/citus_cluster"
+require_relative "../sidecar/sidecar_helper"
+
+# The sidecar's batches on Citus run on the worker that holds their shard: one call of
+# webhook_inbox_citus_dispatch_shard() per batch, pushed down by Citus (db/citus/001), so the
+# claim, the handlers and the done marks are statements local to that node. A handler records
+# the port of the server it runs on: the worker's when pushed down, none (a Unix socket) on
+# the coordinator; and the lock_timeout it runs under (the sidecar's --lock-timeout, which
+# the coordinator session does not carry to the worker). Skipped with the reason when Citus is not installed (CI).
+RSpec.describe "the sidecar's batches on Citus" do
+  before(:all) do
+    why = CitusCluster.missing
+    skip(why) if why
+    @cluster = CitusCluster.new(workers: 2)
+    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", @cluster.url)
+    raise out unless st.success?
+
+    @cluster.psql(<<~SQL)
+      SET citus.multi_shard_modify_mode TO sequential;
+      CREATE TABLE delegate_runs (source_scope text NOT NULL, event_id text NOT NULL, port integer, lock_timeout text);
+      SELECT create_distributed_table('delegate_runs', 'source_scope', colocate_with => 'webhook_inbox');
+      CREATE FUNCTION delegate_handler(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+      BEGIN
+        INSERT INTO delegate_runs VALUES (ev.source_scope, ev.event_id, inet_server_port(), current_setting('lock_timeout'));
+        RETURN 'ran';
+      END $$;
+      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('delegate.*', 'delegate_handler');
+    SQL
+  end
+  after(:all) { @cluster&.destroy }
+
+  let(:cluster) { @cluster }
+
+  def sql(query)
+    cluster.psql(query).strip
+  end
+
+  def wait_for(what, bound: 120)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + bound
+    until yield
+      raise "never happened: #{what}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.1
+    end
+  end
+
+  def receive(prefix, count, scopes: 50)
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
+        "SELECT 'scope_' || (i % #{scopes}), '#{prefix}_' || i, 'delegate.one', '{}' FROM generate_series(1, #{count}) i")
+  end
+
+  # Runs of events with this prefix: "rows|distinct events|on their shard's worker".
+  def runs(prefix)
+    sql("SELECT count(*) || '|' || count(DISTINCT (r.source_scope, r.event_id)) || '|' || count(*) FILTER (WHERE r.port = " \
+        "(SELECT p.nodeport FROM pg_dist_shard_placement p " \
+        "  WHERE p.shardid = get_shard_id_for_distribution_column('webhook_inbox', r.source_scope))) " \
+        "FROM delegate_runs r WHERE r.event_id LIKE '#{prefix}\\_%'")
+  end
+
+  it "claims and runs each batch on the worker holding its shard, every event once, every shard visited" do
+    receive("d", 600)
+    out, st = Open3.capture2e(SidecarHelper.binary, "run", "--once", "--database-url", cluster.url, "--concurrency", "2",
+                              "--batch-size", "20", "--log-events=false", "--log-level", "warn")
+    expect(st).to be_success, out
+    expect(sql("SELECT count(*) FILTER (WHERE status = 'done') || '|' || count(*) FROM webhook_inbox WHERE event_id LIKE 'd\\_%'"))
+      .to eq("600|600")
+    expect(runs("d")).to eq("600|600|600") # each handler once, each on the node of its event's shard
+    expect(sql("SELECT DISTINCT lock_timeout FROM delegate_runs WHERE event_id LIKE 'd\\_%'")).to eq("500ms")
+    expect(out).not_to include("batch_failed")
+  end
+
+  it "claims through the coordinator when the call is not pushed down (inside a transaction block): one scope" do
+    receive("t", 40, scopes: 2)
+    key = sql("SELECT webhook_inbox_citus_shard_keys() LIMIT 1")
+    got = sql("BEGIN; SELECT count(*) || '|' || count(DISTINCT source_scope) || '|' || bool_and(result = 'done') " \
+              "FROM webhook_inbox_citus_dispatch_shard('#{key}', '500ms', 100, 'ignore', 10, 1000, 60000, 1000); COMMIT;")
+    expect(got).to eq("20|1|true") # webhook_inbox_citus_dispatch_batch: the due rows of one scope
+    expect(runs("t")).to eq("20|20|0") # run from the coordinator
+  end
+
+  it "takes up the shards of a split while it runs (the keys loaded again when idle)" do
+    bin = SidecarHelper.binary
+    log = File.join(cluster.coordinator.dir, "delegate_split.log")
+    pid = Process.spawn(bin, "run", "--database-url", cluster.url, "--concurrency", "1", "--poll-interval", "0.1s",
+                        "--log-level", "warn", out: log, err: log)
+    receive("before_split", 50)
+    wait_for("the first events done") { sql("SELECT count(*) FROM webhook_inbox WHERE status <> 'done'") == "0" }
+    shard, low, high = sql("SELECT shardid, shardminvalue, shardmaxvalue FROM pg_dist_shard " \
+                           "WHERE logicalrelid = 'webhook_inbox'::regclass ORDER BY shardminvalue::bigint LIMIT 1").split("|")
+    node = sql("SELECT nodeid FROM pg_dist_node WHERE groupid <> 0 ORDER BY nodeid LIMIT 1")
+    sql("SELECT citus_split_shard_by_split_points(#{shard}, ARRAY['#{(Integer(low) + Integer(high)) / 2}'], " \
+        "ARRAY[#{node}, #{node}], shard_transfer_mode := 'block_writes')")
+    receive("after_split", 500, scopes: 500) # about 8 in each half of the split shard
+    halves = sql("SELECT count(*) FROM webhook_inbox w WHERE w.event_id LIKE 'after\\_split\\_%' AND " \
+                 "get_shard_id_for_distribution_column('webhook_inbox', w.source_scope) > #{shard} AND " \
+                 "get_shard_id_for_distribution_column('webhook_inbox', w.source_scope) IN " \
+                 "(SELECT s.shardid FROM pg_dist_shard s WHERE s.logicalrelid = 'webhook_inbox'::regclass " \
+                 " AND s.shardminvalue::bigint >= #{low} AND s.shardmaxvalue::bigint <= #{high})")
+    expect(Integer(halves)).to be > 0
+    wait_for("every event done, those of both halves too") do
+      sql("SELECT count(*) FROM webhook_inbox WHERE status <> 'done'") == "0"
+    end
+    expect(runs("after_split")).to eq("500|500|500")
+  ensure
+    if pid
+      Process.kill(:TERM, pid)
+      Process.wait(pid)
+    end
+  end
+
+  it "gives one key per shard, each hashing into its own shard" do
+    expect(sql("SELECT count(*) || '|' || count(DISTINCT get_shard_id_for_distribution_column('webhook_inbox', k)) " \
+               "FROM webhook_inbox_citus_shard_keys() k"))
+      .to eq("#{sql("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'webhook_inbox'::regclass")}|" \
+             "#{sql("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'webhook_inbox'::regclass")}")
+  end
+end
