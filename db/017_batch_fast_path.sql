@@ -81,6 +81,8 @@ DECLARE
     det      text;
     chg      boolean;
     rty      bigint;
+    scopes   text[];
+    ids      text[];
     ts       timestamptz[];    -- ts[i]: event i's run starts; ts[i + 1]: it ends
     r_result text[];
     r_detail text[];
@@ -102,6 +104,8 @@ BEGIN
     IF n = 0 THEN
         RETURN;
     END IF;
+    scopes := ARRAY(SELECT e.source_scope FROM unnest(evs) e);
+    ids := ARRAY(SELECT e.event_id FROM unnest(evs) e);
     -- webhook_inbox_run_event's checks, which the plain path does not call.
     IF p_unrouted IS NULL OR p_unrouted NOT IN ('wait', 'ignore', 'quarantine', 'retry') THEN
         RAISE EXCEPTION 'webhook_inbox: p_unrouted must be wait, ignore, quarantine or retry, not %', p_unrouted
@@ -215,10 +219,10 @@ BEGIN
         UPDATE webhook_inbox w
            SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
                attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
-          FROM (SELECT e.source_scope, e.event_id, r_detail[e.ordinality::int] AS outcome,
-                       (extract(epoch FROM ts[e.ordinality::int + 1] - ts[e.ordinality::int]) * 1000)::float8 AS ms
-                  FROM unnest(evs) WITH ORDINALITY AS e
-                 WHERE r_result[e.ordinality::int] = 'done') d
+          FROM (SELECT e.source_scope, e.event_id, e.outcome,
+                       (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
+                  FROM unnest(scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1]) AS e(source_scope, event_id, outcome, result, t0, t1)
+                 WHERE e.result = 'done') d
          WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id;
     END IF;
     RETURN QUERY
