@@ -25,7 +25,7 @@
 -- keeps 014's path (one savepoint; the reads once per batch would cost it more than they
 -- save). The batch's done events are marked by one static UPDATE at its end (keys, outcomes
 -- and durations from the batch's arrays, by primary key; the same attempt_log entry as 014's),
--- whose plan PL/pgSQL caches for the session: 014's EXECUTE planned it at every batch (~3 us
+-- whose plan PL/pgSQL caches for the session: 014's EXECUTE planned it at every batch (2-4 us
 -- per event of a batch of 100). The loop does per plain event only what must be per event
 -- (its start time, the two settings, the handler call, its outcome); results, durations and
 -- latencies are filled set-based around it. Idempotent: safe to re-run. Applied
