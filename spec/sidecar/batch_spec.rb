@@ -84,6 +84,20 @@ RSpec.describe "webhook_inbox_dispatch_batch (db/017)", :sidecar do
     expect(db.int("SELECT last_value FROM t_batch_failed_runs")).to eq(1) # charged once, run once: not run again in the redo
   end
 
+  # One UPDATE marks the batch's done events (its rows share one command id, cmin), each with
+  # its own attempt_log entry; the rows returned carry each event's latency from received_at.
+  it "marks the batch's done events in one statement, each with its own log entry and latency, also after a redo" do
+    insert_events(7 => "transient")
+    rows = db.psql("SELECT event_id, result, latency_ms FROM webhook_inbox_dispatch_batch(100, 'ignore', 5, 60000, 60000, 1000)")
+             .lines.map { |l| l.strip.split("|") }
+    expect(rows.map(&:first)).to eq((1..10).map { |i| "e#{i}" }) # in claim order, each once
+    expect(rows.map { |r| r[2].to_f }).to all(be > 59_000) # received a minute ago
+    expect(db.int("SELECT count(DISTINCT cmin::text) FROM webhook_inbox WHERE status = 'done'")).to eq(1)
+    expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status = 'done' AND attempt_log -> 0 ->> 'result' = 'done' " \
+                  "AND attempt_log -> 0 ->> 'detail' = 'handled' AND (attempt_log -> 0 ->> 'duration_ms')::numeric >= 0")).to eq(9)
+    expect(db.event("e7")).to include(status: "pending", attempts: 1)
+  end
+
   it "fails the statement on an error that is not a handler's, as before" do
     insert_events
     expect { db.psql("SELECT * FROM webhook_inbox_dispatch_batch(100, 'bogus', 5, 1000, 1000, 1000)") }
