@@ -12,12 +12,10 @@ require_relative "../sidecar/sidecar_helper"
 # the coordinator; and the lock_timeout it runs under (the sidecar's --lock-timeout, which
 # the coordinator session does not carry to the worker). Skipped with the reason when Citus is not installed (CI).
 RSpec.describe "the sidecar's batches on Citus" do
+  include CitusClusterSpec
+
   before(:all) do
-    why = CitusCluster.missing
-    skip(why) if why
-    @cluster = CitusCluster.new(workers: 2)
-    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", @cluster.url)
-    raise out unless st.success?
+    migrate_citus!
 
     @cluster.psql(<<~SQL)
       SET citus.multi_shard_modify_mode TO sequential;
@@ -30,22 +28,6 @@ RSpec.describe "the sidecar's batches on Citus" do
       END $$;
       INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('delegate.*', 'delegate_handler');
     SQL
-  end
-  after(:all) { @cluster&.destroy }
-
-  let(:cluster) { @cluster }
-
-  def sql(query)
-    cluster.psql(query).strip
-  end
-
-  def wait_for(what, bound: 120)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + bound
-    until yield
-      raise "never happened: #{what}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-
-      sleep 0.1
-    end
   end
 
   def receive(prefix, count, scopes: 50)

@@ -18,34 +18,18 @@ require "webhook_inbox/handlers/worker"
 # handler runs. Each event: the route once, the effect sent and made once, the handler's
 # write committed once. Skipped with the reason when Citus is not installed.
 RSpec.describe "effects and Ruby handlers on Citus" do
+  include CitusClusterSpec
+
   let(:events) { Integer(ENV.fetch("CITUS_EFFECT_EVENTS", "300")) }
   let(:scopes) { 50 }
 
   before(:all) do
-    why = CitusCluster.missing
-    skip(why) if why
-    @cluster = CitusCluster.new(workers: 2)
     @api = FakeReceiptApi.new
   end
-  after(:all) do
-    @api&.stop
-    @cluster&.destroy
-  end
+  after(:all) { @api&.stop }
 
-  let(:cluster) { @cluster }
   let(:api) { @api }
   let(:bin) { SidecarHelper.binary }
-
-  def sql(query) = cluster.psql(query).strip
-
-  def wait_for(what, bound: 300)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + bound
-    until yield
-      raise "never happened: #{what}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-
-      sleep 0.1
-    end
-  end
 
   def spawn_sidecar(log)
     Process.spawn(bin, "run", "--database-url", cluster.url, "--concurrency", "2", "--poll-interval", "0.1s",

@@ -12,12 +12,10 @@ require_relative "../sidecar/sidecar_helper"
 # the one the sidecar, the deliverer or the Ruby worker makes on Citus. Skipped with the
 # reason when Citus is not installed.
 RSpec.describe "pause, rate limits and ordering on Citus" do
+  include CitusClusterSpec
+
   before(:all) do
-    why = CitusCluster.missing
-    skip(why) if why
-    @cluster = CitusCluster.new(workers: 2)
-    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", @cluster.url)
-    raise out unless st.success?
+    migrate_citus!
 
     @cluster.psql(<<~SQL)
       CREATE FUNCTION flow_handler(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
@@ -27,9 +25,6 @@ RSpec.describe "pause, rate limits and ordering on Citus" do
       END $$;
     SQL
   end
-  after(:all) { @cluster&.destroy }
-
-  def sql(query) = @cluster.psql(query).strip
 
   def cli(*args)
     out, st = Open3.capture2e(SidecarHelper.binary, *args, "--database-url", @cluster.url)

@@ -16,34 +16,17 @@ require_relative "../sidecar/sidecar_helper"
 # carry on. Then stats, requeue, prune, `run --retain` and /metrics give the answers they
 # give on one node. Skipped with the reason when Citus is not installed.
 RSpec.describe "the inbox on Citus across a worker restart" do
+  include CitusClusterSpec
+
   let(:events) { Integer(ENV.fetch("CITUS_RESTART_EVENTS", "1500")) }
   let(:scopes) { 50 }
 
-  before(:all) do
-    why = CitusCluster.missing
-    skip(why) if why
-    @cluster = CitusCluster.new(workers: 2)
-  end
-  after(:all) { @cluster&.destroy }
-
-  let(:cluster) { @cluster }
   let(:bin) { SidecarHelper.binary }
-
-  def sql(query) = cluster.psql(query).strip
 
   def cli(*args)
     out, st = Open3.capture2e(bin, *args, "--database-url", cluster.url)
     expect(st).to be_success, out
     out
-  end
-
-  def wait_for(what, bound: 300)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + bound
-    until yield
-      raise "never happened: #{what}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-
-      sleep 0.1
-    end
   end
 
   def spawn_sidecar(log, *extra)

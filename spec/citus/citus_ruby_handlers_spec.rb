@@ -11,18 +11,10 @@ require_relative "../sidecar/sidecar_helper"
 # quarantines a handed event's run; the Ruby worker's steps (db/013: start, lock, finish).
 # Skipped with the reason when Citus is not installed.
 RSpec.describe "Ruby handler registration on Citus" do
-  before(:all) do
-    why = CitusCluster.missing
-    skip(why) if why
-    @cluster = CitusCluster.new(workers: 2)
-  end
-  after(:all) { @cluster&.destroy }
-
-  def sql(query) = @cluster.psql(query).strip
+  include CitusClusterSpec
 
   it "registers the same pairs twice (adding only) and retires a handler, audited, its run quarantined" do
-    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", @cluster.url)
-    expect(st).to be_success, out
+    migrate_citus!
     pairs = %(SELECT webhook_inbox_ruby_register('[["t.x", "a"], ["t.x", "b"]]'))
     expect([sql(pairs), sql(pairs)]).to eq(%w[2 2])
     sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES ('s1', 'e1', 't.x', '{}')")
@@ -35,8 +27,7 @@ RSpec.describe "Ruby handler registration on Citus" do
   end
 
   it "runs a Ruby run through the worker's steps (start, lock, finish): the event done (settle's UPDATE refused before 013)" do
-    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", @cluster.url)
-    expect(st).to be_success, out
+    migrate_citus!
     sql(%(SELECT webhook_inbox_ruby_register('[["u.x", "c"]]')))
     sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() + interval '1 day' WHERE status = 'pending'") # the other example's
     sql("UPDATE webhook_inbox SET next_attempt_at = now() + interval '1 day' WHERE status = 'pending'")
@@ -54,8 +45,7 @@ RSpec.describe "Ruby handler registration on Citus" do
   end
 
   it "runs a batch over two scopes (shards) through db/016's batch steps: started together, locked, one retried, the others done" do
-    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", @cluster.url)
-    expect(st).to be_success, out
+    migrate_citus!
     sql(%(SELECT webhook_inbox_ruby_register('[["v.x", "d"]]')))
     sql("UPDATE webhook_inbox_outbox SET next_attempt_at = now() + interval '1 day' WHERE status = 'pending'") # the others'
     sql("UPDATE webhook_inbox SET next_attempt_at = now() + interval '1 day' WHERE status = 'pending'")

@@ -11,22 +11,12 @@ require_relative "../sidecar/sidecar_helper"
 # the reason when the citus extension is not installed for the test PostgreSQL (CI).
 # CITUS_EVENTS=10000 runs the full size (default 2,000 events; always 50 scopes).
 RSpec.describe "the inbox on Citus" do
+  include CitusClusterSpec
+
   let(:events) { Integer(ENV.fetch("CITUS_EVENTS", "2000")) }
   let(:scopes) { 50 }
 
-  before(:all) do
-    why = CitusCluster.missing
-    skip(why) if why
-    @cluster = CitusCluster.new(workers: 2)
-  end
-  after(:all) { @cluster&.destroy }
-
-  let(:cluster) { @cluster }
   let(:bin) { SidecarHelper.binary }
-
-  def sql(query)
-    cluster.psql(query).strip
-  end
 
   def migrate(*flags, url: cluster.url)
     Open3.capture2e(bin, "migrate", *flags, "--database-url", url)
@@ -35,15 +25,6 @@ RSpec.describe "the inbox on Citus" do
   def spawn_sidecar(log)
     Process.spawn(bin, "run", "--database-url", cluster.url, "--concurrency", "2", "--poll-interval", "0.1s",
                   "--log-level", "warn", out: log, err: log)
-  end
-
-  def wait_for(what, bound: 120)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + bound
-    until yield
-      raise "never happened: #{what}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-
-      sleep 0.1
-    end
   end
 
   it "refuses --citus where the citus extension is not installed, naming the fix" do

@@ -62,3 +62,40 @@ class CitusCluster
     nodes.each(&:destroy)
   end
 end
+
+# For spec/citus groups: `include CitusClusterSpec` starts one cluster for the group (skipped
+# with CitusCluster.missing's reason when Citus is not installed, as on CI) and destroys it
+# after the group; examples get cluster, sql, migrate_citus! and wait_for.
+module CitusClusterSpec
+  def self.included(group)
+    group.before(:all) do
+      why = CitusCluster.missing
+      skip(why) if why
+      @cluster = CitusCluster.new(workers: 2)
+    end
+    group.after(:all) { @cluster&.destroy }
+  end
+
+  def cluster = @cluster
+
+  # One statement (or several) on the coordinator: psql's output, stripped.
+  def sql(query) = cluster.psql(query).strip
+
+  # `migrate --citus` on the coordinator with the sidecar binary; its output, or raises with it.
+  def migrate_citus!
+    out, st = Open3.capture2e(SidecarHelper.binary, "migrate", "--citus", "--database-url", cluster.url)
+    raise out unless st.success?
+
+    out
+  end
+
+  # Polls every 0.1 s until the block is true; raises "never happened: what" past bound seconds.
+  def wait_for(what, bound: 300)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + bound
+    until yield
+      raise "never happened: #{what}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.1
+    end
+  end
+end
