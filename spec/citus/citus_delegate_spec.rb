@@ -100,4 +100,17 @@ RSpec.describe "the sidecar's batches on Citus" do
       .to eq("#{sql("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'webhook_inbox'::regclass")}|" \
              "#{sql("SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'webhook_inbox'::regclass")}")
   end
+
+  it "routes a one-row receipt straight to its shard (INSERT ... VALUES; v14's INSERT ... SELECT went through the coordinator)" do
+    sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT citus_stat_statements_reset()")
+    inbox = WebhookInbox::Inbox.new(database_url: cluster.url)
+    inbox.insert(source_scope: "route_1", event_id: "r1", event_type: "delegate.x", payload: '{"id":"r1"}')
+    inbox.insert(source_scope: "route_2", event_id: "r2", event_type: "delegate.x", payload: '{"id":"r2","data":{"object":{"id":"o"}}}',
+                 ordering: ["data.object.id", nil])
+    expect(sql("SELECT string_agg(executor || ' ' || coalesce(partition_key, '-') || ' ' || calls, ',' ORDER BY partition_key) " \
+               "FROM citus_stat_statements WHERE query LIKE 'INSERT INTO webhook_inbox %'")).to eq("adaptive route_1 1,adaptive route_2 1")
+    expect(sql("SELECT count(*) FILTER (WHERE ordering_key IS NOT NULL) || '/' || count(*) FROM webhook_inbox WHERE event_id IN ('r1', 'r2')")).to eq("1/2")
+  ensure
+    inbox&.close
+  end
 end

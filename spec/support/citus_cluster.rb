@@ -9,7 +9,10 @@ require_relative "throwaway_postgres"
 # its source repository (docs/capacity.md, "Trying it").
 class CitusCluster
   SETTINGS = {
-    "shared_preload_libraries" => "citus",
+    # citus_stat_statements: which executor ran a statement (a router "adaptive" with its
+    # distribution key, or "insert-select" through the coordinator).
+    "shared_preload_libraries" => "citus,pg_stat_statements",
+    "citus.stat_statements_track" => "all",
     "max_prepared_transactions" => "100", # two-phase commit of transactions over several nodes
     "wal_level" => "logical",
     # A session whose client died (kill -9 of a sidecar) is ended within 100 ms even while
