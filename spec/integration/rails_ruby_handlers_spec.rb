@@ -75,6 +75,7 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
 
     @puma = PumaProcess.new(rackup: File.join(@app, "config.ru"), dir: @app, threads: "2:4",
                             env: @env.merge("RAILS_ENV" => "development")).tap { |p| Bundler.with_unbundled_env { p.start } }
+    @spawned = [] # every process started, also by examples (their @worker is their own copy)
     @sidecar_log = File.join(@work, "sidecar.log")
     @sidecar = start_process("run", "--poll-interval", "200ms", log: @sidecar_log)
     @worker_log = File.join(@work, "worker.log")
@@ -84,7 +85,8 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
   end
 
   after(:all) do
-    [@worker, @sidecar].compact.each do |pid|
+    # All of them: a worker an example restarted is in @spawned, not in this @worker.
+    (@spawned || []).each do |pid|
       (Process.kill("TERM", -pid) rescue nil)
       (Process.wait(pid) rescue nil)
     end
@@ -95,7 +97,7 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
   define_method(:start_process) do |*args, log:|
     Bundler.with_unbundled_env do
       Process.spawn(@env, "bin/webhook-inbox-sidecar", *args, chdir: @app, out: [log, "a"], err: [log, "a"], pgroup: true)
-    end
+    end.tap { |pid| @spawned << pid }
   end
 
   define_method(:start_ruby_worker) do
