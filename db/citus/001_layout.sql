@@ -47,7 +47,9 @@ DROP TRIGGER IF EXISTS webhook_inbox_notify_insert ON webhook_inbox;
 SET LOCAL citus.enable_unsafe_triggers = on;
 
 -- Propagates every gem function whose argument and result types all exist on the workers
--- (no row type of a table left on the coordinator), and the handlers the routes name.
+-- (no row type of a table left on the coordinator), and the handlers the routes name (their
+-- batch handlers too: Citus dispatches events one by one and never calls those, but the
+-- routes' copy on every node must resolve each name).
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_propagate() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -57,7 +59,8 @@ BEGIN
     FOR f IN
         SELECT p.oid::regprocedure FROM pg_proc p
          WHERE (p.proname LIKE 'webhook\_inbox\_%'
-                OR p.oid IN (SELECT r.handler::oid FROM webhook_inbox_routes r))
+                OR p.oid IN (SELECT r.handler::oid FROM webhook_inbox_routes r
+                             UNION ALL SELECT r.batch_handler::oid FROM webhook_inbox_routes r)) -- batch: v19
            AND p.prokind = 'f'
            AND p.oid NOT IN (SELECT o.objid FROM pg_dist_object o WHERE o.classid = 'pg_proc'::regclass)
            AND NOT EXISTS (SELECT 1 FROM unnest(p.proargtypes::oid[] || p.prorettype) t

@@ -1,6 +1,7 @@
 /* pgw.c - libpq wrapper: connection, named prepared statements, errors as "SQLSTATE: first line". */
 #define _POSIX_C_SOURCE 200809L
 #include "pgw.h"
+#include "log.h"
 #include "redact.h"
 
 #include <stdlib.h>
@@ -44,6 +45,30 @@ static int fill_err(struct wi_pg *pg, const PGresult *res, struct wi_err *err)
     return wi_err_set(err, WI_ERR_PG, "%s%s%s", state ? state : "", state ? ": " : "", line);
 }
 
+/* Server WARNINGs (a RAISE WARNING in a function the sidecar calls: db/019's batch handler
+ * that failed) as log lines, once a minute per message; libpq's default printed them
+ * unformatted on stderr. The message is logged only for the gem's own SQLSTATEs (WI...),
+ * whose texts name functions and SQLSTATEs: another warning's text may hold a handler's
+ * data, so only its SQLSTATE is. NOTICEs and below are left out. */
+static void on_notice(void *arg, const PGresult *res)
+{
+    const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    int ours = state && !strncmp(state, "WI", 2);
+    char key[96];
+    (void)arg;
+    if (!severity || strcmp(severity, "WARNING"))
+        return;
+    snprintf(key, sizeof key, "server_warning:%s:%.64s", state ? state : "", ours && msg ? msg : "");
+    if (!wi_log_every(key, 60))
+        return;
+    if (ours && msg)
+        log_warnx("server_warning", "sqlstate=%s message=%s", state, WI_LOG_Q(msg));
+    else
+        log_warnx("server_warning", "sqlstate=%s", state ? state : "-");
+}
+
 struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err)
 {
     /* Defaults first: the expanded conninfo (dbname) overrides them. Keepalives make an idle
@@ -77,6 +102,7 @@ struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts
             wi_redact_scrub(err->msg, conninfo, PQpass(pg->conn)); /* no part of a password */
         goto fail;
     }
+    (void)PQsetNoticeReceiver(pg->conn, on_notice, NULL);
     if (wi_pg_prepare(pg, stmts, n, err) < 0)
         goto fail;
     return pg;

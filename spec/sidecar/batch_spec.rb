@@ -158,4 +158,25 @@ RSpec.describe "webhook_inbox_dispatch_batch (db/017)", :sidecar do
     expect(db.event("e3")).to include(status: "pending", attempts: 1)
     expect(runs.split(",").tally.values).to all(eq(1))
   end
+
+  it "marks done, once, the rows a handler wrote to (a new row version: marked by primary key, db/019)" do
+    insert_events
+    db.psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION t_batch_touch(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+      BEGIN
+          INSERT INTO t_batch_runs VALUES (ev.event_id);
+          IF ev.event_id IN ('e2', 'e7') THEN -- its own inbox row: the claim's row version is gone
+              UPDATE webhook_inbox SET last_error = 'touched' WHERE source_scope = ev.source_scope AND event_id = ev.event_id;
+          END IF;
+          RETURN 'handled';
+      END $$;
+      UPDATE webhook_inbox_routes SET handler = 't_batch_touch' WHERE event_type = 'test.batch';
+    SQL
+    expect(dispatch_batch.values).to all(eq("done"))
+    expect(done.split(",").size).to eq(10)
+    expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status = 'done' AND last_error IS NULL " \
+                  "AND jsonb_array_length(attempt_log) = 1")).to eq(10)
+    expect(dispatch_batch).to be_empty # nothing left to run twice
+    expect(runs.split(",").tally.values).to all(eq(1))
+  end
 end
