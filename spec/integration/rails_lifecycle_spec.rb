@@ -112,8 +112,10 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
                 PERFORM webhook_inbox_quarantine('amount mismatch');
                 RETURN NULL;
             END $$;
+            CREATE OR REPLACE FUNCTION shop_on_payment_batch(evs webhook_inbox[]) RETURNS text[]
+            LANGUAGE plpgsql AS $$ BEGIN PERFORM webhook_inbox_batch_defer('one by one'); RETURN NULL; END $$;
           SQL
-          add_webhook_inbox_route "payment_intent.succeeded", "shop_on_payment"
+          add_webhook_inbox_route "payment_intent.succeeded", "shop_on_payment", batch: "shop_on_payment_batch"
           execute "INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('payment_intent.legacy', 'shop_on_payment')"
           add_webhook_inbox_route "identity.*", destination: :app_identity # no SQL handler: the app's receive_effect
         end
@@ -148,7 +150,7 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     schema = File.read(File.join(@app, "db/schema.rb"))
     expect(schema).to include("load_webhook_inbox_schema version: #{WebhookInbox::Schema::VERSION}",
                               "FUNCTION public.shop_on_payment", "FUNCTION public.shop_order_id",
-                              %(add_webhook_inbox_route "payment_intent.succeeded", "shop_on_payment"),
+                              %(add_webhook_inbox_route "payment_intent.succeeded", "shop_on_payment", batch: "shop_on_payment_batch"),
                               %(add_webhook_inbox_route "payment_intent.legacy", "shop_on_payment"),
                               %(add_webhook_inbox_route "identity.*", destination: "app_identity"),
                               "webhook_inbox_triggers", "CREATE TRIGGER shop_orders_touch ",
@@ -166,6 +168,8 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     # The test database, as maintain_test_schema and CI build it.
     sh("bin/rails", "db:prepare", env: { "RAILS_ENV" => "test" })
     expect(psql("SELECT webhook_inbox_route('payment_intent.legacy')::text", db: "shop_test")).to eq("shop_on_payment")
+    expect(psql("SELECT webhook_inbox_route_batch_handler('payment_intent.succeeded')::text", db: "shop_test"))
+      .to eq("shop_on_payment_batch")
     expect(psql("SELECT webhook_inbox_route('identity.verified')::text || ' ' || webhook_inbox_route_destination('identity.verified')",
                 db: "shop_test")).to eq("webhook_inbox_deliver app_identity")
     expect(psql("SELECT count(*) FROM pg_trigger WHERE tgname = 'webhook_inbox_notify_insert'", db: "shop_test")).to eq("1")
@@ -276,6 +280,8 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     expect(psql(app_triggers, db: "shop_test")).to eq(psql(app_triggers)).and include("shop_orders_touch_paused")
     expect(psql("SELECT webhook_inbox_route('payment_intent.succeeded')::text", db: "shop_test")).to eq("shop_on_payment")
     expect(psql("SELECT webhook_inbox_route_destination('identity.verified')", db: "shop_test")).to eq("app_identity")
+    expect(psql("SELECT webhook_inbox_route_batch_handler('payment_intent.succeeded')::text", db: "shop_test"))
+      .to eq("shop_on_payment_batch") # structure.sql's route lines
 
     # After a gem upgrade the install generator writes an upgrade migration (here from a
     # pre-versioning migration that inlined the SQL), and nothing when current.

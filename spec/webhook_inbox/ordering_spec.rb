@@ -172,9 +172,9 @@ RSpec.describe WebhookInbox::Ordering do
     conn.extend(WebhookInbox::Rails::SchemaStatements)
     type = "ord_#{SecureRandom.hex(3)}.*"
     conn.add_webhook_inbox_route(type, "webhook_inbox_ignore", strict: true)
-    expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, true])
+    expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, true, nil])
     conn.add_webhook_inbox_route(type, "webhook_inbox_ignore") # the route restated: strict as given
-    expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, false])
+    expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, false, nil])
   ensure
     conn&.remove_webhook_inbox_route(type)
     model&.remove_connection

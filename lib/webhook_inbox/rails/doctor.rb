@@ -41,7 +41,8 @@ module WebhookInbox
         rows = @conn.select_all("SELECT * FROM webhook_inbox_routes ORDER BY event_type", "webhook_inbox doctor").to_a
         lines = rows.empty? ? ["routes: none (every event waits: add_webhook_inbox_route in a migration)"] : ["routes:"]
         rows.each do |r|
-          lines << "  #{r['event_type']} -> #{r['handler']}#{" (destination #{r['destination']})" if r['destination']}"
+          lines << "  #{r['event_type']} -> #{r['handler']}#{" (destination #{r['destination']})" if r['destination']}" \
+                   "#{" (batch #{r['batch_handler']})" if r['batch_handler']}"
         end
         waiting = @conn.select_rows("SELECT event_type, pending FROM webhook_inbox_unrouted()", "webhook_inbox doctor")
         waiting.each { |type, n| lines << "  waiting for a route: #{type.to_s.empty? ? '(no type)' : type} (#{n} pending)" }

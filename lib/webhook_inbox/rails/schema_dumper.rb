@@ -41,9 +41,9 @@ module WebhookInbox
           functions(stream)
           triggers(stream)
         end
-        @connection.webhook_inbox_route_rows.each do |type, handler, destination, strict|
+        @connection.webhook_inbox_route_rows.each do |type, handler, destination, strict, batch|
           stream.puts "  add_webhook_inbox_route #{type.inspect}, #{destination ? "destination: #{destination.inspect}" : handler.inspect}" \
-                      "#{", strict: true" if strict}"
+                      "#{", strict: true" if strict}#{", batch: #{batch.inspect}" if batch}"
         end
       end
 

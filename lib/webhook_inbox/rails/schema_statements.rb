@@ -10,6 +10,8 @@ module WebhookInbox
     #   add_webhook_inbox_route "payment_intent.succeeded", "orders_on_payment_succeeded"
     #   add_webhook_inbox_route "status.*", destination: :app_identity  # v7: to an outbox destination
     #   add_webhook_inbox_route "customer.*", "app_on_customer", strict: true  # v14: see ordering
+    #   add_webhook_inbox_route "payment_intent.succeeded", "orders_on_payment_succeeded",
+    #                           batch: "orders_on_payment_succeeded_batch"      # v19: see batch handlers
     #   remove_webhook_inbox_route "payment_intent.succeeded"
     #   webhook_inbox_functions sql                    # CREATE FUNCTION ... (schema.rb's dump)
     #   webhook_inbox_triggers sql                     # CREATE TRIGGER ... on the app's tables (ditto)
@@ -93,9 +95,14 @@ module WebhookInbox
       # (schema v7) to an outbox destination: the sidecar then POSTs each event, once, to the
       # destination of that name (the app's receive_effect, say) with retries and backoff.
       # strict: (schema v14) a quarantined event holds the later events of its ordering key.
-      def add_webhook_inbox_route(event_type, handler = nil, destination: nil, strict: false)
+      # batch: (schema v19) a function (webhook_inbox[]) RETURNS text[] doing handler's work
+      # for a run of events at once (db/019_batch_handlers.sql has the contract).
+      def add_webhook_inbox_route(event_type, handler = nil, destination: nil, strict: false, batch: nil)
         if handler.nil? == destination.nil?
           raise ArgumentError, "add_webhook_inbox_route #{event_type.to_s.inspect}: give a handler function or destination:, not both"
+        end
+        if batch && destination
+          raise ArgumentError, "add_webhook_inbox_route #{event_type.to_s.inspect}: batch: needs a handler function, not destination:"
         end
 
         if destination
@@ -108,6 +115,7 @@ module WebhookInbox
           execute(format(ROUTE_UPSERT, quote(event_type.to_s), quote(handler.to_s)), "webhook_inbox route")
         end
         webhook_inbox_route_strict!(event_type, strict)
+        webhook_inbox_route_batch!(event_type, batch)
       end
 
       def remove_webhook_inbox_route(event_type)
@@ -128,14 +136,18 @@ module WebhookInbox
         execute(sql, "webhook_inbox triggers")
       end
 
-      # [[event_type, handler, destination or nil, strict], ...] in event_type order.
+      # [[event_type, handler, destination or nil, strict, batch handler or nil], ...] in
+      # event_type order.
       def webhook_inbox_route_rows
         return [] unless select_value("SELECT to_regclass('webhook_inbox_routes') IS NOT NULL")
 
         destination = webhook_inbox_route_destinations? ? "destination" : "NULL"
         strict = webhook_inbox_route_column?("strict") ? "strict" : "false"
-        select_rows("SELECT event_type, handler::text, #{destination}, #{strict} FROM webhook_inbox_routes ORDER BY event_type",
-                    "webhook_inbox routes").map { |type, handler, dest, st| [type, handler, dest, [true, "t"].include?(st)] }
+        batch = webhook_inbox_route_column?("batch_handler") ? "batch_handler::text" : "NULL"
+        select_rows("SELECT event_type, handler::text, #{destination}, #{strict}, #{batch} FROM webhook_inbox_routes " \
+                    "ORDER BY event_type", "webhook_inbox routes").map do |type, handler, dest, st, bh|
+          [type, handler, dest, [true, "t"].include?(st), bh]
+        end
       end
 
       # Whether the routes table has v7's destination column.
@@ -158,6 +170,20 @@ module WebhookInbox
                                                  "webhook_inbox:install` for the upgrade migration, before this one"
         end
         execute("UPDATE webhook_inbox_routes SET strict = #{strict ? "true" : "false"} " \
+                "WHERE event_type = #{quote(event_type.to_s)}", "webhook_inbox route")
+      end
+
+      # Writes the route's batch handler (v19's column; nil clears it); batch: on an older
+      # schema raises.
+      def webhook_inbox_route_batch!(event_type, batch)
+        unless webhook_inbox_route_column?("batch_handler")
+          return unless batch
+
+          raise ActiveRecord::ActiveRecordError, "batch handlers need the inbox schema v19 (this database has " \
+                                                 "v#{webhook_inbox_schema_version}): run `bin/rails generate " \
+                                                 "webhook_inbox:install` for the upgrade migration, before this one"
+        end
+        execute("UPDATE webhook_inbox_routes SET batch_handler = #{batch ? "#{quote(batch.to_s)}::regproc" : "NULL"} " \
                 "WHERE event_type = #{quote(event_type.to_s)}", "webhook_inbox route")
       end
 

@@ -16,9 +16,12 @@ module WebhookInbox
         File.open(filename, "a") do |f|
           f.puts "-- webhook_inbox routes (appended by webhook_inbox_pg; pg_dump emptied the search path)"
           f.puts "SET search_path TO #{search_path};"
-          rows.each do |type, handler, destination, strict|
+          rows.each do |type, handler, destination, strict, batch|
             f.puts route_upsert(type, handler, destination)
             f.puts "UPDATE webhook_inbox_routes SET strict = true WHERE event_type = #{quote(type)};" if strict
+            if batch
+              f.puts "UPDATE webhook_inbox_routes SET batch_handler = #{quote(batch)}::regproc WHERE event_type = #{quote(type)};"
+            end
           end
           f.puts
         end
