@@ -26,6 +26,7 @@
 --
 -- Routes (webhook_inbox_routes):
 --   payment_intent.succeeded -> orders_on_payment_succeeded    (awaiting_payment -> paid)
+--                               batch: orders_on_payment_succeeded_batch (schema v19)
 --   payment_intent.*         -> orders_on_payment_intent_other (never moves an order; stale after paid)
 --   charge.refunded          -> orders_on_charge_refunded      (paid -> refunded)
 --   status.updated           -> identity_on_status_updated     (forward transitions only)
@@ -177,6 +178,40 @@ $$;
 COMMENT ON FUNCTION orders_on_payment_succeeded(webhook_inbox) IS
     'payment_intent.succeeded: paid | duplicate; quarantines mismatches; retries (WIR01) while the order does not exist.';
 
+-- The same for a run of payment_intent.succeeded events at once (a batch handler, db/019):
+-- only the common case, every event paying its awaiting order. Anything else (an order
+-- missing or already paid, a mismatch, a duplicate, two events of one order or payment)
+-- defers the whole run to orders_on_payment_succeeded, event by event, which decides.
+CREATE OR REPLACE FUNCTION orders_on_payment_succeeded_batch(evs webhook_inbox[]) RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    paid integer;
+BEGIN
+    WITH e AS (
+        SELECT x.event_id, o ->> 'id' AS pay, o #>> '{metadata,tenant_id}' AS tenant,
+               o #>> '{metadata,order_id}' AS ord, orders_minor_units(o -> 'amount') AS amt,
+               lower(o ->> 'currency') AS cur, count(*) OVER (PARTITION BY o ->> 'id') AS uses
+          FROM unnest(evs) AS x, LATERAL (SELECT x.payload #> '{data,object}') AS p(o)),
+    u AS (
+        UPDATE orders SET status = 'paid', payment_id = e.pay, paid_at = now()
+          FROM e
+         WHERE orders.tenant_id = e.tenant AND orders.order_id = e.ord
+           AND orders.status = 'awaiting_payment' AND orders.amount = e.amt AND orders.currency = e.cur
+           AND NOT EXISTS (SELECT 1 FROM orders p WHERE p.payment_id = e.pay)
+           AND e.uses = 1
+        RETURNING e.event_id, e.pay, e.tenant, e.ord, e.amt, e.cur)
+    INSERT INTO payments (payment_id, tenant_id, order_id, amount, currency, event_id)
+    SELECT u.pay, u.tenant, u.ord, u.amt, u.cur, u.event_id FROM u;
+    GET DIAGNOSTICS paid = ROW_COUNT;
+    IF paid <> cardinality(evs) THEN
+        PERFORM webhook_inbox_batch_defer('not every payment pays its awaiting order');
+    END IF;
+    RETURN array_fill('paid'::text, ARRAY[paid]);
+END
+$$;
+COMMENT ON FUNCTION orders_on_payment_succeeded_batch(webhook_inbox[]) IS
+    'Batch handler of payment_intent.succeeded: paid for every event, or defers them all (WIB01) to orders_on_payment_succeeded.';
+
 -- Any other payment_intent.* (processing, payment_failed, canceled, ...): never moves an order.
 CREATE OR REPLACE FUNCTION orders_on_payment_intent_other(ev webhook_inbox) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -301,3 +336,13 @@ INSERT INTO webhook_inbox_routes (event_type, handler) VALUES
     ('charge.refunded',          'orders_on_charge_refunded'),
     ('status.updated',           'identity_on_status_updated')
 ON CONFLICT (event_type) DO UPDATE SET handler = EXCLUDED.handler;
+-- From schema v19 on: payment_intent.succeeded also has its batch handler.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'webhook_inbox_routes'::regclass
+                                            AND attname = 'batch_handler' AND NOT attisdropped) THEN
+        UPDATE webhook_inbox_routes SET batch_handler = 'orders_on_payment_succeeded_batch'
+         WHERE event_type = 'payment_intent.succeeded';
+    END IF;
+END
+$$;
