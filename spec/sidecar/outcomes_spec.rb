@@ -151,7 +151,9 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
     expect(db.event("evt_ref")).to include(status: "pending", attempts: 1)
     db.insert_event("evt_pay", "payment_intent.succeeded", succeeded("pi_1", "t1", "o1", 2000, "jpy"))
     db.psql("UPDATE webhook_inbox SET next_attempt_at = now() WHERE event_id = 'evt_ref'")
-    run_once
+    # One worker, so the claim's order (the payment first) decides: with two, one worker may
+    # claim the refund while the other still pays, and the refund rightly waits again.
+    run_once("--concurrency", "1")
     expect(db.event("evt_ref")).to include(status: "done", outcome: "refunded")
     expect(db.value("SELECT string_agg(from_status || '>' || to_status, ',' ORDER BY id) FROM order_transitions"))
       .to eq("awaiting_payment>paid,paid>refunded")
