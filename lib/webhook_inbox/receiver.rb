@@ -23,7 +23,8 @@ module WebhookInbox
   #   503 + Retry-After: the inbox is unavailable or did not answer in time; the sender
   #                      retries (a row committed after all is then answered duplicate);
   #                      or (:paypal with fetch_certificates:) PayPal's certificate could not
-  #                      be fetched: certificate_unavailable, kept by keep_refused as unknown_key
+  #                      be fetched: certificate_unavailable, kept by keep_refused (as
+  #                      unknown_key on a schema older than v20, see Refused)
   #
   # A verified JSON-provider body that PostgreSQL refuses as jsonb is stored raw and
   # quarantined (reason "payload is not valid JSON") and answered 200: the sender must
@@ -35,7 +36,7 @@ module WebhookInbox
   # (WebhookInbox::Rejections; flushed in the background, never written per request).
   #
   # keep_refused: true (or bounds, see Refused) keeps a delivery refused for a signature or
-  # secret mismatch (Refused::REASONS) aside under the endpoint name (endpoint:, the
+  # secret mismatch, or a PayPal certificate it could not fetch (Refused::REASONS), aside under the endpoint name (endpoint:, the
   # configured name; default the provider) in webhook_inbox_refused, written in the
   # background; #reverify admits it later if it verifies with the secrets of then.
   class Receiver
@@ -46,8 +47,8 @@ module WebhookInbox
     FORM_PROVIDERS = %i[slack twilio paddle_classic braintree].freeze
     UNAUTHORIZED = %i[missing_signature malformed_signature signature_mismatch timestamp_out_of_tolerance
                       missing_timestamp malformed_timestamp no_secret unknown_key].freeze
-    # Refusals the sender should retry (503 + Retry-After), and the reason each is kept under.
-    RETRYABLE = { certificate_unavailable: :unknown_key }.freeze
+    # Refusals the sender should retry (503 + Retry-After); keep_refused keeps them too.
+    RETRYABLE = %i[certificate_unavailable].freeze
     # The answers to the two common outcomes, built once: [body, Content-Length].
     COMMON_BODIES = %i[accepted duplicate].to_h do |s|
       b = JSON.generate(status: s.to_s).freeze
@@ -228,11 +229,10 @@ module WebhookInbox
     rescue VerificationError => e
       status = if e.reason == :payload_too_large then 413
                elsif UNAUTHORIZED.include?(e.reason) then 401
-               elsif RETRYABLE.key?(e.reason) then 503
+               elsif RETRYABLE.include?(e.reason) then 503
                else 400
                end
-      kept = RETRYABLE.fetch(e.reason, e.reason)
-      keep_aside(body, env, kept, now) if keep && Refused::REASONS.include?(kept)
+      keep_aside(body, env, e.reason, now) if keep && Refused::REASONS.include?(e.reason)
       reject(status, e.reason, (status == 503 ? { "Retry-After" => @retry_after } : nil))
     rescue StoreError => e
       Result.new(http_status: 503, status: :unavailable, reason: :store_unavailable,

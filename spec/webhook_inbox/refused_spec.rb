@@ -155,6 +155,33 @@ RSpec.describe WebhookInbox::Refused do
     expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type]] }).to eq([%w[WH-rotated-1 PAYMENT.CAPTURE.COMPLETED]])
   end
 
+  # PayPal's certificate fetch failing (certificate_unavailable, answered 503): the true reason
+  # from schema v20 (db/020 widened the CHECK), unknown_key on an older schema, which the
+  # gem keeps working with.
+  it "keeps certificate_unavailable as itself at schema v20, and as unknown_key on a v18 database" do
+    keep = lambda do |keeper_of, ep|
+      keeper_of.keep(endpoint: ep, source_scope: scope, provider: :paypal, reason: :certificate_unavailable, body: "{}",
+                     env: delivery("evt_cert", "whsec_new"), received_at: Time.now, bounds: described_class::DEFAULT_BOUNDS)
+      keeper_of.flush
+    end
+    expect(keep.(keeper, endpoint)).to eq(1)
+    expect([keeper.kept, keeper.dropped]).to eq([1, 0])
+    expect(kept_rows).to eq(["t|certificate_unavailable"])
+
+    old_db = "refused_v18_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{old_db}", db: "postgres")
+    ReceiverHelpers.schema_files.select { |f| File.basename(f).to_i <= 18 }.each { |f| pg.psql(File.read(f), db: old_db) }
+    old_conn = PG.connect(pg.url(old_db))
+    old = described_class.new(exec: ->(sql, params) { old_conn.exec_params(sql, params).to_a }, flush_interval: 0.01)
+    expect(keep.(old, endpoint)).to eq(1)
+    expect([old.kept, old.dropped]).to eq([1, 0])
+    expect(pg.psql("SELECT webhook_inbox_schema_version() || ' ' || reason FROM webhook_inbox_refused", db: old_db).strip)
+      .to eq("18 unknown_key")
+  ensure
+    old_conn&.close
+    pg.psql("DROP DATABASE IF EXISTS #{old_db}", db: "postgres") if old_db
+  end
+
   it "keeps nothing unless the endpoint asks (off by default)" do
     expect(receiver("whsec_old", keep: false).call(delivery("evt_off", "whsec_new")).http_status).to eq(401)
     expect(WebhookInbox::Receiver.new(provider: :stripe, secrets: ["whsec_old"], source_scope: scope, inbox: inbox)
@@ -195,7 +222,9 @@ RSpec.describe WebhookInbox::Refused do
   it "never lets more than its share of MAX_QUEUED wait in memory per endpoint while the database is slow" do
     gate = Queue.new
     taken = Queue.new # the size of each batch the writer took (it then waits at the gate)
-    slow = described_class.new(exec: lambda { |_sql, params|
+    slow = described_class.new(exec: lambda { |sql, params|
+      next [{ "v" => "20" }] if sql == WebhookInbox::Schema::VERSION_SQL
+
       taken << JSON.parse(params[0]).size
       gate.pop
       []
@@ -220,7 +249,9 @@ RSpec.describe WebhookInbox::Refused do
   it "holds at most MAX_QUEUED_BYTES of bodies, the batch in flight included, and writes them in FLUSH_BYTES batches" do
     gate = Queue.new
     taken = Queue.new
-    slow = described_class.new(exec: lambda { |_sql, params|
+    slow = described_class.new(exec: lambda { |sql, params|
+      next [{ "v" => "20" }] if sql == WebhookInbox::Schema::VERSION_SQL
+
       taken << JSON.parse(params[0]).size
       gate.pop
       []
