@@ -58,7 +58,6 @@ module WebhookInbox
     DIGITS = /\A\d+\z/.freeze
     MAX_CHALLENGE_QUERY = 256 # bytes of QUERY_STRING read for a bt_challenge
     NO_HEADERS = {}.freeze # for a store whose insert takes no headers: (see takes_headers?)
-    LONG_ID_PREFIX = "sha256:" # a signed event id too long to store as it is (bound_signed_id)
 
     # The outcome of one delivery. http_status and body are what the sender gets.
     # error: the StoreError message (logs only; it holds no secrets or payload).
@@ -240,7 +239,8 @@ module WebhookInbox
     end
 
     # An event id past Inbox::MAX_TEXT_BYTES that the signature covers is stored (and seen by
-    # the app, Event#event_id) as "sha256:" + the lowercase hex SHA-256 of its bytes (71 bytes):
+    # the app, Event#event_id) as "sha256:" + the lowercase hex SHA-256 of its bytes (71 bytes;
+    # Inbox.stored_event_id, the rule the sidecar's reconcile shares: ext/webhook_inbox/event_id.h):
     # the provider's retries of it are then duplicates, not lost events. An id no signature
     # covers stays refused (oversized_key): anyone could mint those. Another verifier:
     # answering id_signed? true opts in. Returns the event to store (a copy when changed).
@@ -249,7 +249,7 @@ module WebhookInbox
       return event if id.bytesize <= Inbox::MAX_TEXT_BYTES[:event_id]
       return event unless @verifier.respond_to?(:id_signed?) && @verifier.id_signed?
 
-      event.dup.tap { |e| e.event_id = "#{LONG_ID_PREFIX}#{OpenSSL::Digest.hexdigest('SHA256', id)}" }
+      event.dup.tap { |e| e.event_id = Inbox.stored_event_id(id) }
     end
 
     # The rejection reason for a key field past Inbox::MAX_TEXT_BYTES, or nil: checked before
