@@ -182,6 +182,36 @@ RSpec.describe WebhookInbox::Refused do
     pg.psql("DROP DATABASE IF EXISTS #{old_db}", db: "postgres") if old_db
   end
 
+  # db/020 on a table that already holds rows (and without 019, another change): widened in
+  # place, NOT VALID (no scan under the ALTER's lock), and left alone when the chain is
+  # applied again (011 and every later file).
+  it "db/020 widens the reason CHECK once, NOT VALID, keeps the rows, and changes nothing when applied again" do
+    db = "refused_020_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{db}", db: "postgres")
+    files = ReceiverHelpers.schema_files
+    files.select { |f| File.basename(f).to_i <= 18 }.each { |f| pg.psql(File.read(f), db: db) }
+    row = ->(reason) { "INSERT INTO webhook_inbox_refused (endpoint, source_scope, provider, reason, body, received_at) " \
+                       "VALUES ('e', 's', 'paypal', '#{reason}', '\\x7b7d', now())" }
+    pg.psql(row.("unknown_key"), db: db)
+    expect { pg.psql(row.("certificate_unavailable"), db: db) }.to raise_error(/webhook_inbox_refused_reason_check/)
+    check = "SELECT oid || ' ' || convalidated || ' ' || pg_get_constraintdef(oid) FROM pg_constraint " \
+            "WHERE conrelid = 'webhook_inbox_refused'::regclass AND conname = 'webhook_inbox_refused_reason_check'"
+
+    files.select { |f| File.basename(f).to_i >= 19 }.each { |f| pg.psql(File.read(f), db: db) }
+    widened = pg.psql(check, db: db).strip
+    expect(widened).to match(/\A\d+ false CHECK .*'unknown_key'.*'certificate_unavailable'.* NOT VALID\z/)
+    pg.psql(row.("certificate_unavailable"), db: db)
+    expect { pg.psql(row.("forged"), db: db) }.to raise_error(/webhook_inbox_refused_reason_check/)
+
+    files.select { |f| File.basename(f).to_i >= 11 }.each { |f| pg.psql(File.read(f), db: db) }
+    expect(pg.psql(check, db: db).strip).to eq(widened) # the same constraint: not dropped and added again
+    expect(pg.psql("SELECT string_agg(reason, ',' ORDER BY id) FROM webhook_inbox_refused", db: db).strip)
+      .to eq("unknown_key,certificate_unavailable")
+    expect(pg.psql("SELECT webhook_inbox_schema_version()", db: db).strip).to eq(WebhookInbox::Schema::VERSION.to_s)
+  ensure
+    pg.psql("DROP DATABASE IF EXISTS #{db}", db: "postgres") if db
+  end
+
   it "keeps nothing unless the endpoint asks (off by default)" do
     expect(receiver("whsec_old", keep: false).call(delivery("evt_off", "whsec_new")).http_status).to eq(401)
     expect(WebhookInbox::Receiver.new(provider: :stripe, secrets: ["whsec_old"], source_scope: scope, inbox: inbox)
