@@ -9,8 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "event_id.h"
-
 static const char *const options[] = {"mode", "rate", NULL};
 
 /* occurred_at is RFC 3339; one that is not is skipped, never cast (a cast would fail the page).
@@ -18,9 +16,7 @@ static const char *const options[] = {"mode", "rate", NULL};
  * since, and events younger than until are left to their delivery. */
 static const char page_sql[] =
     "WITH items AS ("
-    "  SELECT e, CASE WHEN octet_length(e->>'event_id') > " WI_EVENT_ID_MAX_TEXT
-    "                 THEN ($7::text[])[array_position($6::text[], encode(convert_to(e->>'event_id', 'UTF8'), 'hex'))]"
-    "                 ELSE e->>'event_id' END AS sid,"
+    "  SELECT e, " WI_RC_SID_SQL("event_id", "$6", "$7") " AS sid,"
     "            CASE WHEN e->>'occurred_at' ~ '^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(\\.\\d+)?(Z|[+-]\\d\\d:\\d\\d)$'"
     "                 THEN (e->>'occurred_at')::timestamptz END AS t"
     "    FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb->'data') = 'array'"
@@ -44,9 +40,7 @@ static const char page_sql[] =
     "              AND NOT EXISTS (SELECT 1 FROM items WHERE t < to_timestamp($4::double precision))"
     "             THEN after END),"
     "        NULL::text,"
-    "        (SELECT string_agg(encode(convert_to(e->>'event_id', 'UTF8'), 'hex'), ',') FROM items"
-    "          WHERE jsonb_typeof(e->'event_id') = 'string' AND octet_length(e->>'event_id') > " WI_EVENT_ID_MAX_TEXT
-    "            AND sid IS NULL)"
+    "        " WI_RC_UNKEYED_SQL("event_id")
     "   FROM pg, nxt";
 
 /* pdl_live_apikey_... / pdl_sdbx_apikey_... say their environment; an older key does not:

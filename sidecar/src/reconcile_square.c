@@ -8,8 +8,6 @@
 
 #include <stdio.h>
 #include <string.h>
-
-#include "event_id.h"
 #include <time.h>
 
 #define SQUARE_VERSION "2025-01-23" /* Square-Version: the API version whose shapes this reads */
@@ -19,9 +17,7 @@ static const char *const options[] = {"mode", "merchant", "rate", NULL};
 /* An answer with no event omits "events"; $7 the merchant (NULL: any). */
 static const char page_sql[] =
     "WITH items AS ("
-    "  SELECT e, CASE WHEN octet_length(e->>'event_id') > " WI_EVENT_ID_MAX_TEXT
-    "                 THEN ($9::text[])[array_position($8::text[], encode(convert_to(e->>'event_id', 'UTF8'), 'hex'))]"
-    "                 ELSE e->>'event_id' END AS sid,"
+    "  SELECT e, " WI_RC_SID_SQL("event_id", "$8", "$9") " AS sid,"
     "            CASE WHEN e->>'created_at' ~ '^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(\\.\\d+)?(Z|[+-]\\d\\d:\\d\\d)$'"
     "                 THEN (e->>'created_at')::timestamptz END AS t"
     "    FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb->'events') = 'array'"
@@ -43,9 +39,7 @@ static const char page_sql[] =
     "        (SELECT count(*) FROM items) - (SELECT count(*) FROM ok),"
     "        coalesce($3::text, nullif($1::jsonb->>'cursor', '')),"
     "        NULL::text,"
-    "        (SELECT string_agg(encode(convert_to(e->>'event_id', 'UTF8'), 'hex'), ',') FROM items"
-    "          WHERE jsonb_typeof(e->'event_id') = 'string' AND octet_length(e->>'event_id') > " WI_EVENT_ID_MAX_TEXT
-    "            AND sid IS NULL)";
+    "        " WI_RC_UNKEYED_SQL("event_id");
 
 /* A cursor is opaque: kept only when it is safe inside a JSON string as is. */
 static int cursor_ok(const char *s)

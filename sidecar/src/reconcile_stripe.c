@@ -8,8 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "event_id.h"
-
 static const char *const options[] = {"account", "mode", "failed_only", "rate", NULL};
 
 /* An event the endpoint's scope takes: its mode ($6 contains livemode), and no connected
@@ -17,9 +15,7 @@ static const char *const options[] = {"account", "mode", "failed_only", "rate", 
  * stored under the receiver's key for it, sid ($8/$9, reconcile.h). */
 static const char page_sql[] =
     "WITH items AS ("
-    "  SELECT e, CASE WHEN octet_length(e->>'id') > " WI_EVENT_ID_MAX_TEXT
-    "                 THEN ($9::text[])[array_position($8::text[], encode(convert_to(e->>'id', 'UTF8'), 'hex'))]"
-    "                 ELSE e->>'id' END AS sid"
+    "  SELECT e, " WI_RC_SID_SQL("id", "$8", "$9") " AS sid"
     "    FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb->'data') = 'array'"
     "                              THEN $1::jsonb->'data' ELSE '[]' END) e),"
     " ok AS ("
@@ -43,9 +39,7 @@ static const char page_sql[] =
     "                                 AND NOT EXISTS (SELECT 1 FROM items WHERE (e->>'created')::numeric < $4::double precision)"
     "                                THEN $1::jsonb->'data'->-1->>'id' END),"
     "        NULL::text,"
-    "        (SELECT string_agg(encode(convert_to(e->>'id', 'UTF8'), 'hex'), ',') FROM items"
-    "          WHERE jsonb_typeof(e->'id') = 'string' AND octet_length(e->>'id') > " WI_EVENT_ID_MAX_TEXT
-    "            AND sid IS NULL)";
+    "        " WI_RC_UNKEYED_SQL("id");
 
 static int check(struct wi_rc_endpoint *ep, const char *key, struct wi_err *err)
 {
