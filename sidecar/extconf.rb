@@ -2,7 +2,7 @@
 
 # sidecar/extconf.rb - lets `gem install` build webhook-inbox-sidecar. RubyGems runs this
 # file, then `make` and `make install sitearchdir=... sitelibdir=...`. Self-contained (it
-# needs sidecar/src, db/ and ext/webhook_inbox's wi_err.h, redact.c and hmac.c): it embeds db/NNN_*.sql into
+# needs sidecar/src, db/ and ext/webhook_inbox's wi_err.h, redact.c, hmac.c and event_id.c): it embeds db/NNN_*.sql into
 # migrations.c like sidecar/tools/embed_sql.sh, and writes a Makefile that compiles
 # sidecar/src/*.c (C11 + libpq) and installs the binary as
 # $(sitearchdir)/webhook_inbox/webhook-inbox-sidecar, where exe/webhook-inbox-sidecar finds it.
@@ -46,8 +46,8 @@ embed_sql("migrations.c", "wi_migrations", sql, "db/NNN_*.sql")
 embed_sql("citus_migrations.c", "wi_citus_migrations", Dir[File.join(top, "db", "citus", "[0-9][0-9][0-9]_*.sql")].sort,
           "db/citus/NNN_*.sql")
 
-# redact.c and hmac.c are shared with the Ruby extension (pure C): the gem ships ext/webhook_inbox/*.c.
-sources = Dir[File.join(src, "*.c")].sort + %w[redact.c hmac.c].map { |f| File.join(top, "ext", "webhook_inbox", f) }
+# redact.c, hmac.c and event_id.c are shared with the Ruby extension (pure C): the gem ships ext/webhook_inbox/*.c.
+sources = Dir[File.join(src, "*.c")].sort + %w[redact.c hmac.c event_id.c].map { |f| File.join(top, "ext", "webhook_inbox", f) }
 objs = sources.map { |s| File.basename(s, ".c") + ".o" } + ["migrations.o", "citus_migrations.o"]
 rules = sources.map { |s| "#{File.basename(s, '.c')}.o: #{s}\n\t$(CC) $(SC_CFLAGS) -c -o $@ #{s}\n" }.join("\n")
 

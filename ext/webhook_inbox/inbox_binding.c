@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bindings.h"
+#include "event_id.h"
 #include "json.h"
 #include "store.h"
 
@@ -383,12 +384,29 @@ static VALUE conn_inspect(VALUE self)
                       !c->store ? "closed" : wi_store_backend_pid(c->store) ? "connected" : "idle");
 }
 
+/* Inbox.stored_event_id(id): id itself up to Inbox::EVENT_ID_MAX_BYTES, else its hashed
+ * key (event_id.h), a new US-ASCII String. TypeError for a non-String. */
+static VALUE inbox_stored_event_id(VALUE klass, VALUE id)
+{
+    char out[WI_EVENT_ID_HASHED_LEN + 1];
+
+    (void)klass;
+    StringValue(id);
+    if (!wi_event_id_hashed((size_t)RSTRING_LEN(id)))
+        return id;
+    if (wi_event_id_hash(RSTRING_PTR(id), (size_t)RSTRING_LEN(id), out) < 0)
+        rb_raise(rb_eNoMemError, "webhook_inbox: SHA-256 of an event id failed (libcrypto)");
+    return rb_usascii_str_new(out, (long)strlen(out));
+}
+
 void wi_inbox_binding_init(VALUE mod)
 {
     VALUE cInbox, cConn;
 
     mWebhookInbox = mod;
     cInbox = rb_define_class_under(mod, "Inbox", rb_cObject);
+    rb_define_const(cInbox, "EVENT_ID_MAX_BYTES", INT2FIX(WI_EVENT_ID_MAX));
+    rb_define_singleton_method(cInbox, "stored_event_id", inbox_stored_event_id, 1);
     cConn = rb_define_class_under(cInbox, "Connection", rb_cObject);
     rb_define_alloc_func(cConn, conn_alloc);
     rb_define_method(cConn, "initialize", conn_initialize, 3);

@@ -82,8 +82,9 @@ module WebhookInbox
     # Bounds on the text an event is keyed and routed by, in bytes. Provider ids are far
     # shorter (Stripe's under 100, GitHub's and Shopify's UUIDs 36, Standard Webhooks' ~30),
     # and an unbounded one can exceed what the (source_scope, event_id) index holds
-    # (SQLSTATE 54000, ~2.7 kB).
-    MAX_TEXT_BYTES = { source_scope: 255, event_id: 255, event_type: 255 }.freeze
+    # (SQLSTATE 54000, ~2.7 kB). event_id: EVENT_ID_MAX_BYTES (the extension's, event_id.h);
+    # a longer signed id is stored as Inbox.stored_event_id gives it (Receiver#bound_signed_id).
+    MAX_TEXT_BYTES = { source_scope: 255, event_id: EVENT_ID_MAX_BYTES, event_type: 255 }.freeze
 
     # A caller's row in the group-commit queue. state: :queued (waiting for a batch), :lead
     # (handed the next batch), :sent (in a batch in flight), :done (code or error set),

@@ -23,7 +23,8 @@ module WebhookInbox
   #   503 + Retry-After: the inbox is unavailable or did not answer in time; the sender
   #                      retries (a row committed after all is then answered duplicate);
   #                      or (:paypal with fetch_certificates:) PayPal's certificate could not
-  #                      be fetched: certificate_unavailable, kept by keep_refused as unknown_key
+  #                      be fetched: certificate_unavailable, kept by keep_refused (as
+  #                      unknown_key on a schema older than v20, see Refused)
   #
   # A verified JSON-provider body that PostgreSQL refuses as jsonb is stored raw and
   # quarantined (reason "payload is not valid JSON") and answered 200: the sender must
@@ -35,7 +36,7 @@ module WebhookInbox
   # (WebhookInbox::Rejections; flushed in the background, never written per request).
   #
   # keep_refused: true (or bounds, see Refused) keeps a delivery refused for a signature or
-  # secret mismatch (Refused::REASONS) aside under the endpoint name (endpoint:, the
+  # secret mismatch, or a PayPal certificate it could not fetch (Refused::REASONS), aside under the endpoint name (endpoint:, the
   # configured name; default the provider) in webhook_inbox_refused, written in the
   # background; #reverify admits it later if it verifies with the secrets of then.
   class Receiver
@@ -46,8 +47,8 @@ module WebhookInbox
     FORM_PROVIDERS = %i[slack twilio paddle_classic braintree].freeze
     UNAUTHORIZED = %i[missing_signature malformed_signature signature_mismatch timestamp_out_of_tolerance
                       missing_timestamp malformed_timestamp no_secret unknown_key].freeze
-    # Refusals the sender should retry (503 + Retry-After), and the reason each is kept under.
-    RETRYABLE = { certificate_unavailable: :unknown_key }.freeze
+    # Refusals the sender should retry (503 + Retry-After); keep_refused keeps them too.
+    RETRYABLE = %i[certificate_unavailable].freeze
     # The answers to the two common outcomes, built once: [body, Content-Length].
     COMMON_BODIES = %i[accepted duplicate].to_h do |s|
       b = JSON.generate(status: s.to_s).freeze
@@ -57,7 +58,6 @@ module WebhookInbox
     DIGITS = /\A\d+\z/.freeze
     MAX_CHALLENGE_QUERY = 256 # bytes of QUERY_STRING read for a bt_challenge
     NO_HEADERS = {}.freeze # for a store whose insert takes no headers: (see takes_headers?)
-    LONG_ID_PREFIX = "sha256:" # a signed event id too long to store as it is (bound_signed_id)
 
     # The outcome of one delivery. http_status and body are what the sender gets.
     # error: the StoreError message (logs only; it holds no secrets or payload).
@@ -228,11 +228,10 @@ module WebhookInbox
     rescue VerificationError => e
       status = if e.reason == :payload_too_large then 413
                elsif UNAUTHORIZED.include?(e.reason) then 401
-               elsif RETRYABLE.key?(e.reason) then 503
+               elsif RETRYABLE.include?(e.reason) then 503
                else 400
                end
-      kept = RETRYABLE.fetch(e.reason, e.reason)
-      keep_aside(body, env, kept, now) if keep && Refused::REASONS.include?(kept)
+      keep_aside(body, env, e.reason, now) if keep && Refused::REASONS.include?(e.reason)
       reject(status, e.reason, (status == 503 ? { "Retry-After" => @retry_after } : nil))
     rescue StoreError => e
       Result.new(http_status: 503, status: :unavailable, reason: :store_unavailable,
@@ -240,7 +239,8 @@ module WebhookInbox
     end
 
     # An event id past Inbox::MAX_TEXT_BYTES that the signature covers is stored (and seen by
-    # the app, Event#event_id) as "sha256:" + the lowercase hex SHA-256 of its bytes (71 bytes):
+    # the app, Event#event_id) as "sha256:" + the lowercase hex SHA-256 of its bytes (71 bytes;
+    # Inbox.stored_event_id, the rule the sidecar's reconcile shares: ext/webhook_inbox/event_id.h):
     # the provider's retries of it are then duplicates, not lost events. An id no signature
     # covers stays refused (oversized_key): anyone could mint those. Another verifier:
     # answering id_signed? true opts in. Returns the event to store (a copy when changed).
@@ -249,7 +249,7 @@ module WebhookInbox
       return event if id.bytesize <= Inbox::MAX_TEXT_BYTES[:event_id]
       return event unless @verifier.respond_to?(:id_signed?) && @verifier.id_signed?
 
-      event.dup.tap { |e| e.event_id = "#{LONG_ID_PREFIX}#{OpenSSL::Digest.hexdigest('SHA256', id)}" }
+      event.dup.tap { |e| e.event_id = Inbox.stored_event_id(id) }
     end
 
     # The rejection reason for a key field past Inbox::MAX_TEXT_BYTES, or nil: checked before

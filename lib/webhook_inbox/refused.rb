@@ -3,12 +3,14 @@
 require "json"
 require "time"
 require_relative "per_process_thread"
+require_relative "schema"
 
 module WebhookInbox
-  # Refused - deliveries an endpoint answered 401 for a signature or secret mismatch, kept
-  # aside (webhook_inbox_refused, never webhook_inbox: nothing kept is processed) when the
-  # endpoint says keep_refused: true, so a wrong or rotated secret costs no events: after the
-  # fix, Refused::Reverify verifies them again and stores the ones that now verify.
+  # Refused - deliveries an endpoint answered 401 for a signature or secret mismatch (or 503
+  # for a PayPal certificate it could not fetch), kept aside (webhook_inbox_refused, never
+  # webhook_inbox: nothing kept is processed) when the endpoint says keep_refused: true, so a
+  # wrong or rotated secret costs no events: after the fix, Refused::Reverify verifies them
+  # again and stores the ones that now verify.
   #
   #   c.endpoint(:stripe, secrets: [...], scope: "stripe:acct_1:live", keep_refused: true)
   #   c.endpoint(:github, secrets: [...], scope: "github:org:live",
@@ -17,7 +19,11 @@ module WebhookInbox
   # Kept: REASONS only. A missing or malformed signature can verify under no secret, and a
   # timestamp refused at receipt (stale, missing, malformed) is refused again by reverify,
   # which checks it against the receipt time: keeping those would store only what a client
-  # sends to fill the table.
+  # sends to fill the table. certificate_unavailable (a :paypal endpoint with
+  # fetch_certificates: could not fetch the certificate; answered 503) is kept as itself on a
+  # schema at v20 or later (db/020 allows it), as unknown_key on an older one
+  # (OLDER_SCHEMA_REASONS: the gem works on either; the version is read once per process
+  # when it is current, else before each batch).
   #
   # Bounds, per endpoint (DEFAULT_BOUNDS, or keep_refused: { count:, bytes:, age: seconds }):
   # rows older than age go; past count or bytes new deliveries are not kept (the oldest are
@@ -34,13 +40,17 @@ module WebhookInbox
   # queued for full_pause (FULL_PAUSE) seconds; what is not kept is counted in #dropped.
   # A process that dies loses what waits (the sender got its 401 either way).
   #
-  # exec: ->(sql, params) { rows as Hashes of Strings } runs one statement (the Railtie sets
-  # Refused.active_record_exec outside the test environment; without exec nothing is kept,
-  # only counted in #dropped).
+  # exec: ->(sql, params) { rows as Hashes of Strings } runs one statement: KEEP_SQL, or
+  # Schema::VERSION_SQL (the Railtie sets Refused.active_record_exec outside the test
+  # environment; without exec nothing is kept, only counted in #dropped).
   class Refused
     include PerProcessThread
 
-    REASONS = %i[signature_mismatch no_secret unknown_key].freeze
+    REASONS = %i[signature_mismatch no_secret unknown_key certificate_unavailable].freeze
+    # A reason a schema before version allows is kept as the older reason there:
+    # reason => [version, older reason].
+    OLDER_SCHEMA_REASONS = { "certificate_unavailable" => [20, "unknown_key"].freeze }.freeze
+    NEWEST_REASON_SCHEMA = OLDER_SCHEMA_REASONS.values.map(&:first).max
     DEFAULT_BOUNDS = { count: 1_000, bytes: 16 * 1024 * 1024, age: 7 * 86_400 }.freeze
     MAX_QUEUED = 200
     MAX_QUEUED_PER_ENDPOINT = 100 # a flood on one endpoint leaves room for the others
@@ -124,7 +134,8 @@ module WebhookInbox
       written = 0
       until (rows = take_batch).empty?
         begin
-          note(@exec.call(KEEP_SQL, [JSON.generate(rows.map { |r| to_json_row(r) })]))
+          version = schema_version
+          note(@exec.call(KEEP_SQL, [JSON.generate(rows.map { |r| to_json_row(r, version) })]))
           written += rows.size
         rescue StandardError
           @mutex.synchronize { @dropped += rows.size }
@@ -183,8 +194,24 @@ module WebhookInbox
       false
     end
 
-    def to_json_row(row)
-      { endpoint: row.endpoint, source_scope: row.source_scope, provider: row.provider, reason: row.reason,
+    # The database's schema version (webhook_inbox_schema_version(): there since v4, and the
+    # table since v11): read again while older than NEWEST_REASON_SCHEMA (a migration may
+    # bring it there), then kept.
+    def schema_version
+      return @schema_version if @schema_version && @schema_version >= NEWEST_REASON_SCHEMA
+
+      @schema_version = Integer(@exec.call(Schema::VERSION_SQL, []).first.values.first)
+    end
+
+    # row.reason as the database at schema version can keep it.
+    def stored_reason(reason, version)
+      since, older = OLDER_SCHEMA_REASONS[reason]
+      since && version < since ? older : reason
+    end
+
+    def to_json_row(row, version)
+      { endpoint: row.endpoint, source_scope: row.source_scope, provider: row.provider,
+        reason: stored_reason(row.reason, version),
         body: row.body.unpack1("H*"), request_headers: row.headers && JSON.parse(row.headers),
         request_env: row.env, received_at: row.received_at.utc.iso8601(6),
         max_count: row.bounds[:count], max_bytes: row.bounds[:bytes], max_age_s: row.bounds[:age] }

@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "jwt_sign.h"
 #include "log.h"
+#include "pgarray.h"
 #include "pgw.h"
 #include "reconcile_http.h"
 #include "schema.h"
@@ -301,18 +302,63 @@ static int redeliver(struct walk *w, const char *todo, long *n, struct wi_err *e
     return 0;
 }
 
+/* The page statement's result, checked to be a list page's row (ncols columns), or NULL
+ * with *err. */
+static PGresult *run_statement(struct walk *w, int n, const char *const *params, int ncols, struct wi_err *err)
+{
+    PGresult *r = exec(w, w->page.name, n, params, PGRES_TUPLES_OK, err);
+
+    if (r && (PQntuples(r) != 1 || PQnfields(r) < ncols || strcmp(PQgetvalue(r, 0, 0), "t"))) {
+        PQclear(r);
+        wi_err_set(err, WI_ERR_IO, "the provider's API answered 200 with something that is not a list page");
+        return NULL;
+    }
+    return r;
+}
+
+/* Runs the page statement (params: room for page_nparams + 2). An insert page that lists ids
+ * too long to store as they are runs again with their stored keys (reconcile.h); the rows
+ * the first run inserted are added to *first (the second finds them there). Returns the
+ * last run's result or NULL with *err. */
+static PGresult *run_page(struct walk *w, const char **params, long *first, struct wi_err *err)
+{
+    int n = w->ep->api->page_nparams, insert = w->ep->api->mode == WI_RC_INSERT;
+    struct wi_pgarray hex = {0}, stored = {0};
+    PGresult *r;
+
+    *first = 0;
+    params[n] = params[n + 1] = NULL;
+    if (!(r = run_statement(w, n + 2 * insert, params, 6 + insert, err)) || !insert || PQgetisnull(r, 0, 6))
+        return r;
+    if (wi_rc_stored_ids(PQgetvalue(r, 0, 6), &hex, &stored, err) < 0) {
+        PQclear(r);
+        r = NULL;
+    } else if (!(params[n] = wi_pgarray_end(&hex)) || !(params[n + 1] = wi_pgarray_end(&stored))) {
+        PQclear(r);
+        r = NULL;
+        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+    } else {
+        *first = atol(PQgetvalue(r, 0, 2));
+        PQclear(r);
+        r = run_statement(w, n + 2, params, 7, err);
+    }
+    wi_pgarray_free(&hex);
+    wi_pgarray_free(&stored);
+    return r;
+}
+
 /* Reads one page and commits what it recovered with the cursor. Sets *next (malloc'd, NULL
  * when the walk ended). Returns 0 or -1 with *err. */
 static int page(struct walk *w, double since, double until, const char *cursor, char **next, struct wi_err *err)
 {
     char url[2048], body[2048], s_since[32], s_until[32], link[512], contains[256] = "{}", account[128] = "",
         rec[32];
-    const char *params[7];
+    const char *params[9];
     struct wi_rc_res res;
     struct wi_err ignore;
     PGresult *r = NULL;
     int insert = w->ep->api->mode == WI_RC_INSERT, rc = -1;
-    long recovered;
+    long recovered, first;
 
     *next = NULL;
     if (w->ep->api->page_url(&w->own, w->base, since, until, cursor, url, sizeof url) < 0)
@@ -342,14 +388,10 @@ static int page(struct walk *w, double since, double until, const char *cursor, 
     params[6] = account[0] ? account : NULL;
     if (insert && wi_pg_cmd(w->pg, "wi_rc_begin", 0, NULL, err) < 0)
         goto out;
-    if (!(r = exec(w, w->page.name, w->ep->api->page_nparams, params, PGRES_TUPLES_OK, err)))
+    if (!(r = run_page(w, params, &first, err)))
         goto out;
-    if (PQntuples(r) != 1 || strcmp(PQgetvalue(r, 0, 0), "t")) {
-        wi_err_set(err, WI_ERR_IO, "the provider's API answered 200 with something that is not a list page");
-        goto out;
-    }
     w->c->listed += atol(PQgetvalue(r, 0, 1));
-    recovered = atol(PQgetvalue(r, 0, 2));
+    recovered = first + atol(PQgetvalue(r, 0, 2));
     w->c->skipped += atol(PQgetvalue(r, 0, 3));
     if (!PQgetisnull(r, 0, 4) && !(*next = strdup(PQgetvalue(r, 0, 4)))) {
         wi_err_set(err, WI_ERR_NOMEM, "out of memory");

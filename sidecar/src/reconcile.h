@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include "config.h"
+#include "event_id.h"
 #include "wi_err.h"
 
 #define WI_RC_SCHEMA 12              /* db/010: cursors, recovered_at; db/012: webhook_inbox_reconcile_mark */
@@ -29,7 +30,12 @@ enum { WI_RC_INSERT = 0,   /* the page holds the events: insert what the inbox l
  * and, with page_nparams 7, $6 a jsonb every event must contain and $7 text[] keys it must
  * not have; it returns one row: shape_ok boolean, listed, recovered, skipped (bigint), the
  * next page's cursor (NULL: the walk ends), and for WI_RC_REDELIVER "id guid" lines to
- * redeliver. */
+ * redeliver. A WI_RC_INSERT statement stores each event under the key the receiver gives
+ * its id (event_id.h): it takes two more parameters, text[] the hex of the UTF-8 bytes of
+ * ids longer than WI_EVENT_ID_MAX and text[] their stored keys (NULL, NULL at first), and
+ * returns a seventh column: the hex of each such id it was not given, comma-separated
+ * (NULL: none; those are skipped, the others inserted) - the walk then runs it again with
+ * their keys (wi_rc_stored_ids), in the page's transaction. */
 struct wi_rc_api {
     const char *name;              /* the PROVIDER of --endpoint */
     const char *base;              /* https://... (no trailing '/') */
@@ -68,6 +74,25 @@ extern const struct wi_rc_api wi_rc_stripe, wi_rc_github, wi_rc_paddle, wi_rc_sq
 /* "Authorization: Bearer KEY" into lines[0], then each of extra (NULL-terminated) as is.
  * Returns the number of lines, or -1 when more than n or one does not fit in 512 bytes. */
 int wi_rc_bearer(const char *key, const char *const *extra, char (*lines)[512], int n);
+
+/* SQL for a WI_RC_INSERT page statement over items (an event e and its key sid): sid, the
+ * key event e's id (JSON string field F) is stored under - as it is, or, longer than
+ * WI_EVENT_ID_MAX bytes, the key the walk gave for its hex in the text[] parameters HEX and
+ * KEYS ("$8", "$9"; NULL until given); and the seventh column, the hex of each such id not
+ * given one. */
+#define WI_RC_SID_SQL(f, hex, keys)                                                                        \
+    "CASE WHEN octet_length(e->>'" f "') > " WI_EVENT_ID_MAX_TEXT " THEN (" keys "::text[])[array_position(" \
+    hex "::text[], encode(convert_to(e->>'" f "', 'UTF8'), 'hex'))] ELSE e->>'" f "' END"
+#define WI_RC_UNKEYED_SQL(f)                                                                               \
+    "(SELECT string_agg(encode(convert_to(e->>'" f "', 'UTF8'), 'hex'), ',') FROM items"                   \
+    " WHERE jsonb_typeof(e->'" f "') = 'string' AND octet_length(e->>'" f "') > " WI_EVENT_ID_MAX_TEXT    \
+    " AND sid IS NULL)"
+
+struct wi_pgarray;
+/* For the page statement's second run: each id of hexlist ("hex,hex", the hex of an id's
+ * UTF-8 bytes) into hex as it is, and its stored key (event_id.h) into stored, in order.
+ * Returns how many, or -1 with *err (not hex, out of memory). */
+int wi_rc_stored_ids(const char *hexlist, struct wi_pgarray *hex, struct wi_pgarray *stored, struct wi_err *err);
 
 /* 1 when s is 1..max bytes of [A-Za-z0-9_] (a provider's id, safe in a URL or JSON). */
 int wi_rc_id_ok(const char *s, size_t max);

@@ -1,7 +1,8 @@
 /* reconcile_paddle.c - Paddle Billing's event stream as reconcile reads it: GET /events
  * (90 days kept; order_by=id[DESC], newest first; per_page=200; the next page from
  * meta.pagination.next's `after`), events inserted as deliveries would store them, keyed by
- * event_id as the receiver keys a Paddle delivery. Sandbox keys go to sandbox-api.paddle.com. */
+ * event_id as the receiver keys a Paddle delivery (one longer than WI_EVENT_ID_MAX bytes as the
+ * receiver keys it, event_id.h; $6/$7, reconcile.h). Sandbox keys go to sandbox-api.paddle.com. */
 #define _POSIX_C_SOURCE 200809L
 #include "reconcile.h"
 
@@ -15,18 +16,19 @@ static const char *const options[] = {"mode", "rate", NULL};
  * since, and events younger than until are left to their delivery. */
 static const char page_sql[] =
     "WITH items AS ("
-    "  SELECT e, CASE WHEN e->>'occurred_at' ~ '^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(\\.\\d+)?(Z|[+-]\\d\\d:\\d\\d)$'"
+    "  SELECT e, " WI_RC_SID_SQL("event_id", "$6", "$7") " AS sid,"
+    "            CASE WHEN e->>'occurred_at' ~ '^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(\\.\\d+)?(Z|[+-]\\d\\d:\\d\\d)$'"
     "                 THEN (e->>'occurred_at')::timestamptz END AS t"
     "    FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb->'data') = 'array'"
     "                              THEN $1::jsonb->'data' ELSE '[]' END) e),"
     " ok AS ("
-    "  SELECT e FROM items"
-    "   WHERE jsonb_typeof(e->'event_id') = 'string' AND octet_length(e->>'event_id') BETWEEN 1 AND 255"
+    "  SELECT e, sid FROM items"
+    "   WHERE jsonb_typeof(e->'event_id') = 'string' AND octet_length(sid) BETWEEN 1 AND " WI_EVENT_ID_MAX_TEXT
     "     AND octet_length(coalesce(e->>'event_type', '')) <= 255"
     "     AND t BETWEEN to_timestamp($4::double precision) AND to_timestamp($5::double precision)),"
     " ins AS ("
     "  INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, recovered_at)"
-    "  SELECT $2::text, e->>'event_id', coalesce(e->>'event_type', ''), e, now() FROM ok"
+    "  SELECT $2::text, sid, coalesce(e->>'event_type', ''), e, now() FROM ok"
     "  ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1),"
     " pg AS (SELECT $1::jsonb->'meta'->'pagination' AS p),"
     " nxt AS (SELECT substring(p->>'next' FROM '[?&]after=([A-Za-z0-9_]{1,255})(&|$)') AS after FROM pg)"
@@ -37,7 +39,8 @@ static const char page_sql[] =
     "        coalesce($3::text, CASE WHEN (p->>'has_more')::boolean"
     "              AND NOT EXISTS (SELECT 1 FROM items WHERE t < to_timestamp($4::double precision))"
     "             THEN after END),"
-    "        NULL::text"
+    "        NULL::text,"
+    "        " WI_RC_UNKEYED_SQL("event_id")
     "   FROM pg, nxt";
 
 /* pdl_live_apikey_... / pdl_sdbx_apikey_... say their environment; an older key does not:

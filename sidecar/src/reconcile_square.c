@@ -1,7 +1,8 @@
 /* reconcile_square.c - Square's Events API as reconcile reads it: POST /v2/events/search
  * (28 days kept; created_at start_at/end_at, newest first, limit 100, the body's cursor for
  * the next page; merchant= filters merchant_ids), events inserted as deliveries would store
- * them, keyed by event_id as the receiver keys a Square delivery. */
+ * them, keyed by event_id as the receiver keys a Square delivery (one longer than
+ * WI_EVENT_ID_MAX bytes as the receiver keys it, event_id.h; $8/$9, reconcile.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "reconcile.h"
 
@@ -16,19 +17,20 @@ static const char *const options[] = {"mode", "merchant", "rate", NULL};
 /* An answer with no event omits "events"; $7 the merchant (NULL: any). */
 static const char page_sql[] =
     "WITH items AS ("
-    "  SELECT e, CASE WHEN e->>'created_at' ~ '^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(\\.\\d+)?(Z|[+-]\\d\\d:\\d\\d)$'"
+    "  SELECT e, " WI_RC_SID_SQL("event_id", "$8", "$9") " AS sid,"
+    "            CASE WHEN e->>'created_at' ~ '^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(\\.\\d+)?(Z|[+-]\\d\\d:\\d\\d)$'"
     "                 THEN (e->>'created_at')::timestamptz END AS t"
     "    FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb->'events') = 'array'"
     "                              THEN $1::jsonb->'events' ELSE '[]' END) e),"
     " ok AS ("
-    "  SELECT e FROM items"
-    "   WHERE jsonb_typeof(e->'event_id') = 'string' AND octet_length(e->>'event_id') BETWEEN 1 AND 255"
+    "  SELECT e, sid FROM items"
+    "   WHERE jsonb_typeof(e->'event_id') = 'string' AND octet_length(sid) BETWEEN 1 AND " WI_EVENT_ID_MAX_TEXT
     "     AND octet_length(coalesce(e->>'type', '')) <= 255"
     "     AND t BETWEEN to_timestamp($4::double precision) AND to_timestamp($5::double precision)"
     "     AND e @> $6::jsonb AND ($7::text IS NULL OR e->>'merchant_id' = $7::text)),"
     " ins AS ("
     "  INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, recovered_at)"
-    "  SELECT $2::text, e->>'event_id', coalesce(e->>'type', ''), e, now() FROM ok"
+    "  SELECT $2::text, sid, coalesce(e->>'type', ''), e, now() FROM ok"
     "  ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1)"
     " SELECT jsonb_typeof($1::jsonb) = 'object' AND $1::jsonb->'errors' IS NULL"
     "        AND coalesce(jsonb_typeof($1::jsonb->'events'), 'array') = 'array'"
@@ -36,7 +38,8 @@ static const char page_sql[] =
     "        (SELECT count(*) FROM items), (SELECT count(*) FROM ins),"
     "        (SELECT count(*) FROM items) - (SELECT count(*) FROM ok),"
     "        coalesce($3::text, nullif($1::jsonb->>'cursor', '')),"
-    "        NULL::text";
+    "        NULL::text,"
+    "        " WI_RC_UNKEYED_SQL("event_id");
 
 /* A cursor is opaque: kept only when it is safe inside a JSON string as is. */
 static int cursor_ok(const char *s)

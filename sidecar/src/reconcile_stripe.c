@@ -1,6 +1,7 @@
 /* reconcile_stripe.c - Stripe's events API as reconcile reads it: GET /v1/events (newest
  * first, 100 a page, starting_after pagination, created[gte]/[lte], delivery_success=false
- * with failed_only), events inserted as deliveries would store them, keyed by the event id. */
+ * with failed_only), events inserted as deliveries would store them, keyed by the event id
+ * (one longer than WI_EVENT_ID_MAX bytes as the receiver keys it, event_id.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "reconcile.h"
 
@@ -10,21 +11,23 @@
 static const char *const options[] = {"account", "mode", "failed_only", "rate", NULL};
 
 /* An event the endpoint's scope takes: its mode ($6 contains livemode), and no connected
- * account but the configured one ($7). Ids and types are bounded like the receiver's. */
+ * account but the configured one ($7). Types are bounded like the receiver's; an id is
+ * stored under the receiver's key for it, sid ($8/$9, reconcile.h). */
 static const char page_sql[] =
     "WITH items AS ("
-    "  SELECT e FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb->'data') = 'array'"
-    "                                     THEN $1::jsonb->'data' ELSE '[]' END) e),"
+    "  SELECT e, " WI_RC_SID_SQL("id", "$8", "$9") " AS sid"
+    "    FROM jsonb_array_elements(CASE WHEN jsonb_typeof($1::jsonb->'data') = 'array'"
+    "                              THEN $1::jsonb->'data' ELSE '[]' END) e),"
     " ok AS ("
-    "  SELECT e FROM items"
-    "   WHERE jsonb_typeof(e->'id') = 'string' AND octet_length(e->>'id') BETWEEN 1 AND 255"
+    "  SELECT e, sid FROM items"
+    "   WHERE jsonb_typeof(e->'id') = 'string' AND octet_length(sid) BETWEEN 1 AND " WI_EVENT_ID_MAX_TEXT
     "     AND octet_length(coalesce(e->>'type', '')) <= 255 AND jsonb_typeof(e->'created') = 'number'"
     "     AND (e->>'created')::numeric BETWEEN $4::double precision AND $5::double precision"
     "     AND e @> $6::jsonb AND coalesce(e->>'account', $7::text) IS NOT DISTINCT FROM $7::text),"
     " ins AS ("
     "  INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, recovered_at, ordering_key,"
     "                             ordering_at, next_attempt_at)" /* ordering as the Stripe entry's (db/014) */
-    "  SELECT $2::text, e->>'id', coalesce(e->>'type', ''), e, now(), k, t, least(now(), t)"
+    "  SELECT $2::text, sid, coalesce(e->>'type', ''), e, now(), k, t, least(now(), t)"
     "    FROM ok, LATERAL (SELECT webhook_inbox_ordering_key(e, 'data.object.id') AS k) o,"
     "         LATERAL (SELECT CASE WHEN k IS NOT NULL THEN coalesce(webhook_inbox_ordering_time(e, 'created'), now())"
     "                         END AS t) ot"
@@ -35,7 +38,8 @@ static const char page_sql[] =
     "        coalesce($3::text, CASE WHEN ($1::jsonb->>'has_more')::boolean"
     "                                 AND NOT EXISTS (SELECT 1 FROM items WHERE (e->>'created')::numeric < $4::double precision)"
     "                                THEN $1::jsonb->'data'->-1->>'id' END),"
-    "        NULL::text";
+    "        NULL::text,"
+    "        " WI_RC_UNKEYED_SQL("id");
 
 static int check(struct wi_rc_endpoint *ep, const char *key, struct wi_err *err)
 {

@@ -1,9 +1,11 @@
 /* test_reconcile.c - the --endpoint parser, the providers' checks, URLs and request bodies,
- * and the query parameter reader that takes GitHub's Link cursor. */
+ * the query parameter reader that takes GitHub's Link cursor, and the stored keys of long ids. */
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
 
+#include "event_id.h"
 #include "minitest.h"
+#include "pgarray.h"
 #include "reconcile.h"
 #include "reconcile_http.h"
 
@@ -113,5 +115,24 @@ int main(void)
     CHECK(wi_rc_query_param("https://x/a?cursor=a\"b", "cursor", v, sizeof v) < 0);
     CHECK(wi_rc_query_param("https://x/a?xcursor=1", "cursor", v, sizeof v) < 0);
     CHECK(wi_rc_query_param("https://x/a", "cursor", v, sizeof v) < 0);
+    { /* the page statement names long ids in hex; each gets the receiver's key (event_id.h) */
+        struct wi_pgarray hex = {0}, stored = {0};
+        char key[WI_EVENT_ID_HASHED_LEN + 1];
+        CHECK(wi_rc_stored_ids("616263,c3a9", &hex, &stored, &err) == 2);
+        CHECK(!strcmp(wi_pgarray_end(&hex), "{\"616263\",\"c3a9\"}"));
+        CHECK(!strcmp(wi_pgarray_end(&stored), /* SHA-256("abc"), SHA-256("\xc3\xa9") */
+                      "{\"sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\","
+                      "\"sha256:4a99557e4033c3539de2eb65472017cad5f9557f7a0625a09f1c3f6e2ba69c4c\"}"));
+        CHECK(wi_rc_stored_ids("61626", &hex, &stored, &err) < 0 && strstr(err.msg, "not hex"));
+        CHECK(wi_rc_stored_ids("zz", &hex, &stored, &err) < 0);
+        CHECK(wi_rc_stored_ids("61,,62", &hex, &stored, &err) < 0);
+        CHECK(!wi_event_id_hashed(WI_EVENT_ID_MAX) && wi_event_id_hashed(WI_EVENT_ID_MAX + 1));
+        CHECK(wi_event_id_hash("abc", 3, key) == 0 && strlen(key) == WI_EVENT_ID_HASHED_LEN &&
+              !strcmp(key, "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+        CHECK(!strcmp(WI_EVENT_ID_MAX_TEXT, "255"));
+        wi_pgarray_free(&hex);
+        wi_pgarray_free(&stored);
+    }
+
     DONE("test_reconcile");
 }

@@ -53,12 +53,12 @@ RSpec.describe "WebhookInbox::Engine, refused deliveries over HTTP" do
 
   # A kept row as the receiver writes it, for a delivery signed with secret (as if the app
   # had had another secret when it arrived).
-  def keep_row(id, secret)
+  def keep_row(id, secret, reason: "signature_mismatch")
     body, sig = signed(id, secret)
     headers = JSON.generate("content-type" => "application/json", "stripe-signature" => sig)
     db_psql(<<~SQL)
       INSERT INTO webhook_inbox_refused (endpoint, source_scope, provider, reason, body, request_headers, received_at)
-      VALUES ('stripe', '#{REFUSED_SCOPE}', 'stripe', 'signature_mismatch', convert_to('#{body}', 'UTF8'), '#{headers}', now())
+      VALUES ('stripe', '#{REFUSED_SCOPE}', 'stripe', '#{reason}', convert_to('#{body}', 'UTF8'), '#{headers}', now())
     SQL
   end
 
@@ -100,6 +100,23 @@ RSpec.describe "WebhookInbox::Engine, refused deliveries over HTTP" do
     expect(kept_count).to eq(3)
     expect(db_psql("SELECT actor, action, filter->>'endpoint', count FROM webhook_inbox_actions").strip)
       .to eq("ops|reverify|stripe|1")
+  end
+
+  # db/020: a PayPal certificate that could not be fetched is kept under its own reason,
+  # explained on the list, and reverified like every other kept delivery.
+  it "lists certificate_unavailable with what it means, and reverify admits what verifies as for any reason" do
+    keep_row("evt_cert_ok", SECRET, reason: "certificate_unavailable")
+    keep_row("evt_cert_forged", "whsec_wrong", reason: "certificate_unavailable")
+    status, _, list = admin.get("/webhook_inbox/refused?endpoint=stripe")
+    expect(status).to eq(200)
+    expect(list.scan(%r{<td title="[^"]*could not be fetched[^"]*">certificate_unavailable</td>}).size).to eq(2)
+    expect(list).to match(%r{id="reasons">Reasons:.*<code>certificate_unavailable</code> PayPal&#39;s certificate could not be fetched}m)
+    status, headers, = admin.post("/webhook_inbox/refused/reverify", { "endpoint" => "stripe" })
+    expect(status).to eq(302)
+    _, _, after = admin.get(headers["location"])
+    expect(after).to match(/Reverified stripe: 1 admitted to the inbox, 1 still refused/)
+    expect(db_psql("SELECT event_id FROM webhook_inbox WHERE source_scope = '#{REFUSED_SCOPE}'").strip).to eq("evt_cert_ok")
+    expect(db_psql("SELECT reason FROM webhook_inbox_refused").strip).to eq("certificate_unavailable")
   end
 
   it "answers 400 or 422 to parameters it cannot use, never 500" do

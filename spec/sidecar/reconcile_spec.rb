@@ -118,6 +118,34 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       expect(err).not_to include(STRIPE_KEY)
     end
 
+    # The receiver stores a signed id past 255 bytes as sha256:<hex of its UTF-8 bytes>;
+    # reconcile must find and insert it under that key (ext/webhook_inbox/event_id.h).
+    it "keys an event id past 255 bytes as the receiver does: one delivered is found, a missing one recovered once" do
+      base = Time.now.to_i - 3600
+      long = ->(tag) { "evt_#{tag}_#{SecureRandom.hex(3)}_#{"\u00e9" * 150}" } # 300+ bytes, not ASCII
+      missing = stripe_event(long.("missing"), base)
+      delivered = stripe_event(long.("delivered"), base - 60)
+      short = stripe_event("evt_short_#{SecureRandom.hex(3)}", base - 120) # last on the page: the cursor
+      [missing, delivered, short].each { |e| api.add_event(e) }
+      expect(deliver_stripe(delivered)).to eq([200, "accepted"])
+      key = ->(e) { "sha256:#{OpenSSL::Digest.hexdigest("SHA256", e["id"])}" }
+      expect(db.value("SELECT event_id FROM webhook_inbox WHERE source_scope = #{db.q(scope)}")).to eq(key.(delivered))
+
+      st, out, err = reconcile(*endpoint_flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/listed=3 recovered=2 skipped=0 /)
+      expect(recovered_ids).to eq([key.(missing), short["id"]].sort)
+      expect(rows).to eq(3)
+      stored = db.value("SELECT payload FROM webhook_inbox WHERE source_scope = #{db.q(scope)} AND event_id = #{db.q(key.(missing))}")
+      expect(JSON.parse(stored)).to eq(missing) # the event as listed, its id as sent
+      expect(deliver_stripe(missing)).to eq([200, "duplicate"])
+
+      st, out, err = reconcile(*endpoint_flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/listed=3 recovered=0 skipped=0 /)
+      expect(rows).to eq(3)
+    end
+
     it "resumes a walk a 429 stopped at the page it stopped on, and waits out a short Retry-After in place" do
       events = seed_stripe(250, "rl#{SecureRandom.hex(3)}")
       page2 = ->(r) { r.path == "/v1/events" && r.params["starting_after"] == events[99]["id"] }
@@ -444,6 +472,24 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       expect(tries.count(last_page)).to eq(2)  # 429 (the walk stopped), then the next walk
     end
 
+    it "keys an event id past 255 bytes as the receiver does: recovered once, its delivery then a duplicate" do
+      events = seed(2)
+      long = events[0].merge(id_field => "#{events[0][id_field]}_#{"\u00e9" * 150}") # 300+ bytes, not ASCII
+      add_listed(long)
+      st, out, err = reconcile(*flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/recovered=3 /)
+      key = "sha256:#{OpenSSL::Digest.hexdigest("SHA256", long[id_field])}"
+      expect(recovered_ids).to eq((events.map { |e| e[id_field] } + [key]).sort)
+      stored = db.value("SELECT payload FROM webhook_inbox WHERE source_scope = #{db.q(scope)} AND event_id = #{db.q(key)}")
+      expect(JSON.parse(stored)).to eq(long)
+      expect(deliver(long)).to eq([200, "duplicate"])
+      st, out, err = reconcile(*flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/recovered=0 /)
+      expect(rows).to eq(3)
+    end
+
     it "refuses a key the provider refuses (401), never printing it" do
       st, _o, err = reconcile(*flags, e: env.merge(key_env => "#{key}wrong"))
       expect([st.exitstatus, err]).to match([2, /refused the API key of endpoint #{name} \(HTTP 401\)/])
@@ -476,6 +522,8 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       api.add_paddle_event(ev.(now - (80 * 3600), 9998))
       Array.new(n) { |i| ev.(now - 3600 - (i * 60), i).tap { |e| api.add_paddle_event(e) } }
     end
+
+    def add_listed(event) = api.add_paddle_event(event)
 
     def page_of(r)
       ids = api.instance_variable_get(:@paddle).map { |e| e["event_id"] }.sort.reverse
@@ -528,6 +576,8 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       api.add_square_event(ev.("MOTHER", base, 0))
       Array.new(n) { |i| ev.(merchant, base - (i * 60), i).tap { |e| api.add_square_event(e) } }
     end
+
+    def add_listed(event) = api.add_square_event(event)
 
     def page_of(r)
       return 1 unless r.params["cursor"]

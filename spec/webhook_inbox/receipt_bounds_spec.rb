@@ -53,6 +53,18 @@ RSpec.describe "Receipt bounds" do
     inbox&.close
   end
 
+  # The rule the sidecar's reconcile shares (ext/webhook_inbox/event_id.h): one definition.
+  it "derives the stored key with Inbox.stored_event_id: the id up to EVENT_ID_MAX_BYTES, else sha256:<hex of its bytes>" do
+    max = WebhookInbox::Inbox::EVENT_ID_MAX_BYTES
+    expect(max).to eq(WebhookInbox::Inbox::MAX_TEXT_BYTES[:event_id]).and eq(255)
+    fits = "e" * max
+    expect(WebhookInbox::Inbox.stored_event_id(fits)).to equal(fits)
+    over = "\u00e9" * 128 # 128 characters, 256 bytes: the bound is in bytes
+    expect(over.bytesize).to eq(max + 1)
+    expect(WebhookInbox::Inbox.stored_event_id(over)).to eq("sha256:#{OpenSSL::Digest.hexdigest('SHA256', over)}")
+    expect { WebhookInbox::Inbox.stored_event_id(nil) }.to raise_error(TypeError)
+  end
+
   it "stores a signed event id past the bound as sha256:<hex of the id>, so the provider's retry is a duplicate" do
     inbox = WebhookInbox::Inbox.new(database_url: pg.url)
     stripe = WebhookInbox::Endpoint.new(provider: :stripe, secrets: ["whsec_bounds"], source_scope: scope, inbox: inbox)

@@ -155,6 +155,63 @@ RSpec.describe WebhookInbox::Refused do
     expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type]] }).to eq([%w[WH-rotated-1 PAYMENT.CAPTURE.COMPLETED]])
   end
 
+  # PayPal's certificate fetch failing (certificate_unavailable, answered 503): the true reason
+  # from schema v20 (db/020 widened the CHECK), unknown_key on an older schema, which the
+  # gem keeps working with.
+  it "keeps certificate_unavailable as itself at schema v20, and as unknown_key on a v18 database" do
+    keep = lambda do |keeper_of, ep|
+      keeper_of.keep(endpoint: ep, source_scope: scope, provider: :paypal, reason: :certificate_unavailable, body: "{}",
+                     env: delivery("evt_cert", "whsec_new"), received_at: Time.now, bounds: described_class::DEFAULT_BOUNDS)
+      keeper_of.flush
+    end
+    expect(keep.(keeper, endpoint)).to eq(1)
+    expect([keeper.kept, keeper.dropped]).to eq([1, 0])
+    expect(kept_rows).to eq(["t|certificate_unavailable"])
+
+    old_db = "refused_v18_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{old_db}", db: "postgres")
+    ReceiverHelpers.schema_files.select { |f| File.basename(f).to_i <= 18 }.each { |f| pg.psql(File.read(f), db: old_db) }
+    old_conn = PG.connect(pg.url(old_db))
+    old = described_class.new(exec: ->(sql, params) { old_conn.exec_params(sql, params).to_a }, flush_interval: 0.01)
+    expect(keep.(old, endpoint)).to eq(1)
+    expect([old.kept, old.dropped]).to eq([1, 0])
+    expect(pg.psql("SELECT webhook_inbox_schema_version() || ' ' || reason FROM webhook_inbox_refused", db: old_db).strip)
+      .to eq("18 unknown_key")
+  ensure
+    old_conn&.close
+    pg.psql("DROP DATABASE IF EXISTS #{old_db}", db: "postgres") if old_db
+  end
+
+  # db/020 on a table that already holds rows (and without 019, another change): widened in
+  # place, NOT VALID (no scan under the ALTER's lock), and left alone when the chain is
+  # applied again (011 and every later file).
+  it "db/020 widens the reason CHECK once, NOT VALID, keeps the rows, and changes nothing when applied again" do
+    db = "refused_020_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{db}", db: "postgres")
+    files = ReceiverHelpers.schema_files
+    files.select { |f| File.basename(f).to_i <= 18 }.each { |f| pg.psql(File.read(f), db: db) }
+    row = ->(reason) { "INSERT INTO webhook_inbox_refused (endpoint, source_scope, provider, reason, body, received_at) " \
+                       "VALUES ('e', 's', 'paypal', '#{reason}', '\\x7b7d', now())" }
+    pg.psql(row.("unknown_key"), db: db)
+    expect { pg.psql(row.("certificate_unavailable"), db: db) }.to raise_error(/webhook_inbox_refused_reason_check/)
+    check = "SELECT oid || ' ' || convalidated || ' ' || pg_get_constraintdef(oid) FROM pg_constraint " \
+            "WHERE conrelid = 'webhook_inbox_refused'::regclass AND conname = 'webhook_inbox_refused_reason_check'"
+
+    files.select { |f| File.basename(f).to_i >= 19 }.each { |f| pg.psql(File.read(f), db: db) }
+    widened = pg.psql(check, db: db).strip
+    expect(widened).to match(/\A\d+ false CHECK .*'unknown_key'.*'certificate_unavailable'.* NOT VALID\z/)
+    pg.psql(row.("certificate_unavailable"), db: db)
+    expect { pg.psql(row.("forged"), db: db) }.to raise_error(/webhook_inbox_refused_reason_check/)
+
+    files.select { |f| File.basename(f).to_i >= 11 }.each { |f| pg.psql(File.read(f), db: db) }
+    expect(pg.psql(check, db: db).strip).to eq(widened) # the same constraint: not dropped and added again
+    expect(pg.psql("SELECT string_agg(reason, ',' ORDER BY id) FROM webhook_inbox_refused", db: db).strip)
+      .to eq("unknown_key,certificate_unavailable")
+    expect(pg.psql("SELECT webhook_inbox_schema_version()", db: db).strip).to eq(WebhookInbox::Schema::VERSION.to_s)
+  ensure
+    pg.psql("DROP DATABASE IF EXISTS #{db}", db: "postgres") if db
+  end
+
   it "keeps nothing unless the endpoint asks (off by default)" do
     expect(receiver("whsec_old", keep: false).call(delivery("evt_off", "whsec_new")).http_status).to eq(401)
     expect(WebhookInbox::Receiver.new(provider: :stripe, secrets: ["whsec_old"], source_scope: scope, inbox: inbox)
@@ -195,7 +252,9 @@ RSpec.describe WebhookInbox::Refused do
   it "never lets more than its share of MAX_QUEUED wait in memory per endpoint while the database is slow" do
     gate = Queue.new
     taken = Queue.new # the size of each batch the writer took (it then waits at the gate)
-    slow = described_class.new(exec: lambda { |_sql, params|
+    slow = described_class.new(exec: lambda { |sql, params|
+      next [{ "v" => "20" }] if sql == WebhookInbox::Schema::VERSION_SQL
+
       taken << JSON.parse(params[0]).size
       gate.pop
       []
@@ -220,7 +279,9 @@ RSpec.describe WebhookInbox::Refused do
   it "holds at most MAX_QUEUED_BYTES of bodies, the batch in flight included, and writes them in FLUSH_BYTES batches" do
     gate = Queue.new
     taken = Queue.new
-    slow = described_class.new(exec: lambda { |_sql, params|
+    slow = described_class.new(exec: lambda { |sql, params|
+      next [{ "v" => "20" }] if sql == WebhookInbox::Schema::VERSION_SQL
+
       taken << JSON.parse(params[0]).size
       gate.pop
       []

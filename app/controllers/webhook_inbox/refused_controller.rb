@@ -1,13 +1,22 @@
 # frozen_string_literal: true
 
 module WebhookInbox
-  # Deliveries refused for a signature or secret mismatch and kept aside (endpoints with
-  # keep_refused: webhook_inbox_refused; never processed): the list, newest first, by
+  # Deliveries refused for a signature or secret mismatch, or a PayPal certificate that could
+  # not be fetched, and kept aside (endpoints with keep_refused: webhook_inbox_refused; never
+  # processed): the list, newest first, by
   # endpoint; one delivery (its headers and body redacted); and reverify (POST, CSRF-checked),
   # which verifies an endpoint's kept deliveries with its current secrets at their receipt
   # time, admits the ones that verify into the inbox and records the action with the actor.
   class RefusedController < ApplicationController
     KEYS = %w[endpoint].freeze
+    # What each Refused::REASONS value means, as the list explains it; reverify takes every one.
+    REASON_NOTES = {
+      "signature_mismatch" => "no secret the endpoint had signs it",
+      "no_secret" => "the endpoint had no secret",
+      "unknown_key" => "it names a key the endpoint did not have (PayPal: no certificate at its URL)",
+      "certificate_unavailable" => "PayPal's certificate could not be fetched (answered 503: PayPal retries; " \
+                                   "kept as unknown_key before schema v20)"
+    }.freeze
     ENDPOINT = /\A[A-Za-z0-9_]{1,200}\z/.freeze
     COLUMNS = <<~SQL.squish
       id, endpoint, source_scope, provider, reason, octet_length(body) AS bytes,
