@@ -19,7 +19,9 @@
 -- WIQ01, a "not yet" WIR01) also raises a WARNING (SQLSTATE WIB03) naming the function, the event type and the error's SQLSTATE
 -- (never its message, which may hold payload data): the sidecar logs it (server_warning,
 -- once a minute per text), so a batch handler that always fails is seen, not silently
--- slow. A result of another length than its input is such an error (WIB02).
+-- slow. A result of another length than its input is such an error (WIB02). A deliberate
+-- one raises a NOTICE (WIB04) instead. The sidecar counts both
+-- (webhook_inbox_batch_handler_fallbacks_total, batch_fallbacks= in its summary line).
 --
 -- When it is called. In webhook_inbox_dispatch_batch's optimistic subtransaction (db/017),
 -- for each run of two or more consecutive claimed events of one type whose route has a
@@ -255,6 +257,10 @@ BEGIN
                         RAISE WARNING USING ERRCODE = 'WIB03',
                               MESSAGE = format('webhook_inbox: batch handler %s raised SQLSTATE %s for type %s; the row handler %s ran its events',
                                                batchers[k[running]], err_state, types[k[running]], handlers[k[running]]);
+                    ELSE
+                        RAISE NOTICE USING ERRCODE = 'WIB04',
+                              MESSAGE = format('webhook_inbox: batch handler %s deferred its events of type %s to the row handler %s',
+                                               batchers[k[running]], types[k[running]], handlers[k[running]]);
                     END IF;
                 ELSE
                     failed := running;

@@ -306,6 +306,7 @@ int main(int argc, char **argv)
         return 2;
     }
     wi_log_set_level(cfg.log_level);
+    wi_pg_set_notice_hook(wi_metrics_server_notice);
     if (cfg.help) {
         usage(stdout);
         goto out;

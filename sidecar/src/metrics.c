@@ -376,6 +376,9 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
     counter(out, "webhook_inbox_idle_waits_total",
             "Times a worker went idle after a claim: nothing it could claim was due, so it waited for a notification, a due time or the poll interval",
             wi_metrics_get(WI_M_IDLE_WAITS));
+    counter(out, "webhook_inbox_batch_handler_fallbacks_total",
+            "Batch handler calls whose events the row handler ran instead, one by one: the batch handler deferred them or failed (a failure also logs server_warning)",
+            wi_metrics_get(WI_M_BATCH_FALLBACKS));
     counter(out, "webhook_inbox_reconnects_total", "Worker reconnections after a lost or failed connection",
             wi_metrics_get(WI_M_RECONNECTS));
     counter(out, "webhook_inbox_retention_deleted_total",
@@ -388,10 +391,17 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
 
 void wi_metrics_log_summary(void)
 {
-    log_info("summary", "done=%ld quarantined=%ld retry=%ld batches=%ld reconnects=%ld waiting=%ld idle_waits=%ld",
+    log_info("summary", "done=%ld quarantined=%ld retry=%ld batches=%ld reconnects=%ld waiting=%ld idle_waits=%ld "
+             "batch_fallbacks=%ld",
              wi_metrics_get(WI_M_DONE), wi_metrics_get(WI_M_QUARANTINED), wi_metrics_get(WI_M_RETRY),
              wi_metrics_get(WI_M_BATCHES), wi_metrics_get(WI_M_RECONNECTS), wi_metrics_get(WI_M_WAITING),
-             wi_metrics_get(WI_M_IDLE_WAITS));
+             wi_metrics_get(WI_M_IDLE_WAITS), wi_metrics_get(WI_M_BATCH_FALLBACKS));
+}
+
+void wi_metrics_server_notice(const char *sqlstate)
+{
+    if (!strcmp(sqlstate, "WIB03") || !strcmp(sqlstate, "WIB04"))
+        wi_metrics_add(WI_M_BATCH_FALLBACKS, 1);
 }
 
 static const struct wi_pg_stmt stmts[] = {

@@ -16,9 +16,12 @@
  * batch) and waited for a notification, a due time or the poll interval. */
 /* WI_M_PAUSED, WI_M_THROTTLED: runs that left the event pending, uncharged, because its
  * route or scope is paused / over its rate (db/015). */
+/* WI_M_BATCH_FALLBACKS: batch handler calls (db/019) whose events the row handlers ran
+ * instead, after a defer (NOTICE WIB04) or an error (WARNING WIB03); counted as the server
+ * says so, whether or not that transaction then commits. */
 enum { WI_M_DONE, WI_M_QUARANTINED, WI_M_RETRY, WI_M_WAITING, WI_M_BATCHES, WI_M_RECONNECTS, WI_M_PRUNED,
        WI_M_PRUNED_EFFECTS, WI_M_EMPTY_CLAIMS, WI_M_IDLE_WAITS,
-       WI_M_PAUSED, WI_M_THROTTLED,
+       WI_M_PAUSED, WI_M_THROTTLED, WI_M_BATCH_FALLBACKS,
        WI_M_COUNT };
 
 /* At most this many distinct event_type label values; later types count as "other", as do
@@ -26,6 +29,9 @@ enum { WI_M_DONE, WI_M_QUARANTINED, WI_M_RETRY, WI_M_WAITING, WI_M_BATCHES, WI_M
  * named "other" (so no two series share a label set). */
 #define WI_METRICS_MAX_TYPES 200
 #define WI_METRICS_TYPE_MAX 128
+
+/* wi_pg_set_notice_hook's hook: counts WI_M_BATCH_FALLBACKS. Thread-safe. */
+void wi_metrics_server_notice(const char *sqlstate);
 
 /* Thread-safe increment of counter which (WI_M_*). */
 void wi_metrics_add(int which, long n);

@@ -45,11 +45,18 @@ static int fill_err(struct wi_pg *pg, const PGresult *res, struct wi_err *err)
     return wi_err_set(err, WI_ERR_PG, "%s%s%s", state ? state : "", state ? ": " : "", line);
 }
 
-/* Server WARNINGs (a RAISE WARNING in a function the sidecar calls: db/019's batch handler
- * that failed) as log lines, once a minute per message; libpq's default printed them
- * unformatted on stderr. The message is logged only for the gem's own SQLSTATEs (WI...),
- * whose texts name functions and SQLSTATEs: another warning's text may hold a handler's
- * data, so only its SQLSTATE is. NOTICEs and below are left out. */
+static void (*notice_hook)(const char *sqlstate);
+
+void wi_pg_set_notice_hook(void (*hook)(const char *sqlstate))
+{
+    notice_hook = hook;
+}
+
+/* Every notice goes to the hook. Server WARNINGs (a RAISE WARNING in a function the sidecar
+ * calls: db/019's batch handler that failed) are log lines, once a minute per message;
+ * libpq's default printed them unformatted on stderr. The message is logged only for the
+ * gem's own SQLSTATEs (WI...), whose texts name functions and SQLSTATEs: another warning's
+ * text may hold a handler's data, so only its SQLSTATE is. NOTICEs and below are not logged. */
 static void on_notice(void *arg, const PGresult *res)
 {
     const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
@@ -58,6 +65,8 @@ static void on_notice(void *arg, const PGresult *res)
     int ours = state && !strncmp(state, "WI", 2);
     char key[96];
     (void)arg;
+    if (notice_hook)
+        notice_hook(state ? state : "");
     if (!severity || strcmp(severity, "WARNING"))
         return;
     snprintf(key, sizeof key, "server_warning:%s:%.64s", state ? state : "", ours && msg ? msg : "");

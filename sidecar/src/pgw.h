@@ -23,6 +23,11 @@ enum { WI_ERR_PG = 300 }; /* err->msg holds "SQLSTATE: message" (first line only
  * (wi_pg_ok 0), as a lost one: the caller reconnects. Borrows stmts (must outlive pg). */
 struct wi_pg *wi_pg_connect(const char *conninfo, const struct wi_pg_stmt *stmts, int n, struct wi_err *err);
 
+/* Called with the SQLSTATE of every NOTICE or WARNING a server sends on any connection
+ * (metrics count the gem's own: db/019's batch handler fallbacks). Set once, before any
+ * connection or thread; NULL: none. WARNINGs are also logged (server_warning). */
+void wi_pg_set_notice_hook(void (*hook)(const char *sqlstate));
+
 /* Prepares stmts[0..n) on an open connection (statements that name objects which may not
  * exist yet, prepared once a check passed). A name already prepared on this connection is
  * kept as it is (a name always stands for the same SQL). Returns 0, or -1 with *err. */

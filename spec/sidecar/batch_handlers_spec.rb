@@ -2,6 +2,7 @@
 
 require "pg"
 require_relative "sidecar_helper"
+require_relative "../support/schema_statements_connection"
 
 # Batch handlers (db/019): a route's batch_handler is called once for a run of consecutive
 # claimed events of its type; when it raises, every event of the batch is run again by the
@@ -182,36 +183,42 @@ RSpec.describe "batch handlers (db/019)", :sidecar do
     expect(warnings).to be_empty # a defer, not a failure
   end
 
-  it "logs the warning as the sidecar's server_warning line, without the message of the error" do
+  it "logs the warning as the sidecar's server_warning line, without the message of the error, and counts the fallback" do
     insert(bulk(%w[b1 b2 b3], "b2" => { "batch" => "crash" }))
-    status, _out, err = sidecar("run", "--once", "--database-url", db.url, "--batch-size", "10")
+    status, _out, err = sidecar("run", "--once", "--database-url", db.url, "--batch-size", "10", "--concurrency", "1")
     expect(status).to be_success, err
     line = err.lines.find { |l| l.include?("msg=server_warning") }
     expect(line).to include("sqlstate=WIB03", "t_bh_batch", "22012")
     expect(err).not_to include("secret")
+    expect(err[/msg=summary .*batch_fallbacks=(\d+)/, 1]).to eq("1")
     expect(outcomes.values).to all(eq("by row"))
   end
 
+  it "counts a deferred batch without a warning, and a batch handled whole as no fallback" do
+    insert(bulk(%w[b1 b2 b3], "b3" => { "batch" => "defer" }))
+    status, _out, err = sidecar("run", "--once", "--database-url", db.url, "--batch-size", "10", "--concurrency", "1")
+    expect(status).to be_success, err
+    expect(err).not_to include("server_warning")
+    expect(err[/msg=summary .*batch_fallbacks=(\d+)/, 1]).to eq("1")
+    expect(outcomes.values).to all(eq("by row"))
+
+    insert(bulk(%w[c1 c2 c3]))
+    status, _out, err = sidecar("run", "--once", "--database-url", db.url, "--batch-size", "10", "--concurrency", "1")
+    expect(status).to be_success, err
+    expect(err[/msg=summary .*batch_fallbacks=(\d+)/, 1]).to eq("0")
+    expect(outcomes.slice("c1", "c2", "c3").values).to eq(["by batch c1", "by batch c2", "by batch c3"])
+  end
+
   it "keeps a route's batch handler through the Rails schema statements (what db/schema.rb dumps and loads)" do
-    require "active_record"
-    require "webhook_inbox/rails/schema_statements"
-    model = Class.new(ActiveRecord::Base) do
-      self.abstract_class = true
-      def self.name = "BatchRoutesRecord"
+    SchemaStatementsConnection.with(@pg, db.name) do |conn|
+      conn.add_webhook_inbox_route("test.rails", "t_bh_row", batch: "t_bh_batch")
+      expect(conn.webhook_inbox_route_rows.assoc("test.rails")).to eq(["test.rails", "t_bh_row", nil, false, "t_bh_batch"])
+      conn.add_webhook_inbox_route("test.rails", "t_bh_row") # the route restated: no batch handler
+      expect(conn.webhook_inbox_route_rows.assoc("test.rails")).to eq(["test.rails", "t_bh_row", nil, false, nil])
+      expect { conn.add_webhook_inbox_route("test.rails", destination: :app, batch: "t_bh_batch") }
+        .to raise_error(ArgumentError, /batch: needs a handler function/)
+      expect { conn.add_webhook_inbox_route("test.rails", "t_bh_row", batch: "no_such_function") }
+        .to raise_error(ActiveRecord::StatementInvalid, /no_such_function/)
     end
-    model.establish_connection(adapter: "postgresql", host: @pg.socket_dir, port: @pg.port, database: db.name,
-                               username: @pg.url[/user=(\S+)/, 1], min_messages: "error")
-    conn = model.connection
-    conn.extend(WebhookInbox::Rails::SchemaStatements)
-    conn.add_webhook_inbox_route("test.rails", "t_bh_row", batch: "t_bh_batch")
-    expect(conn.webhook_inbox_route_rows.assoc("test.rails")).to eq(["test.rails", "t_bh_row", nil, false, "t_bh_batch"])
-    conn.add_webhook_inbox_route("test.rails", "t_bh_row") # the route restated: no batch handler
-    expect(conn.webhook_inbox_route_rows.assoc("test.rails")).to eq(["test.rails", "t_bh_row", nil, false, nil])
-    expect { conn.add_webhook_inbox_route("test.rails", destination: :app, batch: "t_bh_batch") }
-      .to raise_error(ArgumentError, /batch: needs a handler function/)
-    expect { conn.add_webhook_inbox_route("test.rails", "t_bh_row", batch: "no_such_function") }
-      .to raise_error(ActiveRecord::StatementInvalid, /no_such_function/)
-  ensure
-    model&.remove_connection
   end
 end

@@ -6,6 +6,7 @@ require "securerandom"
 require "digest"
 require "webhook_inbox/test_helpers"
 require_relative "../support/receiver_helpers"
+require_relative "../support/schema_statements_connection"
 
 # Per-object ordering at receipt (db/014): the endpoint's ordering spec travels with the
 # insert and PostgreSQL derives ordering_key / ordering_at from the stored payload, in the
@@ -160,23 +161,14 @@ RSpec.describe WebhookInbox::Ordering do
   end
 
   it "keeps a route's strict flag through the Rails schema statements (what db/schema.rb dumps and loads)" do
-    require "active_record"
-    require "webhook_inbox/rails/schema_statements"
-    model = Class.new(ActiveRecord::Base) do
-      self.abstract_class = true
-      def self.name = "OrderingRoutesRecord"
-    end
-    model.establish_connection(adapter: "postgresql", host: pg.socket_dir, port: pg.port, database: pg.dbname,
-                               username: pg.url[/user=(\S+)/, 1], min_messages: "error")
-    conn = model.connection
-    conn.extend(WebhookInbox::Rails::SchemaStatements)
     type = "ord_#{SecureRandom.hex(3)}.*"
-    conn.add_webhook_inbox_route(type, "webhook_inbox_ignore", strict: true)
-    expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, true, nil])
-    conn.add_webhook_inbox_route(type, "webhook_inbox_ignore") # the route restated: strict as given
-    expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, false, nil])
-  ensure
-    conn&.remove_webhook_inbox_route(type)
-    model&.remove_connection
+    SchemaStatementsConnection.with(pg) do |conn|
+      conn.add_webhook_inbox_route(type, "webhook_inbox_ignore", strict: true)
+      expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, true, nil])
+      conn.add_webhook_inbox_route(type, "webhook_inbox_ignore") # the route restated: strict as given
+      expect(conn.webhook_inbox_route_rows.assoc(type)).to eq([type, "webhook_inbox_ignore", nil, false, nil])
+    ensure
+      conn&.remove_webhook_inbox_route(type)
+    end
   end
 end

@@ -162,40 +162,40 @@ module WebhookInbox
 
       # Writes the route's strict flag (v14's column); strict: true on an older schema raises.
       def webhook_inbox_route_strict!(event_type, strict)
-        unless webhook_inbox_route_column?("strict")
-          return unless strict
-
-          raise ActiveRecord::ActiveRecordError, "strict routes need the inbox schema v14 (this database has " \
-                                                 "v#{webhook_inbox_schema_version}): run `bin/rails generate " \
-                                                 "webhook_inbox:install` for the upgrade migration, before this one"
-        end
-        execute("UPDATE webhook_inbox_routes SET strict = #{strict ? "true" : "false"} " \
-                "WHERE event_type = #{quote(event_type.to_s)}", "webhook_inbox route")
+        webhook_inbox_route_set!(event_type, "strict", strict ? "true" : "false", given: strict, what: "strict routes",
+                                 version: 14)
       end
 
       # Writes the route's batch handler (v19's column; nil clears it); batch: on an older
       # schema raises.
       def webhook_inbox_route_batch!(event_type, batch)
-        unless webhook_inbox_route_column?("batch_handler")
-          return unless batch
+        webhook_inbox_route_set!(event_type, "batch_handler", batch ? "#{quote(batch.to_s)}::regproc" : "NULL",
+                                 given: batch, what: "batch handlers", version: 19)
+      end
 
-          raise ActiveRecord::ActiveRecordError, "batch handlers need the inbox schema v19 (this database has " \
-                                                 "v#{webhook_inbox_schema_version}): run `bin/rails generate " \
-                                                 "webhook_inbox:install` for the upgrade migration, before this one"
+      # Sets column to the SQL value on the route; on a schema without the column, nothing
+      # when the option was not given, else an error naming the version it needs.
+      def webhook_inbox_route_set!(event_type, column, value, given:, what:, version:)
+        unless webhook_inbox_route_column?(column)
+          return unless given
+
+          webhook_inbox_schema_too_old!(what, version)
         end
-        execute("UPDATE webhook_inbox_routes SET batch_handler = #{batch ? "#{quote(batch.to_s)}::regproc" : "NULL"} " \
-                "WHERE event_type = #{quote(event_type.to_s)}", "webhook_inbox route")
+        execute("UPDATE webhook_inbox_routes SET #{column} = #{value} WHERE event_type = #{quote(event_type.to_s)}",
+                "webhook_inbox route")
+      end
+
+      def webhook_inbox_schema_too_old!(what, version)
+        raise ActiveRecord::ActiveRecordError, "#{what} need the inbox schema v#{version} (this database has " \
+                                               "v#{webhook_inbox_schema_version}): run `bin/rails generate " \
+                                               "webhook_inbox:install` for the upgrade migration, before this one"
       end
 
       def webhook_inbox_route_destination!(destination)
         unless destination.to_s.match?(DESTINATION_NAME)
           raise ArgumentError, "destination #{destination.to_s.inspect}: a sidecar --destination name ([a-z][a-z0-9_]*, at most 63)"
         end
-        return if webhook_inbox_route_destinations?
-
-        raise ActiveRecord::ActiveRecordError, "routes to a destination need the inbox schema v7 (this database has " \
-                                               "v#{webhook_inbox_schema_version}): run `bin/rails generate webhook_inbox:install` " \
-                                               "for the upgrade migration, before this one"
+        webhook_inbox_schema_too_old!("routes to a destination", 7) unless webhook_inbox_route_destinations?
       end
 
       # The app's function definitions (CREATE OR REPLACE ...), see APP_FUNCTIONS.
