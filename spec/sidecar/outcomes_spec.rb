@@ -344,7 +344,7 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
     SQL
     db.insert_event("q1", "test.slow", {})
     db.insert_event("q2", "test.slow", {})
-    run_once("--batch-size", "10")
+    run_once("--batch-size", "10", "--concurrency", "1") # one batch of both (two workers could take one each)
     lat = db.value("SELECT string_agg(round(extract(epoch FROM processed_at - received_at)::numeric, 1)::text, ','" \
                    " ORDER BY event_id) FROM webhook_inbox").split(",").map(&:to_f)
     expect(lat[0]).to be >= 0.6 # q1 done after its handler
