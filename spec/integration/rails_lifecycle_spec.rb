@@ -300,7 +300,12 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     migration = File.read(Dir[File.join(@app, "db/migrate/*_add_webhook_inbox_handler_customer.rb")].first)
     expect(migration).to include("CREATE OR REPLACE FUNCTION handle_customer(ev webhook_inbox)", "FOR UPDATE",
                                  %(add_webhook_inbox_route "customer.*", "handle_customer"), "remove_webhook_inbox_route")
+    sh("bin/rails", "generate", "webhook_inbox:handler", "invoice.paid", "--batch")
+    migration = File.read(Dir[File.join(@app, "db/migrate/*_add_webhook_inbox_handler_invoice_paid.rb")].first)
+    expect(migration).to include("handle_invoice_paid_batch(evs webhook_inbox[]) RETURNS text[]", "webhook_inbox_batch_defer",
+                                 %(add_webhook_inbox_route "invoice.paid", "handle_invoice_paid", batch: "handle_invoice_paid_batch"))
     sh("bin/rails", "db:migrate")
+    expect(psql("SELECT webhook_inbox_route_batch_handler('invoice.paid')::text")).to eq("handle_invoice_paid_batch")
     out = sh("bin/rails", "test", "test/webhook_inbox/handle_customer_test.rb", ok: false)
     expect(out).to include("handle_customer is not written yet", "1 failures")
   end

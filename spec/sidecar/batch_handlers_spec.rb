@@ -22,7 +22,8 @@ RSpec.describe "batch handlers (db/019)", :sidecar do
   # by 'batch' (the ids it was given, in order) or 'row' (one id). t_bh_attempts counts the
   # batch handler's calls outside any transaction (a sequence is not rolled back).
   # The batch handler reads payload.batch: 'defer' (webhook_inbox_batch_defer), 'crash'
-  # (division by zero, with a message that must never be logged), 'short' (one outcome too few).
+  # (division by zero, with a message that must never be logged), 'die' (ends its backend),
+  # 'short' (one outcome too few).
   before do
     db.reset!
     db.psql(<<~SQL)
@@ -48,6 +49,9 @@ RSpec.describe "batch handlers (db/019)", :sidecar do
               PERFORM webhook_inbox_batch_defer('one of them is unusual');
           ELSIF EXISTS (SELECT 1 FROM unnest(evs) e WHERE e.payload ->> 'batch' = 'crash') THEN
               RAISE EXCEPTION 'card 4242-secret-4242 failed' USING ERRCODE = '22012';
+          ELSIF EXISTS (SELECT 1 FROM unnest(evs) e WHERE e.payload ->> 'batch' = 'die') THEN
+              PERFORM pg_terminate_backend(pg_backend_pid()); -- a FATAL: no savepoint catches it
+              PERFORM pg_sleep(5);
           ELSIF EXISTS (SELECT 1 FROM unnest(evs) e WHERE e.payload ->> 'batch' = 'short') THEN
               RETURN array_fill('by batch'::text, ARRAY[cardinality(evs) - 1]);
           END IF;
@@ -192,6 +196,16 @@ RSpec.describe "batch handlers (db/019)", :sidecar do
     expect(err).not_to include("secret")
     expect(err[/msg=summary .*batch_fallbacks=(\d+)/, 1]).to eq("1")
     expect(outcomes.values).to all(eq("by row"))
+  end
+
+  it "never poisons a batch: a batch handler that ends its backend leaves the sidecar to run each event by its row handler, once" do
+    insert(bulk(%w[b1 b2 b3 b4], "b2" => { "batch" => "die" }))
+    status, _out, err = sidecar("run", "--once", "--database-url", db.url, "--batch-size", "10", "--concurrency", "1",
+                                "--backoff-base", "100ms", "--backoff-cap", "200ms", timeout: 90)
+    expect(status).to be_success, err
+    expect(outcomes).to eq(%w[b1 b2 b3 b4].to_h { |id| [id, "by row"] })
+    expect(db.value("SELECT string_agg(ids[1], ',' ORDER BY ids[1]) FROM t_bh_runs WHERE by = 'row'")).to eq("b1,b2,b3,b4")
+    expect(db.int("SELECT count(*) FROM webhook_inbox WHERE attempts > 0")).to eq(0) # a crash is nobody's fault: uncharged
   end
 
   it "counts a deferred batch without a warning, and a batch handled whole as no fallback" do

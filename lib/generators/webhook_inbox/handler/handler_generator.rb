@@ -13,6 +13,8 @@ module WebhookInbox
     # With --ruby: a Ruby handler class in app/webhooks/ instead (raising until written, so
     # its runs are retried, never marked done), its test, and the Ruby worker's line in
     # Procfile.dev; no migration (the worker registers the class when it starts).
+    # With --batch: also the route's batch handler, <function>_batch, deferring every run to
+    # the SQL handler until it is written.
     class HandlerGenerator < ::Rails::Generators::Base
       include ::ActiveRecord::Generators::Migration
       include MigrationVersion
@@ -22,8 +24,14 @@ module WebhookInbox
       argument :event_type, type: :string, banner: "EVENT_TYPE (exact, or a prefix ending in *)"
       class_option :function, type: :string, desc: "SQL function name (default: handle_<event type>)"
       class_option :ruby, type: :boolean, default: false, desc: "A Ruby handler class in app/webhooks/ instead of SQL"
+      class_option :batch, type: :boolean, default: false,
+                           desc: "Also a batch handler (schema v19): the SQL handler's work for many events at once"
 
       PROCFILE_LINE = "handlers: bin/webhook-inbox-sidecar ruby\n"
+
+      def check_options
+        raise ::Thor::Error, "--batch is for SQL handlers (a Ruby handler runs one event at a time)" if options[:ruby] && options[:batch]
+      end
 
       def create_ruby_handler
         return unless options[:ruby]
