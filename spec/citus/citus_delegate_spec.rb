@@ -113,4 +113,20 @@ RSpec.describe "the sidecar's batches on Citus" do
   ensure
     inbox&.close
   end
+
+  it "routes a group-commit batch of one scope straight to its shard (multi-row VALUES; the arrays' INSERT ... SELECT went through the coordinator)" do
+    sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT citus_stat_statements_reset()")
+    inbox = WebhookInbox::Inbox.new(database_url: cluster.url, pool_size: 2, group_by_scope: true)
+    batch = ->(scope, n) { Array.new(n) { |i| [scope, "#{scope}_#{i}", "delegate.x", %({"i": #{i}}), false, false, nil, nil] } }
+    codes = inbox.with_connection { |c| [c.insert_batch(batch.("batch_1", 3)), c.insert_batch(batch.("batch_2", 5) + batch.("batch_2", 1))] }
+    expect(codes).to eq([[1, 1, 1], [1, 1, 1, 1, 1, 0]]) # the last row repeats the first key: a duplicate
+    # the leader's batch of concurrent receipts (group_by_scope: one scope a batch)
+    Array.new(16) { |t| Thread.new { 5.times { |i| inbox.insert(source_scope: "batch_3", event_id: "c_#{t}_#{i}", payload: "{}") } } }.each(&:join)
+    expect(sql("SELECT string_agg(DISTINCT executor || ' ' || coalesce(partition_key, '-'), ',') " \
+               "FROM citus_stat_statements WHERE query LIKE 'INSERT INTO webhook_inbox %RETURNING source_scope, event_id'"))
+      .to match(/\Aadaptive batch_1,adaptive batch_2(,adaptive batch_3)?\z/) # never insert-select through the coordinator
+    expect(sql("SELECT count(*) FROM webhook_inbox WHERE source_scope IN ('batch_1', 'batch_2', 'batch_3')")).to eq("#{3 + 5 + 80}")
+  ensure
+    inbox&.close
+  end
 end
