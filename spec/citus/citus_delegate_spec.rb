@@ -149,7 +149,7 @@ RSpec.describe "the sidecar's batches on Citus" do
     codes = inbox.with_connection { |c| [c.insert_batch(batch.("batch_1", 3)), c.insert_batch(batch.("batch_2", 5) + batch.("batch_2", 1))] }
     expect(codes).to eq([[1, 1, 1], [1, 1, 1, 1, 1, 0]]) # the last row repeats the first key: a duplicate
     # the leader's batch of concurrent receipts (group_by_scope: one scope a batch)
-    Array.new(16) { |t| Thread.new { 5.times { |i| inbox.insert(source_scope: "batch_3", event_id: "c_#{t}_#{i}", payload: "{}") } } }.each(&:join)
+    Array.new(16) { |t| Thread.new { 5.times { |i| inbox.insert(source_scope: "batch_3", event_id: "c_#{t}_#{i}", event_type: "delegate.x", payload: "{}") } } }.each(&:join)
     expect(sql("SELECT string_agg(DISTINCT executor || ' ' || coalesce(partition_key, '-'), ',') " \
                "FROM citus_stat_statements WHERE query LIKE 'INSERT INTO webhook_inbox %RETURNING source_scope, event_id'"))
       .to match(/\Aadaptive batch_1,adaptive batch_2(,adaptive batch_3)?\z/) # never insert-select through the coordinator
