@@ -65,15 +65,16 @@ RSpec.describe WebhookInbox::Inbox, "VALUES batches" do
     expect(codes["values"][1].size).to eq(5)
   end
 
-  it "numbers the parameters of a batch of 1000 rows (the most one batch takes)" do
-    scope = unique_scope("big")
+  it "numbers the parameters of the largest VALUES batch (32 rows); a larger batch goes as arrays" do
     conn = connection(true)
     @pg.psql("SELECT pg_stat_statements_reset()")
-    answer = conn.insert_batch(Array.new(1000) { |i| [scope, "e#{i}", "t", %({"i": #{i}}), false, false, nil, %({"h": "#{i}"})] })
-    expect(answer.uniq).to eq([1])
-    expect(batch_statements).to eq(["values 1 1000"])
-    expect(@pg.psql("SELECT count(*) FILTER (WHERE payload->>'i' = substr(event_id, 2) AND request_headers->>'h' = payload->>'i') " \
-                    "FROM webhook_inbox WHERE source_scope = '#{scope}'").chomp).to eq("1000")
+    { 32 => unique_scope("v32"), 33 => unique_scope("v33") }.each do |n, scope|
+      answer = conn.insert_batch(Array.new(n) { |i| [scope, "e#{i}", "t", %({"i": #{i}}), false, i == 7, nil, %({"h": "#{i}"})] })
+      expect(answer).to eq(Array.new(n) { |i| i == 7 ? 5 : 1 })
+      expect(@pg.psql("SELECT count(*) FILTER (WHERE payload->>'i' = substr(event_id, 2) AND request_headers->>'h' = payload->>'i') " \
+                      "FROM webhook_inbox WHERE source_scope = '#{scope}'").chomp).to eq(n.to_s)
+    end
+    expect(batch_statements).to eq(["arrays 1 33", "values 1 32"])
   ensure
     conn&.close
   end
