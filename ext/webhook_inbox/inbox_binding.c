@@ -71,12 +71,15 @@ static void raise_store_err(const struct wi_err *err)
     rb_exc_raise(store_error(err));
 }
 
-/* Connection.new(conninfo, connect_timeout_ms, statement_timeout_ms): parses, does not connect. */
-static VALUE conn_initialize(VALUE self, VALUE conninfo, VALUE connect_ms, VALUE statement_ms)
+/* Connection.new(conninfo, connect_timeout_ms, statement_timeout_ms, values_batches = false):
+ * parses, does not connect. values_batches: see wi_store_set_values_batches (Citus). */
+static VALUE conn_initialize(int argc, VALUE *argv, VALUE self)
 {
+    VALUE conninfo, connect_ms, statement_ms, values_batches;
     struct conn *c;
     struct wi_err err;
 
+    rb_scan_args(argc, argv, "31", &conninfo, &connect_ms, &statement_ms, &values_batches);
     TypedData_Get_Struct(self, struct conn, &conn_type, c);
     if (c->store)
         rb_raise(rb_eArgError, "already initialized");
@@ -84,6 +87,7 @@ static VALUE conn_initialize(VALUE self, VALUE conninfo, VALUE connect_ms, VALUE
     RB_GC_GUARD(conninfo);
     if (!c->store)
         raise_store_err(&err);
+    wi_store_set_values_batches(c->store, RTEST(values_batches));
     return self;
 }
 
@@ -409,7 +413,7 @@ void wi_inbox_binding_init(VALUE mod)
     rb_define_singleton_method(cInbox, "stored_event_id", inbox_stored_event_id, 1);
     cConn = rb_define_class_under(cInbox, "Connection", rb_cObject);
     rb_define_alloc_func(cConn, conn_alloc);
-    rb_define_method(cConn, "initialize", conn_initialize, 3);
+    rb_define_method(cConn, "initialize", conn_initialize, -1);
     rb_define_method(cConn, "insert", conn_insert, -1);
     rb_define_method(cConn, "insert_batch", conn_insert_batch, 1);
     rb_define_method(cConn, "connect", conn_connect, 0);

@@ -1,6 +1,6 @@
 /* store.c - the inbox insert over libpq: connect, prepare, send the ON CONFLICT insert (one
- * row, or many as arrays in one statement), wait on the socket with a deadline, reconnect
- * once on a lost connection. No ruby.h. */
+ * row, or many in one statement: as arrays, or as VALUES rows), wait on the socket with a
+ * deadline, reconnect once on a lost connection. No ruby.h. */
 #include "store.h"
 #include "redact.h"
 
@@ -36,6 +36,8 @@
 #define INSERT_SQL_TAIL                                                                        \
     " CASE WHEN $6 = 'quarantined' THEN now() END"
 #define ORDER_COLS ", request_headers, ordering_key, ordering_at, next_attempt_at)"
+#define ON_CONFLICT " ON CONFLICT (source_scope, event_id) DO NOTHING"
+#define RETURNING_KEYS " RETURNING source_scope, event_id"
 #define ORDER_VALUES ", o.key, o.at, least(now(), o.at)"
 /* the key and time of payload p for spec k and time path t */
 #define ORDER_FROM(p, k, t)                                                                    \
@@ -44,21 +46,26 @@
 /* The one-row form is INSERT ... VALUES, not INSERT ... SELECT: Citus routes a VALUES row to
  * its shard directly (0.7 ms a row through the coordinator, measured) but runs an INSERT ...
  * SELECT through the coordinator's INSERT ... SELECT machinery (3.4 ms). The key is derived
- * again for ordering_at and next_attempt_at: a few microseconds, and no call at all for an
- * unordered row ($9 NULL: the functions are STRICT). */
+ * again for ordering_at and next_attempt_at; no call at all for an unordered row ($9 NULL:
+ * the functions are STRICT). An ordered row pays for each call: PostgreSQL 15 plans a SQL
+ * function's body at every call site (~60 us each, measured), which is why a batch of
+ * ordered rows derives them once (BATCH_SQL's LATERAL), never per VALUES row. */
 #define ORDER_AT(p, k, t)                                                                      \
     "CASE WHEN webhook_inbox_ordering_key(" p ", " k ") IS NOT NULL"                            \
     " THEN coalesce(webhook_inbox_ordering_time(" p ", " t "), now()) END"
-static const char INSERT_SQL[] =
-    INSERT_SQL_HEAD ORDER_COLS " VALUES ($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8,"
-    " webhook_inbox_ordering_key($4, $9), " ORDER_AT("$4", "$9", "$10") ", least(now(), " ORDER_AT("$4", "$9", "$10") "))"
-    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1";
+/* One row's VALUES tuple, numbered from $1: the one-row statement's; and, for a VALUES batch
+ * (values_sql), with the numbers moved on for each row. A VALUES batch holds unordered rows
+ * only: ROW_SQL_UNORDERED is what ROW_SQL stores for $9 NULL, without the calls. */
+#define ROW_SQL                                                                                \
+    "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, webhook_inbox_ordering_key($4, $9), " \
+    ORDER_AT("$4", "$9", "$10") ", least(now(), " ORDER_AT("$4", "$9", "$10") "))"
+#define ROW_SQL_UNORDERED "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, NULL, NULL, now())"
+#define ROW_SQL_NO_ORDER "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8)"
+#define ROW_SQL_NO_HEADERS "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ")"
+static const char INSERT_SQL[] = INSERT_SQL_HEAD ORDER_COLS " VALUES " ROW_SQL ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_NO_ORDER[] =
-    INSERT_SQL_HEAD ", request_headers) VALUES ($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8)"
-    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1";
-static const char INSERT_SQL_NO_HEADERS[] =
-    INSERT_SQL_HEAD ") VALUES ($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ")"
-    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1";
+    INSERT_SQL_HEAD ", request_headers) VALUES " ROW_SQL_NO_ORDER ON_CONFLICT " RETURNING 1";
+static const char INSERT_SQL_NO_HEADERS[] = INSERT_SQL_HEAD ") VALUES " ROW_SQL_NO_HEADERS ON_CONFLICT " RETURNING 1";
 
 #define NPARAMS 10        /* with request_headers and the ordering spec */
 #define NPARAMS_NO_ORDER 8
@@ -75,20 +82,40 @@ static const char BATCH_SQL[] =
     " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END, h" ORDER_VALUES
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
     " $7::text[], $8::jsonb[], $9::text[], $10::text[]) AS u(s, e, t, p, r, st, le, h, ok, ot),"
-    " LATERAL " ORDER_FROM("u.p", "u.ok", "u.ot")
-    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING source_scope, event_id";
+    " LATERAL " ORDER_FROM("u.p", "u.ok", "u.ot") ON_CONFLICT RETURNING_KEYS;
 static const char BATCH_SQL_NO_ORDER[] =
     INSERT_SQL_HEAD ", request_headers)"
     " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END, h"
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
-    " $7::text[], $8::jsonb[]) AS u(s, e, t, p, r, st, le, h)"
-    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING source_scope, event_id";
+    " $7::text[], $8::jsonb[]) AS u(s, e, t, p, r, st, le, h)" ON_CONFLICT RETURNING_KEYS;
 static const char BATCH_SQL_NO_HEADERS[] =
     INSERT_SQL_HEAD ")"
     " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END"
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
-    " $7::text[]) AS u(s, e, t, p, r, st, le)"
-    " ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING source_scope, event_id";
+    " $7::text[]) AS u(s, e, t, p, r, st, le)" ON_CONFLICT RETURNING_KEYS;
+
+/* The VALUES batch (wi_store_set_values_batches), per schema form (the session's nparams):
+ * the columns, and the tuple of each row, which takes row_nparams parameters numbered on from
+ * the previous row's (values_sql). Unordered rows only: ROW_SQL_UNORDERED stores what ROW_SQL
+ * does for $9 NULL. */
+struct values_form {
+    int nparams;
+    const char *cols;
+    const char *row;
+    int row_nparams;
+};
+static const struct values_form VALUES_FORMS[] = {
+    {NPARAMS, INSERT_SQL_HEAD ORDER_COLS, ROW_SQL_UNORDERED, NPARAMS_NO_ORDER},
+    {NPARAMS_NO_ORDER, INSERT_SQL_HEAD ", request_headers)", ROW_SQL_NO_ORDER, NPARAMS_NO_ORDER},
+    {NPARAMS_NO_HEADERS, INSERT_SQL_HEAD ")", ROW_SQL_NO_HEADERS, NPARAMS_NO_HEADERS},
+};
+/* Rows a VALUES batch takes at most; a larger batch goes as arrays. On Citus (one scope, measured)
+ * VALUES is 3.4x the arrays' rate at 4 rows, 2.5x at 16, 0.87x at 64: its text is planned per
+ * statement, on the coordinator and again on the worker, while the arrays' ~3 ms through the
+ * coordinator is paid once a statement. */
+#define VALUES_MAX_ROWS 32
+/* A VALUES batch's parameters are its rows' in turn; the protocol numbers at most 65535. */
+_Static_assert(VALUES_MAX_ROWS * NPARAMS_NO_ORDER <= 65535, "a batch's parameters fit a Bind message");
 
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
 static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25};
@@ -132,6 +159,7 @@ struct wi_store {
     int nparams;                    /* of the prepared statements: NPARAMS, NPARAMS_NO_ORDER or
                                      * NPARAMS_NO_HEADERS (what the schema has) */
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
+    int values_batches;             /* wi_store_set_values_batches */
     int ever_connected;
 };
 
@@ -520,18 +548,30 @@ fail:
     return -1;
 }
 
-/* Sends prepared statement stmt (s->nparams binary parameters) and starts the attempt's deadline:
- * TRIP_OK (a->active), TRIP_LOST (the connection broke) or TRIP_FAIL (err says why). */
-static enum trip send_prepared(struct wi_store *s, struct attempt *a, const char *stmt, const char *const *values,
-                               const int *lengths, const int *formats, struct wi_err *err)
+/* Starts the attempt's deadline, before a send. */
+static void start_attempt(struct wi_store *s, struct attempt *a)
 {
     a->deadline = now_ms() + s->statement_timeout_ms + s->connect_timeout_ms;
-    if (!PQsendQueryPrepared(s->conn, stmt, s->nparams, values, lengths, formats, 0)) {
+}
+
+/* Ends a send (ok: what PQsendQuery* returned): TRIP_OK (a->active), TRIP_LOST (the
+ * connection broke) or TRIP_FAIL (err says why). */
+static enum trip sent(struct wi_store *s, struct attempt *a, int ok, struct wi_err *err)
+{
+    if (!ok) {
         set_err(s, err, WI_STORE_ELOST, "could not send the insert: %s", PQerrorMessage(s->conn));
         return PQstatus(s->conn) == CONNECTION_BAD ? TRIP_LOST : TRIP_FAIL;
     }
     a->active = 1;
     return TRIP_OK;
+}
+
+/* Sends prepared statement stmt (s->nparams binary parameters) and starts the attempt's deadline. */
+static enum trip send_prepared(struct wi_store *s, struct attempt *a, const char *stmt, const char *const *values,
+                               const int *lengths, const int *formats, struct wi_err *err)
+{
+    start_attempt(s, a);
+    return sent(s, a, PQsendQueryPrepared(s->conn, stmt, s->nparams, values, lengths, formats, 0), err);
 }
 
 /* Sends the insert for attempt a on the open connection (nothing waits here: libpq copies
@@ -621,8 +661,9 @@ static char *put32(char *p, uint32_t v)
     return p + 4;
 }
 
-/* Column col of row r for BATCH_SQL, as the bytes of its array element (NULL: SQL NULL).
- * jsonb elements (IS_JSONB) are sent as their text; batch_send adds the version byte. */
+/* Column col of row r for a batch (PARAM_TYPES' order), as the bytes of its array element or
+ * VALUES parameter (NULL: SQL NULL). jsonb ones (IS_JSONB) are their text; arrays_send and
+ * values_send add the version byte. */
 #define IS_JSONB(col) ((col) == 3 || (col) == 7)
 static const char *batch_field(const struct wi_store_row *r, int col, size_t *len)
 {
@@ -645,8 +686,8 @@ static const char *batch_field(const struct wi_store_row *r, int col, size_t *le
 /* Sends BATCH_SQL for rows[0..n) on the open connection: each column as a one-dimensional
  * array in binary format (ndim, has-null flag, element oid, length, lower bound, then each
  * element as int32 length or -1 for NULL, and its bytes). Starts a's deadline. */
-static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
-                            struct attempt *a, struct wi_err *err)
+static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
+                             struct attempt *a, struct wi_err *err)
 {
     const char *values[NPARAMS];
     int lengths[NPARAMS];
@@ -704,6 +745,130 @@ static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows,
     t = send_prepared(s, a, BATCH_STMT_NAME, values, lengths, formats, err);
     free(buf);
     return t;
+}
+
+/* Appends row, a VALUES tuple numbered from $1, with each parameter number moved on by
+ * base. Returns the end. */
+static char *put_row(char *p, const char *row, int base)
+{
+    while (*row) {
+        char *end;
+        long k;
+
+        if (*row != '$') {
+            *p++ = *row++;
+            continue;
+        }
+        k = strtol(row + 1, &end, 10);
+        p += sprintf(p, "$%ld", k + base);
+        row = end;
+    }
+    return p;
+}
+
+/* The VALUES batch statement of n rows in form f: "INSERT ... VALUES (row 1), ..., (row n)
+ * ON CONFLICT DO NOTHING RETURNING the keys". Malloc'd (the caller frees), or NULL when out
+ * of memory. */
+static char *values_sql(const struct values_form *f, size_t n)
+{
+    static const char tail[] = ON_CONFLICT RETURNING_KEYS;
+    size_t i, dollars = 0;
+    const char *c;
+    char *sql, *p;
+
+    for (c = f->row; *c; c++)
+        dollars += *c == '$';
+    /* each parameter number grows to at most 4 digits more (the _Static_assert above) */
+    if (!(sql = malloc(strlen(f->cols) + sizeof " VALUES " + n * (strlen(f->row) + dollars * 4 + 2) + sizeof tail)))
+        return NULL;
+    p = sql + sprintf(sql, "%s VALUES ", f->cols);
+    for (i = 0; i < n; i++) {
+        if (i) {
+            memcpy(p, ", ", 2);
+            p += 2;
+        }
+        p = put_row(p, f->row, (int)i * f->row_nparams);
+    }
+    memcpy(p, tail, sizeof tail);
+    return sql;
+}
+
+/* Sends the VALUES batch statement for rows[0..n) (unordered) on the open connection: each
+ * row's fields as its tuple's parameters, binary, jsonb with its version byte. An unnamed
+ * statement: its text depends on n, so nothing is prepared and nothing accumulates on the
+ * server. Starts a's deadline. */
+static enum trip values_send(struct wi_store *s, const struct values_form *f, const struct wi_store_row *rows,
+                             size_t n, struct attempt *a, struct wi_err *err)
+{
+    const size_t total = n * (size_t)f->row_nparams;
+    const char **values = calloc(total, sizeof *values);
+    int *lengths = calloc(total, sizeof *lengths), *formats = calloc(total, sizeof *formats);
+    Oid *types = calloc(total, sizeof *types);
+    char *sql = values_sql(f, n), *jsonb = NULL, *p;
+    size_t jsonb_bytes = 0, bytes = 0, k, len;
+    enum trip t = TRIP_FAIL;
+
+    if (!values || !lengths || !formats || !types || !sql) {
+        set_err(s, err, WI_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (k = 0; k < total; k++) {
+        int col = (int)(k % (size_t)f->row_nparams);
+        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], col, &len);
+        jsonb_bytes += v && IS_JSONB(col) ? len + 1 : 0;
+        bytes += 4 + (v ? len + IS_JSONB(col) : 0);
+    }
+    if (bytes > 0x3fffffff) { /* the server's limit on a Bind message */
+        set_err(s, err, WI_ERR_ARG, "batch too large");
+        goto done;
+    }
+    if (jsonb_bytes && !(jsonb = malloc(jsonb_bytes))) {
+        set_err(s, err, WI_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (k = 0, p = jsonb; k < total; k++) {
+        int col = (int)(k % (size_t)f->row_nparams);
+        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], col, &len);
+
+        if (v && IS_JSONB(col)) {
+            *p = 1; /* jsonb binary format: version 1, then the JSON text */
+            memcpy(p + 1, v, len);
+            v = p;
+            p += ++len;
+        }
+        types[k] = PARAM_TYPES[col];
+        formats[k] = 1;
+        values[k] = v;
+        lengths[k] = v ? (int)len : 0;
+    }
+    start_attempt(s, a);
+    t = sent(s, a, PQsendQueryParams(s->conn, sql, (int)total, types, values, lengths, formats, 0), err);
+done:
+    free(values);
+    free(lengths);
+    free(formats);
+    free(types);
+    free(sql);
+    free(jsonb);
+    return t;
+}
+
+/* Sends the batch statement for rows[0..n): the VALUES form when the session asked for it,
+ * n <= VALUES_MAX_ROWS and no row is ordered (an ordered row's derivation costs a planning
+ * per VALUES row: see ORDER_AT), else BATCH_SQL. Starts a's deadline. */
+static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
+                            struct attempt *a, struct wi_err *err)
+{
+    const struct values_form *f = NULL;
+    size_t i;
+
+    for (i = 0; s->values_batches && n <= VALUES_MAX_ROWS && i < sizeof VALUES_FORMS / sizeof VALUES_FORMS[0]; i++)
+        if (VALUES_FORMS[i].nparams == s->nparams)
+            f = &VALUES_FORMS[i];
+    for (i = 0; f && s->nparams == NPARAMS && i < n; i++)
+        if (rows[i].order_key)
+            f = NULL;
+    return f ? values_send(s, f, rows, n, a, err) : arrays_send(s, rows, n, a, err);
 }
 
 /* 1 when row r has the key of result row k (source_scope, event_id as text). */
@@ -972,6 +1137,12 @@ int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, s
         }
     }
     return 0;
+}
+
+void wi_store_set_values_batches(struct wi_store *s, int on)
+{
+    if (s)
+        s->values_batches = on ? 1 : 0;
 }
 
 void wi_store_interrupt(struct wi_store *s)

@@ -82,8 +82,9 @@ int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
 #define WI_STORE_BATCH_MAX 1000 /* rows in one wi_store_insert_batch */
 
 /* Inserts rows[0..n) (n <= WI_STORE_BATCH_MAX) in one statement and one commit: the rows
- * as arrays, unnested, ON CONFLICT DO NOTHING RETURNING the keys inserted. outs[i] is row
- * i's result, as wi_store_insert would give it; of two rows with the same key the first
+ * as arrays, unnested (or as VALUES rows: wi_store_set_values_batches), ON CONFLICT DO
+ * NOTHING RETURNING the keys inserted. outs[i] is row i's result, as wi_store_insert would
+ * give it; of two rows with the same key the first
  * is inserted (if the key is new) and the second is a duplicate. Rows are sent as given:
  * the caller sets raw/quarantined/last_error for payloads it knows jsonb refuses.
  * A bad row never fails its neighbours: when the server refuses the batch - at the
@@ -101,6 +102,16 @@ int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
  * Called without the GVL. */
 int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, size_t n,
                           struct wi_store_result *outs, struct wi_err *err);
+
+/* on: a batch of unordered rows (up to 32) goes as one multi-row INSERT ... VALUES instead
+ * of arrays.
+ * Citus routes that statement to the shard of its rows (one hop, as a one-row receipt),
+ * while it runs the arrays form's INSERT ... SELECT through the coordinator; on one node the
+ * arrays form is the cheaper one (VALUES is parsed and planned per statement). Same rows, same
+ * results. A larger batch, or one with an ordered row, keeps the arrays form (planned once;
+ * the derivation runs once there, not per VALUES row). Off by default; set before the first
+ * batch. */
+void wi_store_set_values_batches(struct wi_store *s, int on);
 
 /* Makes the wi_store_insert/wi_store_connect in progress on another thread - or, if none
  * is, the next one - return WI_STORE_EINTR within ~50 ms; that return consumes it.

@@ -64,6 +64,34 @@ RSpec.describe "the sidecar's batches on Citus" do
     expect(runs("t")).to eq("20|20|0") # run from the coordinator
   end
 
+  # The sidecar's call for a shard of a worker without Citus metadata is not pushed down: it
+  # runs on the coordinator, where the shard is not a local table, and takes
+  # webhook_inbox_dispatch_shard's fallback (webhook_inbox_citus_dispatch_batch through the
+  # coordinator: the due rows of one scope, of whichever shard).
+  it "claims through the coordinator for a worker without Citus metadata, the other worker's batches still pushed down" do
+    worker = cluster.workers.first
+    receive("m", 200)
+    # the node keeps its copy of the metadata (its shards' triggers use it); the coordinator no
+    # longer counts it as a node with metadata, so Citus pushes no call down to it
+    sql("SELECT stop_metadata_sync_to_node('127.0.0.1', #{worker.port}, clear_metadata := false)")
+    out, st = Open3.capture2e(SidecarHelper.binary, "run", "--once", "--database-url", cluster.url, "--concurrency", "1",
+                              "--batch-size", "20", "--log-events=false", "--log-level", "warn")
+    expect(st).to be_success, out
+    expect(sql("SELECT count(*) FILTER (WHERE status = 'done') FROM webhook_inbox WHERE event_id LIKE 'm\\_%'")).to eq("200")
+    expect(runs("m")).to match(/\A200\|200\|\d+\z/) # each handler once
+    # "events on the worker without metadata|of them run on the coordinator|the other worker's run on it"
+    expect(sql("SELECT count(*) FILTER (WHERE node = #{worker.port}) || '|' || count(*) FILTER (WHERE node = #{worker.port} AND port IS NULL) " \
+               "|| '|' || (count(*) FILTER (WHERE node <> #{worker.port} AND port = node) > 0) FROM (SELECT r.port, (SELECT p.nodeport " \
+               "FROM pg_dist_shard_placement p WHERE p.shardid = get_shard_id_for_distribution_column('webhook_inbox', r.source_scope)) AS node " \
+               "FROM delegate_runs r WHERE r.event_id LIKE 'm\\_%') x"))
+      .to match(/\A(\d+)\|\1\|true\z/)
+    expect(Integer(sql("SELECT count(*) FROM delegate_runs r WHERE r.event_id LIKE 'm\\_%' AND (SELECT p.nodeport FROM pg_dist_shard_placement p " \
+                       "WHERE p.shardid = get_shard_id_for_distribution_column('webhook_inbox', r.source_scope)) = #{worker.port}")))
+      .to be_positive # the worker without metadata had events
+  ensure
+    sql("SELECT start_metadata_sync_to_node('127.0.0.1', #{worker.port})") if worker
+  end
+
   it "takes up the shards of a split while it runs (the keys loaded again when idle)" do
     bin = SidecarHelper.binary
     log = File.join(cluster.coordinator.dir, "delegate_split.log")
@@ -110,6 +138,22 @@ RSpec.describe "the sidecar's batches on Citus" do
     expect(sql("SELECT string_agg(executor || ' ' || coalesce(partition_key, '-') || ' ' || calls, ',' ORDER BY partition_key) " \
                "FROM citus_stat_statements WHERE query LIKE 'INSERT INTO webhook_inbox %'")).to eq("adaptive route_1 1,adaptive route_2 1")
     expect(sql("SELECT count(*) FILTER (WHERE ordering_key IS NOT NULL) || '/' || count(*) FROM webhook_inbox WHERE event_id IN ('r1', 'r2')")).to eq("1/2")
+  ensure
+    inbox&.close
+  end
+
+  it "routes a group-commit batch of one scope straight to its shard (multi-row VALUES; the arrays' INSERT ... SELECT went through the coordinator)" do
+    sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT citus_stat_statements_reset()")
+    inbox = WebhookInbox::Inbox.new(database_url: cluster.url, pool_size: 2, group_by_scope: true)
+    batch = ->(scope, n) { Array.new(n) { |i| [scope, "#{scope}_#{i}", "delegate.x", %({"i": #{i}}), false, false, nil, nil] } }
+    codes = inbox.with_connection { |c| [c.insert_batch(batch.("batch_1", 3)), c.insert_batch(batch.("batch_2", 5) + batch.("batch_2", 1))] }
+    expect(codes).to eq([[1, 1, 1], [1, 1, 1, 1, 1, 0]]) # the last row repeats the first key: a duplicate
+    # the leader's batch of concurrent receipts (group_by_scope: one scope a batch)
+    Array.new(16) { |t| Thread.new { 5.times { |i| inbox.insert(source_scope: "batch_3", event_id: "c_#{t}_#{i}", event_type: "delegate.x", payload: "{}") } } }.each(&:join)
+    expect(sql("SELECT string_agg(DISTINCT executor || ' ' || coalesce(partition_key, '-'), ',') " \
+               "FROM citus_stat_statements WHERE query LIKE 'INSERT INTO webhook_inbox %RETURNING source_scope, event_id'"))
+      .to match(/\Aadaptive batch_1,adaptive batch_2(,adaptive batch_3)?\z/) # never insert-select through the coordinator
+    expect(sql("SELECT count(*) FROM webhook_inbox WHERE source_scope IN ('batch_1', 'batch_2', 'batch_3')")).to eq("#{3 + 5 + 80}")
   ensure
     inbox&.close
   end

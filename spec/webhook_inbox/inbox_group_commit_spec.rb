@@ -98,53 +98,56 @@ RSpec.describe WebhookInbox::Inbox, "group commit" do
     inbox&.close
   end
 
-  it "stores a batch with rows jsonb refuses exactly as single inserts would, the others untouched" do
-    # A payload the client-side check passes but the server refuses (class 22) - here by a
-    # trigger, as a jsonb limit the check does not know would - sends the batch row by row.
-    pg.psql(<<~SQL)
-      CREATE OR REPLACE FUNCTION wi_spec_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF NEW.source_scope = '#{scope}' AND NEW.payload ? 'refuse' THEN
-          RAISE EXCEPTION 'refused' USING ERRCODE = '22P02';
-        END IF;
-        RETURN NEW;
-      END $$;
-      CREATE TRIGGER wi_spec_refuse BEFORE INSERT ON webhook_inbox FOR EACH ROW EXECUTE FUNCTION wi_spec_refuse();
-    SQL
-    inbox = described_class.new(database_url: pg.url, pool_size: 1)
-    rows = [
-      ["ok_1", %({"a": 1}), false, false, nil],
-      ["bad_json", "{not json", false, false, nil],
-      ["nul", %({"a": "\\u0000"}), false, false, nil],
-      ["form", "a=1&b=2", true, false, nil],
-      ["quarantined", "{}", false, true, "unknown account"],
-      ["ok_1", %({"a": 2}), false, false, nil], # the same key again in the batch
-      ["ok_2", %({"b": 2}), false, false, nil]
-    ]
-    batch = ->(list) { list.map { |id, payload, raw, q, err| [scope, id, "t", payload, raw, q, err, %({"x-id": "#{id}"})] } }
-    codes = inbox.with_connection { |c| c.insert_batch(batch.(rows)) }
-    # bit 0 inserted, bit 1 stored raw, bit 2 quarantined
-    expect(codes).to eq([1, 7, 7, 3, 5, 0, 1])
-    refused = rows + [["refused", %({"refuse": true}), false, false, nil], ["ok_3", "{}", false, false, nil]]
-    codes = inbox.with_connection { |c| c.insert_batch(batch.(refused)) }
-    expect(codes).to eq([0, 6, 6, 2, 4, 0, 0, 7, 1])
-    stored = inbox_rows(pg, scope).to_h { |r| [r[:event_id], r.values_at(:status, :payload, :raw_body, :last_error)] }
-    expect(stored).to eq(
-      "ok_1" => ["pending", %({"a": 1}), "", ""], "ok_2" => ["pending", %({"b": 2}), "", ""],
-      "ok_3" => ["pending", "{}", "", ""],
-      "bad_json" => ["quarantined", "", "{not json", "payload is not valid JSON"],
-      "nul" => ["quarantined", "", %({"a": "\\\\u0000"}), "payload is not valid JSON"],
-      "form" => ["pending", "", "a=1&b=2", ""], "quarantined" => ["quarantined", "{}", "", "unknown account"],
-      "refused" => ["quarantined", "", %({"refuse": true}), "payload is not valid JSON"]
-    )
-    # Each row keeps its own headers, but the one the server refused: its raw retry leaves
-    # them out too, as they might have been the cause.
-    headers = pg.psql("SELECT event_id || '=' || coalesce(request_headers->>'x-id', 'NULL') FROM webhook_inbox " \
-                      "WHERE source_scope = '#{scope}' ORDER BY event_id").split("\n")
-    expect(headers).to eq(%w[bad_json=bad_json form=form nul=nul ok_1=ok_1 ok_2=ok_2 ok_3=ok_3 quarantined=quarantined refused=NULL])
-  ensure
-    pg.psql("DROP TRIGGER IF EXISTS wi_spec_refuse ON webhook_inbox; DROP FUNCTION IF EXISTS wi_spec_refuse()")
-    inbox&.close
+  # Both batch statements: arrays (the default), VALUES rows (group_by_scope, for Citus).
+  { "arrays" => false, "VALUES rows" => true }.each do |form, by_scope|
+    it "stores a batch with rows jsonb refuses exactly as single inserts would, the others untouched (#{form})" do
+      # A payload the client-side check passes but the server refuses (class 22) - here by a
+      # trigger, as a jsonb limit the check does not know would - sends the batch row by row.
+      pg.psql(<<~SQL)
+        CREATE OR REPLACE FUNCTION wi_spec_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.source_scope = '#{scope}' AND NEW.payload ? 'refuse' THEN
+            RAISE EXCEPTION 'refused' USING ERRCODE = '22P02';
+          END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER wi_spec_refuse BEFORE INSERT ON webhook_inbox FOR EACH ROW EXECUTE FUNCTION wi_spec_refuse();
+      SQL
+      inbox = described_class.new(database_url: pg.url, pool_size: 1, group_by_scope: by_scope)
+      rows = [
+        ["ok_1", %({"a": 1}), false, false, nil],
+        ["bad_json", "{not json", false, false, nil],
+        ["nul", %({"a": "\\u0000"}), false, false, nil],
+        ["form", "a=1&b=2", true, false, nil],
+        ["quarantined", "{}", false, true, "unknown account"],
+        ["ok_1", %({"a": 2}), false, false, nil], # the same key again in the batch
+        ["ok_2", %({"b": 2}), false, false, nil]
+      ]
+      batch = ->(list) { list.map { |id, payload, raw, q, err| [scope, id, "t", payload, raw, q, err, %({"x-id": "#{id}"})] } }
+      codes = inbox.with_connection { |c| c.insert_batch(batch.(rows)) }
+      # bit 0 inserted, bit 1 stored raw, bit 2 quarantined
+      expect(codes).to eq([1, 7, 7, 3, 5, 0, 1])
+      refused = rows + [["refused", %({"refuse": true}), false, false, nil], ["ok_3", "{}", false, false, nil]]
+      codes = inbox.with_connection { |c| c.insert_batch(batch.(refused)) }
+      expect(codes).to eq([0, 6, 6, 2, 4, 0, 0, 7, 1])
+      stored = inbox_rows(pg, scope).to_h { |r| [r[:event_id], r.values_at(:status, :payload, :raw_body, :last_error)] }
+      expect(stored).to eq(
+        "ok_1" => ["pending", %({"a": 1}), "", ""], "ok_2" => ["pending", %({"b": 2}), "", ""],
+        "ok_3" => ["pending", "{}", "", ""],
+        "bad_json" => ["quarantined", "", "{not json", "payload is not valid JSON"],
+        "nul" => ["quarantined", "", %({"a": "\\\\u0000"}), "payload is not valid JSON"],
+        "form" => ["pending", "", "a=1&b=2", ""], "quarantined" => ["quarantined", "{}", "", "unknown account"],
+        "refused" => ["quarantined", "", %({"refuse": true}), "payload is not valid JSON"]
+      )
+      # Each row keeps its own headers, but the one the server refused: its raw retry leaves
+      # them out too, as they might have been the cause.
+      headers = pg.psql("SELECT event_id || '=' || coalesce(request_headers->>'x-id', 'NULL') FROM webhook_inbox " \
+                        "WHERE source_scope = '#{scope}' ORDER BY event_id").split("\n")
+      expect(headers).to eq(%w[bad_json=bad_json form=form nul=nul ok_1=ok_1 ok_2=ok_2 ok_3=ok_3 quarantined=quarantined refused=NULL])
+    ensure
+      pg.psql("DROP TRIGGER IF EXISTS wi_spec_refuse ON webhook_inbox; DROP FUNCTION IF EXISTS wi_spec_refuse()")
+      inbox&.close
+    end
   end
 
   it "mixes invalid JSON into concurrent batches without failing the valid rows" do

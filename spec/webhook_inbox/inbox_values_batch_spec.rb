@@ -1,0 +1,108 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require_relative "../support/receiver_helpers"
+
+# The VALUES batch (Connection.new's 4th argument, which group_by_scope sets for Citus): a
+# group-commit batch of unordered rows as one multi-row INSERT ... VALUES instead of the
+# arrays' INSERT ... SELECT FROM unnest. On one node it must store and answer exactly what
+# the arrays form does; pg_stat_statements tells which statement ran.
+RSpec.describe WebhookInbox::Inbox, "VALUES batches" do
+  include ReceiverHelpers
+
+  before(:all) do
+    @pg = ThrowawayPostgres.new(settings: { "shared_preload_libraries" => "pg_stat_statements" })
+    ReceiverHelpers.apply_schema(@pg)
+    @pg.psql("CREATE EXTENSION pg_stat_statements")
+  end
+  after(:all) { @pg&.destroy }
+
+  def connection(values)
+    WebhookInbox::Inbox::Connection.new(@pg.url, 5000, 5000, values)
+  end
+
+  # Every column a receipt sets, times relative to received_at (the statement's now()).
+  def stored(scope)
+    @pg.psql(<<~SQL).split("\n")
+      SELECT concat_ws('|', event_id, event_type, status, payload::text, encode(raw_body, 'hex'), last_error,
+                       request_headers::text, ordering_key, ordering_at, next_attempt_at - received_at,
+                       processed_at - received_at, attempts, attempt_log::text)
+        FROM webhook_inbox WHERE source_scope = '#{scope}' ORDER BY event_id
+    SQL
+  end
+
+  # Batch statements since the last reset: "values" or "arrays", with calls and rows.
+  def batch_statements
+    @pg.psql("SELECT form || ' ' || sum(calls) || ' ' || sum(rows) FROM (SELECT calls, rows, " \
+             "CASE WHEN query LIKE '%unnest%' THEN 'arrays' ELSE 'values' END AS form FROM pg_stat_statements " \
+             "WHERE query LIKE 'INSERT INTO webhook_inbox%RETURNING source_scope, event_id') s GROUP BY form ORDER BY form").split("\n")
+  end
+
+  def rows(scope)
+    [
+      ["a", %({"id": "a", "n": 1.50, "s": "\u00e9\u4e2d"}), false, false, nil, %({"x-id": "a"})],
+      ["old", %({"id": "old"}), false, false, nil, nil], # stored before: a duplicate
+      ["form", "a=1&b=%00", true, false, nil, nil], # raw: raw_body, pending
+      ["q", "{}", false, true, "unknown account", %({"x-id": "q"})], # quarantined with its reason
+      ["a", %({"id": "a", "again": true}), false, false, nil, nil], # the same key again in the batch
+      ["b", "[1, 2]", false, false, nil, nil]
+    ].map { |id, payload, raw, quarantined, err, headers| [scope, id, "t.x", payload, raw, quarantined, err, headers] }
+  end
+
+  it "stores and answers a batch exactly as the arrays form, in one VALUES statement" do
+    codes = { false => "arrays", true => "values" }.to_h do |values, tag|
+      scope = unique_scope(tag)
+      conn = connection(values)
+      conn.insert(scope, "old", "t.x", %({"id": "old", "first": true}), false, false, nil, nil)
+      @pg.psql("SELECT pg_stat_statements_reset()")
+      answer = conn.insert_batch(rows(scope))
+      expect(batch_statements).to eq(["#{tag} 1 4"]) # one statement, four rows inserted
+      conn.close
+      [tag, [answer, stored(scope)]]
+    end
+    expect(codes["values"]).to eq(codes["arrays"])
+    expect(codes["values"][0]).to eq([1, 0, 3, 5, 0, 1]) # bit 0 inserted, bit 1 stored raw, bit 2 quarantined
+    expect(codes["values"][1].size).to eq(5)
+  end
+
+  it "numbers the parameters of the largest VALUES batch (32 rows); a larger batch goes as arrays" do
+    conn = connection(true)
+    @pg.psql("SELECT pg_stat_statements_reset()")
+    { 32 => unique_scope("v32"), 33 => unique_scope("v33") }.each do |n, scope|
+      answer = conn.insert_batch(Array.new(n) { |i| [scope, "e#{i}", "t", %({"i": #{i}}), false, i == 7, nil, %({"h": "#{i}"})] })
+      expect(answer).to eq(Array.new(n) { |i| i == 7 ? 5 : 1 })
+      expect(@pg.psql("SELECT count(*) FILTER (WHERE payload->>'i' = substr(event_id, 2) AND request_headers->>'h' = payload->>'i') " \
+                      "FROM webhook_inbox WHERE source_scope = '#{scope}'").chomp).to eq(n.to_s)
+    end
+    expect(batch_statements).to eq(["arrays 1 33", "values 1 32"])
+  ensure
+    conn&.close
+  end
+
+  it "keeps the arrays form for a batch with an ordered row (its key derived once, not per VALUES row)" do
+    scope = unique_scope("ordered")
+    conn = connection(true)
+    @pg.psql("SELECT pg_stat_statements_reset()")
+    body = ->(id) { %({"id": "#{id}", "created": 1700000000, "data": {"object": {"id": "cus_1"}}}) }
+    answer = conn.insert_batch([[scope, "o1", "t", body.("o1"), false, false, nil, nil, ["data.object.id", "created"]],
+                                [scope, "u1", "t", body.("u1"), false, false, nil, nil]])
+    expect(answer).to eq([1, 1])
+    expect(batch_statements).to eq(["arrays 1 2"])
+    expect(@pg.psql("SELECT string_agg(event_id || '=' || coalesce(ordering_key, '-'), ',' ORDER BY event_id) " \
+                    "FROM webhook_inbox WHERE source_scope = '#{scope}'").chomp).to eq("o1=cus_1,u1=-")
+  ensure
+    conn&.close
+  end
+
+  it "is what an Inbox with group_by_scope sends; the default sends arrays" do
+    { false => "arrays", true => "values" }.each do |by_scope, tag|
+      inbox = described_class.new(database_url: @pg.url, pool_size: 1, group_by_scope: by_scope)
+      scope = unique_scope(tag)
+      @pg.psql("SELECT pg_stat_statements_reset()")
+      inbox.with_connection { |c| c.insert_batch([[scope, "x", "t", "{}", false, false, nil, nil], [scope, "y", "t", "{}", false, false, nil, nil]]) }
+      expect(batch_statements).to eq(["#{tag} 1 2"])
+    ensure
+      inbox&.close
+    end
+  end
+end
