@@ -74,19 +74,24 @@ module WebhookInbox
                         x: b64.call(point[1, 32]), y: b64.call(point[33, 32]), created_at: Time.now.to_i, expired_at: nil)
         end
 
-        # A self-signed certificate valid a day either side of now, as "WEBHOOK_ID:CERT_ID:<PEM>".
+        # A fresh key with a certificate valid a day either side of now.
         def paypal
-          key = OpenSSL::PKey::RSA.new(2048)
-          signing = PaypalKey.new(key, "WH#{hex(8).upcase}", "CERT-#{hex(4)}-#{hex(4)}")
+          signing = PaypalKey.new(OpenSSL::PKey::RSA.new(2048), "WH#{hex(8).upcase}", "CERT-#{hex(4)}-#{hex(4)}")
+          [signing, paypal_secret(signing, not_before: Time.now - 86_400, not_after: Time.now + 86_400)]
+        end
+
+        # The PayPal secret "WEBHOOK_ID:CERT_ID:<PEM>" for a PaypalKey: a certificate of its key,
+        # self-signed, valid from not_before to not_after (Times).
+        def paypal_secret(signing, not_before:, not_after:)
           cert = OpenSSL::X509::Certificate.new
           cert.version = 2
           cert.serial = 1
           cert.subject = cert.issuer = OpenSSL::X509::Name.parse("/CN=messageverificationcerts.paypal.com")
-          cert.public_key = key
-          cert.not_before = Time.now - 86_400
-          cert.not_after = Time.now + 86_400
-          cert.sign(key, OpenSSL::Digest.new("SHA256"))
-          [signing, "#{signing.webhook_id}:#{signing.cert_id}:#{cert.to_pem.strip}"]
+          cert.public_key = signing.rsa
+          cert.not_before = not_before
+          cert.not_after = not_after
+          cert.sign(signing.rsa, OpenSSL::Digest.new("SHA256"))
+          "#{signing.webhook_id}:#{signing.cert_id}:#{cert.to_pem.strip}"
         end
       end
     end

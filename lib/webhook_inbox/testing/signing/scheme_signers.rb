@@ -52,13 +52,15 @@ module WebhookInbox
 
         # PayPal: RSA-SHA256 over transmission id|time|webhook id|CRC-32 of the body, by the
         # certificate's key. secret: the Signing::PaypalKey Signing.keypair(:paypal) made.
-        def paypal(body, secret:, timestamp: Time.now.to_i, transmission_id: nil)
-          time = Time.at(timestamp.to_i).utc.iso8601
+        # transmission_time: the time as sent (default timestamp: in ISO 8601, UTC); cert_url:
+        # default PayPal's live endpoint for the key's certificate id.
+        def paypal(body, secret:, timestamp: Time.now.to_i, transmission_id: nil, transmission_time: nil, cert_url: nil)
+          time = transmission_time || Time.at(timestamp.to_i).utc.iso8601
           tid = transmission_id || "tid-#{sha256("#{time}#{body}")[0, 24]}"
           sig = secret.rsa.sign("SHA256", [tid, time, secret.webhook_id, Zlib.crc32(body)].join("|"))
           json(:paypal, body, "PAYPAL-TRANSMISSION-ID" => tid, "PAYPAL-TRANSMISSION-TIME" => time,
                               "PAYPAL-TRANSMISSION-SIG" => Base64.strict_encode64(sig), "PAYPAL-AUTH-ALGO" => "SHA256withRSA",
-                              "PAYPAL-CERT-URL" => "https://api.paypal.com/v1/notifications/certs/#{secret.cert_id}")
+                              "PAYPAL-CERT-URL" => cert_url || "https://api.paypal.com/v1/notifications/certs/#{secret.cert_id}")
         end
 
         def jwt(header, claims)
