@@ -100,6 +100,7 @@ module ReplayMutations
     return [] if signed_paths == [] # nothing in the body is signed: any body is another event
 
     out = [with(d, "body with a trailing newline", false, body: "#{d.body}\n")]
+    out << with(d, "body's hex upper-case", false, body: d.body.gsub(/\h{32,}/, &:upcase)) if d.body.match?(/\h{32,}/)
     if form?(d) then out + form_mutations(d, signed_paths)
     elsif (doc = parse_json(d.body)) then out + json_mutations(d, doc, signed_paths)
     else out

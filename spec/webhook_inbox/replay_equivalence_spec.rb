@@ -57,8 +57,9 @@ RSpec.describe "Replay equivalence" do
       end
 
       it "refuses every change to what the signature covers" do
-        accepted = tried(samples, signed: true).reject { |*, got| got == :refused }
-                                                .map { |s, m, _, got| "#{s.name}: #{m.name}: verified as #{shown(got)}" }
+        runs = tried(samples, signed: true)
+        expect(runs).not_to be_empty # every scheme signs something: at least its signature header or field
+        accepted = runs.reject { |*, got| got == :refused }.map { |s, m, _, got| "#{s.name}: #{m.name}: verified as #{shown(got)}" }
         expect(accepted).to be_empty, "#{accepted.size} changes to signed content of #{provider} verified:\n  #{accepted.join("\n  ")}"
       end
     end
@@ -92,8 +93,8 @@ RSpec.describe "Replay equivalence" do
           replays = ReplayMutations.for(s.delivery).reject(&:signed).select { |m| outcome(s, m.delivery) != :refused }
           replays.each do |m|
             r = receiver.receive(m.delivery.body, m.delivery.rack_env)
-            single = r.status == :duplicate || (original.size > 1 && r.http_status == 200)
-            failures << "#{s.name}: #{m.name}: answered #{r.http_status} #{r.status}" unless r.http_status == 200 && single
+            # a new row is :accepted (whatever a receipt of several events answers, the rows below tell)
+            failures << "#{s.name}: #{m.name}: answered #{r.http_status} #{r.status}" if r.http_status != 200 || r.status == :accepted
           end
           extra = stored_ids(scope) - original
           failures << "#{s.name}: stored #{extra.size} more events: #{extra.first(5).inspect}" if extra.any?
