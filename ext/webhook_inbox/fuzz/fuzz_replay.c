@@ -35,6 +35,7 @@ struct scheme {
     char id[256], type[128]; /* the original's event */
     struct wi_sig_verifier *v;
     int enabled;
+    unsigned long tried, verified; /* mutated deliveries, and those that still verified */
 };
 
 static struct scheme schemes[] = {
@@ -246,6 +247,15 @@ static int verify(const struct scheme *s, const char *body, size_t n, char *id, 
     return 0;
 }
 
+/* At exit: how many changed deliveries of each scheme still verified (the oracle's reach). */
+static void report(void)
+{
+    for (size_t i = 0; i < NSCHEMES; i++)
+        if (schemes[i].tried)
+            fprintf(stderr, "fuzz_replay: %s: %lu of %lu changed deliveries verified, each as the original event\n",
+                    schemes[i].provider, schemes[i].verified, schemes[i].tried);
+}
+
 static void setup(void)
 {
     const char *only = getenv("WI_FUZZ_REPLAY");
@@ -259,6 +269,7 @@ static void setup(void)
         if (verify(s, s->body, s->body_n, s->id, s->type)) die("a delivery signed here is refused");
         s->enabled = !only || strstr(only, s->provider) != NULL;
     }
+    atexit(report);
 }
 
 /* ---- the ops: each edits buf[0..*n) in place, within BUF_MAX; a no-op when it does not apply */
@@ -438,7 +449,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char id[256], type[128];
     if (!schemes[0].v) setup();
     if (size < 1) return 0;
-    const struct scheme *s = &schemes[data[0] % NSCHEMES];
+    struct scheme *s = &schemes[data[0] % NSCHEMES];
     if (!s->enabled) return 0;
     size_t n = s->body_n;
     memcpy(buf, s->body, n);
@@ -451,7 +462,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         apply(s, buf, &n, data[i], data[i + 1], data[i + 2]);
     }
+    s->tried++;
     if (verify(s, buf, n, id, type)) return 0; /* refused */
+    s->verified++;
     if (strcmp(id, s->id) || (s->type_signed && strcmp(type, s->type))) {
         fprintf(stderr, "fuzz_replay: %s replay verified as another event: id %s type %s (the original: %s %s)\nbody: %.*s\n",
                 s->provider, id, type, s->id, s->type, (int)n, buf);
