@@ -59,7 +59,6 @@ RSpec.describe WebhookInbox::Testing::Signing do
       require "minitest/autorun"
       require "webhook_inbox"
       require "webhook_inbox/testing/minitest"
-      ActiveSupport.run_load_hooks(:active_support_test_case, ActiveSupport::TestCase)
       class KitTest < ActiveSupport::TestCase
         test "signs with a generated SendGrid key" do
           keys = webhook_keypair(:sendgrid)

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "openssl"
+require "webhook_inbox"
 require "base64"
 require_relative "signing/delivery"
 require_relative "signing/table_signer"
