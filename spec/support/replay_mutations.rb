@@ -208,6 +208,7 @@ module ReplayMutations
            with(d, "form %20 as '+'", false, body: d.body.gsub("%20", "+")),
            with(d, "form digits as %3X escapes", false, body: join.call(pairs.map { |k, v| [k, v && escape(v, /\d/)] })),
            with(d, "form names' letters escaped", false, body: join.call(pairs.map { |k, v| [escape(k, /[a-z_]/), v] })),
+           with(d, "form values' letters escaped", false, body: join.call(pairs.map { |k, v| [k, v && escape(v, /[a-z]/)] })),
            with(d, "form escapes lower-case", false, body: d.body.gsub(/%\h\h/, &:downcase)),
            with(d, "form escapes upper-case", false, body: d.body.gsub(/%\h\h/, &:upcase)),
            with(d, "form with empty items", false, body: "&#{join.call(pairs).gsub("&", "&&")}&"),
