@@ -4,7 +4,7 @@ require "json"
 require "uri"
 
 # ReplayMutations - every change to a signed delivery that a sender of a replay can make: to
-# the headers (names' case, values' spacing and hex case, headers added, removed or changed,
+# the URL it is sent to (port, escapes, query: for providers that sign it), to the headers (names' case, values' spacing and hex case, headers added, removed or changed,
 # signature lists grown), to a JSON body (re-spaced, keys reordered, re-escaped, fields added,
 # removed or changed, batch items duplicated, split, dropped or reordered) and to a form body
 # (pairs reordered, '+' and %20, %31 for 1, escapes' case, empty items, pairs added, removed
@@ -40,7 +40,21 @@ module ReplayMutations
 
   def for(delivery)
     entry = WebhookInbox::Verifier::PROVIDERS.fetch(delivery.provider)
-    header_mutations(delivery, entry) + body_mutations(delivery)
+    header_mutations(delivery, entry) + body_mutations(delivery) + url_mutations(delivery, entry)
+  end
+
+  # ---- the URL a URL-signed provider called (Twilio, Square, HubSpot)
+
+  def url_mutations(d, entry)
+    return [] unless entry[:template].include?("{url}")
+
+    at = ->(name, url) { Mutation.new(name: name, signed: false, delivery: d.dup.tap { |x| x.url = url }) }
+    uri = URI(d.url)
+    out = [at.call("URL with its default port", d.url.sub(uri.host, "#{uri.host}:#{uri.default_port}")),
+           at.call("URL path letters escaped", d.url.sub(uri.path, escape(uri.path, /[a-z]/))),
+           at.call("URL with a query parameter added", "#{d.url}#{uri.query ? "&" : "?"}replay=1")]
+    out << at.call("URL query escapes lower-case", d.url.sub(uri.query, uri.query.gsub(/%\h\h/, &:downcase))) if uri.query&.include?("%")
+    out
   end
 
   def with(d, name, signed, body: d.body, headers: d.headers)

@@ -9,11 +9,11 @@ module WebhookInbox
       # inside it: Mailgun, Paddle Classic, Braintree, Adyen), headers, and the URL and method
       # it was sent to (signed by Twilio, Square and HubSpot).
       Delivery = Struct.new(:provider, :body, :headers, :url, :method, keyword_init: true) do
-        # A Rack env for the request (headers as HTTP_*, the URL's host, path and query), for
+        # A Rack env for the request (headers as HTTP_*, the URL's host as written, path and query), for
         # Verifier#verify, Receiver#receive or a Rack app.
         def rack_env
           uri = URI(url)
-          env = { "REQUEST_METHOD" => method, "rack.url_scheme" => uri.scheme, "HTTP_HOST" => uri.host + port_suffix(uri),
+          env = { "REQUEST_METHOD" => method, "rack.url_scheme" => uri.scheme, "HTTP_HOST" => url[%r{\A[a-z]+://([^/?#]*)}i, 1],
                   "SCRIPT_NAME" => "", "PATH_INFO" => uri.path, "QUERY_STRING" => uri.query.to_s,
                   "CONTENT_LENGTH" => body.bytesize.to_s }
           headers.each do |k, v|
@@ -24,10 +24,6 @@ module WebhookInbox
         end
 
         def to_a = [body, headers]
-
-        private
-
-        def port_suffix(uri) = uri.port == uri.default_port ? "" : ":#{uri.port}"
       end
 
       # What a test needs to sign and verify for one provider: signing_key is what the signer
