@@ -16,7 +16,7 @@ namespace :verify do
     sh "make", "-s", "-C", "#{dir}/test", "asan"
   end
 
-  desc "libFuzzer runs of the header parsers/verifier, the generic :hmac scheme and the canonicalizer (FUZZ_TIME s each)"
+  desc "libFuzzer runs of the header parsers/verifier, the generic :hmac scheme, the canonicalizer and the replay oracle (FUZZ_TIME s each)"
   task :fuzz do
     # bin/setup installs clang-14 and libclang-rt-14-dev; a missing fuzzer is a failure, not a skip.
     abort "verify:fuzz: clang-14 not found (run bin/setup)" unless system("command -v clang-14 >/dev/null 2>&1")

@@ -3,6 +3,7 @@
 require "spec_helper"
 require "pg"
 require "openssl"
+require "webhook_inbox/testing"
 require "base64"
 require "rack/mock"
 require "securerandom"
@@ -39,8 +40,8 @@ RSpec.describe WebhookInbox::Refused do
 
   def delivery(id, secret, at: Time.now.to_i, signature: nil)
     body = JSON.generate(id: id, type: "charge.succeeded", data: { object: { id: "ch_#{id}" } })
-    signature ||= "t=#{at},v1=#{OpenSSL::HMAC.hexdigest('SHA256', secret, "#{at}.#{body}")}"
-    rack_request("/hooks/stripe", body, { "Content-Type" => "application/json", "Stripe-Signature" => signature })
+    headers = WebhookInbox::Testing::Signing.headers(:stripe, body, secret: secret, timestamp: at)
+    rack_request("/hooks/stripe", body, signature ? headers.merge("Stripe-Signature" => signature) : headers)
   end
 
   def kept_rows
@@ -114,7 +115,7 @@ RSpec.describe WebhookInbox::Refused do
   it "admits a URL-signed delivery with the request line it arrived on (Square, URL from the Rack env)" do
     body = '{"merchant_id":"M1","type":"payment.updated","event_id":"ev-url-1","data":{}}'
     url = "https://hooks.example.com/square/in?tenant=7"
-    sign = ->(key) { Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", key, "#{url}#{body}")) }
+    sign = ->(key) { WebhookInbox::Testing::Signing.headers(:square, body, secret: key, url: url)["X-Square-Hmacsha256-Signature"] }
     env = ->(key) { Rack::MockRequest.env_for(url, method: "POST", input: body, "CONTENT_TYPE" => "application/json",
                                                    "HTTP_X_SQUARE_HMACSHA256_SIGNATURE" => sign.call(key)) }
     square = WebhookInbox::Receiver.new(provider: :square, secrets: ["sq_old"], source_scope: scope, inbox: inbox,
