@@ -32,5 +32,5 @@ Gem::Specification.new do |spec|
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/webhook_inbox/extconf.rb", "sidecar/extconf.rb"]
 
-  spec.add_dependency "rack", ">= 2.2"
+  spec.add_dependency "rack", ">= 2.2", "< 4"
 end
