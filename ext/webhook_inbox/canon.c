@@ -12,28 +12,32 @@
 
 enum { N_NULL, N_TRUE, N_FALSE, N_INT, N_FLOAT, N_STR, N_ARR, N_OBJ };
 
-/* Every value. Invariant: raw points into the input (strings: bytes between the quotes,
- * escapes kept; numbers: their text). Lengths and counts are 32-bit (inputs are limited to
- * 4 GiB): a scalar array element, the most numerous node ("[0,0,...]"), takes 24 bytes. */
+/* Every value, 24 bytes, containers included (the pre-key cost of a body is its node count
+ * times this: "[[],[],...]" and "[0,0,...]" each take at most 12 bytes of tree per body
+ * byte). Invariant: for a scalar raw points into the input (strings: bytes between the
+ * quotes, escapes kept; numbers: their text) and raw_n is its length; for a container child
+ * is its first child and raw_n its number of children. Lengths and counts are 32-bit
+ * (inputs are limited to 4 GiB). */
 struct node {
-    const char *raw;     /* string body or number text */
-    struct node *next;   /* next sibling */
-    uint32_t raw_n;
+    union {
+        const char *raw;     /* scalars: string body or number text */
+        struct node *child;  /* containers: first child */
+    };
+    struct node *next;       /* next sibling */
+    uint32_t raw_n;          /* scalars: length of raw; containers: children */
     unsigned char type;
 };
 
-/* A container or an object member: a node with children and/or a key (56 bytes). */
-struct big {
-    struct node n;       /* first: a struct big * is a struct node * */
+/* An object member: its value and its key (40 bytes). */
+struct member {
+    struct node n;       /* first: a struct member * is a struct node * */
     const char *key;     /* decoded member key (input or arena memory) */
-    struct node *child;  /* first child */
     uint32_t key_n;
     uint32_t ord;        /* position among its siblings: stable order for duplicates */
-    uint32_t count;      /* number of children */
 };
 
-#define BIG(nd) ((struct big *)(nd))
-#define CBIG(nd) ((const struct big *)(nd))
+#define MEMBER(nd) ((struct member *)(nd))
+#define CMEMBER(nd) ((const struct member *)(nd))
 
 struct block {
     struct block *next;
@@ -125,7 +129,7 @@ static struct node *parse_container(struct canon *c, struct node *nd, int depth)
 {
     int is_obj = *c->p == '{';
     char close = is_obj ? '}' : ']';
-    struct node **tail = &BIG(nd)->child;
+    struct node **tail = &nd->child;
     nd->type = is_obj ? N_OBJ : N_ARR;
     c->p++;
     skip_ws(c);
@@ -154,11 +158,11 @@ static struct node *parse_container(struct canon *c, struct node *nd, int depth)
         struct node *ch = parse(c, depth + 1, is_obj);
         if (!ch) return NULL;
         if (is_obj) {
-            BIG(ch)->key = key;
-            BIG(ch)->key_n = (uint32_t)key_n;
-            BIG(ch)->ord = BIG(nd)->count;
+            MEMBER(ch)->key = key;
+            MEMBER(ch)->key_n = (uint32_t)key_n;
+            MEMBER(ch)->ord = nd->raw_n;
         }
-        BIG(nd)->count++;
+        nd->raw_n++;
         *tail = ch;
         tail = &ch->next;
         skip_ws(c);
@@ -186,7 +190,7 @@ static int literal(struct canon *c, const char *w)
     return 0;
 }
 
-/* Parses one value; member: it is an object member and needs a key (a struct big). */
+/* Parses one value; member: it is an object member and needs a key (a struct member). */
 static struct node *parse(struct canon *c, int depth, int member)
 {
     struct node *nd;
@@ -199,7 +203,7 @@ static struct node *parse(struct canon *c, int depth, int member)
         c->code = WI_JSON_E_SYNTAX;
         return NULL;
     }
-    size_t size = member || *c->p == '{' || *c->p == '[' ? sizeof(struct big) : sizeof(struct node);
+    size_t size = member ? sizeof(struct member) : sizeof(struct node);
     if (tick(c) || !(nd = arena_alloc(c, size))) return NULL;
     memset(nd, 0, size);
     switch (*c->p) {
@@ -444,7 +448,7 @@ static int put_float(struct canon *c, const char *s, size_t n)
 
 static int cmp_members(const void *a, const void *b)
 {
-    const struct big *x = *(const struct big *const *)a, *y = *(const struct big *const *)b;
+    const struct member *x = *(const struct member *const *)a, *y = *(const struct member *const *)b;
     size_t n = x->key_n < y->key_n ? x->key_n : y->key_n;
     int r = n ? memcmp(x->key, y->key, n) : 0;
     if (r) return r;
@@ -464,24 +468,24 @@ static int emit(struct canon *c, const struct node *nd)
     case N_STR: return put_string(c, nd->raw, nd->raw_n, 0);
     case N_ARR:
         if (putc_(c, '[')) return -1;
-        for (const struct node *ch = CBIG(nd)->child; ch; ch = ch->next) {
-            if (ch != CBIG(nd)->child && putc_(c, ',')) return -1;
+        for (const struct node *ch = nd->child; ch; ch = ch->next) {
+            if (ch != nd->child && putc_(c, ',')) return -1;
             if (emit(c, ch)) return -1;
         }
         return putc_(c, ']');
     default: {
-        const struct big **m = NULL;
-        size_t k = 0, count = CBIG(nd)->count;
+        const struct member **m = NULL;
+        size_t k = 0, count = nd->raw_n;
         int first = 1;
         if (count > 1) {
             if (!(m = arena_alloc(c, count * sizeof *m))) return -1;
-            for (const struct node *ch = CBIG(nd)->child; ch; ch = ch->next) m[k++] = CBIG(ch);
+            for (const struct node *ch = nd->child; ch; ch = ch->next) m[k++] = CMEMBER(ch);
             qsort(m, k, sizeof *m, cmp_members);
         }
         if (putc_(c, '{')) return -1;
         for (size_t i = 0; i < count; i++) {
-            const struct big *ch = m ? m[i] : CBIG(CBIG(nd)->child);
-            const struct big *nx = m && i + 1 < k ? m[i + 1] : NULL;
+            const struct member *ch = m ? m[i] : CMEMBER(nd->child);
+            const struct member *nx = m && i + 1 < k ? m[i + 1] : NULL;
             if (nx && nx->key_n == ch->key_n && !memcmp(nx->key, ch->key, ch->key_n))
                 continue; /* a later duplicate wins, like a Python dict */
             if (!first && putc_(c, ',')) return -1;
