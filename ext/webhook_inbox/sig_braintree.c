@@ -42,24 +42,37 @@ static int payload_chars(const char *p, size_t n)
     return n > 0;
 }
 
+/* A secret's HMACs of the payload as is and with '\n' added, computed once a call: each pair
+ * naming the secret is compared with them, so a bt_signature of many pairs costs no more
+ * HMACs than there are secrets. */
+struct bt_macs {
+    unsigned char mac[2][20];
+    int have;
+};
+
 /* 1 when a secret whose public key is pub signs payload (as is or with '\n' added: *nparts
  * says which, 1 or 2) as lowercase hex, the SDKs' comparison. */
 static int pair_matches(const struct wi_sig_verifier *v, struct wi_slice pub, struct wi_slice hex,
-                        struct wi_slice payload, size_t *nparts, struct wi_err *err)
+                        struct wi_slice payload, struct bt_macs *macs, size_t *nparts, struct wi_err *err)
 {
-    unsigned char want[20], mac[WI_HMAC_MAX];
+    unsigned char want[20];
     struct wi_slice parts[2] = {payload, {"\n", 1}};
     int found = 0;
     if (wi_hex_decode_lower(hex.p, hex.n, want, sizeof want) != (long)sizeof want) return 0;
     for (size_t k = 0; k < v->nkeys && !found; k++) {
         const struct wi_sig_key *sk = &v->keys[k];
         if (!sk->hmac || strlen(sk->kid) != pub.n || memcmp(sk->kid, pub.p, pub.n)) continue;
-        for (size_t np = 1; np <= 2 && !found; np++) {
-            if (wi_hmac_compute(sk->hmac, parts, np, mac, err) != 20) return -1;
-            if ((found = wi_ct_equal(mac, want, sizeof want))) *nparts = np;
+        for (size_t np = 1; !macs[k].have && np <= 2; np++) {
+            unsigned char mac[WI_HMAC_MAX];
+            int n = wi_hmac_compute(sk->hmac, parts, np, mac, err);
+            memcpy(macs[k].mac[np - 1], mac, 20);
+            OPENSSL_cleanse(mac, sizeof mac);
+            if (n != 20) return -1;
         }
+        macs[k].have = 1;
+        for (size_t np = 1; np <= 2 && !found; np++)
+            if ((found = wi_ct_equal(macs[k].mac[np - 1], want, sizeof want))) *nparts = np;
     }
-    OPENSSL_cleanse(mac, sizeof mac);
     return found;
 }
 
@@ -115,6 +128,7 @@ int wi_sig_braintree(const struct wi_sig_verifier *v, const struct wi_sig_reques
 {
     struct wi_slice sig_enc, pay_enc, sig, payload, pub, hex;
     char *buf = NULL, *xml = NULL;
+    struct bt_macs *macs = NULL;
     long sl, pl;
     size_t nparts = 1;
     int rc = -1, found = 0, offered = 0;
@@ -132,6 +146,10 @@ int wi_sig_braintree(const struct wi_sig_verifier *v, const struct wi_sig_reques
         wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "form has no " PAYLOAD_NAME " of base64 characters");
         goto out;
     }
+    if (!(macs = calloc(v->nkeys, sizeof *macs))) {
+        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     for (const char *p = sig.p, *end = sig.p + sig.n; p && p < end && !found;) {
         const char *amp = memchr(p, '&', (size_t)(end - p)), *stop = amp ? amp : end;
         const char *bar = memchr(p, '|', (size_t)(stop - p));
@@ -139,7 +157,7 @@ int wi_sig_braintree(const struct wi_sig_verifier *v, const struct wi_sig_reques
             pub = (struct wi_slice){p, (size_t)(bar - p)};
             hex = (struct wi_slice){bar + 1, 40};
             offered++;
-            if ((found = pair_matches(v, pub, hex, payload, &nparts, err)) < 0) goto out;
+            if ((found = pair_matches(v, pub, hex, payload, macs, &nparts, err)) < 0) goto out;
         }
         p = amp ? amp + 1 : NULL;
     }
@@ -156,6 +174,8 @@ int wi_sig_braintree(const struct wi_sig_verifier *v, const struct wi_sig_reques
     read_kind(xml, ev);
     rc = 0;
 out:
+    if (macs) OPENSSL_cleanse(macs, v->nkeys * sizeof *macs);
+    free(macs);
     free(xml);
     free(buf);
     return rc;
