@@ -81,7 +81,9 @@ module WebhookInbox
         key = "`#{v[:key_prefix]}` + #{key}" if v[:key_prefix]
         "#{who}#{ALGORITHMS.fetch(v[:algorithm])}, key #{key}"
       end
-      "#{shape}, #{e[:encoding]}; #{kinds.join("; ")}"
+      enc = e[:encoding] == :hex && !e[:hex_any_case] ? "lowercase hex" : e[:encoding]
+      by = e[:alg_slot] ? ", the one `algorithm=` of #{code(e[:headers][e[:alg_slot]])} names (absent: #{vs.first[:tag]})" : ""
+      "#{shape}, #{enc}#{by}; #{kinds.join("; ")}"
     end
 
     # Where a single signature travels: a body field, Basic credentials, after a prefix, or as is.

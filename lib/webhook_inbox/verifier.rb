@@ -65,6 +65,8 @@ module WebhookInbox
   # appended). Without it the URL is rebuilt from the Rack env (rack.url_scheme, HTTP_HOST or
   # SERVER_NAME/SERVER_PORT, SCRIPT_NAME + PATH_INFO, QUERY_STRING) and never from
   # X-Forwarded-* headers, which the sender of a replay could set to another endpoint's URL.
+  # :twilio takes the auth token and a SharedKey secret alike (secrets: [token, shared_key]):
+  # X-Twilio-Webhooks-Signature-Settings names the algorithm (HMAC_SHA256; absent: HMAC_SHA1).
   #
   # Secrets are handed to the C core (which keeps only HMAC key states, wiped when the
   # verifier is collected) and are never kept in Ruby instance variables, messages or
@@ -82,7 +84,7 @@ module WebhookInbox
     attr_reader :scheme, :tolerance, :max_body_bytes, :event_id
 
     # tolerance: seconds either way, or nil to skip the time check (not recommended); by
-    # default the provider's (Linear 60, Calendly 180, else 300).
+    # default the provider's, as its SDK (Paddle 5, Linear 60, Calendly 180, else 300).
     # secrets: a String or an Array of Strings; any may match (rotation). [] is allowed
     # (every #verify then fails with :no_secret); an empty String or one with surrounding
     # whitespace raises ConfigurationError.

@@ -538,7 +538,7 @@ RSpec.describe WebhookInbox::Verifier do
   }
   expected = { zoom: [nil, "meeting.started"], linear: [nil, "Issue"], calendly: [nil, "invitee.created"],
                intercom: ["notif_1", "conversation.user.created"], razorpay: [nil, "payment.captured"],
-               lemonsqueezy: [nil, "order_created"], coinbase_commerce: ["del_1", "charge:confirmed"], github_legacy: [nil, nil],
+               lemonsqueezy: [nil, "order_created"], coinbase_commerce: ["ev_1", "charge:confirmed"], github_legacy: [nil, nil],
                mollie: ["event_GvJ8WHrp5isUdRub9CJyH", "payment-link.paid"], docusign: [nil, "envelope-completed"] }
 
   hmac_cases.each do |name, (secret, body, sign)|
