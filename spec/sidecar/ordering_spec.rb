@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "sidecar_helper"
+require_relative "../support/overlap_probe"
 
 # Per-object ordering (db/014): events stored through the receiver's insert with the Stripe
 # entry's ordering (data.object.id, created), shuffled, then run by 4 sidecar workers. The
@@ -12,28 +13,11 @@ require_relative "sidecar_helper"
 RSpec.describe "webhook-inbox-sidecar per-object ordering", :sidecar do
   before(:all) do
     @db = SidecarHelper::DB.new(TestDatabase.cluster)
+    @db.psql(OverlapProbe::SQL)
     @db.psql(<<~SQL)
       CREATE TABLE ord_applied (id bigserial PRIMARY KEY, k text NOT NULL, seq int NOT NULL, type text NOT NULL,
                                 overlap boolean NOT NULL, started_at timestamptz NOT NULL DEFAULT clock_timestamp());
       CREATE SEQUENCE ord_kills;
-      -- Whether another transaction holds key k now. A committing transaction becomes visible
-      -- (the next event of its key claimable) a moment before it releases its locks, so a
-      -- held lock alone is not an overlap: only a holder whose transaction is still open
-      -- (it has an xid: it wrote ord_applied) is. pg_stat_clear_snapshot: the activity as
-      -- of now, not as of this transaction's first read of it.
-      CREATE FUNCTION ord_held_elsewhere(k text) RETURNS boolean LANGUAGE plpgsql AS $$
-      BEGIN
-          IF pg_try_advisory_xact_lock(1, hashtext(k)) THEN
-              RETURN false;
-          END IF;
-          PERFORM pg_stat_clear_snapshot();
-          RETURN EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                          WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_backend_pid()
-                            AND l.classid = 1::oid AND l.objsubid = 2
-                            AND l.objid::bigint = (hashtext(k)::bigint & 4294967295)
-                            AND a.backend_xid IS NOT NULL);
-      END
-      $$;
       -- Applies one event: quarantines when told to, kills its own backend once for the
       -- event named kill-once (the worker then claims one event per transaction, claim.c),
       -- sleeps as long as told to (a slow handler) with its row written and uncommitted.
@@ -48,7 +32,7 @@ RSpec.describe "webhook-inbox-sidecar per-object ordering", :sidecar do
               PERFORM pg_terminate_backend(pg_backend_pid());
           END IF;
           INSERT INTO ord_applied (k, seq, type, overlap)
-          VALUES (k, (ev.payload ->> 'seq')::int, ev.event_type, k <> '-' AND ord_held_elsewhere(k));
+          VALUES (k, (ev.payload ->> 'seq')::int, ev.event_type, k <> '-' AND spec_key_held_elsewhere(k));
           PERFORM pg_sleep(coalesce((ev.payload ->> 'sleep')::float8, 0.0005));
           RETURN 'applied';
       END
