@@ -163,7 +163,8 @@ ALTER FUNCTION webhook_inbox_log_entry(text, text, double precision) IMMUTABLE;
 -- quarantined one. Then each claimed keyed event's key (db/021): the transaction-level
 -- advisory lock webhook_inbox_citus_lock_key takes on the scope's node, where the shard's
 -- pushed-down batch (webhook_inbox_citus_dispatch_shard) and the Ruby worker take it too; an
--- event whose key another transaction holds is left out (pending, locked until this ends).
+-- event whose key another transaction holds is left out (pending, locked until this ends),
+-- and a scope whose every claimed key is held gives way to the next scope.
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_lock_key(p_scope text, p_event_id text, p_wait boolean)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -194,7 +195,7 @@ DECLARE
     types  text[];
     strict_types text[];
     r      record;
-    locked boolean;            -- the scope had due rows this claim locked (held keys or not)
+    taken  boolean;            -- this scope gave the claim a row (not every one of its keys held)
 BEGIN
     FOR s IN
         SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
@@ -210,7 +211,7 @@ BEGIN
                             WHERE p.source_scope = s AND p.ordering_key = w.ordering_key AND p.status NOT IN ('done', 'pending')
                               AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)));
         strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
-        locked := false;
+        taken := false;
         FOR r IN
             SELECT w.source_scope, w.event_id, w.event_type, w.attempts, w.ordering_key FROM webhook_inbox w
              WHERE w.source_scope = s AND w.status = 'pending' AND w.next_attempt_at <= now()
@@ -223,15 +224,15 @@ BEGIN
              LIMIT p_limit
                FOR UPDATE OF w SKIP LOCKED
         LOOP
-            locked := true;
             CONTINUE WHEN r.ordering_key IS NOT NULL AND NOT webhook_inbox_citus_lock_key(r.source_scope, r.event_id, false);
             source_scope := r.source_scope;
             event_id := r.event_id;
             event_type := r.event_type;
             attempts := r.attempts;
+            taken := true;
             RETURN NEXT;
         END LOOP;
-        IF locked THEN
+        IF taken THEN
             RETURN;
         END IF;
     END LOOP;
