@@ -15,7 +15,7 @@
 -- The lock is released when the transaction ends, after its commit is visible, so the next
 -- claim sees what that transaction did. An earlier event that arrived late runs after the
 -- later one's transaction, and its handler refuses what would move state backwards (the
--- stale rule, README "One object at a time"). Unkeyed events take no lock.
+-- stale rule, docs/ordering.md). Unkeyed events take no lock.
 -- Idempotent: safe to re-run. Applied after 001..020.
 --
 -- Redefines: webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint)
