@@ -8,6 +8,7 @@ require "active_record"
 require "webhook_inbox/handlers"
 require "webhook_inbox/handlers/worker"
 require_relative "../support/receiver_helpers"
+require_relative "../support/overlap_probe"
 
 # The Ruby worker as a process (Handlers::Worker in a forked child, its own connection,
 # committed transactions), for what the in-transaction drain cannot show
@@ -15,7 +16,8 @@ require_relative "../support/receiver_helpers"
 # attempts commits once; a handler that kills its process is charged and in the end
 # quarantined, alone from its second attempt, while its batch-mates are charged once for its
 # crash and apply their writes once; and a requeue dispatched while a handler runs waits for
-# it instead of deadlocking with its save.
+# it instead of deadlocking with its save; a Ruby handler holds its event's ordering key
+# (db/021): no other worker, nor the sidecar's claim, runs an event of that key meanwhile.
 RSpec.describe WebhookInbox::Handlers::Worker do
   before(:all) do
     @pg = TestDatabase.cluster
@@ -24,6 +26,7 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
     @pg.psql("CREATE TABLE calls (id bigserial PRIMARY KEY, handler text NOT NULL, event_id text NOT NULL, attempt int NOT NULL, " \
               "xid bigint NOT NULL DEFAULT txid_current())", db: @db) # the top transaction, also in a savepoint
+    @pg.psql(OverlapProbe::SQL, db: @db)
     @url = ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db)
   end
 
@@ -311,5 +314,67 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     expect(ran).to eq(["a evt_r 1", "b evt_r 1", "a evt_r 1"]) # a requeued: attempts reset; b once
     expect(worker_log).not_to include("ruby_worker_round_failed")
     expect(sql("SELECT string_agg(handler, ',' ORDER BY id) FROM calls")).to eq("b,a")
+  end
+
+  # Events of one ordering key (cus_1), stored as the receiver stores keyed ones; an event
+  # time of 2026-01-01 + seconds.
+  def store_keyed(id, seconds)
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, ordering_key, ordering_at) " \
+        "VALUES ('s', '#{id}', 'cus.updated', '{}', 'cus_1', '2026-01-01 00:00:00+00'::timestamptz + #{seconds} * interval '1 s')")
+  end
+
+  def dispatch = sql("SELECT count(*) FROM webhook_inbox_dispatch_batch(100, 'wait', 10, 1000, 3600000, 60000)")
+
+  # A handler that notes whether another open transaction handles its key, then takes its time.
+  def key_probe(seconds)
+    lambda { |e|
+      ActiveRecord::Base.connection.exec_insert("INSERT INTO calls (handler, event_id, attempt) " \
+                                                "SELECT 'overlap', $1, 0 WHERE spec_key_held_elsewhere('cus_1')", "spec", [e.id])
+      sleep seconds
+    }
+  end
+
+  # Issue 27 item 5: both events handed to the Ruby worker (the earlier one arrived late, while
+  # nothing ran), then two workers, one run each: the second waits for the first's key.
+  it "never runs the Ruby handlers of two events of one ordering key at once, on two workers" do
+    reg = registry(slow: ["cus.*", key_probe(0.5)])
+    register(reg)
+    store_keyed("evt_k2", 2)
+    expect(dispatch).to eq("1")
+    store_keyed("evt_k1", 1)
+    expect(dispatch).to eq("1")
+    expect(sql("SELECT count(*) FROM webhook_inbox_outbox WHERE destination = 'ruby' AND status = 'pending'")).to eq("2")
+    2.times { start_worker(reg, batch_size: 1) }
+    wait_until("both done") { sql("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "2" }
+    expect(ran.map { |l| l.split[1] }.sort).to eq(%w[evt_k1 evt_k2]) # each once
+    expect(sql("SELECT count(*) FROM calls WHERE handler = 'overlap'")).to eq("0")
+    expect(worker_log).not_to include("ruby_worker_round_failed")
+  end
+
+  # While a Ruby handler of a later event runs, the sidecar's claim leaves an earlier event of
+  # its key pending (no SQL route run, no Ruby run recorded); it takes it once that ends.
+  it "keeps the sidecar's claim off an earlier event of the key whose later event a Ruby handler runs" do
+    release = File.join(@dir, "release")
+    reg = registry(slow: ["cus.*", lambda { |_e|
+      FileUtils.touch(File.join(@dir, "slow_started"))
+      sleep 0.05 until File.exist?(release)
+    }])
+    register(reg)
+    store_keyed("evt_k2", 2)
+    expect(dispatch).to eq("1")
+    start_worker(reg, batch_size: 1)
+    wait_until("evt_k2's handler running") { File.exist?(File.join(@dir, "slow_started")) }
+    store_keyed("evt_k1", 1)
+    begin
+      expect(dispatch).to eq("0")
+      expect(sql("SELECT status || ' ' || attempts FROM webhook_inbox WHERE event_id = 'evt_k1'")).to eq("pending 0")
+      expect(sql("SELECT count(*) FROM webhook_inbox_outbox WHERE source_event_id = 'evt_k1'")).to eq("0")
+    ensure
+      FileUtils.touch(release) # the worker's handler ends (and the worker stops) either way
+    end
+    wait_until("evt_k2 done") { sql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_k2'") == "done" }
+    expect(dispatch).to eq("1")
+    wait_until("evt_k1 done") { sql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_k1'") == "done" }
+    expect(ran.map { |l| l.split[1] }).to eq(%w[evt_k2 evt_k1]) # the late one after, as the stale rule says
   end
 end
