@@ -25,7 +25,8 @@ module WebhookInbox
     # batch-mate whose lease ran out before the lock (a batch slower than the backoff of a
     # first attempt, d/2..d) may be started by another worker meanwhile: charged a second
     # time, it runs there alone and this batch skips it (the lock is fenced by the attempt).
-    # A handler's StandardError rolls its savepoint back and retries the run (the events'
+    # Each handler runs in a savepoint that no transaction block of its own joins (Savepoint):
+    # its blocks roll back as they would outside the worker. A handler's StandardError rolls its savepoint back and retries the run (the events'
     # backoff; quarantined at max_attempts), and so does a handler that raised
     # ActiveRecord::Rollback (the savepoint swallows it: the block did not complete, nothing
     # applied; a retry, not Permanent, as a condition it checked may pass later);
@@ -131,8 +132,8 @@ module WebhookInbox
 
         completed = false
         savepoint = nil
-        connection.transaction(requires_new: true) do
-          savepoint = connection.current_transaction
+        Savepoint.run(connection) do |sp|
+          savepoint = sp
           subscription.callable.call(event)
           completed = true
         end
