@@ -20,15 +20,18 @@ module WebhookInbox
     # level=error and exits 1 (fail closed). It wakes on the outbox's
     # NOTIFY, else every poll interval. The first SIGTERM/SIGINT finishes the round in flight
     # and exits; a second exits at once. A lost database connection is retried with backoff.
+    # A handler that runs past the time limit (--handler-timeout, else the configuration's
+    # handler_timeout: 30 s) is interrupted and charged a failure; its batch-mates commit.
+    # The outcome of each run (outcome=done, retry, quarantined) is logged once its batch committed.
     class Worker
       DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
-                   backoff_cap_ms: 3_600_000 }.freeze
+                   backoff_cap_ms: 3_600_000, handler_timeout: nil }.freeze
       RECONNECT_MIN_S = 0.1
       RECONNECT_MAX_S = 5.0
       CHANNEL = "webhook_inbox_outbox"
 
       # `ruby [--concurrency N] [--batch-size N] [--poll-interval 1s] [--max-attempts N]
-      # [--backoff-base 1s] [--backoff-cap 1h]`. Returns the exit status.
+      # [--backoff-base 1s] [--backoff-cap 1h] [--handler-timeout 30s]`. Returns the exit status.
       def self.cli(argv, out: $stderr)
         opts = DEFAULTS.dup
         OptionParser.new do |o|
@@ -39,6 +42,9 @@ module WebhookInbox
           o.on("--max-attempts N", Integer, "quarantine a run after N failures (10)") { |v| opts[:max_attempts] = v }
           o.on("--backoff-base D", "first retry delay (1s)") { |v| opts[:backoff_base_ms] = (seconds(v) * 1000).round }
           o.on("--backoff-cap D", "longest retry delay (1h)") { |v| opts[:backoff_cap_ms] = (seconds(v) * 1000).round }
+          o.on("--handler-timeout D", "interrupt a handler after D, charged a failure (handler_timeout: 30s; 0: none)") do |v|
+            opts[:handler_timeout] = seconds(v)
+          end
         end.parse!(argv.dup)
         new(**opts, out: out).run
       rescue OptionParser::ParseError, ArgumentError => e
@@ -60,7 +66,8 @@ module WebhookInbox
         @out = out
         @stop = false
         @runner = Runner.new(registry, max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
-                                       backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:log_result))
+                                       backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:log_result),
+                                       time_limit: @opts.fetch(:handler_timeout) || WebhookInbox.configuration.handler_timeout)
       end
 
       def run
@@ -74,7 +81,8 @@ module WebhookInbox
           return 1
         end
         n = ::ActiveRecord::Base.connection_pool.with_connection { |c| Handlers.register(c, @registry) }
-        log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]}")
+        log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]} " \
+                                    "handler_timeout_s=#{@runner.time_limit || 'none'}")
         trap_signals
         threads = Array.new(@opts[:concurrency]) { |i| Thread.new { work(i) } }
         threads.each(&:join)
