@@ -84,6 +84,8 @@ module WebhookInbox
         log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]} " \
                                     "handler_timeout_s=#{@runner.time_limit || 'none'}")
         trap_signals
+        worker = self # the callback runs in the reloader's instance
+        rails_app.reloader.after_class_unload { worker.code_reloaded! } if rails_app.respond_to?(:reloader)
         threads = Array.new(@opts[:concurrency]) { |i| Thread.new { work(i) } }
         threads.each(&:join)
         log("ruby_worker_stopped", "")
@@ -91,6 +93,9 @@ module WebhookInbox
       end
 
       def stop = @stop = true
+
+      # Rails' reloader calls this after it unloaded the app's code (development).
+      def code_reloaded! = @reloaded = true
 
       private
 
@@ -104,7 +109,7 @@ module WebhookInbox
         delay = RECONNECT_MIN_S
         until @stop
           begin
-            ::ActiveRecord::Base.connection_pool.with_connection { |c| round(c) }
+            round
             delay = RECONNECT_MIN_S
           rescue StandardError => e
             log("ruby_worker_round_failed", %(worker=#{worker} error="#{e.class}: #{e.message.lines.first.to_s.strip[0, 200].delete('"')}" retry_in_s=#{delay.round(1)}))
@@ -114,14 +119,46 @@ module WebhookInbox
         end
       end
 
-      # Up to batch size runs (Runner: first attempts in one transaction). A failure drops the
-      # connection (the next round connects again): it may be the one that broke.
-      def round(connection)
-        n = @runner.run_batch(connection, @opts[:batch_size]).size
-        wait(connection) if n.zero? && !@stop
-      rescue StandardError
-        (connection.disconnect! rescue nil) # rubocop:disable Style/RescueModifier
-        raise
+      # Up to batch size runs (Runner: first attempts in one transaction) inside the app's
+      # reloader, then a wait when none was due (outside it: a reload need not wait for it).
+      # The query cache stays off, as outside Rails' executor.
+      def round
+        n = in_app { on_connection { |c| c.uncached { reregister(c); @runner.run_batch(c, @opts[:batch_size]).size } } }
+        on_connection { |c| wait(c) } if n.zero? && !@stop
+      end
+
+      # A connection of the pool for the block. A failure drops it (the next round connects
+      # again): it may be the one that broke.
+      def on_connection
+        ::ActiveRecord::Base.connection_pool.with_connection do |connection|
+          yield connection
+        rescue StandardError
+          (connection.disconnect! rescue nil) # rubocop:disable Style/RescueModifier
+          raise
+        end
+      end
+
+      # Rails' reloader around the block, as Solid Queue and GoodJob wrap each job: the
+      # executor's hooks in every environment and, where code reloads (development), the
+      # app's changed code reloaded first, so the next event runs an edited handler (handler
+      # classes are looked up by name at each run). Checks out no connection: the executor
+      # returns the thread's connection when it completes. Outside Rails, just the block.
+      def in_app(&block)
+        app = rails_app
+        app ? app.reloader.wrap(&block) : yield
+      end
+
+      def rails_app = defined?(::Rails) && ::Rails.respond_to?(:application) && ::Rails.application
+
+      # After a reload: the handlers under app/webhooks loaded again and registered (adds only),
+      # so a handler or a pattern added meanwhile gets its events.
+      def reregister(connection)
+        return unless @reloaded
+
+        @reloaded = false
+        Handlers.load_app_handlers
+        n = Handlers.register(connection, @registry)
+        log("ruby_worker_reloaded", "handlers=#{@registry.subscriptions.size} registered=#{n}")
       end
 
       # Waits for a NOTIFY on the outbox channel or the poll interval, whichever comes first.
