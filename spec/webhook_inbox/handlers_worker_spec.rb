@@ -242,17 +242,18 @@ RSpec.describe WebhookInbox::Handlers::Worker do
   end
 
   it "takes --handler-timeout from the command line, else the configuration's handler_timeout (30 s)" do
-    logged = lambda do |*argv|
-      reg = registry(steady: ["steady.x", nil])
-      out = StringIO.new
-      worker = WebhookInbox::Handlers::Worker.new(registry: reg, out: out, **argv.first.to_h)
-      worker.instance_variable_get(:@runner).time_limit
+    limit = lambda do |**opts|
+      WebhookInbox::Handlers::Worker.new(registry: registry(steady: ["steady.x", nil]), out: StringIO.new, **opts)
+                                    .instance_variable_get(:@runner).time_limit
     end
-    expect(logged.call({})).to eq(30.0)
-    expect(logged.call(handler_timeout: 2.5)).to eq(2.5)
-    expect(logged.call(handler_timeout: 0)).to be_nil
+    expect(limit.call).to eq(30.0)
+    expect(limit.call(handler_timeout: 2.5)).to eq(2.5)
+    expect(limit.call(handler_timeout: 0)).to be_nil
     WebhookInbox.configuration.handler_timeout = 7
-    expect(logged.call({})).to eq(7.0)
+    expect(limit.call).to eq(7.0)
+    out = StringIO.new
+    expect(WebhookInbox::Handlers::Worker.cli(%w[--handler-timeout soon], out: out)).to eq(2)
+    expect(out.string).to include("not a duration: \"soon\"")
   ensure
     WebhookInbox.configuration.handler_timeout = 30
   end
