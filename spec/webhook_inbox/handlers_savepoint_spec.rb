@@ -58,15 +58,17 @@ module HandlersSavepointSpec
       [outside, rows, results.map(&:status)]
     end
 
-    it "rolls back a handler's own transaction block that raised ActiveRecord::Rollback, keeping what follows" do
-      body = lambda do |_e|
-        Row.transaction do
-          Row.create!(label: "discarded")
-          raise ActiveRecord::Rollback
-        end
-        Row.create!(label: "kept")
+    # A block that raises ActiveRecord::Rollback, then a write after it.
+    def rollback_then_write = lambda do |_e|
+      Row.transaction do
+        Row.create!(label: "discarded")
+        raise ActiveRecord::Rollback
       end
-      expect(outside_and_inside(body)).to eq(["kept", "kept", ["delivered"]])
+      Row.create!(label: "kept")
+    end
+
+    it "rolls back a handler's own transaction block that raised ActiveRecord::Rollback, keeping what follows" do
+      expect(outside_and_inside(rollback_then_write)).to eq(["kept", "kept", ["delivered"]])
       expect(sql("SELECT count(*) FROM rows WHERE label = 'discarded'")).to eq("0")
     end
 
@@ -139,15 +141,8 @@ module HandlersSavepointSpec
     end
 
     it "isolates the handler's blocks in drain_webhook_inbox too, inside the test's own transaction" do
-      body = lambda do |_e|
-        Row.transaction do
-          Row.create!(label: "discarded")
-          raise ActiveRecord::Rollback
-        end
-        Row.create!(label: "kept")
-      end
       WebhookInbox::Handlers.registry.clear
-      WebhookInbox.subscribe("order.paid", body, as: :h)
+      WebhookInbox.subscribe("order.paid", rollback_then_write, as: :h)
       ActiveRecord::Base.transaction(joinable: false) do # as Rails' transactional tests open theirs
         c = ActiveRecord::Base.connection
         c.execute("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES ('s', 'evt_t', 'order.paid', '{}')")
