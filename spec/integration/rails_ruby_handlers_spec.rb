@@ -82,7 +82,8 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
     @worker_log = File.join(@work, "worker.log")
     @worker = start_ruby_worker
     # Its handlers registered before the first event arrives (else that event waits for a route).
-    wait_for("the worker registered its handlers") { File.read(@worker_log).include?("event=ruby_worker_starting") }
+    # (300 s: the app booted in over 60 s on 2 shared cores at a load of 29)
+    wait_for("the worker registered its handlers", timeout: 300) { File.read(@worker_log).include?("event=ruby_worker_starting") }
   end
 
   after(:all) do
