@@ -63,7 +63,9 @@ module WebhookInbox
       # A handler's time limit in seconds, or nil.
       def time_limit = @time_limit.seconds
 
-      # Runs up to limit due runs; returns their Results (empty: nothing due).
+      # Runs up to limit due runs; returns their Results (empty: nothing due). The batch's
+      # transaction stays joinable on purpose: inside a non-joinable one, each handler's
+      # savepoint would run its records' commit callbacks when released, before the commit.
       def run_batch(connection, limit)
         started = start_batch(connection, Integer(limit))
         return [] if started.empty?
