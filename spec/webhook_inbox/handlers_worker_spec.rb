@@ -191,6 +191,76 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     ActiveRecord::Base.remove_connection
   end
 
+  # Issue 35 item 3: a handler past its time limit, in Ruby code or in a statement, is
+  # interrupted and charged a failure; its batch-mates commit; outcomes are reported after the commit.
+  def in_process_batch(reg, **options)
+    ActiveRecord::Base.establish_connection(@url)
+    runner = WebhookInbox::Handlers::Runner.new(reg, backoff_base_ms: 60_000, **options)
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    [runner.run_batch(ActiveRecord::Base.connection, 10), Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0]
+  ensure
+    ActiveRecord::Base.remove_connection
+  end
+
+  it "interrupts a handler past its time limit, in Ruby or in a statement, charges it a failure and commits its batch-mates" do
+    reg = registry(steady: ["steady.x", nil], slow: ["slow.x", ->(_e) { sleep 30 }],
+                   stuck: ["stuck.x", ->(_e) { ActiveRecord::Base.connection.execute("SELECT pg_sleep(30)") }],
+                   stubborn: ["stubborn.x", lambda do |_e|
+                     sleep 30
+                   rescue Exception # rubocop:disable Lint/RescueException -- swallows the interrupt: still charged
+                     nil
+                   end])
+    register(reg)
+    store_and_dispatch([%w[evt_1 steady.x], %w[evt_2 slow.x], %w[evt_3 stuck.x], %w[evt_4 stubborn.x], %w[evt_5 steady.x]])
+    results, seconds = in_process_batch(reg, time_limit: 0.5)
+    expect(results.map { |r| "#{r.event_id} #{r.status}" }).to eq(["evt_1 delivered", "evt_2 pending", "evt_3 pending", "evt_4 pending", "evt_5 delivered"])
+    expect(seconds).to be < 10 # three limits of 0.5 s, not 90 s of sleeping
+    expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM calls")).to eq("evt_1,evt_5") # the slow ones' writes rolled back
+    expect(sql("SELECT string_agg(source_event_id || ' ' || status || ' ' || attempts || ' ' || last_error, ' | ' ORDER BY source_event_id) " \
+               "FROM webhook_inbox_outbox WHERE status = 'pending'"))
+      .to eq(%w[evt_2 evt_3 evt_4].map { |e| "#{e} pending 1 WebhookInbox::Handlers::TimeLimit::Exceeded: the handler ran past its time limit of 0.5 s" }.join(" | "))
+    expect(sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'")).to eq("0") # cancelled, not left running
+    expect(sql("SELECT string_agg(event_id || ' ' || status, ',' ORDER BY event_id) FROM webhook_inbox"))
+      .to eq("evt_1 done,evt_2 pending,evt_3 pending,evt_4 pending,evt_5 done")
+  end
+
+  it "quarantines a handler that runs past its time limit on its last attempt" do
+    reg = registry(slow: ["slow.x", ->(_e) { sleep 30 }])
+    register(reg)
+    store_and_dispatch([%w[evt_1 slow.x]])
+    results, = in_process_batch(reg, time_limit: 0.2, max_attempts: 1)
+    expect(results.map(&:status)).to eq(["quarantined"])
+    expect(sql("SELECT status || ' ' || last_error FROM webhook_inbox WHERE event_id = 'evt_1'"))
+      .to eq("quarantined Ruby handler slow: WebhookInbox::Handlers::TimeLimit::Exceeded: the handler ran past its time limit of 0.2 s")
+  end
+
+  it "reports each run's outcome (the worker's log line) only once its batch committed" do
+    reg = registry(steady: ["steady.x", nil])
+    register(reg)
+    store_and_dispatch([%w[evt_1 steady.x], %w[evt_2 steady.x]])
+    seen = []
+    report = ->(r) { seen << [r.event_id, r.status, ActiveRecord::Base.connection.transaction_open?, sql("SELECT status FROM webhook_inbox_outbox WHERE source_event_id = '#{r.event_id}'")] }
+    in_process_batch(reg, on_result: report)
+    expect(seen).to eq([["evt_1", "delivered", false, "delivered"], ["evt_2", "delivered", false, "delivered"]]) # committed: seen by psql
+  end
+
+  it "takes --handler-timeout from the command line, else the configuration's handler_timeout (30 s)" do
+    limit = lambda do |**opts|
+      WebhookInbox::Handlers::Worker.new(registry: registry(steady: ["steady.x", nil]), out: StringIO.new, **opts)
+                                    .instance_variable_get(:@runner).time_limit
+    end
+    expect(limit.call).to eq(30.0)
+    expect(limit.call(handler_timeout: 2.5)).to eq(2.5)
+    expect(limit.call(handler_timeout: 0)).to be_nil
+    WebhookInbox.configuration.handler_timeout = 7
+    expect(limit.call).to eq(7.0)
+    out = StringIO.new
+    expect(WebhookInbox::Handlers::Worker.cli(%w[--handler-timeout soon], out: out)).to eq(2)
+    expect(out.string).to include("not a duration: \"soon\"")
+  ensure
+    WebhookInbox.configuration.handler_timeout = 30
+  end
+
   it "refuses to start against a schema older than its batch steps (v15): level=error, exit 1, nothing registered" do
     old = "handlers_worker_v15_#{SecureRandom.hex(4)}"
     @pg.psql("CREATE DATABASE #{old}", db: "postgres")
