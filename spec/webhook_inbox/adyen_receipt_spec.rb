@@ -61,22 +61,13 @@ RSpec.describe "Adyen receipts (one event per signed notification item)" do
 
   it "commits a delivery's items together: a failure on one stores none, answers 503, and the retry stores all" do
     # a server error no single row causes (class 53: every row's), raised while inserting B
-    pg.psql(<<~SQL)
-      CREATE FUNCTION adyen_spec_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF NEW.source_scope = '#{scope}' AND NEW.event_id = 'psp_b:AUTHORISATION:true' THEN
-          RAISE EXCEPTION 'adyen spec: refused' USING ERRCODE = '53400';
-        END IF;
-        RETURN NEW;
-      END $$;
-      CREATE TRIGGER adyen_spec_refuse BEFORE INSERT ON webhook_inbox FOR EACH ROW EXECUTE FUNCTION adyen_spec_refuse();
-    SQL
+    refusing_trigger(pg, scope, "NEW.event_id = 'psp_b:AUTHORISATION:true'", "53400")
     begin
       status, answer = post(adyen_body(a, b))
       expect([status, answer["reason"]]).to eq([503, "store_unavailable"])
       expect(inbox_count(pg, scope)).to eq(0) # not A alone either
     ensure
-      pg.psql("DROP TRIGGER adyen_spec_refuse ON webhook_inbox; DROP FUNCTION adyen_spec_refuse();")
+      drop_refusing_trigger(pg)
     end
     expect(post(adyen_body(a, b))).to eq([200, { "status" => "accepted" }])
     expect(stored_ids).to eq(%w[psp_a:AUTHORISATION:true psp_b:AUTHORISATION:true])
