@@ -224,7 +224,7 @@ module WebhookInbox
       event = @verifier.verify(body, env, now: now)
       return Result.new(http_status: 200, status: :challenge, event: event) if event.challenge
 
-      return deliver_items(event, env, form) if event.items
+      return deliver_items(event, env, form) if event.respond_to?(:items) && event.items
 
       event = bound_signed_id(event)
       too_long = oversized_key(event)

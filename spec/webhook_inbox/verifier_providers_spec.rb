@@ -527,6 +527,8 @@ RSpec.describe WebhookInbox::Verifier do
       expect(r.receive(adyen_body(adyen_item("psp1", k: "11" * 32)), env).http_status).to eq(401)
       result = r.receive(adyen_body(adyen_item("psp2"), adyen_item("psp2"), adyen_item("psp3", code: "REFUND")), env)
       expect([result.http_status, result.receipts.size]).to eq([200, 2])
+      expect(result.each_stored.map { |receipt, item| [receipt.status, item.event_id] })
+        .to eq([%i[accepted psp2:AUTHORISATION:true], %i[accepted psp3:REFUND:true]].map { |st, id| [st, id.to_s] })
       expect(store.inserts.map { |i| [i[:event_id], i[:event_type]] })
         .to eq([%w[psp1:AUTHORISATION:true AUTHORISATION], %w[psp2:AUTHORISATION:true AUTHORISATION], %w[psp3:REFUND:true REFUND]])
       expect(store.inserts.map { |i| JSON.parse(i[:payload])["notificationItems"].size }).to eq([1, 1, 1])
