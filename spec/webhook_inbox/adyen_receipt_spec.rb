@@ -59,6 +59,16 @@ RSpec.describe "Adyen receipts (one event per signed notification item)" do
     expect(inbox_count(pg, scope)).to eq(64)
   end
 
+  it "orders each item by a key into its stored document, as docs/adyen.md shows" do
+    ordered = WebhookInbox::Endpoint.new(provider: :adyen, secrets: [VerifierHelpers::ADYEN_KEY], source_scope: scope, inbox: inbox,
+                                         ordering: "notificationItems.0.NotificationRequestItem.pspReference")
+    env = rack_request("/webhooks/adyen", adyen_body(a, c), { "Content-Type" => "application/json" })
+    expect(ordered.call(env).first).to eq(200)
+    keys = pg.psql("SELECT event_id || '=' || coalesce(ordering_key, 'NULL') FROM webhook_inbox " \
+                   "WHERE source_scope = '#{scope}' ORDER BY event_id").split("\n")
+    expect(keys).to eq(%w[psp_a:AUTHORISATION:true=psp_a psp_c:REFUND:true=psp_c])
+  end
+
   it "commits a delivery's items together: a failure on one stores none, answers 503, and the retry stores all" do
     # a server error no single row causes (class 53: every row's), raised while inserting B
     refusing_trigger(pg, scope, "NEW.event_id = 'psp_b:AUTHORISATION:true'", "53400")

@@ -533,6 +533,10 @@ RSpec.describe WebhookInbox::Verifier do
         .to eq([%w[psp1:AUTHORISATION:true AUTHORISATION], %w[psp2:AUTHORISATION:true AUTHORISATION], %w[psp3:REFUND:true REFUND]])
       expect(store.inserts.map { |i| JSON.parse(i[:payload])["notificationItems"].size }).to eq([1, 1, 1])
       expect(described_class::PROVIDERS.fetch(:adyen)[:tolerance]).to be_nil
+      # a kept refused delivery, verified again (keep_refused + reverify), stores its items as a live one would
+      again = r.reverify(adyen_body(adyen_item("psp3", code: "REFUND"), adyen_item("psp4")), env, received_at: Time.at(now))
+      expect([again.http_status, again.receipts.size]).to eq([200, 2])
+      expect(store.inserts.last[:event_id]).to eq("psp4:AUTHORISATION:true")
     end
   end
 
