@@ -84,7 +84,8 @@ struct wi_sig_event {
     int64_t timestamp;      /* signed timestamp when has_timestamp */
     char body_sha256[65];   /* when id.p == NULL: lowercase hex SHA-256 of the signed content
                                that covers the body: the raw body, or for Didit the canonical
-                               form (V2) or the four-field string (Simple) that matched */
+                               form (V2) or the four-field string (Simple) that matched;
+                               for a batch of items (Adyen) the SHA-256 of its sorted item ids */
     int simple;             /* Didit: only X-Signature-Simple matched. It covers no more than
                                simple_fields: the id is then always body_sha256 (of the four-
                                field string) and the rest of the body is unverified */

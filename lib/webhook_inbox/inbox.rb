@@ -140,19 +140,21 @@ module WebhookInbox
 
     # Inserts the events of one delivery (rows: Hashes of #insert's keywords, at most
     # GROUP_MAX_ROWS) in one statement and one commit on one pooled connection, outside the
-    # group-commit queue; returns their Receipts in order, each only once all are committed
+    # group-commit queue (one row goes through #insert, and so the queue); returns their
+    # Receipts in order, each only once all are committed
     # (of two rows with the same key the second is :duplicate). Raises as #insert does, and
     # StoreError when any row could not be stored: if PostgreSQL refuses the statement for
     # one row's data, the rows are inserted one by one (Connection#insert_batch), so some may
     # be committed; the sender's retry then answers those :duplicate.
     def insert_all(rows)
       raise ArgumentError, "insert_all takes 1 to #{GROUP_MAX_ROWS} rows" unless rows.is_a?(Array) && rows.size.between?(1, GROUP_MAX_ROWS)
+      return [insert(**rows[0])] if rows.size == 1
 
       built = rows.map do |r|
         row_of(r.fetch(:source_scope), r.fetch(:event_id), r.fetch(:payload), r.fetch(:event_type, ""),
                r.fetch(:status, :pending), r[:last_error], r[:raw], r[:headers], r[:ordering])
       end
-      codes = with_connection { |conn| built.size == 1 ? [conn.insert(*built[0])] : conn.insert_batch(built) }
+      codes = with_connection { |conn| conn.insert_batch(built) }
       failed = codes.find { |c| c.is_a?(Exception) }
       raise failed if failed
 
