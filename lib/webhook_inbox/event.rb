@@ -13,6 +13,9 @@ module WebhookInbox
   # body_signed false. The Receiver stores each item (never the delivery). The delivery's own
   # event_id is then its one item's, or, for several, the SHA-256 of the sorted item ids.
   class Event
+    # The events this delivery stores: its items (Adyen), else itself.
+    def events = items || [self]
+
     # Never prints the payload (it may hold personal data): only its size.
     def inspect
       "#<#{self.class.name} provider=#{provider.inspect} event_id=#{event_id.inspect} " \
