@@ -168,8 +168,9 @@ static const struct wi_provider table[] = {
      .identity = "SHA-256 of the signed `bt_payload` (form-decoded, with the newline its signature covers) / its XML "
                  "`<kind>`", .challenge = WI_CHALLENGE_BRAINTREE_GET,
      .custom = wi_sig_braintree},
-    /* Adyen standard webhooks: an HMAC per notification item over eight of its fields; a
-     * delivery (a batch of items) is one event, stored only when every item verifies */
+    /* Adyen standard webhooks: an HMAC per notification item over eight of its fields; each
+     * item is its own event, keyed by its signed fields; a delivery is stored (every item, in
+     * one commit) only when every item verifies */
     {.name = "adyen", .title = "Adyen (standard webhooks)", .enc = WI_SIG_BASE64,
      .versions = {{NULL, WI_ALG_HMAC_SHA256, WI_KEY_HEX, NULL}}, .tmpl = "{body}",
      .sig_field = "notificationItems[].NotificationRequestItem.additionalData.hmacSignature", .ts_slot = NONE,
@@ -177,8 +178,8 @@ static const struct wi_provider table[] = {
      .content = "each item's `pspReference:originalReference:merchantAccountCode:merchantReference:amount.value:"
                 "amount.currency:eventCode:success`, every item must verify; **the rest of an item (`eventDate`, "
                 "`reason`, `additionalData`...) is not signed**",
-     .identity = "one item: `pspReference:eventCode:success`, several: SHA-256 of the body / the items' `eventCode` "
-                 "when they share one",
+     .identity = "each item is its own event: `pspReference:eventCode:success` (signed fields; an item repeated "
+                 "in a delivery is stored once) / its `eventCode`",
      .custom = wi_sig_adyen},
     /* PayPal: RSA-SHA256 by the X.509 certificate PAYPAL-CERT-URL names (configured, or
      * fetched by the gem: PaypalCertificates) over "transmission_id|transmission_time|webhook_id|crc32(body)" */

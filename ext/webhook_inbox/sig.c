@@ -712,8 +712,19 @@ int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *
         if (rc) return -1;
     }
     if (v->cfg.id_from_body) ev->id = (struct wi_slice){NULL, 0}, ev->id_escaped = 0;
-    if (!ev->id.p && !ev->body_sha256[0] && wi_sig_signed_sha256(req->body, ev, err)) return -1;
+    if (!ev->id.p && !ev->body_sha256[0] && wi_sig_signed_sha256(req->body, ev, err)) {
+        wi_sig_event_release(ev);
+        return -1;
+    }
     return 0;
+}
+
+void wi_sig_event_release(struct wi_sig_event *ev)
+{
+    if (!ev) return;
+    free(ev->items);
+    ev->items = NULL;
+    ev->nitems = 0;
 }
 
 /* wi_sig_verify for an entry without a custom scheme; u holds the request's URL parts. */

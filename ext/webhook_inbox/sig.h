@@ -25,7 +25,8 @@ enum {
     WI_SIG_E_MALFORMED_PAYLOAD,
     WI_SIG_E_DUPLICATE_KEY, /* a top-level key the event's id, type or time is read from
                                occurs twice: jsonb keeps the last, the scan the first */
-    WI_SIG_E_UNKNOWN_KEY /* the request names a key (PayPal's certificate id) no secret holds */
+    WI_SIG_E_UNKNOWN_KEY, /* the request names a key (PayPal's certificate id) no secret holds */
+    WI_SIG_E_TOO_MANY_ITEMS /* a batch delivery (Adyen) holds more items than the scheme takes */
 };
 
 #define WI_SIG_DEFAULT_TOLERANCE 300
@@ -63,7 +64,17 @@ struct wi_sig_request {
                                   (Didit V2 canonicalization) with WI_CANON_E_INTERRUPTED */
 };
 
-/* What a verified request says about itself. Slices point into the body or a header. */
+/* One event of a delivery that carries several signed items (Adyen's notificationItems).
+ * Slices point into the request body (text) or the event's own item block (the rest). */
+struct wi_sig_item {
+    struct wi_slice text; /* the item's JSON value as the body holds it */
+    struct wi_slice doc;  /* the JSON document the event is stored as (sig_adyen.h) */
+    struct wi_slice id;   /* its id, from its signed fields only (unescaped, not NUL-terminated) */
+    struct wi_slice type; /* its type (unescaped), or n == 0: none */
+};
+
+/* What a verified request says about itself. Slices point into the body or a header, or
+ * (Adyen) into the event's item block. */
 struct wi_sig_event {
     struct wi_slice id;   /* event id; p == NULL: use body_sha256 */
     int id_escaped;       /* id is a JSON string body with escapes (wi_json_unescape it) */
@@ -73,7 +84,8 @@ struct wi_sig_event {
     int64_t timestamp;      /* signed timestamp when has_timestamp */
     char body_sha256[65];   /* when id.p == NULL: lowercase hex SHA-256 of the signed content
                                that covers the body: the raw body, or for Didit the canonical
-                               form (V2) or the four-field string (Simple) that matched */
+                               form (V2) or the four-field string (Simple) that matched;
+                               for a batch of items (Adyen) the SHA-256 of its sorted item ids */
     int simple;             /* Didit: only X-Signature-Simple matched. It covers no more than
                                simple_fields: the id is then always body_sha256 (of the four-
                                field string) and the rest of the body is unverified */
@@ -87,8 +99,11 @@ struct wi_sig_event {
                                 secret that verified the request */
     char type_copy[64]; /* a type the body holds encoded (Braintree's <kind> inside base64):
                            type then points here, never into the request */
-    char id_copy[160];  /* an id composed of body fields (Adyen's pspReference:eventCode:
-                           success): id then points here */
+    char id_copy[160];  /* an id composed of body fields: id then points here */
+    struct wi_sig_item *items; /* a batch scheme (Adyen): the delivery's distinct items, in
+                                  order (nitems >= 1), each its own event; NULL for the rest.
+                                  Owned by the event: wi_sig_event_release */
+    size_t nitems;
 };
 
 struct wi_sig_verifier;
@@ -124,5 +139,10 @@ size_t wi_sig_verifier_headers(const struct wi_sig_verifier *v,
  * verifier no longer being configured. */
 int wi_sig_verify(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
                   struct wi_sig_event *ev, struct wi_err *err);
+
+/* Frees what a verified event owns (its items; see wi_sig_event.items) and clears them.
+ * Call it after every wi_sig_verify that returned 0; harmless on an event without items, or
+ * twice. (A failed wi_sig_verify leaves nothing to release.) */
+void wi_sig_event_release(struct wi_sig_event *ev);
 
 #endif

@@ -26,7 +26,7 @@ struct verifier {
 };
 
 static VALUE cVerifier, cEvent;
-static ID id_to_i, id_reasons[WI_SIG_E_UNKNOWN_KEY - WI_SIG_E_MISSING_SIGNATURE + 1];
+static ID id_to_i, id_reasons[WI_SIG_E_TOO_MANY_ITEMS - WI_SIG_E_MISSING_SIGNATURE + 1];
 static VALUE str_request_method;
 
 static void verifier_mark(void *p)
@@ -80,7 +80,7 @@ static void raise_wi_err(const struct wi_err *e, VALUE reason_override)
     if (e->code == WI_ERR_NOMEM) rb_memerror();
     if (e->code == WI_ERR_ARG)
         rb_raise(rb_path2class("WebhookInbox::ConfigurationError"), "%s", e->msg);
-    if (e->code >= WI_SIG_E_MISSING_SIGNATURE && e->code <= WI_SIG_E_UNKNOWN_KEY) {
+    if (e->code >= WI_SIG_E_MISSING_SIGNATURE && e->code <= WI_SIG_E_TOO_MANY_ITEMS) {
         VALUE args[2] = {ID2SYM(id_reasons[e->code - WI_SIG_E_MISSING_SIGNATURE]),
                          rb_str_new_cstr(e->msg)};
         rb_exc_raise(rb_class_new_instance(2, args, rb_path2class("WebhookInbox::VerificationError")));
@@ -332,12 +332,52 @@ static VALUE challenge_answer(const struct wi_sig_event *ev)
 /* An Event filled member by member. rb_struct_new runs Event#initialize (a method call and
  * an arity check): 4x the instructions, 40 % of the binding's own for a 2 KiB Stripe body. */
 static VALUE new_event(VALUE provider, VALUE id, VALUE type, VALUE ts, VALUE body, VALUE body_signed,
-                       VALUE challenge)
+                       VALUE challenge, VALUE items)
 {
-    const VALUE members[] = {provider, id, type, ts, body, body_signed, challenge};
+    const VALUE members[] = {provider, id, type, ts, body, body_signed, challenge, items};
     VALUE event = rb_obj_alloc(cEvent);
     for (int i = 0; i < (int)(sizeof members / sizeof *members); i++) RSTRUCT_SET(event, i, members[i]);
     return event;
+}
+
+/* A verified event's Ruby side: what build_event reads (ev's slices may point into its items). */
+struct build {
+    struct verifier *v;
+    const struct wi_sig_event *ev;
+    VALUE body;
+};
+
+/* Event#items: one frozen Event per item of a batch delivery (Adyen), its body the document it
+ * is stored as (body_signed false: not the request body). */
+static VALUE item_events(VALUE provider, const struct wi_sig_event *ev)
+{
+    VALUE a = rb_ary_new_capa((long)ev->nitems);
+    for (size_t i = 0; i < ev->nitems; i++) {
+        const struct wi_sig_item *it = &ev->items[i];
+        VALUE id = event_text(rb_utf8_str_new(it->id.p, (long)it->id.n), "id");
+        VALUE type = it->type.n ? event_text(rb_utf8_str_new(it->type.p, (long)it->type.n), "type") : Qnil;
+        VALUE doc = rb_obj_freeze(rb_utf8_str_new(it->doc.p, (long)it->doc.n));
+        rb_ary_push(a, rb_obj_freeze(new_event(provider, id, type, Qnil, doc, Qfalse, Qnil, Qnil)));
+    }
+    return rb_obj_freeze(a);
+}
+
+static VALUE build_event(VALUE arg)
+{
+    const struct build *b = (const struct build *)arg;
+    const struct wi_sig_event *ev = b->ev;
+    VALUE id = ev->id.p ? event_text(json_str(ev->id, ev->id_escaped), "id") : rb_usascii_str_new(ev->body_sha256, 64);
+    VALUE type = ev->type.p ? event_text(json_str(ev->type, ev->type_escaped), "type") : Qnil;
+    VALUE ts = ev->has_timestamp ? LL2NUM(ev->timestamp) : Qnil;
+    VALUE items = ev->items ? item_events(b->v->provider, ev) : Qnil;
+    return new_event(b->v->provider, id, type, ts, ev->simple ? simple_body(ev) : b->body, ev->simple ? Qfalse : Qtrue,
+                     challenge_answer(ev), items);
+}
+
+static VALUE release_event(VALUE arg)
+{
+    wi_sig_event_release((struct wi_sig_event *)arg);
+    return Qnil;
 }
 
 /* The String s as a slice (a frozen snapshot when snap), or absent for nil. */
@@ -401,11 +441,8 @@ static VALUE verifier_verify(VALUE self, VALUE body, VALUE headers, VALUE now, V
     else verify_nogvl(&call);
     if (call.rc) raise_wi_err(&err, Qnil);
 
-    VALUE id = ev.id.p ? event_text(json_str(ev.id, ev.id_escaped), "id") : rb_usascii_str_new(ev.body_sha256, 64);
-    VALUE type = ev.type.p ? event_text(json_str(ev.type, ev.type_escaped), "type") : Qnil;
-    VALUE ts = ev.has_timestamp ? LL2NUM(ev.timestamp) : Qnil;
-    VALUE event = new_event(v->provider, id, type, ts, ev.simple ? simple_body(&ev) : body,
-                            ev.simple ? Qfalse : Qtrue, challenge_answer(&ev));
+    struct build b = {v, &ev, body};
+    VALUE event = rb_ensure(build_event, (VALUE)&b, release_event, (VALUE)&ev); /* ev's items freed either way */
     RB_GC_GUARD(body);
     RB_GC_GUARD(snap);
     RB_GC_GUARD(headers);
@@ -581,14 +618,14 @@ void wi_verifier_binding_init(VALUE mod)
     static const char *const reasons[] = {
         "missing_signature", "malformed_signature", "signature_mismatch",
         "timestamp_out_of_tolerance", "payload_too_large", "no_secret", "missing_timestamp",
-        "malformed_timestamp", "missing_id", "malformed_payload", "duplicate_key", "unknown_key"};
+        "malformed_timestamp", "missing_id", "malformed_payload", "duplicate_key", "unknown_key", "too_many_items"};
     for (size_t i = 0; i < sizeof reasons / sizeof *reasons; i++) id_reasons[i] = rb_intern(reasons[i]);
     id_to_i = rb_intern("to_i");
     str_request_method = rb_obj_freeze(rb_str_new_cstr("REQUEST_METHOD"));
     rb_gc_register_mark_object(str_request_method);
 
     cEvent = rb_struct_define_under(mod, "Event", "provider", "event_id", "event_type",
-                                    "timestamp", "body", "body_signed", "challenge", NULL);
+                                    "timestamp", "body", "body_signed", "challenge", "items", NULL);
     rb_gc_register_mark_object(cEvent);
     cVerifier = rb_define_class_under(mod, "Verifier", rb_cObject);
     rb_gc_register_mark_object(cVerifier);

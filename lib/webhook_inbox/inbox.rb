@@ -134,18 +134,31 @@ module WebhookInbox
     # ordering key and time from the payload (schema v14; left out against an older one).
     def insert(source_scope:, event_id:, payload:, event_type: "", status: :pending, last_error: nil, raw: false,
                headers: nil, ordering: nil)
-      raise ArgumentError, "status must be :pending or :quarantined" unless STATUSES.include?(status.to_sym)
+      row = row_of(source_scope, event_id, payload, event_type, status, last_error, raw, headers, ordering)
+      receipt(row, @group_commit ? group_insert(row) : with_connection { |conn| conn.insert(*row) })
+    end
 
-      scope = key_text(source_scope, :source_scope)
-      id = key_text(event_id, :event_id)
-      raise ArgumentError, "source_scope and event_id must not be empty" if scope.empty? || id.empty?
+    # Inserts the events of one delivery (rows: Hashes of #insert's keywords, at most
+    # GROUP_MAX_ROWS) in one statement and one commit on one pooled connection, outside the
+    # group-commit queue (one row goes through #insert, and so the queue); returns their
+    # Receipts in order, each only once all are committed
+    # (of two rows with the same key the second is :duplicate). Raises as #insert does, and
+    # StoreError when any row could not be stored: if PostgreSQL refuses the statement for
+    # one row's data, the rows are inserted one by one (Connection#insert_batch), so some may
+    # be committed; the sender's retry then answers those :duplicate.
+    def insert_all(rows)
+      raise ArgumentError, "insert_all takes 1 to #{GROUP_MAX_ROWS} rows" unless rows.is_a?(Array) && rows.size.between?(1, GROUP_MAX_ROWS)
+      return [insert(**rows[0])] if rows.size == 1
 
-      row = [scope, id, key_text(event_type, :event_type), String(payload), raw ? true : false,
-             status.to_sym == :quarantined, last_error && text(last_error, :last_error), RequestHeaders.encode(headers),
-             ordering && checked_ordering(ordering)]
-      code = @group_commit ? group_insert(row) : with_connection { |conn| conn.insert(*row) }
-      Receipt.new(status: code.anybits?(1) ? :accepted : :duplicate, source_scope: scope, event_id: id,
-                  stored_raw: code.anybits?(2), quarantined: code.anybits?(4))
+      built = rows.map do |r|
+        row_of(r.fetch(:source_scope), r.fetch(:event_id), r.fetch(:payload), r.fetch(:event_type, ""),
+               r.fetch(:status, :pending), r[:last_error], r[:raw], r[:headers], r[:ordering])
+      end
+      codes = with_connection { |conn| conn.insert_batch(built) }
+      failed = codes.find { |c| c.is_a?(Exception) }
+      raise failed if failed
+
+      built.zip(codes).map { |row, code| receipt(row, code) }
     end
 
     # Opens one connection now (or checks an idle one), raising StoreError if PostgreSQL
@@ -246,6 +259,24 @@ module WebhookInbox
     private_class_method :url_password_span
 
     private
+
+    # Connection#insert's arguments for one event, checked (ArgumentError).
+    def row_of(source_scope, event_id, payload, event_type, status, last_error, raw, headers, ordering)
+      raise ArgumentError, "status must be :pending or :quarantined" unless STATUSES.include?(status.to_sym)
+
+      scope = key_text(source_scope, :source_scope)
+      id = key_text(event_id, :event_id)
+      raise ArgumentError, "source_scope and event_id must not be empty" if scope.empty? || id.empty?
+
+      [scope, id, key_text(event_type, :event_type), String(payload), raw ? true : false,
+       status.to_sym == :quarantined, last_error && text(last_error, :last_error), RequestHeaders.encode(headers),
+       ordering && checked_ordering(ordering)]
+    end
+
+    def receipt(row, code)
+      Receipt.new(status: code.anybits?(1) ? :accepted : :duplicate, source_scope: row[0], event_id: row[1],
+                  stored_raw: code.anybits?(2), quarantined: code.anybits?(4))
+    end
 
     def positive(value, name)
       raise ConfigurationError, "#{name} must be a positive number of seconds" unless value.is_a?(Numeric) && value.positive?

@@ -61,7 +61,18 @@ module WebhookInbox
 
     # The outcome of one delivery. http_status and body are what the sender gets.
     # error: the StoreError message (logs only; it holds no secrets or payload).
-    Result = Struct.new(:http_status, :status, :reason, :receipt, :event, :headers, :error, keyword_init: true) do
+    # A delivery of several events (Adyen's items, Event#items): receipts holds one Receipt per
+    # item, in order (receipt is the first); status is :accepted when any item was new.
+    Result = Struct.new(:http_status, :status, :reason, :receipt, :event, :headers, :error, :receipts,
+                        keyword_init: true) do
+      # Yields each stored event's Receipt with its Event: the delivery's, or each item's.
+      def each_stored(&block)
+        return enum_for(:each_stored) unless block
+        return receipts.zip(event.items).each(&block) if receipts
+
+        yield receipt, event if receipt
+      end
+
       def body
         return event.challenge if status == :challenge
 
@@ -213,6 +224,8 @@ module WebhookInbox
       event = @verifier.verify(body, env, now: now)
       return Result.new(http_status: 200, status: :challenge, event: event) if event.challenge
 
+      return deliver_items(event, env, form) if event.respond_to?(:items) && event.items
+
       event = bound_signed_id(event)
       too_long = oversized_key(event)
       return reject(400, too_long) if too_long
@@ -236,6 +249,29 @@ module WebhookInbox
     rescue StoreError => e
       Result.new(http_status: 503, status: :unavailable, reason: :store_unavailable,
                  headers: { "Retry-After" => @retry_after }, event: event, error: e.message)
+    end
+
+    # A delivery of several signed items (Adyen): each item is its own event, all stored in one
+    # transaction (the store's insert_all; a store without it gets one insert per item, each
+    # committed before the answer), answered 200 only once every one is stored. One item with
+    # an oversized key refuses the delivery. Errors are deliver's.
+    def deliver_items(event, env, form)
+      items = event.items.map { |item| bound_signed_id(item) }
+      too_long = items.lazy.filter_map { |item| oversized_key(item) }.first
+      return reject(400, too_long) if too_long
+
+      headers = @keep_headers ? RequestHeaders.from_env(env) : nil
+      rows = items.map do |item|
+        row = { source_scope: @source_scope, event_id: item.event_id, event_type: item.event_type.to_s,
+                payload: item.body, raw: form }
+        row[:headers] = headers if @keep_headers
+        row[:ordering] = @ordering.for(item.event_type) if @ordering
+        row
+      end
+      receipts = @inbox.respond_to?(:insert_all) ? @inbox.insert_all(rows) : rows.map { |row| @inbox.insert(**row) }
+      event = event.dup.tap { |e| e.items = items.freeze } if items.each_with_index.any? { |item, i| !item.equal?(event.items[i]) }
+      Result.new(http_status: 200, status: receipts.any? { |r| r.status == :accepted } ? :accepted : :duplicate, receipt: receipts.first,
+                 receipts: receipts, event: event)
     end
 
     # An event id past Inbox::MAX_TEXT_BYTES that the signature covers is stored (and seen by
@@ -298,6 +334,7 @@ module WebhookInbox
       ms = ((Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000).round(2)
       line = +"webhook_inbox provider=#{@provider} scope=#{@source_scope} event_id=#{result.event&.event_id || '-'} " \
               "status=#{result.status} http=#{result.http_status} ms=#{ms}"
+      line << " items=#{result.receipts.size}" if result.receipts
       line << " reason=#{result.reason}" if result.reason
       line << " quarantined=true" if result.receipt&.quarantined
       line << " error=#{result.error.inspect}" if result.error

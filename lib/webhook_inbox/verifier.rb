@@ -47,7 +47,8 @@ module WebhookInbox
   # over the other fields, sorted and PHP-serialized). :braintree takes "public_key:private_key"
   # pairs and verifies the form's bt_signature over bt_payload (the type is the XML's kind);
   # #braintree_challenge answers the bt_challenge GET of Braintree's URL check.
-  # :adyen takes the hex HMAC key and verifies every notification item (one event per delivery).
+  # :adyen takes the hex HMAC key and verifies every notification item; each item is its own
+  # event (Event#items, keyed by its signed fields), at most 64 per delivery (:too_many_items).
   # :paypal takes "WEBHOOK_ID:CERT_ID:<PEM certificate>" secrets (pinned: the first certificate
   # of the PEM is the key, the rest are not read) and verifies RSA-SHA256 over transmission
   # id|time|webhook id|CRC-32 of the body. A PAYPAL-CERT-URL off PayPal's certificate endpoint

@@ -4,11 +4,13 @@ require "spec_helper"
 require "json"
 require "webhook_inbox/test_helpers"
 require_relative "../support/receiver_helpers"
+require_relative "../support/verifier_helpers"
 
 # spec/rails_app under a real Puma: the gem's controller, the transactional inbox, the
 # Rack endpoint mounted in Rails' router, notifications and logs.
 RSpec.describe "Rails app with WebhookInbox::Controller" do
   include ReceiverHelpers
+  include VerifierHelpers
 
   RAILS_SECRET = "whsec_rails_spec_secret"
   DIDIT_SECRET = "didit_rails_spec_secret"
@@ -19,12 +21,14 @@ RSpec.describe "Rails app with WebhookInbox::Controller" do
     @pg.psql(File.read(File.join(ReceiverHelpers::ROOT, "spec/rails_app/db/app_schema.sql")))
     @scope = "stripe:acct_rails:#{SecureRandom.hex(4)}"
     @didit_scope = "didit:app_rails:#{SecureRandom.hex(4)}"
+    @adyen_scope = "adyen:app_rails:#{SecureRandom.hex(4)}"
     app = File.join(ReceiverHelpers::ROOT, "spec/rails_app")
     @puma = PumaProcess.new(rackup: File.join(app, "config.ru"), dir: app, threads: "8:8",
                             env: { "DATABASE_URL" => @pg.url, "RAILS_ENV" => "production",
                                    "SECRET_KEY_BASE" => "s" * 64, "STRIPE_WEBHOOK_SECRET" => RAILS_SECRET,
                                    "STRIPE_SCOPE" => @scope, "DIDIT_WEBHOOK_SECRET" => DIDIT_SECRET,
                                    "DIDIT_SCOPE" => @didit_scope, "RAILS_LOG" => "1",
+                                   "ADYEN_HMAC_KEY" => VerifierHelpers::ADYEN_KEY, "ADYEN_SCOPE" => @adyen_scope,
                                    "WI_LOG_NOTIFICATIONS" => "1" }).start
   end
   after(:all) { @puma&.stop }
@@ -106,6 +110,22 @@ RSpec.describe "Rails app with WebhookInbox::Controller" do
     end
     expect(inbox_rows(@pg, @scope).map { |r| r[:event_id] }).not_to include("evt_tx_fail_0", "evt_tx_fail_1", "evt_tx_fail_2")
     expect(@pg.psql("SELECT count(*) FROM tx_effects WHERE event_id LIKE 'evt_tx_fail%'").to_i).to eq(0)
+  end
+
+  it "runs the transactional block once per newly accepted Adyen item, all items in one transaction" do
+    post_adyen = ->(*items) { @puma.post("/webhooks/adyen_tx", adyen_body(*items), "Content-Type" => "application/json") }
+    a = adyen_item("psp_tx_a")
+    b = adyen_item("psp_tx_b")
+    effects = -> { @pg.psql("SELECT event_id FROM tx_effects WHERE event_id LIKE 'psp_tx_%' ORDER BY 1").split("\n") }
+    expect(post_adyen.call(a, b, a).values_at(0, 2)).to eq([200, %({"status":"accepted"})])
+    expect(post_adyen.call(b, adyen_item("psp_tx_c")).first).to eq(200) # B: a duplicate, its block does not run again
+    expect(effects.call).to eq(%w[psp_tx_a:AUTHORISATION:true psp_tx_b:AUTHORISATION:true psp_tx_c:AUTHORISATION:true])
+    expect(inbox_rows(@pg, @adyen_scope).map { |r| [r[:event_id], r[:status]] })
+      .to eq(%w[psp_tx_a psp_tx_b psp_tx_c].map { |p| ["#{p}:AUTHORISATION:true", "done"] })
+    # the block fails on the second item: neither item, nor the first one's effect, is kept
+    expect(post_adyen.call(adyen_item("psp_tx_d"), adyen_item("psp_tx_e", code: "TEST_FAIL")).first).to eq(500)
+    expect(inbox_count(@pg, @adyen_scope)).to eq(3)
+    expect(effects.call.size).to eq(3)
   end
 
   it "quarantines a non-JSON body in the transactional store without aborting the transaction" do

@@ -71,6 +71,25 @@ module ReceiverHelpers
     end
   end
 
+  # A trigger that refuses, with SQLSTATE errcode, each insert of scope's rows for which
+  # condition (SQL over NEW) holds; drop_refusing_trigger removes it.
+  def refusing_trigger(pg, scope, condition, errcode)
+    pg.psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION wi_spec_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF NEW.source_scope = '#{scope.gsub("'", "''")}' AND (#{condition}) THEN
+          RAISE EXCEPTION 'refused' USING ERRCODE = '#{errcode}';
+        END IF;
+        RETURN NEW;
+      END $$;
+      CREATE TRIGGER wi_spec_refuse BEFORE INSERT ON webhook_inbox FOR EACH ROW EXECUTE FUNCTION wi_spec_refuse();
+    SQL
+  end
+
+  def drop_refusing_trigger(pg)
+    pg.psql("DROP TRIGGER IF EXISTS wi_spec_refuse ON webhook_inbox; DROP FUNCTION IF EXISTS wi_spec_refuse()")
+  end
+
   def inbox_count(pg, scope)
     pg.psql("SELECT count(*) FROM webhook_inbox WHERE source_scope = '#{scope.gsub("'", "''")}'").to_i
   end

@@ -1,7 +1,10 @@
 # frozen_string_literal: true
 
-# VerifierHelpers - shared by the verifier specs: the reason a verification fails, or nil, and a
-# recording store for the Receiver.
+# VerifierHelpers - shared by the verifier specs: the reason a verification fails, or nil, a
+# recording store for the Receiver, and an Adyen item signer.
+require "base64"
+require "json"
+require "openssl"
 require "webhook_inbox/testing"
 
 module VerifierHelpers
@@ -25,6 +28,24 @@ module VerifierHelpers
     signing = WebhookInbox::Testing::Signing::PaypalKey.new(key, hook, url.split("/").last)
     WebhookInbox::Testing::Signing.delivery(:paypal, body, secret: signing, transmission_id: tid, transmission_time: time,
                                                            cert_url: url).headers.except("Content-Type")
+  end
+
+  ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+
+  # An Adyen notification item signed as Adyen's docs sign: the eight fields joined by ":"
+  # (missing ones empty), HMAC-SHA256 under the hex key, base64.
+  def adyen_item(psp, code: "AUTHORISATION", success: "true", value: 1130, ref: "order-1", k: ADYEN_KEY)
+    i = { "pspReference" => psp, "merchantAccountCode" => "TestMerchant", "merchantReference" => ref,
+          "amount" => { "value" => value, "currency" => "EUR" }, "eventCode" => code, "success" => success,
+          "eventDate" => "2023-11-14T22:13:20+01:00", "reason" => "unsigned" }
+    signed = [psp, "", "TestMerchant", ref, value, "EUR", code, success].join(":")
+    i["additionalData"] = { "hmacSignature" => Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", [k].pack("H*"), signed)) }
+    { "NotificationRequestItem" => i }
+  end
+
+  # An Adyen delivery of items (Hashes, or JSON text kept as it is), items joined by sep.
+  def adyen_body(*items, sep: ",")
+    %({"live":"false","notificationItems":[#{items.map { |i| i.is_a?(String) ? i : JSON.generate(i) }.join(sep)}]})
   end
 
   # A store for Receiver specs that records each insert (keywords) and accepts it.

@@ -139,4 +139,15 @@ RSpec.describe "WebhookInbox::ActiveRecordStore", "answers only after a commit t
     ids = TestDatabase.cluster.psql("SELECT event_id FROM webhook_inbox WHERE source_scope = '#{scope}'", db: @db).split("\n")
     expect(ids).to eq(["evt_ar"])
   end
+
+  it "stores a delivery's several events (insert_all) in one transaction: all, or none when one is refused" do
+    store = WebhookInbox::ActiveRecordStore.new(model: @model)
+    rows = %w[evt_all_1 refuse_all evt_all_2].map { |id| { source_scope: scope, event_id: id, payload: "{}" } }
+    expect { store.insert_all(rows) }.to raise_error(WebhookInbox::StoreError, /refused at commit/)
+    stored = -> { TestDatabase.cluster.psql("SELECT event_id FROM webhook_inbox WHERE source_scope = '#{scope}' ORDER BY 1", db: @db).split("\n") }
+    expect(stored.call).to eq([])
+    receipts = store.insert_all([rows[0], rows[2], rows[0]])
+    expect(receipts.map(&:status)).to eq(%i[accepted accepted duplicate])
+    expect(stored.call).to eq(%w[evt_all_1 evt_all_2])
+  end
 end

@@ -103,16 +103,7 @@ RSpec.describe WebhookInbox::Inbox, "group commit" do
     it "stores a batch with rows jsonb refuses exactly as single inserts would, the others untouched (#{form})" do
       # A payload the client-side check passes but the server refuses (class 22) - here by a
       # trigger, as a jsonb limit the check does not know would - sends the batch row by row.
-      pg.psql(<<~SQL)
-        CREATE OR REPLACE FUNCTION wi_spec_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-          IF NEW.source_scope = '#{scope}' AND NEW.payload ? 'refuse' THEN
-            RAISE EXCEPTION 'refused' USING ERRCODE = '22P02';
-          END IF;
-          RETURN NEW;
-        END $$;
-        CREATE TRIGGER wi_spec_refuse BEFORE INSERT ON webhook_inbox FOR EACH ROW EXECUTE FUNCTION wi_spec_refuse();
-      SQL
+      refusing_trigger(pg, scope, "NEW.payload ? 'refuse'", "22P02")
       inbox = described_class.new(database_url: pg.url, pool_size: 1, group_by_scope: by_scope)
       rows = [
         ["ok_1", %({"a": 1}), false, false, nil],
@@ -145,7 +136,7 @@ RSpec.describe WebhookInbox::Inbox, "group commit" do
                         "WHERE source_scope = '#{scope}' ORDER BY event_id").split("\n")
       expect(headers).to eq(%w[bad_json=bad_json form=form nul=nul ok_1=ok_1 ok_2=ok_2 ok_3=ok_3 quarantined=quarantined refused=NULL])
     ensure
-      pg.psql("DROP TRIGGER IF EXISTS wi_spec_refuse ON webhook_inbox; DROP FUNCTION IF EXISTS wi_spec_refuse()")
+      drop_refusing_trigger(pg)
       inbox&.close
     end
   end

@@ -443,37 +443,54 @@ RSpec.describe WebhookInbox::Verifier do
   end
 
   describe ":adyen (an HMAC per notification item)" do
-    let(:key) { "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056" }
+    let(:key) { VerifierHelpers::ADYEN_KEY }
     let(:verifier) { described_class.new(:adyen, secrets: ["00" * 32, key]) }
 
-    # As Adyen's docs sign: the eight fields joined by ":" (missing ones empty), HMAC-SHA256 under the hex key, base64.
-    def adyen_item(psp, code: "AUTHORISATION", success: "true", value: 1130, ref: "order-1", k: key)
-      i = { "pspReference" => psp, "merchantAccountCode" => "TestMerchant", "merchantReference" => ref,
-            "amount" => { "value" => value, "currency" => "EUR" }, "eventCode" => code, "success" => success,
-            "eventDate" => "2023-11-14T22:13:20+01:00", "reason" => "unsigned" }
-      signed = [psp, "", "TestMerchant", ref, value, "EUR", code, success].join(":")
-      i["additionalData"] = { "hmacSignature" => Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", [k].pack("H*"), signed)) }
-      { "NotificationRequestItem" => i }
-    end
-
-    def adyen_body(*items) = JSON.generate("live" => "false", "notificationItems" => items)
+    def ids(event) = event.items.map { |i| [i.event_id, i.event_type] }
 
     it "verifies one item: id pspReference:eventCode:success, type its eventCode; escapes are signed decoded" do
       ev = verifier.verify(adyen_body(adyen_item("psp1", ref: "ordre-é/1")), {}, now: now)
       expect([ev.event_id, ev.event_type]).to eq(["psp1:AUTHORISATION:true", "AUTHORISATION"])
+      expect(ids(ev)).to eq([%w[psp1:AUTHORISATION:true AUTHORISATION]])
       escaped = adyen_body(adyen_item("psp1", ref: "ordre-é/1")).sub("ordre-é/1", "ordre-\\u00e9\\/1")
       expect(verifier.verify(escaped, {}, now: now).event_id).to eq("psp1:AUTHORISATION:true")
       # the same payment's failed authorisation is another event
       expect(verifier.verify(adyen_body(adyen_item("psp1", success: "false")), {}, now: now).event_id).to eq("psp1:AUTHORISATION:false")
     end
 
-    it "verifies a batch only when every item does; its id is the body's SHA-256, its type the shared eventCode" do
-      body = adyen_body(adyen_item("psp1"), adyen_item("psp2"))
-      ev = verifier.verify(body, {}, now: now)
-      expect([ev.event_id, ev.event_type]).to eq([OpenSSL::Digest::SHA256.hexdigest(body), "AUTHORISATION"])
-      expect(verifier.verify(adyen_body(adyen_item("psp1"), adyen_item("psp2", code: "REFUND")), {}, now: now).event_type).to be_nil
-      forged = adyen_body(adyen_item("psp1"), adyen_item("psp2", k: "11" * 32))
+    it "makes each item of a batch its own event, whatever the order, repetition or spacing; one forged item refuses it" do
+      a = adyen_item("psp1")
+      b = adyen_item("psp2")
+      ev = verifier.verify(adyen_body(a, b), {}, now: now)
+      expect(ids(ev)).to eq([%w[psp1:AUTHORISATION:true AUTHORISATION], %w[psp2:AUTHORISATION:true AUTHORISATION]])
+      expect(ev.items.map(&:body)).to eq([adyen_body(a), adyen_body(b)]) # each stored as a one-item delivery
+      expect(ev.items).to all(be_frozen)
+      expect(ev.event_type).to eq("AUTHORISATION")
+      again = [adyen_body(b, a), adyen_body(a, b, a, sep: " ,\n  "), adyen_body(JSON.pretty_generate(a), b)]
+      again.each do |body|
+        other = verifier.verify(body, {}, now: now)
+        expect(ids(other).sort).to eq(ids(ev)), body
+        expect(other.event_id).to eq(ev.event_id) # the delivery: the hash of its sorted item ids
+      end
+      twice = verifier.verify(adyen_body(a, a), {}, now: now)
+      expect([twice.event_id, ids(twice)]).to eq(["psp1:AUTHORISATION:true", [%w[psp1:AUTHORISATION:true AUTHORISATION]]])
+      expect(verifier.verify(adyen_body(a, adyen_item("psp2", code: "REFUND")), {}, now: now).event_type).to be_nil
+      forged = adyen_body(a, adyen_item("psp2", k: "11" * 32))
       expect(reason_of { verifier.verify(forged, {}, now: now) }).to eq(:signature_mismatch)
+    end
+
+    it "refuses more than 64 items in one delivery (:too_many_items), even repeats of one" do
+      items = Array.new(64) { |i| adyen_item("p#{i}", value: i) }
+      expect(verifier.verify(adyen_body(*items), {}, now: now).items.size).to eq(64)
+      expect(reason_of { verifier.verify(adyen_body(*items, adyen_item("p64")), {}, now: now) }).to eq(:too_many_items)
+      expect(reason_of { verifier.verify(adyen_body(*Array.new(65) { items[0] }), {}, now: now) }).to eq(:too_many_items)
+    end
+
+    it "with event_id: :body_sha256, an item's id is the SHA-256 of its signed fields" do
+      hashed = described_class.new(:adyen, secrets: [key], event_id: :body_sha256)
+      signed = "psp1::TestMerchant:order-1:1130:EUR:AUTHORISATION:true"
+      ev = hashed.verify(adyen_body(adyen_item("psp1"), adyen_item("psp1")), {}, now: now)
+      expect([ev.event_id, ids(ev)]).to eq([OpenSSL::Digest::SHA256.hexdigest(signed), [[OpenSSL::Digest::SHA256.hexdigest(signed), "AUTHORISATION"]]])
     end
 
     it "refuses a changed signed field, another key; unsigned fields are not covered (documented)" do
@@ -484,7 +501,7 @@ RSpec.describe WebhookInbox::Verifier do
       expect(verifier.verify(body.sub("unsigned", "changed"), {}, now: now).event_id).to eq("psp1:AUTHORISATION:true")
     end
 
-    it "refuses no items, no signature, a doubled signed key, a malformed array, and a key that is not hex" do
+    it "refuses no items, no signature, a doubled key, a malformed array or live, and a key that is not hex" do
       one = adyen_item("psp1")
       expect(reason_of { verifier.verify(adyen_body, {}, now: now) }).to eq(:missing_signature)
       expect(reason_of { verifier.verify('{"live":"false"}', {}, now: now) }).to eq(:malformed_payload)
@@ -492,20 +509,33 @@ RSpec.describe WebhookInbox::Verifier do
       expect(reason_of { verifier.verify(adyen_body(unsigned), {}, now: now) }).to eq(:missing_signature)
       doubled = adyen_body(one).sub('"pspReference":"psp1"', '"pspReference":"psp1","pspReference":"psp2"')
       expect(reason_of { verifier.verify(doubled, {}, now: now) }).to eq(:duplicate_key)
+      expect(reason_of { verifier.verify(adyen_body(one).sub('"live":"false"', '"live":"false","live":"true"'), {}, now: now) })
+        .to eq(:duplicate_key)
+      expect(reason_of { verifier.verify(adyen_body(one).sub('"live":"false"', '"live":{"x":1}'), {}, now: now) }).to eq(:malformed_payload)
       expect(reason_of { verifier.verify(adyen_body(one).sub("}]}", "},]}"), {}, now: now) }).to eq(:malformed_payload)
       expect(reason_of { verifier.verify(adyen_body(one).sub("}]}", "} 1]}"), {}, now: now) }).to eq(:malformed_payload)
       expect(reason_of { verifier.verify(adyen_body(one).sub('"value":1130', '"value":1130,'), {}, now: now) }).to eq(:malformed_payload)
       expect { described_class.new(:adyen, secrets: ["not-hex"]) }.to raise_error(WebhookInbox::ConfigurationError, /hex/)
     end
 
-    it "the Receiver stores a delivery once by its item, signs no time (tolerance nil), and refuses a forged one" do
+    it "the Receiver stores each item once by its signed key, signs no time (tolerance nil), and refuses a forged one" do
       store = recording_store
       r = WebhookInbox::Receiver.new(provider: :adyen, secrets: [key], source_scope: "adyen:m1", inbox: store)
       env = { "REQUEST_METHOD" => "POST", "CONTENT_TYPE" => "application/json" }
       expect(r.receive(adyen_body(adyen_item("psp1")), env).http_status).to eq(200)
       expect(r.receive(adyen_body(adyen_item("psp1", k: "11" * 32)), env).http_status).to eq(401)
-      expect(store.inserts.map { |i| [i[:event_id], i[:event_type]] }).to eq([%w[psp1:AUTHORISATION:true AUTHORISATION]])
+      result = r.receive(adyen_body(adyen_item("psp2"), adyen_item("psp2"), adyen_item("psp3", code: "REFUND")), env)
+      expect([result.http_status, result.receipts.size]).to eq([200, 2])
+      expect(result.each_stored.map { |receipt, item| [receipt.status, item.event_id] })
+        .to eq([%i[accepted psp2:AUTHORISATION:true], %i[accepted psp3:REFUND:true]].map { |st, id| [st, id.to_s] })
+      expect(store.inserts.map { |i| [i[:event_id], i[:event_type]] })
+        .to eq([%w[psp1:AUTHORISATION:true AUTHORISATION], %w[psp2:AUTHORISATION:true AUTHORISATION], %w[psp3:REFUND:true REFUND]])
+      expect(store.inserts.map { |i| JSON.parse(i[:payload])["notificationItems"].size }).to eq([1, 1, 1])
       expect(described_class::PROVIDERS.fetch(:adyen)[:tolerance]).to be_nil
+      # a kept refused delivery, verified again (keep_refused + reverify), stores its items as a live one would
+      again = r.reverify(adyen_body(adyen_item("psp3", code: "REFUND"), adyen_item("psp4")), env, received_at: Time.at(now))
+      expect([again.http_status, again.receipts.size]).to eq([200, 2])
+      expect(store.inserts.last[:event_id]).to eq("psp4:AUTHORISATION:true")
     end
   end
 

@@ -5,7 +5,8 @@
  * their token in the first header. The first byte picks the entry; the second says
  * whether the rest is a secret to add or a request: body, then header values split on 0xff,
  * then the URL ({url}: Twilio's sorted form and bodySHA256, Square, HubSpot's unescaping).
- * Braintree's body is also tried as a bt_challenge (wi_sig_braintree_challenge). */
+ * Braintree's body is also tried as a bt_challenge (wi_sig_braintree_challenge); a batch's
+ * items (Adyen) are checked in bounds and released. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,8 +92,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int i = 0; i < 3; i++)
             if (sl[i]->p && (sl[i]->p < (const char *)data || sl[i]->p + sl[i]->n > end) &&
                 !(i == 1 && sl[i]->p == ev.type_copy && sl[i]->n < sizeof ev.type_copy) &&
-                !(i == 0 && sl[i]->p == ev.id_copy && sl[i]->n < sizeof ev.id_copy))
+                !(i == 0 && sl[i]->p == ev.id_copy && sl[i]->n < sizeof ev.id_copy) &&
+                !(i < 2 && ev.nitems && sl[i]->p >= ev.items[0].id.p &&
+                  sl[i]->p + sl[i]->n <= ev.items[0].id.p + ev.items[0].id.n))
                 abort();
+        for (size_t i = 0; i < ev.nitems; i++) { /* a batch's items: text in the input, its document around it */
+            const struct wi_sig_item *it = &ev.items[i];
+            if (it->text.p < (const char *)data || it->text.p + it->text.n > end || !it->id.n ||
+                it->doc.n < it->text.n + 2 || memcmp(it->doc.p + it->doc.n - it->text.n - 2, it->text.p, it->text.n))
+                abort();
+        }
+        wi_sig_event_release(&ev);
     } else if (!err.msg[0]) {
         abort(); /* every refusal says why */
     }

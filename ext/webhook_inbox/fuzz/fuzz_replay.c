@@ -244,6 +244,7 @@ static int verify(const struct scheme *s, const char *body, size_t n, char *id, 
     if (s->url) req.url = (struct wi_slice){s->url, strlen(s->url)};
     if (wi_sig_verify(s->v, &req, &ev, &err)) return -1;
     event_text(&ev, id, type);
+    wi_sig_event_release(&ev); /* Adyen's items (the id above was copied out of them) */
     return 0;
 }
 

@@ -9,6 +9,8 @@ module WebhookInbox
   # transaction. Database failures raise StoreError. The request headers go to
   # request_headers when the table has that column (schema v5; checked once per store).
   #
+  # insert_all stores a delivery's several events (Adyen's items) in one transaction.
+  #
   # mark_done finishes an event in the caller's transaction (transactional: true with a
   # block: the block is the event's handler), as the sidecar's dispatch does.
   class ActiveRecordStore
@@ -59,6 +61,14 @@ module WebhookInbox
         end
       Receipt.new(status: inserted ? :accepted : :duplicate, source_scope: source_scope, event_id: event_id,
                   stored_raw: stored_raw, quarantined: quarantined)
+    rescue ::ActiveRecord::ConnectionNotEstablished, ::ActiveRecord::StatementInvalid => e
+      raise StoreError, "#{e.class}: #{e.message.to_s.lines.first&.strip}"
+    end
+
+    # The events of one delivery (Hashes of #insert's keywords) in one transaction (the
+    # caller's, when one is open): all commit together or none does. Returns their Receipts.
+    def insert_all(rows)
+      @model.transaction(requires_new: true) { rows.map { |r| insert(**r) } }
     rescue ::ActiveRecord::ConnectionNotEstablished, ::ActiveRecord::StatementInvalid => e
       raise StoreError, "#{e.class}: #{e.message.to_s.lines.first&.strip}"
     end

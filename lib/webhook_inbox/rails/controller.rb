@@ -33,7 +33,8 @@ module WebhookInbox
   # runs the event (its route, or the lack of one, does not matter). A duplicate delivery
   # answers 200 "duplicate" without running the block; a concurrent one waits for the first
   # transaction and then does the same. A body stored quarantined (not JSON) does not run
-  # it. If the block raises, both roll back and the exception propagates as it is (Rails
+  # it. A delivery of several events (Adyen's items) runs the block once per newly accepted
+  # item, with that item's receipt and Event, all in the one transaction. If the block raises, both roll back and the exception propagates as it is (Rails
   # answers 500, or 404 for RecordNotFound: the sender retries); ActiveRecord::Rollback in the block raises WebhookInbox::Error, for the
   # same answer. A failing insert, done mark or commit answers 503. Without a block the
   # committed row is pending for the sidecar as usual.
@@ -75,12 +76,14 @@ module WebhookInbox
         result = receive_once(receiver)
         raise ::ActiveRecord::Rollback unless result.http_status == 200
 
-        if handler && result.receipt.accepted? && !result.receipt.quarantined
+        result.each_stored do |receipt, event|
+          next unless handler && receipt.accepted? && !receipt.quarantined
+
           t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
           in_block = true
-          outcome = yield result.receipt, result.event
+          outcome = yield receipt, event
           in_block = false
-          mark_handled(receiver.inbox, result.receipt, outcome, (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000)
+          mark_handled(receiver.inbox, receipt, outcome, (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000)
         end
         finished = true
       end

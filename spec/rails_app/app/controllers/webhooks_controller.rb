@@ -26,4 +26,14 @@ class WebhooksController < ActionController::API
       TxEffect.create!(event_id: receipt.event_id)
     end
   end
+
+  # Adyen: the block runs once per newly accepted notification item, all in one transaction.
+  def adyen_tx
+    receive_webhook(:adyen, scope: ENV.fetch("ADYEN_SCOPE", "adyen:rails:live"), secrets: [ENV.fetch("ADYEN_HMAC_KEY")],
+                            transactional: true) do |receipt, event|
+      raise "handler failed for #{event.event_id}" if event.event_type == "TEST_FAIL"
+
+      TxEffect.create!(event_id: receipt.event_id)
+    end
+  end
 end
