@@ -3,6 +3,7 @@
 require "time"
 require "base64"
 require "pg"
+require_relative "../effects"
 
 module WebhookInbox
   module Handlers
@@ -29,7 +30,8 @@ module WebhookInbox
     # backoff; quarantined at max_attempts), and so does a handler that raised
     # ActiveRecord::Rollback (the savepoint swallows it: the block did not complete, nothing
     # applied; a retry, not Permanent, as a condition it checked may pass later);
-    # WebhookInbox::Permanent quarantines it (and its event) at once. Anything that breaks
+    # WebhookInbox::Permanent quarantines it (and its event) at once. Jobs and mails a handler
+    # enqueues are captured into the outbox in its savepoint (Effects): they commit with it. Anything that breaks
     # the transaction itself (the connection, a signal) propagates: its transaction rolls
     # back (the whole batch, or the run alone), the attempts stay charged.
     class Runner
@@ -133,7 +135,10 @@ module WebhookInbox
         savepoint = nil
         connection.transaction(requires_new: true) do
           savepoint = connection.current_transaction
-          subscription.callable.call(event)
+          # Jobs and mails it enqueues go to the outbox in this savepoint (Effects).
+          Effects.capture(connection, event.operation_id, source_scope: event.scope, source_event_id: event.id) do
+            subscription.callable.call(event)
+          end
           completed = true
         end
         # ActiveRecord::Rollback is swallowed by the savepoint: nothing of the handler applied.

@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "optparse"
+require_relative "../effects/job_runner"
+require_relative "heartbeat"
 
 module WebhookInbox
   module Handlers
@@ -18,17 +20,19 @@ module WebhookInbox
     # At start it registers the app's handlers (Handlers.register: adds, never removes); with
     # none loaded, or a schema older than the Runner's functions (db/016), it logs
     # level=error and exits 1 (fail closed). It wakes on the outbox's
-    # NOTIFY, else every poll interval. The first SIGTERM/SIGINT finishes the round in flight
+    # NOTIFY, else every poll interval. Each round also performs the jobs and mails handlers
+    # enqueued (Effects::JobRunner: after their commit, at least once, under stable keys), and
+    # refreshes the worker's heartbeat for webhook_inbox:doctor (Heartbeat, schema v22). The first SIGTERM/SIGINT finishes the round in flight
     # and exits; a second exits at once. A lost database connection is retried with backoff.
     class Worker
       DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
-                   backoff_cap_ms: 3_600_000 }.freeze
+                   backoff_cap_ms: 3_600_000, job_lease_ms: 60_000 }.freeze
       RECONNECT_MIN_S = 0.1
       RECONNECT_MAX_S = 5.0
       CHANNEL = "webhook_inbox_outbox"
 
       # `ruby [--concurrency N] [--batch-size N] [--poll-interval 1s] [--max-attempts N]
-      # [--backoff-base 1s] [--backoff-cap 1h]`. Returns the exit status.
+      # [--backoff-base 1s] [--backoff-cap 1h] [--job-lease 1m]`. Returns the exit status.
       def self.cli(argv, out: $stderr)
         opts = DEFAULTS.dup
         OptionParser.new do |o|
@@ -39,6 +43,9 @@ module WebhookInbox
           o.on("--max-attempts N", Integer, "quarantine a run after N failures (10)") { |v| opts[:max_attempts] = v }
           o.on("--backoff-base D", "first retry delay (1s)") { |v| opts[:backoff_base_ms] = (seconds(v) * 1000).round }
           o.on("--backoff-cap D", "longest retry delay (1h)") { |v| opts[:backoff_cap_ms] = (seconds(v) * 1000).round }
+          o.on("--job-lease D", "a job from a handler taken by a worker that died runs again after this (1m)") do |v|
+            opts[:job_lease_ms] = [(seconds(v) * 1000).round, 1].max
+          end
         end.parse!(argv.dup)
         new(**opts, out: out).run
       rescue OptionParser::ParseError, ArgumentError => e
@@ -61,6 +68,9 @@ module WebhookInbox
         @stop = false
         @runner = Runner.new(registry, max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
                                        backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:log_result))
+        @jobs = Effects::JobRunner.new(max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
+                                       backoff_cap_ms: @opts[:backoff_cap_ms], lease_ms: @opts[:job_lease_ms],
+                                       on_result: method(:log_job))
       end
 
       def run
@@ -74,10 +84,12 @@ module WebhookInbox
           return 1
         end
         n = ::ActiveRecord::Base.connection_pool.with_connection { |c| Handlers.register(c, @registry) }
+        @heartbeat = Heartbeat.new(@jobs.owner, handlers: @registry.subscriptions.size)
         log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]}")
         trap_signals
         threads = Array.new(@opts[:concurrency]) { |i| Thread.new { work(i) } }
         threads.each(&:join)
+        (::ActiveRecord::Base.connection_pool.with_connection { |c| @heartbeat.stopped(c) } rescue nil) # rubocop:disable Style/RescueModifier
         log("ruby_worker_stopped", "")
         0
       end
@@ -109,7 +121,8 @@ module WebhookInbox
       # Up to batch size runs (Runner: first attempts in one transaction). A failure drops the
       # connection (the next round connects again): it may be the one that broke.
       def round(connection)
-        n = @runner.run_batch(connection, @opts[:batch_size]).size
+        @heartbeat.beat(connection)
+        n = @runner.run_batch(connection, @opts[:batch_size]).size + @jobs.run_batch(connection, @opts[:batch_size]).size
         wait(connection) if n.zero? && !@stop
       rescue StandardError
         (connection.disconnect! rescue nil) # rubocop:disable Style/RescueModifier
@@ -120,7 +133,7 @@ module WebhookInbox
       def wait(connection)
         raw = connection.raw_connection
         raw.async_exec("LISTEN #{CHANNEL}")
-        raw.wait_for_notify(@opts[:poll_interval])
+        raw.wait_for_notify([@opts[:poll_interval], Heartbeat::INTERVAL_S].min)
         nil while raw.notifies # drain the others folded into this wake-up
       end
 
@@ -129,6 +142,12 @@ module WebhookInbox
         err = r.error ? %( error="#{r.error.lines.first.to_s.strip[0, 200].delete('"')}") : ""
         log("handler", "handler=#{r.handler} event_id=#{r.event_id} type=#{r.event_type} outcome=#{outcome} attempt=#{r.attempt} " \
                        "duration_ms=#{r.duration_ms.round(1)}#{err}")
+      end
+
+      def log_job(r)
+        outcome = { "delivered" => "done", "pending" => "retry", "quarantined" => "quarantined" }.fetch(r.status.to_s, "lease_lost")
+        err = r.error ? %( error="#{r.error.lines.first.to_s.strip[0, 200].delete('"')}") : ""
+        log("job", "key=#{r.key} job=#{r.job_class} outcome=#{outcome} attempt=#{r.attempt} duration_ms=#{r.duration_ms.round(1)}#{err}")
       end
 
       def log(event, fields, level: "info")
