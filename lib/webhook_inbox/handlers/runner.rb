@@ -30,10 +30,11 @@ module WebhookInbox
     # backoff; quarantined at max_attempts), and so does a handler that raised
     # ActiveRecord::Rollback (the savepoint swallows it: the block did not complete, nothing
     # applied; a retry, not Permanent, as a condition it checked may pass later);
-    # WebhookInbox::Permanent quarantines it (and its event) at once. Jobs and mails a handler
-    # enqueues are captured into the outbox in its savepoint (Effects): they commit with it. Anything that breaks
+    # WebhookInbox::Permanent quarantines it (and its event) at once. Anything that breaks
     # the transaction itself (the connection, a signal) propagates: its transaction rolls
-    # back (the whole batch, or the run alone), the attempts stay charged.
+    # back (the whole batch, or the run alone), the attempts stay charged. Jobs and mails a
+    # handler enqueues are captured into the outbox in its savepoint (Effects): they commit
+    # or roll back with its writes.
     class Runner
       START_BATCH_PROC = "webhook_inbox_ruby_start_batch(integer, integer, bigint, bigint)" # db/016: this Runner's schema
       START_BATCH_SQL = "SELECT * FROM webhook_inbox_ruby_start_batch($1::int, $2::int, $3::bigint, $4::bigint)"
