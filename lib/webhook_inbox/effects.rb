@@ -29,6 +29,12 @@ module WebhookInbox
       VALUES ($1, $2, $3::jsonb, $4, $5, coalesce(to_timestamp($6::float8), now()))
       ON CONFLICT (operation_id) DO NOTHING
     SQL
+    # webhook_inbox_emit() with the handler's event as the source (the Ruby worker does not set
+    # the settings the SQL handlers' runs set).
+    EMIT_SQL = <<~SQL.tr("\n", " ").freeze
+      SELECT webhook_inbox_emit($1, $2, $3::jsonb) FROM (SELECT set_config('webhook_inbox.source_scope', coalesce($4, ''), true),
+             set_config('webhook_inbox.source_event_id', coalesce($5, ''), true)) s
+    SQL
     STATE = :webhook_inbox_effects_scope # thread- (fiber-) local: the capture in force
     CURRENT = :webhook_inbox_effect_key   # likewise: the key of the effect being performed
 
@@ -112,6 +118,20 @@ module WebhookInbox
       require_relative "effects/job_capture"
       ::ActiveJob::Base.prepend(JobCapture) unless ::ActiveJob::Base <= JobCapture
     end
+  end
+
+  # Records an HTTP effect for the sidecar's destination (its --destination NAME=URL) in the
+  # current transaction, as webhook_inbox_emit() does in SQL: inside a Ruby handler, on the
+  # handler's connection and with its event as the source, so it commits with the handler's
+  # writes; the sidecar POSTs payload with operation_id as its Idempotency-Key after the
+  # commit. Idempotent per operation id: returns true when recorded now, false when it was
+  # there already; the same id for another destination raises ActiveRecord::StatementInvalid.
+  #   WebhookInbox.emit("refund:#{charge_id}", destination: :refunds, payload: { charge: charge_id })
+  def self.emit(operation_id, destination:, payload:)
+    scope = Effects.capturing
+    connection = scope&.connection || ::ActiveRecord::Base.connection
+    connection.select_value(Effects::EMIT_SQL, "webhook_inbox emit",
+                            [operation_id.to_s, destination.to_s, JSON.generate(payload), scope&.source_scope, scope&.source_event_id])
   end
 
   # The key of the effect running on this thread (a captured job performed by the Ruby

@@ -152,6 +152,20 @@ RSpec.describe WebhookInbox::Effects do
     expect(statuses).to eq([["pending"], ["quarantined"], []])
   end
 
+  it "records WebhookInbox.emit (an HTTP effect for the sidecar) with the handler's writes and its event as the source" do
+    reg = registry do |e|
+      expect(WebhookInbox.emit("refund:#{e.id}", destination: :refunds, payload: { "charge" => e.id })).to eq(true)
+      expect(WebhookInbox.emit("refund:#{e.id}", destination: :refunds, payload: { "charge" => "other" })).to eq(false)
+      raise "after the emit" if e.attempt == 1
+    end
+    store_and_dispatch(reg, "evt_e")
+    runner(reg).run_batch(conn, 10)
+    expect(sql("SELECT count(*) FROM webhook_inbox_outbox WHERE destination = 'refunds'")).to eq("0") # rolled back with it
+    runner(reg).run_batch(conn, 10)
+    expect(sql("SELECT concat_ws(' ', operation_id, status, source_scope, source_event_id, payload::text) FROM webhook_inbox_outbox " \
+               "WHERE destination = 'refunds'")).to eq('refund:evt_e pending s evt_e {"charge": "evt_e"}')
+  end
+
   it "leaves perform_later outside a handler to the app's adapter" do
     EffectsSpecJob.perform_later(@dir, "outside")
     expect(EffectsSpecAdapter.enqueued).to eq(["EffectsSpecJob"])
