@@ -19,11 +19,12 @@ module WebhookInbox
     #
     # At start it registers the app's handlers (Handlers.register: adds, never removes); with
     # none loaded, or a schema older than the Runner's functions (db/016), it logs
-    # level=error and exits 1 (fail closed). It wakes on the outbox's
-    # NOTIFY, else every poll interval. Each round also performs the jobs and mails handlers
-    # enqueued (Effects::JobRunner: after their commit, at least once, under stable keys), and
-    # refreshes the worker's heartbeat for webhook_inbox:doctor (Heartbeat, schema v22). The first SIGTERM/SIGINT finishes the round in flight
-    # and exits; a second exits at once. A lost database connection is retried with backoff.
+    # level=error and exits 1 (fail closed). It wakes on the outbox's NOTIFY, else every poll
+    # interval. Each round also performs the jobs and mails handlers enqueued
+    # (Effects::JobRunner: after their commit, under stable keys) and refreshes the worker's
+    # heartbeat for webhook_inbox:doctor (Heartbeat, schema v22). The first SIGTERM/SIGINT
+    # finishes the round in flight and exits; a second exits at once. A lost database
+    # connection is retried with backoff.
     class Worker
       DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
                    backoff_cap_ms: 3_600_000, job_lease_ms: 60_000 }.freeze
