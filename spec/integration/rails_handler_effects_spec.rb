@@ -95,7 +95,7 @@ RSpec.describe "a generated Rails app: effects from Ruby handlers" do
     @sidecar_log = File.join(@work, "sidecar.log")
     start_process("run", "--poll-interval", "200ms", log: @sidecar_log)
     @worker_log = File.join(@work, "worker.log")
-    @worker = start_ruby_worker
+    @worker = { pid: start_ruby_worker } # shared: an example's own @worker would be a copy (before(:all) ivars)
     wait_for("the worker registered its handlers") { File.read(@worker_log).include?("event=ruby_worker_starting") }
   end
 
@@ -140,8 +140,8 @@ RSpec.describe "a generated Rails app: effects from Ruby handlers" do
     FileUtils.touch(File.join(@app, "tmp", "pause_mail_#{order}"))
     expect(pay("evt_mail_killed", order)).to eq("accepted")
     wait_for("the mail's delivery began") { File.exist?(File.join(@app, "tmp", "paused_mail_#{order}")) }
-    Process.kill("KILL", -@worker)
-    Process.wait(@worker)
+    Process.kill("KILL", -@worker[:pid])
+    Process.wait(@worker[:pid])
     # The handler's transaction committed: event done, order paid; the mail is not sent and
     # is still to do, in the outbox (the stock :async adapter had it only in memory).
     expect(psql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_mail_killed'")).to eq("done")
@@ -150,7 +150,7 @@ RSpec.describe "a generated Rails app: effects from Ruby handlers" do
     expect(psql("SELECT status || ' ' || attempts FROM webhook_inbox_outbox WHERE destination = 'active_job' " \
                 "AND source_event_id = 'evt_mail_killed'")).to eq("pending 1")
 
-    @worker = start_ruby_worker
+    @worker[:pid] = start_ruby_worker
     wait_for("the mail sent") { mails(order).size == 1 }
     wait_for("its job delivered") do
       psql("SELECT status FROM webhook_inbox_outbox WHERE destination = 'active_job' AND source_event_id = 'evt_mail_killed'") == "delivered"
@@ -171,14 +171,14 @@ RSpec.describe "a generated Rails app: effects from Ruby handlers" do
                            "Ruby workers: 1 alive", "jobs from Ruby handlers:", ":async does not commit with the database")
     expect(out).not_to include("unknown OID", "routes: none (every event waits", "DOWN")
 
-    Process.kill("TERM", -@worker) # a clean stop: its row says stopped
-    Process.wait(@worker)
+    Process.kill("TERM", -@worker[:pid]) # a clean stop: its row says stopped
+    Process.wait(@worker[:pid])
     out = sh("bin/rails", "webhook_inbox:doctor", ok: false)
     expect(out).to include("Ruby worker: DOWN - 1 Ruby handler registered (PaymentIntentSucceededHandler)",
                            "start bin/webhook-inbox-sidecar ruby")
     expect(out).not_to include("unknown OID")
   ensure
-    @worker = start_ruby_worker
+    @worker[:pid] = start_ruby_worker
   end
 
   it "runs the generated handler test on a fresh test database without a false 'schema is missing', the mail delivered by the drain" do
