@@ -11,6 +11,7 @@ require "webhook_inbox/handlers/worker"
 require "webhook_inbox/effects/job_runner"
 require "webhook_inbox/testing/drain"
 require_relative "../support/receiver_helpers"
+require_relative "../support/forked_ruby_worker"
 
 # Jobs enqueued by Ruby handlers (lib/webhook_inbox/effects.rb): captured into the outbox in
 # the handler's savepoint instead of the app's adapter, performed after the commit by the
@@ -19,6 +20,8 @@ require_relative "../support/receiver_helpers"
 # commit and before the job ran performs it once after a restart. Outside a handler,
 # perform_later reaches the app's adapter as before.
 RSpec.describe WebhookInbox::Effects do
+  include ForkedRubyWorker
+
   # The app's adapter: records what reaches it (a stock app's :async would run it in a thread
   # of the process and lose it with the process).
   class EffectsSpecAdapter
@@ -199,41 +202,12 @@ RSpec.describe WebhookInbox::Effects do
     WebhookInbox::Handlers.registry.clear
   end
 
-  def start_worker(reg)
-    log = File.join(@dir, "worker.log")
-    pid = fork do
-      ActiveRecord::Base.establish_connection(@url)
-      out = File.open(log, "a").tap { |f| f.sync = true }
-      exit!(WebhookInbox::Handlers::Worker.new(registry: reg, out: out, poll_interval: 0.1, backoff_base_ms: 0,
-                                               job_lease_ms: 500).run)
-    end
-    (@workers ||= []) << pid
-    pid
-  end
-
-  def stop_worker(pid)
-    Process.kill("TERM", pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
-
-  def wait_until(what, timeout: 30)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-    until yield
-      log = File.exist?(File.join(@dir, "worker.log")) ? File.read(File.join(@dir, "worker.log")) : ""
-      raise "#{what}: not after #{timeout}s\n#{log.lines.last(20).join}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-
-      sleep 0.05
-    end
-  end
-
   it "performs a job once after a kill -9 of the worker between the handler's commit and the job's end, and beats" do
     dir = @dir
     reg = registry { |e| EffectsSpecJob.perform_later(dir, e.id, "pause_once") }
     ActiveRecord::Base.connection_pool.disconnect! # the fork takes no connection of ours
     store_and_dispatch(reg, "evt_k")
-    pid = start_worker(reg)
+    pid = start_worker(reg, job_lease_ms: 500)
     wait_until("the job paused") { File.exist?(File.join(@dir, "paused_evt_k")) }
     Process.kill("KILL", pid)
     Process.wait(pid)
@@ -243,7 +217,7 @@ RSpec.describe WebhookInbox::Effects do
     expect([sent, sql("SELECT count(*) FROM job_rows")]).to eq([[], "0"])
     expect(sql("SELECT count(*) FROM webhook_inbox_workers WHERE pid = #{pid} AND stopped_at IS NULL")).to eq("1")
 
-    pid2 = start_worker(reg)
+    pid2 = start_worker(reg, job_lease_ms: 500)
     wait_until("the job delivered") { sql("SELECT status FROM webhook_inbox_outbox WHERE destination = 'active_job'") == "delivered" }
     expect(sent).to eq(["evt_k #{op_id('evt_k')}/1"])
     expect(sql("SELECT count(*) || ' ' || max(effect_key) FROM job_rows")).to eq("1 #{op_id('evt_k')}/1")
