@@ -25,7 +25,7 @@ Gem::Specification.new do |spec|
     "app/**/*.{rb,erb}", "config/routes.rb",
     "ext/webhook_inbox/*.{c,h,rb}",
     "sidecar/extconf.rb", "sidecar/src/*.{c,h}",
-    "db/**/*.sql", "exe/*", "README.md", "LICENSE"
+    "db/**/*.sql", "exe/*", "README.md", "CHANGELOG.md", "UPGRADING.md", "docs/*.md", "LICENSE"
   ]
   spec.bindir = "exe"
   spec.executables = ["webhook-inbox-sidecar"]

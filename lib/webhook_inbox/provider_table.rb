@@ -1,9 +1,9 @@
 # frozen_string_literal: true
 
 module WebhookInbox
-  # ProviderTable - the README's provider table, generated from the provider entries
-  # (Verifier.provider_table, i.e. ext/webhook_inbox/providers.c), so that the table cannot
-  # drift from what the verifier does. `bundle exec rake verify:readme` rewrites the README
+  # ProviderTable - the provider table of docs/providers.md, generated from the provider
+  # entries (Verifier.provider_table, i.e. ext/webhook_inbox/providers.c), so that the table
+  # cannot drift from what the verifier does. `bundle exec rake verify:readme` rewrites the
   # section between BEGIN and END; spec/webhook_inbox/provider_table_spec.rb fails when they
   # differ.
   module ProviderTable

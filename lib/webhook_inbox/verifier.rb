@@ -9,7 +9,7 @@ module WebhookInbox
   #
   # Providers are data: one entry each in ext/webhook_inbox/providers.c (headers, signed
   # content, algorithm, key form, where id/type/time come from, tolerance, challenge), read
-  # here through Verifier.provider_table; the README's provider table is generated from it
+  # here through Verifier.provider_table; docs/providers.md's table is generated from it
   # (ProviderTable). :svix is an alias of :standard_webhooks; :didit takes allow_simple:
   # true to also accept X-Signature-Simple; :hmac is generic (algorithm:, encoding:,
   # prefix:, signature_header:, timestamp_header:, id_header:, template: such as
@@ -23,7 +23,7 @@ module WebhookInbox
   #   its template does not sign as {id} - so a captured body re-sent with a new delivery id
   #   (and another X-GitHub-Event or X-Shopify-Topic) is a duplicate, not a new event. The
   #   price: two deliveries with byte-identical bodies count as one. event_id: :provider
-  #   keeps the header's id (the earlier default; the README says what an upgrade does). The
+  #   keeps the header's id (the earlier default; docs/providers.md says what an upgrade does). The
   #   type of such an event still comes from an unsigned header: a hint for routing, never
   #   proof of what the provider sent.
   # - A body whose top-level key the id, type or time is read from occurs twice is refused
