@@ -19,7 +19,7 @@ module WebhookInbox
     TABLES = %w[webhook_inbox webhook_inbox_routes webhook_inbox_actions webhook_inbox_rejections
                 webhook_inbox_outbox webhook_inbox_effects_received webhook_inbox_ruby_handlers
                 webhook_inbox_reconcile_cursors webhook_inbox_redeliveries webhook_inbox_refused
-                webhook_inbox_flow].freeze
+                webhook_inbox_flow webhook_inbox_workers].freeze
     FUNCTION_PREFIX = "webhook_inbox_"
 
     # 2: versioned, 1: the inbox predates versioning, 0: no inbox. (A CASE cannot call a

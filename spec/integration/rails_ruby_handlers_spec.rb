@@ -78,7 +78,7 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
                             env: @env.merge("RAILS_ENV" => "development")).tap { |p| Bundler.with_unbundled_env { p.start } }
     @spawned = [] # every process started, also by examples (their @worker is their own copy)
     @sidecar_log = File.join(@work, "sidecar.log")
-    @sidecar = start_process("run", "--poll-interval", "200ms", log: @sidecar_log)
+    @sidecar = start_app_process("run", "--poll-interval", "200ms", log: @sidecar_log)
     @worker_log = File.join(@work, "worker.log")
     @worker = start_ruby_worker
     # Its handlers registered before the first event arrives (else that event waits for a route).
@@ -87,23 +87,13 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
   end
 
   after(:all) do
-    # All of them: a worker an example restarted is in @spawned, not in this @worker.
-    (@spawned || []).each do |pid|
-      (Process.kill("TERM", -pid) rescue nil)
-      (Process.wait(pid) rescue nil)
-    end
+    stop_app_processes # every one, also a worker an example restarted
     @puma&.stop
     remove_generated_app
   end
 
-  define_method(:start_process) do |*args, log:|
-    Bundler.with_unbundled_env do
-      Process.spawn(@env, "bin/webhook-inbox-sidecar", *args, chdir: @app, out: [log, "a"], err: [log, "a"], pgroup: true)
-    end.tap { |pid| @spawned << pid }
-  end
-
   define_method(:start_ruby_worker) do
-    start_process("ruby", "--poll-interval", "200ms", "--backoff-base", "200ms", "--backoff-cap", "400ms", log: @worker_log)
+    start_app_process("ruby", "--poll-interval", "200ms", "--backoff-base", "200ms", "--backoff-cap", "400ms", log: @worker_log)
   end
 
   define_method(:deliver) do |id, type, object|
@@ -141,11 +131,6 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
   define_method(:event_status) { |id| psql("SELECT status FROM webhook_inbox WHERE event_id = '#{id}'") }
   define_method(:paid) { |order| psql("SELECT status || ' ' || paid_count || ' ' || (SELECT count(*) FROM receipts WHERE order_id = #{order}) FROM orders WHERE id = #{order}") }
 
-  define_method(:wait_for) do |what, timeout: 60, &cond|
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-    sleep 0.1 until (cond.call rescue false) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-    expect(cond.call).to be_truthy, "#{what}\nworker:\n#{File.read(@worker_log).lines.last(30).join}\nsidecar:\n#{File.read(@sidecar_log).lines.last(15).join}"
-  end
 
   it "marks the order paid and sends the receipt once across duplicates and a replay" do
     order = order!

@@ -82,7 +82,7 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     expect(tables).to eq("webhook_inbox,webhook_inbox_actions,webhook_inbox_effects_received,webhook_inbox_flow,webhook_inbox_outbox," \
                          "webhook_inbox_reconcile_cursors,webhook_inbox_redeliveries,webhook_inbox_refused,webhook_inbox_rejections," \
                          "webhook_inbox_routes," \
-                         "webhook_inbox_ruby_handlers")
+                         "webhook_inbox_ruby_handlers,webhook_inbox_workers")
     # The v3 signature (kept for v3 sidecars during a rolling deploy) and the v4 one.
     expect(TestDatabase.cluster.psql("SELECT count(*) FROM pg_proc WHERE proname = 'webhook_inbox_dispatch'", db: fresh).strip).to eq("2")
     expect(TestDatabase.cluster.psql("SELECT webhook_inbox_schema_version()", db: fresh).strip).to eq(WebhookInbox::Schema::VERSION.to_s)

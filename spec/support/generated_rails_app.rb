@@ -49,6 +49,33 @@ module GeneratedRailsApp
     @pg.psql(sql, db: db).strip
   end
 
+  # Starts bin/webhook-inbox-sidecar ARGS (run, ruby, ...) in the app, in a process group of
+  # its own, appending its output to log; returns its pid. Every one started (also by an
+  # example: @spawned is the group's array, shared) is stopped by stop_app_processes.
+  def start_app_process(*args, log:)
+    Bundler.with_unbundled_env do
+      Process.spawn(@env, "bin/webhook-inbox-sidecar", *args, chdir: @app, out: [log, "a"], err: [log, "a"], pgroup: true)
+    end.tap { |pid| @spawned << pid }
+  end
+
+  def stop_app_processes
+    (@spawned || []).each do |pid|
+      (Process.kill("TERM", -pid) rescue nil) # rubocop:disable Style/RescueModifier
+      (Process.wait(pid) rescue nil) # rubocop:disable Style/RescueModifier
+    end
+  end
+
+  # Waits up to timeout seconds for the block to be true; else fails with the tails of
+  # @worker_log and @sidecar_log.
+  def wait_for(what, timeout: 60, &cond)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    sleep 0.1 until (cond.call rescue false) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline # rubocop:disable Style/RescueModifier
+    logs = { "worker" => [@worker_log, 30], "sidecar" => [@sidecar_log, 15] }.filter_map do |name, (path, n)|
+      "#{name}:\n#{File.read(path).lines.last(n).join}" if path && File.exist?(path)
+    end
+    expect(cond.call).to be_truthy, [what, *logs].join("\n")
+  end
+
   private
 
   def install_gem(root)

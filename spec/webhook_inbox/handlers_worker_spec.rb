@@ -9,6 +9,7 @@ require "webhook_inbox/handlers"
 require "webhook_inbox/handlers/worker"
 require_relative "../support/receiver_helpers"
 require_relative "../support/overlap_probe"
+require_relative "../support/forked_ruby_worker"
 
 # The Ruby worker as a process (Handlers::Worker in a forked child, its own connection,
 # committed transactions), for what the in-transaction drain cannot show
@@ -19,6 +20,8 @@ require_relative "../support/overlap_probe"
 # it instead of deadlocking with its save; a Ruby handler holds its event's ordering key
 # (db/021): no other worker, nor the sidecar's claim, runs an event of that key meanwhile.
 RSpec.describe WebhookInbox::Handlers::Worker do
+  include ForkedRubyWorker # start_worker: backoff 0, a charged run is due again at once
+
   before(:all) do
     @pg = TestDatabase.cluster
     @db = "handlers_worker_#{SecureRandom.hex(4)}"
@@ -67,38 +70,6 @@ RSpec.describe WebhookInbox::Handlers::Worker do
       sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES ('s', '#{id}', '#{type}', '{}')")
     end
     sql("SELECT count(*) FROM webhook_inbox_dispatch_batch(100, 'wait', 10, 1000, 3600000, 60000)")
-  end
-
-  # A worker process; returns its pid. backoff 0: a charged run is due again at once.
-  def start_worker(reg, **opts)
-    log = File.join(@dir, "worker.log")
-    pid = fork do
-      ActiveRecord::Base.establish_connection(@url)
-      out = File.open(log, "a").tap { |f| f.sync = true }
-      exit!(WebhookInbox::Handlers::Worker.new(registry: reg, out: out, poll_interval: 0.1, backoff_base_ms: 0,
-                                               **opts).run)
-    end
-    (@workers ||= []) << pid
-    pid
-  end
-
-  def stop_worker(pid)
-    Process.kill("TERM", pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
-
-  def worker_log = File.exist?(File.join(@dir, "worker.log")) ? File.read(File.join(@dir, "worker.log")) : ""
-
-  def wait_until(what, timeout: 30)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-    until (value = yield)
-      raise "#{what}: not after #{timeout}s\nworker log:\n#{worker_log.lines.last(20).join}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-
-      sleep 0.05
-    end
-    value
   end
 
   # The child's exit status, or nil once the block is true while it still runs.

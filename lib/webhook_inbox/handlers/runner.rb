@@ -3,6 +3,7 @@
 require "time"
 require "base64"
 require "pg"
+require_relative "../effects"
 
 module WebhookInbox
   module Handlers
@@ -35,7 +36,9 @@ module WebhookInbox
     # WebhookInbox::Permanent quarantines it (and its event) at once. on_result gets each
     # Result once the batch committed (a log that says done means done). Anything that breaks
     # the transaction itself (the connection, a signal) propagates: its transaction rolls
-    # back (the whole batch, or the run alone), the attempts stay charged.
+    # back (the whole batch, or the run alone), the attempts stay charged. Jobs and mails a
+    # handler enqueues are captured into the outbox in its savepoint (Effects): they commit
+    # or roll back with its writes.
     class Runner
       START_BATCH_PROC = "webhook_inbox_ruby_start_batch(integer, integer, bigint, bigint)" # db/016: this Runner's schema
       START_BATCH_SQL = "SELECT * FROM webhook_inbox_ruby_start_batch($1::int, $2::int, $3::bigint, $4::bigint)"
@@ -147,7 +150,10 @@ module WebhookInbox
         savepoint = nil
         Savepoint.run(connection) do |sp|
           savepoint = sp
-          @time_limit.run(statement) { subscription.callable.call(event) }
+          # Jobs and mails it enqueues go to the outbox in this savepoint (Effects).
+          Effects.capture(connection, event.operation_id, source_scope: event.scope, source_event_id: event.id) do
+            @time_limit.run(statement) { subscription.callable.call(event) }
+          end
           completed = true
         end
         # ActiveRecord::Rollback is swallowed by the savepoint: nothing of the handler applied.

@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "optparse"
+require_relative "../effects/job_runner"
+require_relative "heartbeat"
 
 module WebhookInbox
   module Handlers
@@ -17,21 +19,24 @@ module WebhookInbox
     #
     # At start it registers the app's handlers (Handlers.register: adds, never removes); with
     # none loaded, or a schema older than the Runner's functions (db/016), it logs
-    # level=error and exits 1 (fail closed). It wakes on the outbox's
-    # NOTIFY, else every poll interval. The first SIGTERM/SIGINT finishes the round in flight
-    # and exits; a second exits at once. A lost database connection is retried with backoff.
-    # A handler that runs past the time limit (--handler-timeout, else the configuration's
-    # handler_timeout: 30 s) is interrupted and charged a failure; its batch-mates commit.
-    # The outcome of each run (outcome=done, retry, quarantined) is logged once its batch committed.
+    # level=error and exits 1 (fail closed). It wakes on the outbox's NOTIFY, else every poll
+    # interval. Each round also performs the jobs and mails handlers enqueued
+    # (Effects::JobRunner: after their commit, under stable keys) and refreshes the worker's
+    # heartbeat for webhook_inbox:doctor (Heartbeat, schema v22). The first SIGTERM/SIGINT
+    # finishes the round in flight and exits; a second exits at once. A lost database
+    # connection is retried with backoff. A handler that runs past the time limit
+    # (--handler-timeout, else the configuration's handler_timeout: 30 s) is interrupted and
+    # charged a failure; its batch-mates commit. The outcome of each run (outcome=done, retry,
+    # quarantined) is logged once its batch committed.
     class Worker
       DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
-                   backoff_cap_ms: 3_600_000, handler_timeout: nil }.freeze
+                   backoff_cap_ms: 3_600_000, handler_timeout: nil, job_lease_ms: 60_000 }.freeze
       RECONNECT_MIN_S = 0.1
       RECONNECT_MAX_S = 5.0
       CHANNEL = "webhook_inbox_outbox"
 
       # `ruby [--concurrency N] [--batch-size N] [--poll-interval 1s] [--max-attempts N]
-      # [--backoff-base 1s] [--backoff-cap 1h] [--handler-timeout 30s]`. Returns the exit status.
+      # [--backoff-base 1s] [--backoff-cap 1h] [--handler-timeout 30s] [--job-lease 1m]`. Returns the exit status.
       def self.cli(argv, out: $stderr)
         opts = DEFAULTS.dup
         OptionParser.new do |o|
@@ -44,6 +49,9 @@ module WebhookInbox
           o.on("--backoff-cap D", "longest retry delay (1h)") { |v| opts[:backoff_cap_ms] = (seconds(v) * 1000).round }
           o.on("--handler-timeout D", "interrupt a handler after D, charged a failure (handler_timeout: 30s; 0: none)") do |v|
             opts[:handler_timeout] = seconds(v)
+          end
+          o.on("--job-lease D", "a job from a handler taken by a worker that died runs again after this (1m)") do |v|
+            opts[:job_lease_ms] = [(seconds(v) * 1000).round, 1].max
           end
         end.parse!(argv.dup)
         new(**opts, out: out).run
@@ -68,6 +76,9 @@ module WebhookInbox
         @runner = Runner.new(registry, max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
                                        backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:log_result),
                                        time_limit: @opts.fetch(:handler_timeout) || WebhookInbox.configuration.handler_timeout)
+        @jobs = Effects::JobRunner.new(max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
+                                       backoff_cap_ms: @opts[:backoff_cap_ms], lease_ms: @opts[:job_lease_ms],
+                                       on_result: method(:log_job))
       end
 
       def run
@@ -81,6 +92,7 @@ module WebhookInbox
           return 1
         end
         n = ::ActiveRecord::Base.connection_pool.with_connection { |c| Handlers.register(c, @registry) }
+        @heartbeat = Heartbeat.new(@jobs.owner, handlers: @registry.subscriptions.size)
         log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]} " \
                                     "handler_timeout_s=#{@runner.time_limit || 'none'}")
         trap_signals
@@ -88,6 +100,7 @@ module WebhookInbox
         rails_app.reloader.after_class_unload { worker.code_reloaded! } if rails_app.respond_to?(:reloader)
         threads = Array.new(@opts[:concurrency]) { |i| Thread.new { work(i) } }
         threads.each(&:join)
+        (::ActiveRecord::Base.connection_pool.with_connection { |c| @heartbeat.stopped(c) } rescue nil) # rubocop:disable Style/RescueModifier
         log("ruby_worker_stopped", "")
         0
       end
@@ -119,11 +132,20 @@ module WebhookInbox
         end
       end
 
-      # Up to batch size runs (Runner: first attempts in one transaction) inside the app's
-      # reloader, then a wait when none was due (outside it: a reload need not wait for it).
-      # The query cache stays off, as outside Rails' executor.
+      # Up to batch size runs (Runner: first attempts in one transaction) and the jobs their
+      # handlers enqueued (Effects::JobRunner), inside the app's reloader, then a wait when none
+      # was due (outside it: a reload need not wait for it). The query cache stays off, as
+      # outside Rails' executor.
       def round
-        n = in_app { on_connection { |c| c.uncached { reregister(c); @runner.run_batch(c, @opts[:batch_size]).size } } }
+        n = in_app do
+          on_connection do |c|
+            c.uncached do
+              @heartbeat.beat(c)
+              reregister(c)
+              @runner.run_batch(c, @opts[:batch_size]).size + @jobs.run_batch(c, @opts[:batch_size]).size
+            end
+          end
+        end
         on_connection { |c| wait(c) } if n.zero? && !@stop
       end
 
@@ -165,7 +187,7 @@ module WebhookInbox
       def wait(connection)
         raw = connection.raw_connection
         raw.async_exec("LISTEN #{CHANNEL}")
-        raw.wait_for_notify(@opts[:poll_interval])
+        raw.wait_for_notify([@opts[:poll_interval], Heartbeat::INTERVAL_S].min)
         nil while raw.notifies # drain the others folded into this wake-up
       end
 
@@ -174,6 +196,12 @@ module WebhookInbox
         err = r.error ? %( error="#{r.error.lines.first.to_s.strip[0, 200].delete('"')}") : ""
         log("handler", "handler=#{r.handler} event_id=#{r.event_id} type=#{r.event_type} outcome=#{outcome} attempt=#{r.attempt} " \
                        "duration_ms=#{r.duration_ms.round(1)}#{err}")
+      end
+
+      def log_job(r)
+        outcome = { "delivered" => "done", "pending" => "retry", "quarantined" => "quarantined" }.fetch(r.status.to_s, "lease_lost")
+        err = r.error ? %( error="#{r.error.lines.first.to_s.strip[0, 200].delete('"')}") : ""
+        log("job", "key=#{r.key} job=#{r.job_class} outcome=#{outcome} attempt=#{r.attempt} duration_ms=#{r.duration_ms.round(1)}#{err}")
       end
 
       def log(event, fields, level: "info")

@@ -3,13 +3,20 @@
 module WebhookInbox
   module Rails
     # Doctor - `bin/rails webhook_inbox:doctor`: what is configured and what is missing, read
-    # from the app's database and WebhookInbox.configuration: the schema version, the routes
-    # per event type and the types waiting for one, the sidecar (it records no heartbeat:
-    # its sessions in pg_stat_activity and the last event done stand in), and each endpoint's
-    # provider, scope and how many secrets are present. Never prints a secret or a payload.
-    # #report returns the lines and whether everything needed is there.
+    # from the app's database and WebhookInbox.configuration: the schema version; SQL routes
+    # and Ruby handlers per event type, and the pending types that have neither; the Ruby
+    # workers' heartbeats (db/022); the sidecars connected (pg_stat_activity: the sidecar
+    # records no heartbeat) and the backlog (the oldest pending event's age); the app's job
+    # adapter and the jobs handlers enqueued; each endpoint's provider, scope and how many
+    # secrets are present. Never prints a secret or a payload. #report returns the lines and
+    # whether everything needed is there, so a deploy can run it as a check (exit 1 if not):
+    # a problem is a missing or stale schema, an endpoint that cannot receive, Ruby handlers
+    # registered with no Ruby worker alive, pending types nothing handles, or events pending
+    # for over 5 minutes with no sidecar connected.
     class Doctor
       SIDECAR_APP = "webhook-inbox-sidecar" # the sidecar's fallback_application_name (pgw.c)
+      ALIVE_S = 60 # a heartbeat older than this: the worker is gone or stuck (it beats every 10 s)
+      STALLED_S = 300 # events pending this long with no sidecar connected: nothing is processing them
 
       def initialize(connection:, config: WebhookInbox.configuration)
         @conn = connection
@@ -17,9 +24,9 @@ module WebhookInbox
         @problems = 0
       end
 
-      # [lines, ok]: ok is false when the schema is missing or stale or an endpoint cannot receive.
+      # [lines, ok]: ok is false when something above is wrong.
       def report
-        lines = [*schema, *routes, *sidecar, *endpoints,
+        lines = [*schema, *routes, *ruby_handlers, *ruby_workers, *jobs, *backlog, *sidecar, *endpoints,
                  "effect destinations: not checked here (they are the sidecar's --destination flags)"]
         [lines, @problems.zero?]
       end
@@ -27,37 +34,109 @@ module WebhookInbox
       private
 
       def schema
-        version = WebhookInbox::Schema.installed_version(->(sql) { @conn.select_value(sql, "webhook_inbox doctor") })
+        version = WebhookInbox::Schema.installed_version(->(sql) { value(sql) })
+        @version = version
         problem = WebhookInbox::Schema.problem(version)
         return ["schema: version #{version} (this gem expects #{WebhookInbox::Schema::VERSION})"] unless problem
 
-        @problems += 1
+        problem!
         ["schema: MISSING OR STALE - #{problem}"]
       end
 
+      # SQL routes (regproc columns read as text: the driver knows no such type).
       def routes
         return [] unless table?("webhook_inbox_routes")
 
-        rows = @conn.select_all("SELECT * FROM webhook_inbox_routes ORDER BY event_type", "webhook_inbox doctor").to_a
-        lines = rows.empty? ? ["routes: none (every event waits: add_webhook_inbox_route in a migration)"] : ["routes:"]
+        optional = %w[destination batch_handler].map { |c| column?("webhook_inbox_routes", c) ? "#{c}::text" : "NULL::text AS #{c}" }
+        rows = @conn.select_all("SELECT event_type, handler::text AS handler, #{optional.join(', ')} FROM webhook_inbox_routes " \
+                                "ORDER BY event_type", "webhook_inbox doctor").to_a
+        lines = [rows.empty? ? "SQL routes: none" : "SQL routes:"]
         rows.each do |r|
           lines << "  #{r['event_type']} -> #{r['handler']}#{" (destination #{r['destination']})" if r['destination']}" \
                    "#{" (batch #{r['batch_handler']})" if r['batch_handler']}"
         end
+        lines
+      end
+
+      def ruby_handlers
+        return [] unless table?("webhook_inbox_ruby_handlers")
+
+        rows = @conn.select_rows("SELECT handler, string_agg(event_type, ', ' ORDER BY event_type) FROM webhook_inbox_ruby_handlers " \
+                                 "GROUP BY handler ORDER BY handler", "webhook_inbox doctor")
+        @ruby_handlers = rows.map(&:first)
+        return ["Ruby handlers: none registered (a Ruby worker registers the app's when it starts)"] if rows.empty?
+
+        ["Ruby handlers (registered by the Ruby worker):", *rows.map { |name, types| "  #{types} -> #{name}" }]
+      end
+
+      def ruby_workers
+        return [] unless table?("webhook_inbox_ruby_handlers")
+        return ["Ruby workers: not visible (schema older than v22 keeps no heartbeat)"] unless table?("webhook_inbox_workers")
+
+        rows = @conn.select_rows(<<~SQL.squish, "webhook_inbox doctor")
+          SELECT host, pid, handlers, extract(epoch FROM now() - heartbeat_at)::int, stopped_at IS NOT NULL
+            FROM webhook_inbox_workers WHERE kind = 'ruby' ORDER BY heartbeat_at DESC LIMIT 20
+        SQL
+        alive = rows.select { |_, _, _, age, stopped| !stopped && age.to_i <= ALIVE_S }
+        lines = alive.map { |host, pid, n, age| "  #{host} pid #{pid}: #{n} handlers, heartbeat #{age}s ago" }
+        if alive.empty? && !@ruby_handlers.to_a.empty?
+          problem!
+          last = rows.first
+          seen = last ? "last seen: #{last[0]} pid #{last[1]}, #{last[3]}s ago#{' (stopped)' if last[4]}" : "none ever seen"
+          return ["Ruby worker: DOWN - #{@ruby_handlers.size} Ruby handler#{'s' unless @ruby_handlers.size == 1} registered " \
+                  "(#{@ruby_handlers.first(3).join(', ')}#{', ...' if @ruby_handlers.size > 3}) and no worker's heartbeat in " \
+                  "the last #{ALIVE_S}s (#{seen}): their events wait; start bin/webhook-inbox-sidecar ruby"]
+        end
+        ["Ruby workers: #{alive.size} alive#{':' unless alive.empty?}", *lines]
+      end
+
+      # Jobs from Ruby handlers (the outbox's active_job destination) and the app's adapter.
+      def jobs
+        return [] unless table?("webhook_inbox_outbox")
+
+        pending, quarantined = @conn.select_rows(<<~SQL.squish, "webhook_inbox doctor", [bind(WebhookInbox::Effects::DESTINATION)]).first
+          SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'quarantined')
+            FROM webhook_inbox_outbox WHERE destination = $1 AND status <> 'delivered'
+        SQL
+        adapter = WebhookInbox::Effects.app_adapter_name
+        note = if adapter.nil? then "ActiveJob not loaded"
+               elsif WebhookInbox::Effects.non_transactional?(adapter)
+                 "the app's adapter :#{adapter} does not commit with the database: jobs enqueued in Ruby handlers are " \
+                   "captured into the outbox all the same, jobs enqueued elsewhere are not"
+               else "the app's adapter :#{adapter}"
+               end
+        ["jobs from Ruby handlers: #{pending} pending, #{quarantined} quarantined (#{note})"]
+      end
+
+      def backlog
+        return [] unless table?("webhook_inbox")
+
+        count, age = @conn.select_rows("SELECT count(*), extract(epoch FROM now() - min(received_at))::int FROM webhook_inbox " \
+                                       "WHERE status = 'pending'", "webhook_inbox doctor").first
+        @oldest_pending_s = age&.to_i
+        lines = ["backlog: #{count} pending#{", the oldest received #{age}s ago" if age}"]
         waiting = @conn.select_rows("SELECT event_type, pending FROM webhook_inbox_unrouted()", "webhook_inbox doctor")
-        waiting.each { |type, n| lines << "  waiting for a route: #{type.to_s.empty? ? '(no type)' : type} (#{n} pending)" }
+        problem! unless waiting.empty?
+        waiting.each do |type, n|
+          lines << "  NOT HANDLED: #{type.to_s.empty? ? '(no type)' : type} (#{n} pending, with neither a SQL route nor a Ruby " \
+                   "handler: add_webhook_inbox_route in a migration, or a Ruby handler)"
+        end
         lines
       rescue ::ActiveRecord::StatementInvalid => e
-        ["routes: could not be read (#{e.cause&.class || e.class})"]
+        ["backlog: could not be read (#{e.cause&.class || e.class})"]
       end
 
       def sidecar
-        sessions = @conn.select_value(<<~SQL.squish, "webhook_inbox doctor", [bind(SIDECAR_APP)]).to_i
+        sessions = Integer(value(<<~SQL.squish, [bind(SIDECAR_APP)]))
           SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1
         SQL
-        last = (@conn.select_value("SELECT max(processed_at) FROM webhook_inbox WHERE status = 'done'", "webhook_inbox doctor") if table?("webhook_inbox"))
-        ["sidecar: no heartbeat (the sidecar records none); connected now: #{sessions} session#{'s' unless sessions == 1} " \
-         "(pg_stat_activity, application_name #{SIDECAR_APP}); last event done: #{last || 'never'}"]
+        last = (value("SELECT max(processed_at) FROM webhook_inbox WHERE status = 'done'") if table?("webhook_inbox"))
+        line = "sidecar: no heartbeat (the sidecar records none); connected now: #{sessions} session#{'s' unless sessions == 1} " \
+               "(pg_stat_activity, application_name #{SIDECAR_APP}); last event done: #{last || 'never'}"
+        return [line] unless sessions.zero? && @oldest_pending_s.to_i > STALLED_S
+
+        problem!
+        ["#{line}", "  STALLED: events pending for #{@oldest_pending_s}s and no sidecar connected: start bin/webhook-inbox-sidecar run"]
       end
 
       def endpoints
@@ -75,8 +154,15 @@ module WebhookInbox
         lines + problems.map { |p| "  MISSING: #{p}" }
       end
 
-      def table?(name)
-        @conn.select_value("SELECT to_regclass($1) IS NOT NULL", "webhook_inbox doctor", [bind(name)])
+      def problem! = @problems += 1
+
+      def value(sql, binds = []) = @conn.select_value(sql, "webhook_inbox doctor", binds)
+
+      def table?(name) = value("SELECT to_regclass($1) IS NOT NULL", [bind(name)])
+
+      def column?(table, column)
+        value("SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = $1 AND column_name = $2)",
+              [bind(table), bind(column)])
       end
 
       def bind(value)

@@ -19,7 +19,9 @@ module WebhookInbox
     # - test environment: receipts go through ActiveRecord's connection (they roll back with
     #   transactional tests), unless the app sets WebhookInbox.configuration.store;
     # - boot: endpoints that cannot receive (a nil secret) stop it; in development and test a
-    #   check warns when the inbox schema is missing or stale;
+    #   check warns when the inbox schema is missing or stale, and when the app's job adapter
+    #   does not commit with the database (jobs from Ruby handlers are captured all the same);
+    # - jobs and mails enqueued inside a Ruby handler go to the inbox's outbox (Effects);
     # - logs go to Rails.logger (provider, scope, event id and outcome; never payloads);
     # - generators webhook_inbox:install and webhook_inbox:handler, rake webhook_inbox:*.
     class Railtie < ::Rails::Railtie
@@ -61,6 +63,12 @@ module WebhookInbox
           ::ActiveRecord::Tasks::DatabaseTasks.singleton_class.prepend(StructureDump)
           Truncation.database_cleaner! # after DatabaseCleaner's own on_load, when the Gemfile loads it
         end
+      end
+
+      # A handler's perform_later / deliver_later commits with its writes (Effects::JobCapture).
+      initializer "webhook_inbox.effects" do
+        ActiveSupport.on_load(:active_job) { WebhookInbox::Effects.install! }
+        ActiveSupport.on_load(:action_mailer) { WebhookInbox::Effects.watch_direct_deliveries!(::Rails.logger) }
       end
 
       config.after_initialize do

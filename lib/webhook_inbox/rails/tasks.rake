@@ -119,7 +119,8 @@ namespace :webhook_inbox do
     abort "webhook_inbox:retire_handler: #{e.cause&.message.to_s.lines.first.to_s.sub(/\AERROR:\s*/, '').strip}"
   end
 
-  desc "What is configured and what is missing: schema version, routes, sidecar, endpoint secrets (never printed)"
+  desc "What is configured and what is missing: schema version, SQL routes, Ruby handlers and workers, backlog, sidecar, " \
+       "endpoint secrets (never printed); exits 1 when something is wrong"
   task doctor: :environment do
     require "webhook_inbox/rails/doctor"
     lines, ok = ActiveRecord::Base.connection_pool.with_connection do |conn|

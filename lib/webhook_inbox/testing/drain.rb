@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../effects/job_runner"
+
 module WebhookInbox
   module Testing
     # Drain - what one sidecar does, synchronously, on an ActiveRecord connection: claim due
@@ -15,7 +17,9 @@ module WebhookInbox
     # as in the worker (Handlers::Savepoint), also inside the test's non-joinable transaction;
     # no time limit applies here (a debugger may stop in a handler). An event handed to them reports its final state: "done" once every
     # handler succeeded, "quarantined" (WebhookInbox::Permanent, or the last attempt), "retry"
-    # while one will run again.
+    # while one will run again. The jobs and mails they enqueued (captured into the outbox,
+    # Effects) are performed too, as the worker performs them, in savepoints of this
+    # transaction: ActionMailer::Base.deliveries holds a handler's mail after the drain.
     module Drain
       # result: "done", "quarantined", "retry" (charged, or a Ruby handler that will run
       # again) or "waiting" (no route); detail: the outcome, reason or error; attempts: before this run.
@@ -38,16 +42,18 @@ module WebhookInbox
                      backoff_cap_ms, unrouted_delay_ms)
         runner = ruby_runner(connection, max_attempts: max_attempts, backoff_base_ms: backoff_base_ms,
                                          backoff_cap_ms: backoff_cap_ms)
-        connection.uncached { claim_until_idle(connection, sql, runner, batch_size) }
+        jobs = runner && WebhookInbox::Effects::JobRunner.new(max_attempts: max_attempts, backoff_base_ms: backoff_base_ms,
+                                                backoff_cap_ms: backoff_cap_ms)
+        connection.uncached { claim_until_idle(connection, sql, runner, jobs, batch_size) }
       ensure
         connection.clear_query_cache
       end
 
-      def claim_until_idle(connection, sql, runner, batch_size)
+      def claim_until_idle(connection, sql, runner, jobs, batch_size)
         outcomes = []
         MAX_ROUNDS.times do
           rows = connection.select_all(sql, "webhook_inbox drain").to_a
-          ran = runner ? runner.run_batch(connection, batch_size) : []
+          ran = runner ? runner.run_batch(connection, batch_size) + jobs.run_batch(connection, batch_size) : []
           return outcomes.map { |o| o.result == "handed" ? settled(connection, o) : o } if rows.empty? && ran.empty?
 
           rows.each { |row| outcomes << Outcome.new(**row.slice(*FIELDS).transform_keys(&:to_sym)) }

@@ -1,0 +1,86 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "stringio"
+require "active_record"
+require "webhook_inbox"
+require "webhook_inbox/rails/doctor"
+require_relative "../support/receiver_helpers"
+
+# webhook_inbox:doctor (lib/webhook_inbox/rails/doctor.rb) on a throwaway database: it lists
+# Ruby handlers instead of "routes: none (every event waits)", reads regproc columns without
+# the driver's "unknown OID 24" warning, fails naming the Ruby worker when handlers are
+# registered and no worker's heartbeat is fresh, fails on pending types nothing handles, and
+# is healthy with a worker beating.
+RSpec.describe WebhookInbox::Rails::Doctor do
+  before(:all) do
+    @pg = TestDatabase.cluster
+    @db = "doctor_#{SecureRandom.hex(4)}"
+    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
+    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    ActiveRecord::Base.establish_connection(ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db))
+  end
+
+  after(:all) { ActiveRecord::Base.remove_connection }
+
+  before do
+    sql("TRUNCATE webhook_inbox, webhook_inbox_ruby_handlers, webhook_inbox_workers, webhook_inbox_routes")
+  end
+
+  def sql(text) = @pg.psql(text, db: @db).strip
+
+  # [lines, ok, what the driver warned on stderr]
+  def doctor
+    err = StringIO.new
+    old = $stderr
+    $stderr = err
+    lines, ok = described_class.new(connection: ActiveRecord::Base.connection, config: WebhookInbox::Configuration.new).report
+    [lines.join("\n"), ok, err.string]
+  ensure
+    $stderr = old
+  end
+
+  it "fails naming the Ruby worker when handlers are registered and no worker beats; healthy once one does" do
+    sql(%(SELECT webhook_inbox_ruby_register('[["payment_intent.succeeded", "PaymentHandler"]]')))
+    sql("CREATE FUNCTION shop_pays(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'paid' $$")
+    sql("INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('charge.refunded', 'shop_pays')")
+    out, ok, warned = doctor
+    expect(ok).to be(false)
+    expect(out).to include("Ruby handlers (registered by the Ruby worker):\n  payment_intent.succeeded -> PaymentHandler",
+                           "SQL routes:\n  charge.refunded -> shop_pays",
+                           "Ruby worker: DOWN - 1 Ruby handler registered (PaymentHandler) and no worker's heartbeat in the " \
+                           "last 60s (none ever seen)")
+    expect(out).not_to include("routes: none (every event waits")
+    expect(warned).not_to include("unknown OID")
+
+    sql("SELECT webhook_inbox_worker_beat('ruby:h:1:ab', 'ruby', 'h', 1, 1)")
+    out, ok, = doctor
+    expect([ok, out]).to match([true, match(/^Ruby workers: 1 alive:\n  h pid 1: 1 handlers, heartbeat [0-5]s ago$/)])
+
+    sql("SELECT webhook_inbox_worker_stopped('ruby:h:1:ab')")
+    out, ok, = doctor
+    expect([ok, out]).to match([false, match(/last seen: h pid 1, [0-5]s ago \(stopped\)/)])
+    sql("UPDATE webhook_inbox_workers SET stopped_at = NULL, heartbeat_at = now() - interval '2 minutes'") # killed, silent
+    out, ok, = doctor
+    expect([ok, out]).to match([false, match(/Ruby worker: DOWN .*\(last seen: h pid 1, 12\ds ago\)/)])
+  end
+
+  it "fails on pending types with neither a route nor a Ruby handler, and reports the oldest pending event's age" do
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, received_at) " \
+        "VALUES ('s', 'e1', 'invoice.paid', '{}', now() - interval '90 seconds')")
+    out, ok, = doctor
+    expect(ok).to be(false)
+    expect(out).to match(/^backlog: 1 pending, the oldest received 9\ds ago$/)
+    expect(out).to include("NOT HANDLED: invoice.paid (1 pending, with neither a SQL route nor a Ruby handler")
+    expect(out).to include("Ruby handlers: none registered", "SQL routes: none")
+  end
+
+  it "fails when events have waited over 5 minutes with no sidecar connected" do
+    sql(%(SELECT webhook_inbox_ruby_register('[["invoice.*", "InvoiceHandler"]]')))
+    sql("SELECT webhook_inbox_worker_beat('ruby:h:2:ab', 'ruby', 'h', 2, 1)")
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, received_at) " \
+        "VALUES ('s', 'e2', 'invoice.paid', '{}', now() - interval '10 minutes')")
+    out, ok, = doctor
+    expect([ok, out]).to match([false, match(/STALLED: events pending for 60\ds and no sidecar connected/)])
+  end
+end
