@@ -17,9 +17,10 @@ module WebhookInbox
         @problems = 0
       end
 
-      # [lines, ok]: ok is false when the schema is missing or stale or an endpoint cannot receive.
+      # [lines, ok]: ok is false when the schema is missing or stale, an endpoint cannot receive
+      # or the mounted dashboard is not protected (DashboardCheck).
       def report
-        lines = [*schema, *routes, *sidecar, *endpoints,
+        lines = [*schema, *routes, *sidecar, *endpoints, dashboard,
                  "effect destinations: not checked here (they are the sidecar's --destination flags)"]
         [lines, @problems.zero?]
       end
@@ -73,6 +74,13 @@ module WebhookInbox
                    "#{s[:secrets_present]} of #{s[:secrets_given]} secret#{'s' unless s[:secrets_given] == 1} present"
         end
         lines + problems.map { |p| "  MISSING: #{p}" }
+      end
+
+      # DashboardCheck's line: a problem when the mounted dashboard has no protection chosen.
+      def dashboard
+        line, problem = DashboardCheck.doctor_line
+        @problems += 1 if problem
+        line
       end
 
       def table?(name)
