@@ -179,10 +179,12 @@ int wi_sig_paypal(const struct wi_sig_verifier *v, const struct wi_sig_request *
     if (wi_sig_paypal_cert_id(h[H_CERT_URL], &cid, err)) return -1;
     if ((sl = wi_b64_decode(h[H_SIG].p, h[H_SIG].n, sig, sizeof sig)) < 256)
         return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "paypal-transmission-sig is not a base64 RSA signature");
+    /* Everything that needs no certificate first (the time too): a delivery refused here never
+     * reaches the certificate lookup, nor a fetch of an unknown one (PaypalCertificates). */
+    if (wi_sig_check_time(v, req, t, err)) return -1;
     /* the id and time are signed as sent (header values, trimmed) */
     r = match(v, cid, req->now, h[H_ID], h[H_TIME], wi_sig_paypal_crc32(req->body.p, req->body.n), sig, (size_t)sl, err);
     if (r <= 0) return -1;
-    if (wi_sig_check_time(v, req, t, err)) return -1;
     ev->has_timestamp = 1;
     ev->timestamp = t;
     return wi_sig_body_fields(v, req->body, ev, &tsf, err);

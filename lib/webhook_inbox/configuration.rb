@@ -34,9 +34,16 @@ module WebhookInbox
     # - dashboard_actor: ->(controller) { who is acting }, recorded with every requeue and
     #   replay (nil, or a proc returning nil: "unknown");
     # - dashboard_redact_keys: see DEFAULT_DASHBOARD_REDACT_KEYS;
-    # - dashboard_page_size: events per page (50); dashboard_chart_hours: hours charted (12).
+    # - dashboard_page_size: events per page (50); dashboard_chart_hours: hours charted (12);
+    # - dashboard_auth: how the dashboard is protected (see Rails::DashboardAuth): :http_basic,
+    #   { before_action: :authenticate_admin! } (a filter of dashboard_base_controller) or
+    #   :router_or_proxy (the named opt-out). nil (the default) is no choice: the dashboard
+    #   answers 401 to every request outside dashboard_open_environments;
+    # - dashboard_open_environments: where no choice leaves it open, with a banner
+    #   (%w[development test]).
     attr_accessor :dashboard_base_controller, :dashboard_actor, :dashboard_redact_keys, :dashboard_page_size,
-                  :dashboard_chart_hours
+                  :dashboard_chart_hours, :dashboard_open_environments
+    attr_reader :dashboard_auth
 
     attr_accessor :database_url, :pool_size, :connect_timeout, :statement_timeout, :logger,
                   :max_body_bytes, :retry_after, :dump_functions, :default_database_url, :group_commit,
@@ -72,6 +79,8 @@ module WebhookInbox
       @dashboard_redact_keys = DEFAULT_DASHBOARD_REDACT_KEYS
       @dashboard_page_size = 50
       @dashboard_chart_hours = 12
+      @dashboard_auth = nil
+      @dashboard_open_environments = %w[development test]
       @endpoints = {}
       @receivers = {}
       @mutex = Mutex.new
@@ -129,6 +138,21 @@ module WebhookInbox
         (@effect_verifiers ||= {})[frozen_copy(key)] ||=
           Verifier.new(:standard_webhooks, secrets: secrets, tolerance: tolerance)
       end
+    end
+
+    DASHBOARD_AUTH_NAMES = %i[http_basic router_or_proxy].freeze
+
+    # Raises ConfigurationError unless choice is nil, a name in DASHBOARD_AUTH_NAMES or
+    # { before_action: Symbol }: the opt-out only by its name, never true, false or :none.
+    def dashboard_auth=(choice)
+      valid = choice.nil? || DASHBOARD_AUTH_NAMES.include?(choice) ||
+              (choice.is_a?(Hash) && choice.keys == [:before_action] && choice[:before_action].is_a?(Symbol))
+      unless valid
+        raise ConfigurationError, "dashboard_auth must be :http_basic, { before_action: :a_filter_of_the_base_controller } " \
+                                  "or :router_or_proxy (got #{choice.inspect})"
+      end
+
+      @dashboard_auth = choice.is_a?(Hash) ? choice.dup.freeze : choice
     end
 
     def store=(kind)

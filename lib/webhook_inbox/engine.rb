@@ -1,15 +1,18 @@
 # frozen_string_literal: true
 
 require "rails/engine"
+require_relative "rails/dashboard_auth"
 
 module WebhookInbox
-  # Engine - the dashboard, mounted by the app behind its own authentication:
+  # Engine - the dashboard, closed outside development and test until the app says how it is
+  # protected (Rails::DashboardAuth; docs/dashboard.md):
   #
   #   # config/routes.rb
   #   mount WebhookInbox::Engine => "/webhook_inbox"
   #   # config/initializers/webhook_inbox.rb
   #   WebhookInbox.configure do |c|
   #     c.dashboard_base_controller = "AdminController"          # its before_actions guard the pages
+  #     c.dashboard_auth = { before_action: :authenticate_admin! } # or :http_basic, :router_or_proxy
   #     c.dashboard_actor = ->(controller) { controller.current_admin&.email }
   #   end
   #

@@ -20,7 +20,12 @@ module WebhookInbox
   #
   # Cached by URL: at most max_entries (least recently used go first); a URL is fetched by
   # one thread at a time (the others wait for its answer); a failure is remembered for
-  # FAILURE_TTL seconds, so a flood of deliveries naming one bad URL costs one request.
+  # FAILURE_TTL seconds by certificate id (any of PayPal's hosts), so a flood of deliveries
+  # naming one bad certificate costs one request. First-time fetches are bounded across all
+  # certificate ids: at most max_fetching at once and fetch_burst, then one per 1/fetch_rate
+  # seconds; beyond that a delivery is answered :certificate_unavailable at once (503: PayPal
+  # retries), never queued behind an outbound connection. The Verifier fetches only for a
+  # delivery whose headers, certificate URL and transmission time already passed.
   # #leaf_pem raises VerificationError: :unknown_key when PayPal answers 404 (no such
   # certificate), :certificate_unavailable for anything else (network, TLS, an answer that is
   # not a trusted PayPal chain): the Receiver answers that 503, so PayPal retries.
@@ -35,6 +40,9 @@ module WebhookInbox
     MAX_ENTRIES = 64
     TIMEOUT = 5 # seconds, each of connect, TLS handshake, read
     FAILURE_TTL = 30
+    MAX_FETCHING = 2    # first-time fetches in flight at once, all certificate ids together
+    FETCH_BURST = 4     # first-time fetches allowed back to back
+    FETCH_RATE = 0.1    # first-time fetches per second after the burst (one per 10 s)
     LEAF_CN = /\Amessageverificationcerts(\.sandbox)?\.paypal\.com\z/.freeze
     PEM_CERT = /-----BEGIN CERTIFICATE-----\r?\n.+?\r?\n-----END CERTIFICATE-----/m.freeze
 
@@ -48,10 +56,15 @@ module WebhookInbox
 
     attr_reader :max_entries
 
-    def initialize(ca_file: nil, max_entries: MAX_ENTRIES, timeout: TIMEOUT, connect_to: nil)
+    def initialize(ca_file: nil, max_entries: MAX_ENTRIES, timeout: TIMEOUT, connect_to: nil, max_fetching: MAX_FETCHING,
+                   fetch_burst: FETCH_BURST, fetch_rate: FETCH_RATE)
       raise ConfigurationError, "ca_file: #{ca_file.inspect} is not a readable file" if ca_file && !File.readable?(ca_file)
       unless max_entries.is_a?(Integer) && max_entries.positive?
         raise ConfigurationError, "max_entries must be a positive Integer"
+      end
+
+      unless [max_fetching, fetch_burst].all? { |n| n.is_a?(Integer) && n.positive? } && fetch_rate.is_a?(Numeric) && fetch_rate.positive?
+        raise ConfigurationError, "max_fetching and fetch_burst must be positive Integers, fetch_rate a positive number"
       end
 
       @trust = OpenSSL::X509::Store.new
@@ -60,6 +73,12 @@ module WebhookInbox
       @timeout = timeout
       @connect_to = connect_to&.to_h { |host, (addr, port)| [host.to_s, [addr.to_s, Integer(port)]] }.freeze
       @entries = {}
+      @failed_ids = {} # certificate id => its :failed Entry, while it lasts
+      @max_fetching = max_fetching
+      @fetch_burst = fetch_burst
+      @fetch_rate = fetch_rate.to_f
+      @tokens = fetch_burst.to_f
+      @tokens_at = now
       @lock = Mutex.new
       @done = ConditionVariable.new
       @fetches = 0
@@ -90,12 +109,18 @@ module WebhookInbox
     private
 
     # The url's entry once no other thread is fetching it, or a new :loading one when this
-    # thread is to fetch it (the others wait for it to settle).
+    # thread is to fetch it (the others wait for it to settle); the id's remembered failure
+    # first. Raises :certificate_unavailable when a new fetch is over the bounds.
     def claim(url)
+      id = Verifier.paypal_cert_id(url)
       @lock.synchronize do
         loop do
+          failed = @failed_ids[id]
+          return failed if failed && failed.until >= now
+
           e = @entries[url]
           if e.nil? || (e.state == :failed && e.until < now)
+            admit_fetch!
             @entries.delete(url)
             evict
             return @entries[url] = Entry.new(:loading)
@@ -105,6 +130,20 @@ module WebhookInbox
           @done.wait(@lock, 3 * @timeout + 1)
         end
       end
+    end
+
+    # A new fetch within max_fetching and the token bucket (fetch_burst, fetch_rate), or
+    # VerificationError :certificate_unavailable. Callers hold @lock.
+    def admit_fetch!
+      t = now
+      @tokens = [@tokens + (t - @tokens_at) * @fetch_rate, @fetch_burst.to_f].min
+      @tokens_at = t
+      if @entries.each_value.count { |e| e.state == :loading } >= @max_fetching
+        unavailable("#{@max_fetching} certificate fetches are in flight already; try again later")
+      end
+      unavailable("certificate fetches are rate limited (#{@fetch_burst}, then #{@fetch_rate}/s); try again later") if @tokens < 1
+
+      @tokens -= 1
     end
 
     def fetch_into(url, entry)
@@ -123,9 +162,19 @@ module WebhookInbox
     def settle(url, mine, result)
       @lock.synchronize do
         @entries[url] = result if @entries[url].equal?(mine)
+        remember_failure(Verifier.paypal_cert_id(url), result) if result.state == :failed
         @done.broadcast
       end
       result
+    end
+
+    # The id's failure, for every URL naming it, until it expires (at most max_entries ids,
+    # the expired and then the oldest dropped first). Callers hold @lock.
+    def remember_failure(id, entry)
+      t = now
+      @failed_ids.delete_if { |_, e| e.until < t }
+      @failed_ids.delete(@failed_ids.each_key.first) while @failed_ids.size >= @max_entries
+      @failed_ids[id] = entry
     end
 
     def touch(url, entry)

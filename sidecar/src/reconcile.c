@@ -441,6 +441,35 @@ static int mark(struct walk *w, struct wi_err *err)
     return 0;
 }
 
+/* The walk's bounds, checked after each page: cursor (the next page's) must be none of the
+ * last WI_RC_SEEN the walk asked with (seen, a ring it adds cursor to; the strings are its
+ * own), the page count and the clock within ep's caps. Returns 0, or -1 with *err (the
+ * cursor is saved: a cap's walk resumes next time). */
+static int bounded(struct walk *w, char **seen, const char *cursor, double deadline, struct wi_err *err)
+{
+    for (int i = 0; i < WI_RC_SEEN; i++)
+        if (seen[i] && !strcmp(seen[i], cursor)) {
+            log_warnx("reconcile_loop", "endpoint=%s pages=%ld note=\"the API gave a cursor this walk already asked with: "
+                      "a page that repeats; the walk stops\"", w->ep->name, w->c->pages);
+            return wi_err_set(err, WI_RC_ERR_LOOP, "the provider's API repeated a page (a cursor it had given "
+                              "before, after %ld pages): the walk stopped rather than ask again", w->c->pages);
+        }
+    free(seen[w->c->pages % WI_RC_SEEN]);
+    seen[w->c->pages % WI_RC_SEEN] = strdup(cursor); /* NULL: out of memory; a loop is then seen later, or capped */
+    if (w->c->pages >= w->ep->max_pages) {
+        log_warnx("reconcile_capped", "endpoint=%s pages=%ld note=\"max_pages reached; the next walk resumes\"",
+                  w->ep->name, w->c->pages);
+        return wi_err_set(err, WI_ERR_IO, "stopped after max_pages=%ld pages: the next walk resumes", w->ep->max_pages);
+    }
+    if (wi_clock_s() >= deadline) {
+        log_warnx("reconcile_deadline", "endpoint=%s pages=%ld deadline_s=%.0f note=\"the next walk resumes\"",
+                  w->ep->name, w->c->pages, w->ep->deadline_s);
+        return wi_err_set(err, WI_ERR_IO, "stopped at its deadline (deadline=%.0fs, %ld pages): the next walk resumes",
+                          w->ep->deadline_s, w->c->pages);
+    }
+    return 0;
+}
+
 /* Where this walk starts: the one in progress, or a new one. Returns 0 or -1. */
 static int begin_walk(struct walk *w, double since_s, double *since, double *until, char **cursor, struct wi_err *err)
 {
@@ -490,8 +519,8 @@ int wi_reconcile(const char *conninfo, const struct wi_rc_endpoint *ep, double s
     const char *p1[1] = {ep->name};
     struct wi_err ignore;
     PGresult *r;
-    char page_name[64], *cursor = NULL, *next = NULL;
-    double since = 0, until = 0;
+    char page_name[64], *cursor = NULL, *next = NULL, *seen[WI_RC_SEEN] = {0};
+    double since = 0, until = 0, deadline = wi_clock_s() + ep->deadline_s;
     int rc = -1, locked = 0;
 
     memset(c, 0, sizeof *c);
@@ -520,6 +549,10 @@ int wi_reconcile(const char *conninfo, const struct wi_rc_endpoint *ep, double s
     }
     if (mark(&w, err) < 0 || begin_walk(&w, since_s, &since, &until, &cursor, err) < 0)
         goto out;
+    if (cursor && !(seen[0] = strdup(cursor))) { /* a resumed walk: its cursor was asked with */
+        wi_err_set(err, WI_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     while (since < until) {
         if (stopped(&w)) {
             wi_err_set(err, WI_ERR_IO, "stopping");
@@ -532,6 +565,8 @@ int wi_reconcile(const char *conninfo, const struct wi_rc_endpoint *ep, double s
         next = NULL;
         if (!cursor)
             break;
+        if (bounded(&w, seen, cursor, deadline, err) < 0)
+            goto out;
     }
     if (since >= until) { /* an empty window: nothing to list, the walk is over */
         const char *adv[3] = {ep->name, NULL, "0"};
@@ -550,6 +585,8 @@ out:
     if (locked && w.pg && wi_pg_ok(w.pg))
         PQclear(exec(&w, "wi_rc_unlock", 1, p1, PGRES_TUPLES_OK, &ignore));
     free(cursor);
+    for (int i = 0; i < WI_RC_SEEN; i++)
+        free(seen[i]);
     wi_pg_free(w.pg);
     wi_jwt_signer_free(w.signer);
     wipe(w.key, sizeof w.key);

@@ -17,6 +17,10 @@
 #define WI_RC_MAX_WAIT_S 60          /* a longer Retry-After stops the walk (resumed next run) */
 #define WI_RC_TRIES 4                /* answers 5xx / none, per page, before the walk stops */
 #define WI_RC_LOCK_CLASS "73105820"  /* pg_try_advisory_lock(class, hashtext(endpoint)) */
+#define WI_RC_MAX_PAGES 10000        /* pages one walk reads at most (max_pages=N); the next resumes */
+#define WI_RC_DEADLINE_S 3600        /* seconds one walk runs at most (deadline=S); the next resumes */
+#define WI_RC_SEEN 16                /* the last cursors a walk remembers: one given again is a loop */
+#define WI_RC_ERR_LOOP 40            /* wi_err code: the API gave a cursor the walk had asked with */
 
 struct wi_rc_endpoint;
 struct wi_rc_res;
@@ -109,6 +113,8 @@ struct wi_rc_endpoint {
     char *hook;         /* github: repos/OWNER/REPO/hooks/ID or orgs/ORG/hooks/ID */
     char *app;          /* github: app=APP_ID instead: the App's own webhook (app/hook), a JWT as key */
     double rate;        /* requests per second at most (rate=N, default 5) */
+    long max_pages;     /* pages per walk at most (max_pages=N, default WI_RC_MAX_PAGES) */
+    double deadline_s;  /* seconds per walk at most (deadline=S, default WI_RC_DEADLINE_S) */
 };
 
 /* Parses "NAME=PROVIDER:SCOPE [key=value ...]" into *ep. Returns 0, or -1 with *err (ep is
@@ -139,15 +145,19 @@ struct wi_rc_counts {
  * starts one; under pg_try_advisory_lock so one sidecar walks an endpoint at a time.
  * Returns 1 (the walk ended, or stopped with the cursor saved: see c->complete), 0 when
  * another session holds the endpoint's lock, -1 with *err (a failed query, refused
- * credentials, a Retry-After beyond WI_RC_MAX_WAIT_S, answers that kept failing: the cursor
- * is kept, and the next walk resumes there). stopping: set to stop after the page in flight. */
+ * credentials, a Retry-After beyond WI_RC_MAX_WAIT_S, answers that kept failing, ep's page
+ * cap or deadline reached: the cursor is kept, and the next walk resumes there; or, with
+ * err->code WI_RC_ERR_LOOP, the API gave a cursor the walk had already asked with - a page
+ * that repeats - so the walk stops rather than ask for it again, lock released).
+ * stopping: set to stop after the page in flight. */
 int wi_reconcile(const char *conninfo, const struct wi_rc_endpoint *ep, double since_s, atomic_int *stopping,
                  struct wi_rc_counts *c, struct wi_err *err);
 
 /* `reconcile --endpoint NAME [--since 72h]`: one walk for each endpoint named (a bare
  * --endpoint NAME), one line each on out, problems on errout. Returns the exit code: 0 every
  * walk ended, 1 one stopped (run it again: it resumes) or another sidecar holds its lock,
- * 2 a usage or configuration error. */
+ * 2 a usage or configuration error, 3 the provider's API repeated a page (WI_RC_ERR_LOOP:
+ * running again does not help). */
 int wi_rc_command(const struct wi_config *cfg, FILE *out, FILE *errout);
 
 /* `run --reconcile NAME=INTERVAL ...`: a thread walking each named endpoint every interval

@@ -39,11 +39,16 @@ int wi_rc_command(const struct wi_config *cfg, FILE *out, FILE *errout)
             rc = 1;
         } else {
             const char *problem = wi_schema_err_problem(&err);
+            int again = err.code != WI_ERR_ARG && err.code != WI_RC_ERR_LOOP;
             fprintf(errout, "webhook-inbox-sidecar reconcile: endpoint %s: %s%s%s (pages=%ld recovered=%ld%s)\n",
                     ep.name, problem ? problem : "", problem ? ": " : "", err.msg, c.pages, c.recovered,
-                    err.code == WI_ERR_ARG ? "" : "; run it again to resume");
-            if (rc == 0 || err.code == WI_ERR_ARG)
-                rc = err.code == WI_ERR_ARG ? 2 : 1;
+                    again ? "; run it again to resume" : "");
+            if (err.code == WI_ERR_ARG)
+                rc = 2;
+            else if (err.code == WI_RC_ERR_LOOP && rc != 2)
+                rc = 3;
+            else if (rc == 0)
+                rc = 1;
         }
         wi_rc_endpoint_clear(&ep);
     }

@@ -18,8 +18,14 @@ static const struct wi_rc_api *find_api(const char *name, size_t n)
     return NULL;
 }
 
+/* Options every provider takes: the walk's bounds. */
+static const char *const common[] = {"max_pages", "deadline", NULL};
+
 static int allowed(const struct wi_rc_api *api, const char *k, size_t n)
 {
+    for (const char *const *o = common; *o; o++)
+        if (strlen(*o) == n && !strncmp(*o, k, n))
+            return 1;
     for (const char *const *o = api->options; *o; o++)
         if (strlen(*o) == n && !strncmp(*o, k, n))
             return 1;
@@ -32,6 +38,18 @@ static int set_str(char **dst, const char *v, size_t n, struct wi_err *err)
     if (!(*dst = strndup(v, n)))
         return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
     return 0;
+}
+
+/* v (vn bytes) as a number in lo..hi into *out. Returns 0, or -1 when it is not one. */
+static int number(const char *v, size_t vn, double lo, double hi, double *out)
+{
+    char buf[32], *end;
+    if (vn == 0 || vn >= sizeof buf)
+        return -1;
+    memcpy(buf, v, vn);
+    buf[vn] = '\0';
+    *out = strtod(buf, &end);
+    return end == buf || *end || !(*out >= lo && *out <= hi) ? -1 : 0;
 }
 
 /* One key=value option (already allowed for the provider). */
@@ -60,16 +78,20 @@ static int option(struct wi_rc_endpoint *ep, const char *k, size_t kn, const cha
         return 0;
     }
     if (kn == 4 && !strncmp(k, "rate", 4)) {
-        char buf[32], *end;
-        double r;
-        if (vn >= sizeof buf)
-            return wi_err_set(err, WI_ERR_ARG, "endpoint %s: rate must be requests per second", ep->name);
-        memcpy(buf, v, vn);
-        buf[vn] = '\0';
-        r = strtod(buf, &end);
-        if (end == buf || *end || !(r >= 0.01 && r <= 100))
+        if (number(v, vn, 0.01, 100, &ep->rate) < 0)
             return wi_err_set(err, WI_ERR_ARG, "endpoint %s: rate must be 0.01..100 requests per second", ep->name);
-        ep->rate = r;
+        return 0;
+    }
+    if (kn == 9 && !strncmp(k, "max_pages", 9)) {
+        double n;
+        if (number(v, vn, 1, 1000000, &n) < 0 || n != (long)n)
+            return wi_err_set(err, WI_ERR_ARG, "endpoint %s: max_pages must be 1..1000000 pages", ep->name);
+        ep->max_pages = (long)n;
+        return 0;
+    }
+    if (kn == 8 && !strncmp(k, "deadline", 8)) {
+        if (number(v, vn, 1, 86400, &ep->deadline_s) < 0)
+            return wi_err_set(err, WI_ERR_ARG, "endpoint %s: deadline must be 1..86400 seconds", ep->name);
         return 0;
     }
     return wi_err_set(err, WI_ERR_ARG, "endpoint %s: unknown option", ep->name);
@@ -83,6 +105,8 @@ int wi_rc_endpoint_parse(const char *spec, struct wi_rc_endpoint *ep, struct wi_
     memset(ep, 0, sizeof *ep);
     ep->live = -1;
     ep->rate = 5;
+    ep->max_pages = WI_RC_MAX_PAGES;
+    ep->deadline_s = WI_RC_DEADLINE_S;
     nl = eq ? (size_t)(eq - spec) : 0;
     if (!eq || nl > 63) {
         wi_err_set(err, WI_ERR_ARG, "--endpoint: expected NAME=PROVIDER:SCOPE [key=value ...]");

@@ -49,8 +49,8 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
     ["--endpoint", spec, "--endpoint", name]
   end
 
-  def reconcile(*extra, e: env)
-    sidecar("reconcile", "--database-url", db.url, *extra, env: e)
+  def reconcile(*extra, e: env, timeout: 60)
+    sidecar("reconcile", "--database-url", db.url, *extra, env: e, timeout: timeout)
   end
 
   # A Stripe event as GET /v1/events lists it and a webhook delivers it.
@@ -167,6 +167,57 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       expect(afters).to eq([nil, events[99]["id"], events[99]["id"], events[199]["id"], events[199]["id"]])
       expect(rows).to eq(250)
       expect(rows("recovered_at IS NOT NULL")).to eq(250)
+    end
+
+    # Issue 27 item 4: an API that repeats a page (has_more: true, the same last id) made the
+    # walk ask for it forever, holding the endpoint's lock.
+    it "stops a walk whose API repeats a page after asking once more (exit 3, lock released), then resumes once it is fixed" do
+      seed_stripe(250, "loop#{SecureRandom.hex(3)}")
+      api.stripe_repeats = true
+      flags = endpoint_flags("billing", "billing=stripe:#{scope} rate=100")
+      2.times do |run|
+        before = api.requests_to("/v1/events").size
+        st, _out, err = reconcile(*flags, "--since", "72h", timeout: 20)
+        expect(st.exitstatus).to eq(3), err
+        expect(err).to include("the provider's API repeated a page").and include("msg=reconcile_loop")
+        expect(err).not_to include("run it again to resume")
+        expect(api.requests_to("/v1/events").size - before).to eq(run.zero? ? 2 : 1) # resumed: its cursor repeats at once
+        expect(db.value("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 73105820").to_i).to eq(0)
+      end
+      expect(rows).to eq(100)
+      expect(db.value("SELECT last_error FROM webhook_inbox_reconcile_cursors WHERE endpoint = 'billing'"))
+        .to include("repeated a page")
+
+      api.stripe_repeats = false
+      st, out, err = reconcile(*flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to match(/pages=2 listed=150 recovered=150 .*resumed/)
+      expect(rows).to eq(250)
+    end
+
+    it "stops a walk at its page cap (max_pages=) or deadline (deadline=) with the cursor kept; the next walk resumes" do
+      events = seed_stripe(450, "cap#{SecureRandom.hex(3)}") # 5 pages
+      st, _out, err = reconcile(*endpoint_flags("billing", "billing=stripe:#{scope} deadline=1 rate=1"), "--since", "72h")
+      expect(st.exitstatus).to eq(1), err # page 2 waits a second for the rate: past the deadline
+      expect(err).to include("stopped at its deadline (deadline=1s", "run it again to resume", "msg=reconcile_deadline")
+      expect(rows).to be_between(100, 300)
+      done = rows
+
+      st, _out, err = reconcile(*endpoint_flags("billing", "billing=stripe:#{scope} max_pages=1"), "--since", "72h")
+      expect(st.exitstatus).to eq(1), err
+      expect(err).to include("stopped after max_pages=1 pages", "run it again to resume", "msg=reconcile_capped")
+      expect(rows).to eq(done + 100)
+
+      st, out, err = reconcile(*endpoint_flags, "--since", "72h")
+      expect(st.exitstatus).to eq(0), err
+      expect(out).to include("resumed a walk stopped before")
+      expect(rows).to eq(450)
+      expect(recovered_ids).to eq(events.map { |e| e["id"] }.sort)
+
+      ["max_pages=0", "max_pages=1.5", "max_pages=x", "deadline=0", "deadline=86401", "deadline="].each do |bad|
+        st, _out, err = reconcile(*endpoint_flags("billing", "billing=stripe:#{scope} #{bad}"))
+        expect([bad, st.exitstatus]).to eq([bad, 2]), err
+      end
     end
 
     it "asks again for a page that answered 5xx or was cut off halfway, and inserts each event once" do

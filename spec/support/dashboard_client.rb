@@ -7,6 +7,7 @@ require "uri"
 # jar (the engine's session holds the CSRF secret), and the CSRF token of the last page.
 class DashboardClient
   attr_reader :last_body
+  attr_accessor :port # another server with the same secret_key_base takes this client's session
 
   def initialize(port, user: nil, password: nil)
     @port = port

@@ -33,6 +33,8 @@ require "time"
 #           "cursor": ...} with "events" and "cursor" left out when there are none;
 #           errors {"errors": [{"category", "code", "detail"}]}.
 #
+# #stripe_repeats = true makes GET /v1/events ignore starting_after: every page is the first
+# one again (has_more: true, the same last id), as a broken API or proxy cache would answer.
 # #fault(status:, retry_after:, cut:, times:, &match) scripts errors: the next `times`
 # requests match.call(request) is true for answer `status` (with Retry-After), or, with
 # cut: true, a 200 whose body stops halfway (the connection closes mid-answer). #requests
@@ -42,7 +44,7 @@ class FakeProviderApis
   Fault = Struct.new(:match, :status, :retry_after, :cut, :times)
 
   attr_reader :requests, :app_claims
-  attr_accessor :deliver
+  attr_accessor :deliver, :stripe_repeats
 
   def initialize(stripe_key: "sk_test_fake", github_token: "ghp_fake", paddle_key: "pdl_sdbx_apikey_fake",
                  square_token: "EAAAfake", github_app: nil)
@@ -187,7 +189,7 @@ class FakeProviderApis
     list.select! { |e| e["created"] <= Integer(p["created[lte]"]) } if p["created[lte]"]
     list.select! { |e| e["pending_webhooks"].to_i.positive? } if p["delivery_success"] == "false"
     list.sort_by! { |e| [-e["created"], e["id"]] }
-    if p["starting_after"]
+    if p["starting_after"] && !stripe_repeats
       i = list.index { |e| e["id"] == p["starting_after"] }
       unless i
         res.status = 400

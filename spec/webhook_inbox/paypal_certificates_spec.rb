@@ -20,7 +20,8 @@ RSpec.describe WebhookInbox::PaypalCertificates do
   let(:path) { "/v1/notifications/certs/#{cid}" }
   let(:url) { "https://api.paypal.com#{path}" }
   let(:chain) { server.chain }
-  let(:store) { described_class.new(ca_file: server.ca_file, connect_to: server.connect_to, timeout: 2) }
+  # A burst large enough for the examples that fetch many ids; the bounds have their own examples.
+  let(:store) { described_class.new(ca_file: server.ca_file, connect_to: server.connect_to, timeout: 2, fetch_burst: 100) }
   let(:hook) { "8PT597110X687430LKGECATA" }
   let(:verifier) { WebhookInbox::Verifier.new(:paypal, secrets: [hook], fetch_certificates: store) }
   let(:wall) { Time.now.to_i }
@@ -138,6 +139,55 @@ RSpec.describe WebhookInbox::PaypalCertificates do
     expect(reason_of { v.verify(body, signed(u: "https://api.paypal.com#{slow_path}"), now: wall) }).to eq(:certificate_unavailable)
   end
 
+  # Issue 27 item 4: every unauthenticated delivery naming a new certificate id opened an
+  # outbound HTTPS connection, even one whose transmission time alone refuses it.
+  it "checks everything that needs no certificate before any fetch: time, header shapes, the URL's host" do
+    serve
+    stale = signed(at: wall - 400)
+    checks = {
+      "stale" => [stale, :timestamp_out_of_tolerance], "future" => [signed(at: wall + 400), :timestamp_out_of_tolerance],
+      "no id" => [signed.reject { |k, _| k.casecmp?("PAYPAL-TRANSMISSION-ID") }, :missing_id],
+      "bad time" => [signed.merge("PAYPAL-TRANSMISSION-TIME" => "yesterday"), :malformed_timestamp],
+      "algo" => [signed.merge("PAYPAL-AUTH-ALGO" => "SHA1withRSA"), :malformed_signature],
+      "short sig" => [signed.merge("PAYPAL-TRANSMISSION-SIG" => "c2ln"), :malformed_signature],
+      "host" => [signed(u: "https://api.paypal.com.evil.example#{path}"), :malformed_signature]
+    }
+    checks.each { |name, (headers, reason)| expect([name, reason_of { verifier.verify(body, headers, now: wall) }]).to eq([name, reason]) }
+    expect([asked, store.fetches]).to eq([0, 0])
+    expect(verifier.verify(body, signed, now: wall).event_type).to eq("PAYMENT.CAPTURE.COMPLETED") # the same, fresh: fetched
+    expect(asked).to eq(1)
+  end
+
+  it "bounds first-time fetches across certificate ids: a burst, then a rate; over it, refused at once without a request" do
+    bounded = described_class.new(ca_file: server.ca_file, connect_to: server.connect_to, timeout: 2) # defaults
+    v = WebhookInbox::Verifier.new(:paypal, secrets: [hook], fetch_certificates: bounded)
+    urls = Array.new(20) { |i| "https://api.paypal.com/v1/notifications/certs/CERT-flood#{i}-#{cid}" } # unknown: 404
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    reasons = urls.map { |u| reason_of { v.verify(body, signed(u: u), now: wall) } }
+    expect(reasons.tally).to eq(unknown_key: described_class::FETCH_BURST, certificate_unavailable: 20 - described_class::FETCH_BURST)
+    expect(bounded.fetches).to eq(described_class::FETCH_BURST)
+    expect(Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0).to be < 5
+    expect { v.verify(body, signed(u: urls.last), now: wall) }.to raise_error(WebhookInbox::VerificationError, /rate limited/)
+  end
+
+  it "bounds fetches in flight across certificate ids: the others are answered at once, not queued" do
+    paths = Array.new(6) { |i| "/v1/notifications/certs/CERT-slow#{i}-#{cid}" }
+    paths.each { |p| server.routes[p] = [200, chain.pem, nil, 1.5] }
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    reasons = paths.map { |p| Thread.new { reason_of { verifier.verify(body, signed(u: "https://api.paypal.com#{p}"), now: wall) } } }.map(&:value)
+    expect(reasons.tally).to eq(nil => described_class::MAX_FETCHING, certificate_unavailable: 6 - described_class::MAX_FETCHING)
+    expect(paths.sum { |p| server.paths.count(p) }).to eq(described_class::MAX_FETCHING)
+    expect(Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0).to be < 3.5
+  end
+
+  it "remembers a failed certificate by its id, whichever of PayPal's hosts the next delivery names" do
+    server.routes[path] = [500, ""]
+    expect(reason_of { verifier.verify(body, signed, now: wall) }).to eq(:certificate_unavailable)
+    serve # PayPal answers now, but the failure stands for FAILURE_TTL
+    expect(reason_of { verifier.verify(body, signed(u: "https://api-m.paypal.com#{path}"), now: wall) }).to eq(:certificate_unavailable)
+    expect([asked, store.fetches]).to eq([1, 1])
+  end
+
   it "bounds the cache by max_entries, least recently used first" do
     small = described_class.new(ca_file: server.ca_file, connect_to: server.connect_to, max_entries: 2)
     urls = Array.new(3) { |i| "https://api-m.paypal.com/v1/notifications/certs/CERT-lru#{i}-#{cid}" }
@@ -184,7 +234,7 @@ RSpec.describe WebhookInbox::PaypalCertificates do
       expect(result.to_rack[2].join).to eq('{"status":"rejected","reason":"certificate_unavailable"}')
       expect(kept.map { |k| k[:reason] }).to eq([:certificate_unavailable]) # the keeper maps it on a schema before v20
       expect(receiver.reverify(body, e, received_at: Time.at(wall)).http_status).to eq(503) # still failing (cached)
-      store.instance_variable_get(:@entries).clear # the failure's 30 s are over
+      %i[@entries @failed_ids].each { |iv| store.instance_variable_get(iv).clear } # the failure's 30 s are over
       serve
       expect(receiver.reverify(body, e, received_at: Time.at(wall)).http_status).to eq(200)
       expect(receiver.inbox.inserts.map { |i| i[:event_id] }).to eq([JSON.parse(body)["id"]])

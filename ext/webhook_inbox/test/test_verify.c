@@ -691,9 +691,21 @@ static void test_paypal(void)
     CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == WI_SIG_E_SIGNATURE_MISMATCH, "paypal body changed");
     r = req, r.now = 1700000301;
     CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "paypal stale");
-    r.now = 4102444801; /* after the certificate's notAfter */
-    CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && strstr(err.msg, "not valid now"), "paypal expired: %s", err.msg);
+    r.now = 4102444801; /* after the certificate's notAfter: the time refuses it first, before any certificate */
+    CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE,
+          "paypal stale before the certificate lookup: %s", err.msg);
+    r.hdr[3] = (struct wi_slice){"https://api.paypal.com/v1/notifications/certs/CERT-2", 52}; /* an unknown id */
+    CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && err.code == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE,
+          "paypal stale with an unknown certificate: not unknown_key (which would fetch it): %s", err.msg);
     wi_sig_verifier_free(v);
+    {
+        struct wi_sig_config cfg = {.provider = "paypal", .tolerance = -1, .max_body = 1 << 20}; /* no time check */
+        v = wi_sig_verifier_new(&cfg, &err);
+        if (!v || wi_sig_verifier_add_secret(v, PAYPAL_SECRET, strlen(PAYPAL_SECRET), &err)) abort();
+        r = req, r.now = 4102444801;
+        CHECK(wi_sig_verify(v, &r, &ev, &err) == -1 && strstr(err.msg, "not valid now"), "paypal expired: %s", err.msg);
+        wi_sig_verifier_free(v);
+    }
     /* a bare webhook id (fetch_certificates: the gem adds the fetched certificate) names no
      * certificate: unknown key, until the certificate is configured beside it */
     v = make("paypal", "WH1");

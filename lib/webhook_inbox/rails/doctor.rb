@@ -24,9 +24,10 @@ module WebhookInbox
         @problems = 0
       end
 
-      # [lines, ok]: ok is false when something above is wrong.
+      # [lines, ok]: ok is false when something above is wrong (the mounted dashboard not
+      # protected included: DashboardCheck).
       def report
-        lines = [*schema, *routes, *ruby_handlers, *ruby_workers, *jobs, *backlog, *sidecar, *endpoints,
+        lines = [*schema, *routes, *ruby_handlers, *ruby_workers, *jobs, *backlog, *sidecar, *endpoints, dashboard,
                  "effect destinations: not checked here (they are the sidecar's --destination flags)"]
         [lines, @problems.zero?]
       end
@@ -152,6 +153,13 @@ module WebhookInbox
                    "#{s[:secrets_present]} of #{s[:secrets_given]} secret#{'s' unless s[:secrets_given] == 1} present"
         end
         lines + problems.map { |p| "  MISSING: #{p}" }
+      end
+
+      # DashboardCheck's line: a problem when the mounted dashboard has no protection chosen.
+      def dashboard
+        line, problem = DashboardCheck.doctor_line
+        problem! if problem
+        line
       end
 
       def problem! = @problems += 1

@@ -2,6 +2,7 @@
 
 require "rails/railtie"
 require_relative "boot_check"
+require_relative "dashboard_check"
 require_relative "database_config"
 require_relative "route_check"
 require_relative "schema_dumper"
@@ -22,6 +23,8 @@ module WebhookInbox
     #   check warns when the inbox schema is missing or stale, and when the app's job adapter
     #   does not commit with the database (jobs from Ruby handlers are captured all the same);
     # - jobs and mails enqueued inside a Ruby handler go to the inbox's outbox (Effects);
+    # - boot outside development and test: one error line when the dashboard is mounted and
+    #   its protection is not in force (DashboardCheck);
     # - logs go to Rails.logger (provider, scope, event id and outcome; never payloads);
     # - generators webhook_inbox:install and webhook_inbox:handler, rake webhook_inbox:*.
     class Railtie < ::Rails::Railtie
@@ -75,6 +78,10 @@ module WebhookInbox
         Truncation.database_cleaner!
         BootCheck.check_configuration! # every environment: a nil secret stops boot, naming the endpoint
         BootCheck.run if ::Rails.env.development? || ::Rails.env.test?
+      end
+
+      initializer "webhook_inbox.dashboard_check" do
+        ActiveSupport.on_load(:after_routes_loaded) { DashboardCheck.log_at_boot(::Rails.application) }
       end
 
       rake_tasks do

@@ -8,10 +8,12 @@ module WebhookInbox
   module Generators
     # `rails g webhook_inbox:install` - the migration that brings the inbox schema to this gem's
     # version (loaded from the installed gem, not copied), config/initializers/webhook_inbox.rb
-    # and bin/webhook-inbox-sidecar (both only if missing), and the sidecar's line in
-    # Procfile.dev (with bin/dev when the app has neither). Run it again after upgrading the
-    # gem: it writes an upgrade migration when the app's migrations stop short of the gem's
-    # schema version, and nothing when they are current.
+    # and bin/webhook-inbox-sidecar (both only if missing), the sidecar's line in
+    # Procfile.dev (with bin/dev when the app has neither), and the dashboard's mount line with
+    # its protection in the initializer: the app's admin controller and its authenticating
+    # before_action when one exists (ADMIN_CONTROLLERS), else HTTP Basic. Run it again after
+    # upgrading the gem: it writes an upgrade migration when the app's migrations stop short of
+    # the gem's schema version, and nothing when they are current.
     class InstallGenerator < ::Rails::Generators::Base
       include ::ActiveRecord::Generators::Migration
       include MigrationVersion
@@ -24,6 +26,12 @@ module WebhookInbox
       LEGACY_MIGRATION = /CREATE TABLE IF NOT EXISTS webhook_inbox \(/.freeze
       SIDECAR_PROCESS = "sidecar: bin/webhook-inbox-sidecar run"
       SIDECAR_LINE = %r{^\s*\w+:.*bin/webhook-inbox-sidecar run}.freeze
+      # Where an app keeps the controller its admin pages inherit, and its class name.
+      ADMIN_CONTROLLERS = { "app/controllers/admin_controller.rb" => "AdminController",
+                            "app/controllers/admin/base_controller.rb" => "Admin::BaseController",
+                            "app/controllers/admin/application_controller.rb" => "Admin::ApplicationController" }.freeze
+      # An authenticating before_action by its usual names (Devise's authenticate_admin!, ...).
+      AUTH_FILTER = /^\s*before_action\s+:((?:authenticate|require|ensure|check|verify)_\w*[!?]?)/.freeze
 
       def create_migration_file
         have = migrated_version
@@ -40,6 +48,16 @@ module WebhookInbox
 
       def create_initializer
         template "initializer.rb.tt", "config/initializers/webhook_inbox.rb", skip: true
+      end
+
+      # The dashboard, mounted with the protection the initializer chooses (closed outside
+      # development and test until that protection is in force).
+      def mount_dashboard
+        routes = File.join(destination_root, "config/routes.rb")
+        return unless File.exist?(routes)
+        return say_status(:identical, "config/routes.rb mounts WebhookInbox::Engine", :blue) if File.read(routes).include?("WebhookInbox::Engine")
+
+        route %(mount WebhookInbox::Engine => "/webhook_inbox" # protected as config/initializers/webhook_inbox.rb says)
       end
 
       def create_sidecar_binstub
@@ -64,7 +82,27 @@ module WebhookInbox
         end
       end
 
+      def explain_dashboard_protection
+        initializer = File.join(destination_root, "config/initializers/webhook_inbox.rb")
+        return unless File.exist?(initializer) && File.read(initializer).include?("c.dashboard_auth = :http_basic")
+
+        say "The dashboard asks for HTTP Basic credentials outside development and test: add them with " \
+            "`bin/rails credentials:edit` (webhook_inbox: dashboard_user: ..., dashboard_password: ...) " \
+            "or set WEBHOOK_INBOX_DASHBOARD_USER and WEBHOOK_INBOX_DASHBOARD_PASSWORD. See docs/dashboard.md."
+      end
+
       private
+
+      # [class name, filter] of the app's admin controller that authenticates, or nil.
+      def dashboard_admin
+        return @dashboard_admin if defined?(@dashboard_admin)
+
+        @dashboard_admin = ADMIN_CONTROLLERS.each do |file, name|
+          path = File.join(destination_root, file)
+          filter = File.exist?(path) && File.read(path)[AUTH_FILTER, 1]
+          break [name, filter] if filter
+        end.then { |found| found.is_a?(Array) ? found : nil }
+      end
 
       def schema_version
         WebhookInbox::Schema::VERSION

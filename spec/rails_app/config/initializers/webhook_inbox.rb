@@ -4,9 +4,18 @@ WebhookInbox.configure do |c|
   c.database_url = ENV.fetch("WI_DATABASE_URL")
   c.pool_size = Integer(ENV.fetch("WI_POOL", "8"))
   c.logger = Rails.logger
-  # The dashboard: behind the app's own basic auth; actions are recorded with the admin's name.
-  c.dashboard_base_controller = "AdminController"
-  c.dashboard_actor = ->(controller) { controller.current_admin }
+  # The dashboard: behind the app's own basic auth (AdminController's filter); actions are
+  # recorded with the admin's name. WI_DASHBOARD_AUTH picks another protection
+  # (spec/dashboard/dashboard_auth_spec.rb): none (no choice), http_basic, router_or_proxy, or
+  # filter (AdminController with the filter named by WI_DASHBOARD_FILTER).
+  case ENV["WI_DASHBOARD_AUTH"]
+  when nil, "filter"
+    c.dashboard_base_controller = "AdminController"
+    c.dashboard_auth = { before_action: ENV.fetch("WI_DASHBOARD_FILTER", "authenticate_admin").to_sym }
+    c.dashboard_actor = ->(controller) { controller.current_admin }
+  when "none" then nil
+  else c.dashboard_auth = ENV["WI_DASHBOARD_AUTH"].to_sym
+  end
   c.dashboard_page_size = Integer(ENV.fetch("WI_DASHBOARD_PAGE_SIZE", "50"))
   c.endpoint(:stripe, secrets: [ENV.fetch("STRIPE_WEBHOOK_SECRET")], scope: ENV.fetch("STRIPE_SCOPE"), tolerance: 300,
                       keep_refused: ENV["WI_KEEP_REFUSED"] == "1")
