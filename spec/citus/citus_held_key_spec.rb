@@ -2,7 +2,6 @@
 
 require "open3"
 require "time"
-require "timeout"
 require_relative "../spec_helper"
 require_relative "../support/citus_cluster"
 require_relative "../sidecar/sidecar_helper"
@@ -53,16 +52,6 @@ RSpec.describe "a held key on Citus through a coordinator restart" do
 
   def alive?(pid) = Process.waitpid(pid, Process::WNOHANG).nil?
 
-  def stop(pid)
-    Process.kill(:TERM, pid)
-    Timeout.timeout(30) { Process.wait(pid) }
-  rescue Timeout::Error
-    Process.kill(:KILL, pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
-
   # Restarts the coordinator while the sidecar's batch runs the slow event; then an event of
   # another scope arrives. Returns [seconds until it was done, the sidecar's log]; the
   # sidecar's pid in @pid.
@@ -111,7 +100,7 @@ RSpec.describe "a held key on Citus through a coordinator restart" do
     expect(alive?(@pid)).to be(true)
     RSpec.configuration.reporter.message("  held key (backoff): the other scope's event done #{took.round(2)} s after it arrived")
   ensure
-    stop(@pid) if @pid
+    stop_process(@pid) if @pid
   end
 
   it "runs another scope's event within seconds while 300 later events of a key wait behind its quarantined first one (strict route)" do
@@ -122,6 +111,6 @@ RSpec.describe "a held key on Citus through a coordinator restart" do
     expect(sql("SELECT count(*) FROM webhook_inbox WHERE source_scope = 'held' AND status = 'pending'")).to eq(held.to_s)
     RSpec.configuration.reporter.message("  held key (strict, quarantined): the other scope's event done #{took.round(2)} s after it arrived")
   ensure
-    stop(@pid) if @pid
+    stop_process(@pid) if @pid
   end
 end
