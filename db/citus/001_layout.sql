@@ -148,7 +148,7 @@ COMMENT ON FUNCTION webhook_inbox_citus.clock_timestamp() IS
 ALTER FUNCTION webhook_inbox_log_entry(text, text, double precision) IMMUTABLE;
 
 -- The claim, on one shard: picks a source_scope among those of the oldest due pending rows
--- (random, so concurrent sidecars start on different scopes; the next one when another
+-- that the ordering lets run (webhook_inbox_citus_claim_scopes above; random, so concurrent sidecars start on different scopes; the next one when another
 -- worker holds every due row of it), then locks up to p_limit of that scope's due rows,
 -- oldest due first, FOR UPDATE SKIP LOCKED in the caller's transaction. Citus refuses
 -- FOR UPDATE across shards; scoped, it is one router query. Order is per scope: there is
@@ -187,6 +187,47 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_citus_lock_key(text, text, boolean) IS
     'Citus: the ordering key lock of an event (db/021), on the node of its shard: waited for (p_wait), or tried (false: another transaction holds it); true for an unkeyed or missing event.';
 
+-- The scopes the claim below tries, in random order (concurrent sidecars start on different
+-- scopes): those of the 256 oldest due pending rows that db/014's ordering lets run, so later
+-- events of one held key (its first event in backoff, or quarantined under a strict route)
+-- never fill the window and hide another scope's due work. Two bounded windows over the
+-- claim index, each row probed on the ordering index (the probe's correlation names the
+-- distribution column, so Citus pushes both down to every shard): rows with no earlier
+-- non-done event of their key (no route read), and up to 64 rows whose earlier events are
+-- quarantined but none pending, kept when their route is not strict (read here, on the
+-- coordinator, over the 64 rows' types). Row locks and key locks (db/021) are not seen: the
+-- claim skips a scope whose rows are all taken and tries the next.
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_claim_scopes()
+RETURNS TABLE (scope text)
+LANGUAGE sql AS $$
+    SELECT d.scope FROM (
+        SELECT a.scope FROM (
+            SELECT w.source_scope AS scope FROM webhook_inbox w
+             WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+               AND (w.ordering_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM webhook_inbox p
+                     WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
+                       AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)))
+             ORDER BY w.next_attempt_at LIMIT 256) a
+        UNION
+        SELECT b.scope FROM (
+            SELECT w.source_scope AS scope, w.event_type FROM webhook_inbox w
+             WHERE w.status = 'pending' AND w.next_attempt_at <= now() AND w.ordering_key IS NOT NULL
+               AND EXISTS (
+                    SELECT 1 FROM webhook_inbox p
+                     WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status NOT IN ('done', 'pending')
+                       AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id))
+               AND NOT EXISTS (
+                    SELECT 1 FROM webhook_inbox p
+                     WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status = 'pending'
+                       AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id))
+             ORDER BY w.next_attempt_at LIMIT 64) b
+         WHERE NOT webhook_inbox_route_strict(b.event_type)) d
+     ORDER BY random()
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_claim_scopes() IS
+    'Citus: the scopes webhook_inbox_citus_claim() tries, in random order - those of the oldest due pending rows db/014''s ordering lets run (bounded windows), so a held key never hides another scope.';
+
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_claim(p_limit integer)
 RETURNS TABLE (source_scope text, event_id text, event_type text, attempts integer)
 LANGUAGE plpgsql AS $$
@@ -197,13 +238,7 @@ DECLARE
     r      record;
     taken  boolean;            -- this scope gave the claim a row (not every one of its keys held)
 BEGIN
-    FOR s IN
-        SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
-                 SELECT w.source_scope AS scope FROM webhook_inbox w
-                  WHERE w.status = 'pending' AND w.next_attempt_at <= now()
-                  ORDER BY w.next_attempt_at LIMIT 256) o) d
-         ORDER BY random()
-    LOOP
+    FOR s IN SELECT c.scope FROM webhook_inbox_citus_claim_scopes() c LOOP
         types := ARRAY(
             SELECT DISTINCT w.event_type FROM webhook_inbox w
              WHERE w.source_scope = s AND w.ordering_key IS NOT NULL AND w.status = 'pending' AND w.next_attempt_at <= now()

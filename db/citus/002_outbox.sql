@@ -159,7 +159,10 @@ COMMENT ON FUNCTION webhook_inbox_run_ruby(webhook_inbox, regproc, text[]) IS
 -- The deliverer's claim: db/015's (nothing while the destination is paused, one effect per
 -- free slot when it is rate limited), one source_scope (one shard) at a time among the scopes of
 -- the oldest due effects of the destination (random order, so concurrent sidecars start on
--- different scopes), until p_limit effects are leased or the scopes run out. Committed at
+-- different scopes), until p_limit effects are leased or the scopes run out. The window
+-- applies the claim's own filters (destination, pending, due, lease expired; the pause before),
+-- so it holds only effects the claim may take, bar those another claim has locked at that
+-- moment (effects have no ordering key: nothing holds one back for long). Committed at
 -- once by the sidecar (autocommit), like db/006's; over several nodes with two-phase commit.
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_claim(
         p_destination text, p_limit integer, p_owner text, p_lease_ms bigint, p_max_attempts integer)
@@ -368,6 +371,25 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_citus_ruby_paused() IS
     'Citus: whether the Ruby handlers'' runs are paused (the destination ruby in webhook_inbox_flow).';
 
+-- The scopes the Ruby worker's claims below try, in random order (concurrent workers start on
+-- different scopes): those of the 256 oldest due pending runs. Every run there is one those
+-- claims may take (the same filters: destination ruby, pending, due; a charged run is leased
+-- past now(), and the pause is checked before), bar one another claim has locked at that
+-- moment: a run waits for its event's key in the lock step (db/021), never in the claim, and
+-- a key's pending runs are those of one event (its later events wait for it, db/014), so no
+-- held key fills the window.
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_ruby_scopes()
+RETURNS TABLE (scope text)
+LANGUAGE sql AS $$
+    SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
+             SELECT c.source_scope AS scope FROM webhook_inbox_outbox c
+              WHERE c.destination = 'ruby' AND c.status = 'pending' AND c.next_attempt_at <= now()
+              ORDER BY c.next_attempt_at LIMIT 256) o) d
+     ORDER BY random()
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_ruby_scopes() IS
+    'Citus: the scopes the Ruby worker''s claims try, in random order - those of the 256 oldest due pending Ruby runs.';
+
 -- The Ruby worker's claim before v13: db/015's (none while the destination ruby is paused), on ONE source_scope (one shard: the runs and their
 -- events are co-located), like webhook_inbox_citus_claim. The scope is kept in the
 -- transaction (webhook_inbox.citus_ruby_scope) for webhook_inbox_ruby_save.
@@ -381,13 +403,7 @@ BEGIN
     IF webhook_inbox_citus_ruby_paused() THEN
         RETURN;
     END IF;
-    FOR s IN
-        SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
-                 SELECT c.source_scope AS scope FROM webhook_inbox_outbox c
-                  WHERE c.destination = 'ruby' AND c.status = 'pending' AND c.next_attempt_at <= now()
-                  ORDER BY c.next_attempt_at LIMIT 256) o) d
-         ORDER BY random()
-    LOOP
+    FOR s IN SELECT r.scope FROM webhook_inbox_citus_ruby_scopes() r LOOP
         RETURN QUERY
         WITH due AS (
             SELECT o.operation_id, o.payload->>'handler' AS handler, o.attempts + 1 AS attempt,
@@ -480,13 +496,7 @@ BEGIN
     IF webhook_inbox_citus_ruby_paused() THEN
         RETURN;
     END IF;
-    FOR s IN
-        SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
-                 SELECT c.source_scope AS scope FROM webhook_inbox_outbox c
-                  WHERE c.destination = 'ruby' AND c.status = 'pending' AND c.next_attempt_at <= now()
-                  ORDER BY c.next_attempt_at LIMIT 256) o) d
-         ORDER BY random()
-    LOOP
+    FOR s IN SELECT r.scope FROM webhook_inbox_citus_ruby_scopes() r LOOP
         SELECT o.operation_id, o.attempts INTO op, seen FROM webhook_inbox_outbox o
          WHERE o.source_scope = s AND o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
          ORDER BY o.next_attempt_at, o.created_at
@@ -622,13 +632,7 @@ BEGIN
     IF webhook_inbox_citus_ruby_paused() THEN
         RETURN;
     END IF;
-    FOR s IN
-        SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
-                 SELECT c.source_scope AS scope FROM webhook_inbox_outbox c
-                  WHERE c.destination = 'ruby' AND c.status = 'pending' AND c.next_attempt_at <= now()
-                  ORDER BY c.next_attempt_at LIMIT 256) o) d
-         ORDER BY random()
-    LOOP
+    FOR s IN SELECT r.scope FROM webhook_inbox_citus_ruby_scopes() r LOOP
         LOOP
             -- A charged run is leased past now(): the next look skips it.
             SELECT o.operation_id, o.attempts INTO op, seen FROM webhook_inbox_outbox o

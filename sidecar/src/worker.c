@@ -473,13 +473,27 @@ static void log_schema_refused(int refused, const struct wi_schema *found, int o
 /* Careful mode (see README "A handler that kills its backend"): entered when the connection
  * is lost with a transaction in flight; lasts until as many single-event transactions as the
  * batch size then in force (the events the lost batch may have held) went through without
- * losing the connection again; a loss during careful mode starts the count over. */
-static void enter_careful(const struct wi_worker *w, int *careful, int events)
+ * losing the connection again, or until CAREFUL_MAX_S have passed since the last loss (the
+ * count falls only when something is claimed: with nothing due, or nothing the one-event
+ * claim can take, it would last forever); a loss during careful mode starts both over. */
+#define CAREFUL_MAX_S 30.0
+
+static void enter_careful(const struct wi_worker *w, int *careful, double *careful_until, int events)
 {
     if (!*careful)
-        log_warnx("careful_mode", "worker=%d events=%d note=\"one event per transaction until these went through\"",
-                  w->id, events);
+        log_warnx("careful_mode", "worker=%d events=%d max_s=%.0f note=\"one event per transaction until these went through\"",
+                  w->id, events, CAREFUL_MAX_S);
     *careful = events > 0 ? events : 1;
+    *careful_until = wi_clock_s() + CAREFUL_MAX_S;
+}
+
+/* Leaves careful mode once its deadline passed (logged reason=deadline). */
+static void careful_deadline(const struct wi_worker *w, int *careful, double careful_until)
+{
+    if (*careful && wi_clock_s() >= careful_until) {
+        log_info("careful_mode_end", "worker=%d reason=deadline events_left=%d", w->id, *careful);
+        *careful = 0;
+    }
 }
 
 /* A worker woken for a notification while another is active leaves it to that worker's next
@@ -527,6 +541,7 @@ void *wi_worker_main(void *arg)
     int ever_connected = 0;
     int was_refused = 0;         /* the last connect found a schema it could not work with */
     int careful = 0;             /* single-event transactions left in careful mode; 0 = batched */
+    double careful_until = 0;    /* wi_clock_s() at which careful mode ends regardless */
     int active = 0;              /* this worker's flag in rt->claims: running a batch or lingering */
     const char *url = rt->cfg.database_url; /* not reloadable: stable for our lifetime */
 
@@ -567,6 +582,7 @@ void *wi_worker_main(void *arg)
         }
 
         take_snap(rt, &s);
+        careful_deadline(w, &careful, careful_until);
         charge_failed = lost.scope && charge_lost(w, pg, &lost, &s) < 0;
         wi_wake_claiming(&rt->claims, &active, wi_clock_s());
         n = charge_failed ? -1 : run_batch(w, pg, &s, careful, &batch, &lost, &took_all);
@@ -576,7 +592,7 @@ void *wi_worker_main(void *arg)
         if (n > 0) {
             if (careful && (careful -= n) <= 0) {
                 careful = 0;
-                log_info("careful_mode_end", "worker=%d", w->id);
+                log_info("careful_mode_end", "worker=%d reason=done", w->id);
             }
             if (!took_all || rt->cfg.once) {
                 if (n >= s.batch_size)
@@ -596,7 +612,7 @@ void *wi_worker_main(void *arg)
             if (!wi_pg_ok(pg)) {
                 /* Lost with a transaction in flight: the server may have killed the backend
                  * because of a handler. The fused batch does not say which event ran. */
-                enter_careful(w, &careful, s.batch_size);
+                enter_careful(w, &careful, &careful_until, s.batch_size);
                 wi_pg_free(pg);
                 pg = NULL;
                 /* With an event to charge, one reconnect at once: the sooner it is charged,

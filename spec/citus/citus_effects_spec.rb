@@ -128,15 +128,7 @@ RSpec.describe "effects and Ruby handlers on Citus" do
       "Ruby handler writes #{total}, routes run #{total}"
     )
   ensure
-    (pids || []).each do |pid|
-      Process.kill(:TERM, pid)
-      Timeout.timeout(30) { Process.wait(pid) }
-    rescue Timeout::Error
-      Process.kill(:KILL, pid)
-      Process.wait(pid)
-    rescue Errno::ESRCH, Errno::ECHILD
-      nil
-    end
+    (pids || []).each { |pid| stop_process(pid) }
     inbox&.close
   end
 end

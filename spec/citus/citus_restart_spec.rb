@@ -133,15 +133,7 @@ RSpec.describe "the inbox on Citus across a worker restart" do
     end
     expect(File.read(log)).not_to include("0A000")
   ensure
-    (pids || []).each do |pid|
-      Process.kill(:TERM, pid)
-      Timeout.timeout(30) { Process.wait(pid) }
-    rescue Timeout::Error
-      Process.kill(:KILL, pid)
-      Process.wait(pid)
-    rescue Errno::ESRCH, Errno::ECHILD
-      nil
-    end
+    (pids || []).each { |pid| stop_process(pid) }
     inbox&.close
   end
 end

@@ -72,6 +72,17 @@ RSpec.describe "webhook-inbox-sidecar with a handler that kills its backend", :s
     expect(File.read(log)).to match(/event_id=evt_poison .*outcome=quarantined attempts=3/)
   end
 
+  it "leaves careful mode by its deadline when fewer events than the batch size come after the loss" do
+    # --batch-size 20: careful mode counts 20 one-event transactions, and only 6 events exist.
+    pid, log = spawn_sidecar("run", *args, "--poll-interval", "100ms", "--concurrency", "1", "--batch-size", "20")
+    wait_for(30, 0.05, "the poison event in quarantine") { db.event("evt_poison")[:status] == "quarantined" }
+    wait_for(10, 0.05, "the good events") { good_done == 5 }
+    wait_for(45, 0.2, "careful mode ended") { File.read(log).include?("msg=careful_mode_end") }
+    expect(File.read(log)).to match(/msg=careful_mode_end .*reason=deadline/)
+    Process.kill("TERM", pid)
+    expect(wait_exit(pid)&.exitstatus).to eq(0)
+  end
+
   it "with --batch-size 1 and one worker, too" do
     pid, log = spawn_sidecar("run", *args, "--poll-interval", "100ms", "--concurrency", "1", "--batch-size", "1")
     wait_for(30, 0.05, "the poison event in quarantine") { db.event("evt_poison")[:status] == "quarantined" }

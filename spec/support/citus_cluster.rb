@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "timeout"
 require_relative "throwaway_postgres"
 
 # CitusCluster - a Citus coordinator and workers on this machine, each a ThrowawayPostgres
@@ -93,6 +94,17 @@ module CitusClusterSpec
   end
 
   # Polls every 0.1 s until the block is true; raises "never happened: what" past bound seconds.
+  # Stops a process the example spawned (a sidecar): TERM, KILL after 30 s.
+  def stop_process(pid)
+    Process.kill(:TERM, pid)
+    Timeout.timeout(30) { Process.wait(pid) }
+  rescue Timeout::Error
+    Process.kill(:KILL, pid)
+    Process.wait(pid)
+  rescue Errno::ESRCH, Errno::ECHILD
+    nil
+  end
+
   def wait_for(what, bound: 300)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + bound
     until yield
