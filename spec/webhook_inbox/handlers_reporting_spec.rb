@@ -10,6 +10,9 @@ require "active_support/notifications"
 require "active_support/tagged_logging"
 require "webhook_inbox/testing/rspec"
 require "webhook_inbox/handlers/worker"
+require "active_support/core_ext/string/filters"
+require_relative "../../app/models/webhook_inbox/event_list"
+require_relative "../../app/models/webhook_inbox/effect_list"
 require_relative "../support/receiver_helpers"
 
 # What a Ruby handler's runs tell the app (Handlers::Reporting, through the Worker's
@@ -178,6 +181,21 @@ RSpec.describe WebhookInbox::Handlers::Reporting do
     expect(out.string).to include("level=error event=ruby_worker_report_failed event_id=evt_1")
   ensure
     ActiveSupport::Notifications.unsubscribe(bad) if bad
+  end
+
+  it "publishes requeue when the quarantined run is requeued (rake requeue_effects and the dashboard's EffectList)" do
+    calls = 0
+    w = worker(registry("mark_paid") { |_e| raise WebhookInbox::Permanent, "amount mismatch" if (calls += 1) == 1 })
+    store("evt_1")
+    expect(round(w).map(&:status)).to eq(["quarantined"])
+    notifications.clear
+    moved, id = WebhookInbox::EffectList.new("handler" => "mark_paid").requeue!(conn, "ops@test")
+    expect(moved).to eq(1)
+    expect(notifications.map(&:first)).to eq(["requeue.webhook_inbox"])
+    payload = notifications.first.last
+    expect(payload.keys).to eq(WebhookInbox::Instrumentation::KEYS["requeue.webhook_inbox"])
+    expect(payload).to eq(kind: "effects", filter: { "handler" => "mark_paid" }, moved: 1, action_id: id, actor: "ops@test")
+    expect(round(w).map(&:status)).to eq(["delivered"]) # requeued: it ran again
   end
 
   it "does nothing outside Rails" do
