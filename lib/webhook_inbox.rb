@@ -2,6 +2,7 @@
 
 require_relative "webhook_inbox/version"
 require_relative "webhook_inbox/errors"
+require_relative "webhook_inbox/instrumentation"
 begin
   require_relative "webhook_inbox/webhook_inbox" # the native extension
 rescue LoadError => e

@@ -17,7 +17,7 @@ module WebhookInbox
     #
     # receiver_for: ->(scope) { the endpoint's Receiver for that scope } (default: the
     # configured endpoint's, with the row's scope). A StoreError (inbox down) stops it: the
-    # rows not yet admitted stay for the next run.
+    # rows not yet admitted stay for the next run. Publishes reverify.webhook_inbox.
     class Reverify
       PAGE = 100
       EXPIRE_SQL = "DELETE FROM webhook_inbox_refused WHERE endpoint = $1 AND received_at < now() - make_interval(secs => $2)"
@@ -43,11 +43,13 @@ module WebhookInbox
         receiver_for ||= ->(scope) { @configuration.receiver(endpoint.to_sym, scope: scope) }
         bounds = receiver_for.call(@configuration.endpoint_summary(endpoint)[:scope]).keep_refused || DEFAULT_BOUNDS
         expired = @exec.call("#{EXPIRE_SQL} RETURNING id", [endpoint, bounds[:age]]).size
-        admitted, refused = admit_all(endpoint, receiver_for)
-        id = @exec.call(ACTION_SQL, [actor.to_s.empty? ? "unknown" : actor.to_s[0, 200],
-                                     JSON.generate(endpoint: endpoint, still_refused: refused, expired: expired),
-                                     admitted]).first["id"].to_i
-        { admitted: admitted, still_refused: refused, expired: expired, action_id: id }
+        actor = actor.to_s.empty? ? "unknown" : actor.to_s[0, 200]
+        Instrumentation.instrument("reverify.webhook_inbox", ->(r) { r.merge(endpoint: endpoint, actor: actor) }) do
+          admitted, refused = admit_all(endpoint, receiver_for)
+          id = @exec.call(ACTION_SQL, [actor, JSON.generate(endpoint: endpoint, still_refused: refused, expired: expired),
+                                       admitted]).first["id"].to_i
+          { admitted: admitted, still_refused: refused, expired: expired, action_id: id }
+        end
       end
 
       private

@@ -27,7 +27,8 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
                             env: { "DATABASE_URL" => @pg.url(@db), "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "d" * 64,
                                    "STRIPE_WEBHOOK_SECRET" => DASHBOARD_SECRET, "STRIPE_SCOPE" => SCOPE,
                                    "ADMIN_USER" => "ops", "ADMIN_PASSWORD" => "correct horse",
-                                   "WI_DASHBOARD_PAGE_SIZE" => "3", "WI_REJECTIONS_FLUSH" => "0.5" }).start
+                                   "WI_DASHBOARD_PAGE_SIZE" => "3", "WI_REJECTIONS_FLUSH" => "0.5",
+                                   "WI_LOG_NOTIFICATIONS" => "1" }).start
   end
   after(:all) { @puma&.stop }
 
@@ -77,6 +78,13 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     expect(headers["location"]).to end_with("/webhook_inbox/event?id=evt_q&scope=dash%3Aa")
     expect(db_psql("SELECT status, requeued_at IS NOT NULL FROM webhook_inbox WHERE event_id = 'evt_q'").strip).to eq("pending|t")
     expect(db_psql("SELECT actor, action, count FROM webhook_inbox_actions").strip).to eq("ops|requeue|1")
+    # requeue.webhook_inbox in the app: exactly its documented keys, the filter as audited, no payload.
+    note = File.readlines(@puma.log).grep(/\Anotification requeue\.webhook_inbox /).last
+    expect(note).not_to be_nil
+    expect(JSON.parse(note.split(" ", 3).last)).to eq(
+      "kind" => "requeue", "filter" => { "scope" => "dash:a", "event_id" => "evt_q" }, "moved" => 1,
+      "action_id" => Integer(db_psql("SELECT max(id) FROM webhook_inbox_actions").strip), "actor" => "ops"
+    )
     _, _, body = admin.get(headers["location"].sub(%r{\Ahttp://[^/]+}, ""))
     expect(body).to include("Requeued 1 event (action #")
     expect(admin.get("/webhook_inbox/actions").last).to include("ops", "requeue", "{&quot;scope&quot;: &quot;dash:a&quot;")

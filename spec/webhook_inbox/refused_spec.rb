@@ -7,6 +7,8 @@ require "webhook_inbox/testing"
 require "base64"
 require "rack/mock"
 require "securerandom"
+require "active_support"
+require "active_support/notifications"
 require_relative "../support/receiver_helpers"
 require_relative "../support/verifier_helpers"
 
@@ -92,8 +94,18 @@ RSpec.describe WebhookInbox::Refused do
     expect(result).to include(admitted: 0, still_refused: 22)
 
     fixed = configuration("whsec_new")
-    result = WebhookInbox::Refused::Reverify.new(exec: exec, configuration: fixed).call(endpoint, actor: "ops@test")
+    published = []
+    sub = ActiveSupport::Notifications.subscribe("reverify.webhook_inbox") { |*, payload| published << payload }
+    begin
+      result = WebhookInbox::Refused::Reverify.new(exec: exec, configuration: fixed).call(endpoint, actor: "ops@test")
+    ensure
+      ActiveSupport::Notifications.unsubscribe(sub)
+    end
     expect(result).to include(admitted: 20, still_refused: 2, expired: 0)
+    # reverify.webhook_inbox: exactly its documented keys (counts and names, no body or header).
+    expect(published).to eq([{ endpoint: endpoint, admitted: 20, still_refused: 2, expired: 0, action_id: result[:action_id],
+                               actor: "ops@test" }])
+    expect(published.first.keys).to eq(WebhookInbox::Instrumentation::KEYS["reverify.webhook_inbox"])
     expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type], r[:status]] })
       .to eq(ids.sort.map { |id| [id, "charge.succeeded", "pending"] })
     expect(pg.psql("SELECT count(*) FROM webhook_inbox WHERE source_scope = '#{scope}' " \

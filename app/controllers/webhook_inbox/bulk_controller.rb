@@ -4,7 +4,7 @@ module WebhookInbox
   # Requeue (quarantined -> pending) and replay (done -> pending), for one event or a filter:
   # GET shows how many events would move now (webhook_inbox_requeue_count) and asks to
   # confirm; POST (CSRF-checked) runs webhook_inbox_requeue, which records who and when in
-  # webhook_inbox_actions. A filter that leaves out none of the quarantined or done events
+  # webhook_inbox_actions, and publishes requeue.webhook_inbox. A filter that leaves out none of the quarantined or done events
   # (empty, a type of "*", a time range holding them all: EventList#every_event?) is refused.
   class BulkController < ApplicationController
     ACTIONS = { "requeue" => "quarantined", "replay" => "done" }.freeze # each action and the status it moves
@@ -23,9 +23,13 @@ module WebhookInbox
       kind, list = kind_and_list
       return unless kind
 
-      moved, id = dashboard_connection do |c|
-        c.select_rows("SELECT moved, action_id FROM webhook_inbox_requeue($1, $2::jsonb, $3)", "WebhookInbox requeue",
-                      [kind, JSON.generate(list.to_requeue_filter), dashboard_actor]).first
+      filter = list.to_requeue_filter
+      payload = ->((moved, id)) { { kind: kind, filter: filter, moved: moved.to_i, action_id: id.to_i, actor: dashboard_actor } }
+      moved, id = Instrumentation.instrument("requeue.webhook_inbox", payload) do
+        dashboard_connection do |c|
+          c.select_rows("SELECT moved, action_id FROM webhook_inbox_requeue($1, $2::jsonb, $3)", "WebhookInbox requeue",
+                        [kind, JSON.generate(filter), dashboard_actor]).first
+        end
       end
       expected = params[:expected].to_s
       notice!("#{kind == 'requeue' ? 'Requeued' : 'Replayed'} #{moved} event#{'s' unless moved.to_i == 1} " \

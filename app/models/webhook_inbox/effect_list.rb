@@ -113,9 +113,15 @@ module WebhookInbox
     # Moves the quarantined effects of this filter back to pending, each through the schema's
     # webhook_inbox_outbox_requeue (attempts reset, due now, deliverers woken), and records
     # the action in webhook_inbox_actions (action requeue, filter {"effects": {...}}) in the
-    # same transaction: that function audits nothing. Returns [moved, action id].
+    # same transaction: that function audits nothing. Returns [moved, action id]. Publishes
+    # requeue.webhook_inbox (kind "effects").
     def requeue!(connection, actor)
       where, binds = conditions(status: "quarantined")
+      payload = ->((moved, id)) { { kind: "effects", filter: to_requeue_filter, moved: moved, action_id: id, actor: actor } }
+      Instrumentation.instrument("requeue.webhook_inbox", payload) { requeue_in(connection, actor, where, binds) }
+    end
+
+    def requeue_in(connection, actor, where, binds)
       connection.transaction do
         moved = connection.select_value(<<~SQL.squish, "WebhookInbox effects requeue", binds).to_i
           SELECT coalesce(sum(webhook_inbox_outbox_requeue(q.operation_id, NULL)), 0)
@@ -129,6 +135,7 @@ module WebhookInbox
         [moved, id.to_i]
       end
     end
+    private :requeue_in
 
     # Whether a requeue would move every quarantined effect: no filter but a time range, and
     # none or one that holds them all (the bulk guard EventList#every_event? is for events).

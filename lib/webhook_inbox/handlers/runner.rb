@@ -49,8 +49,9 @@ module WebhookInbox
       FLOAT_ARRAY = PG::TextEncoder::Array.new(elements_type: PG::TextEncoder::Float.new)
 
       # status: the run's new status ("delivered", "pending" = will be retried, "quarantined").
+      # exception: what the handler raised (nil when it raised nothing: error says why it failed).
       Result = Struct.new(:operation_id, :handler, :source_scope, :event_id, :event_type, :attempt, :status, :error,
-                          :duration_ms, keyword_init: true)
+                          :duration_ms, :exception, keyword_init: true)
 
       # time_limit: seconds a handler may run (nil: no limit).
       def initialize(registry, max_attempts: 10, backoff_base_ms: 1000, backoff_cap_ms: 3_600_000, on_result: nil,
@@ -118,7 +119,7 @@ module WebhookInbox
       def run_one(connection, row, exhausted, statement)
         attempt = Integer(row["attempt"])
         t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        result, error =
+        result, error, exception =
           if exhausted
             ["quarantine", "attempt #{attempt} started and never finished (the worker was killed, crashed or lost its " \
                            "connection during the handler); it was the last of #{@max_attempts}"]
@@ -127,7 +128,8 @@ module WebhookInbox
           end
         ms = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000
         [Result.new(operation_id: row["operation_id"], handler: row["handler"], source_scope: row["source_scope"],
-                    event_id: row["event_id"], event_type: row["event_type"], attempt: attempt, error: error, duration_ms: ms),
+                    event_id: row["event_id"], event_type: row["event_type"], attempt: attempt, error: error, duration_ms: ms,
+                    exception: exception),
          result]
       end
 
@@ -140,7 +142,7 @@ module WebhookInbox
         connection.select_all(FINISH_BATCH_SQL, "webhook_inbox ruby finish", binds).to_h { |r| [r["operation_id"], r["status"]] }
       end
 
-      # ["done", nil] | ["retry", error] | ["quarantine", reason]
+      # ["done", nil] | ["retry", error(, exception)] | ["quarantine", reason(, exception)]
       def call_handler(connection, name, event, statement)
         subscription = @registry[name]
         return ["retry", "no handler named #{name} is subscribed in this app"] unless subscription
@@ -161,11 +163,11 @@ module WebhookInbox
 
         ["done", nil]
       rescue Permanent => e
-        ["quarantine", describe(e)]
+        ["quarantine", describe(e), e]
       rescue StandardError, TimeLimit::Exceeded => e
         raise if connection_lost?(connection)
 
-        ["retry", describe(e)]
+        ["retry", describe(e), e]
       ensure
         close_rolled_back(connection, savepoint) unless completed
       end

@@ -3,6 +3,7 @@
 require "optparse"
 require_relative "../effects/job_runner"
 require_relative "heartbeat"
+require_relative "reporting"
 
 module WebhookInbox
   module Handlers
@@ -27,7 +28,8 @@ module WebhookInbox
     # connection is retried with backoff. A handler that runs past the time limit
     # (--handler-timeout, else the configuration's handler_timeout: 30 s) is interrupted and
     # charged a failure; its batch-mates commit. The outcome of each run (outcome=done, retry,
-    # quarantined) is logged once its batch committed.
+    # quarantined) is logged once its batch committed, and reported to the app (Reporting:
+    # notifications, Rails.error, Rails.logger).
     class Worker
       DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
                    backoff_cap_ms: 3_600_000, handler_timeout: nil, job_lease_ms: 60_000 }.freeze
@@ -74,7 +76,7 @@ module WebhookInbox
         @out = out
         @stop = false
         @runner = Runner.new(registry, max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
-                                       backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:log_result),
+                                       backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:on_result),
                                        time_limit: @opts.fetch(:handler_timeout) || WebhookInbox.configuration.handler_timeout)
         @jobs = Effects::JobRunner.new(max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
                                        backoff_cap_ms: @opts[:backoff_cap_ms], lease_ms: @opts[:job_lease_ms],
@@ -191,11 +193,13 @@ module WebhookInbox
         nil while raw.notifies # drain the others folded into this wake-up
       end
 
-      def log_result(r)
-        outcome = { "delivered" => "done", "pending" => "retry", "quarantined" => "quarantined" }.fetch(r.status.to_s, "skipped")
-        err = r.error ? %( error="#{r.error.lines.first.to_s.strip[0, 200].delete('"')}") : ""
-        log("handler", "handler=#{r.handler} event_id=#{r.event_id} type=#{r.event_type} outcome=#{outcome} attempt=#{r.attempt} " \
-                       "duration_ms=#{r.duration_ms.round(1)}#{err}")
+      # A committed run: its log line, then the app's notifications and error reports. A
+      # subscriber that raises is logged, never the round's failure (the batch committed).
+      def on_result(r)
+        log("handler", Reporting.fields(r))
+        Reporting.call(r)
+      rescue StandardError => e
+        log("ruby_worker_report_failed", %(event_id=#{r.event_id} error="#{e.class}"), level: "error")
       end
 
       def log_job(r)

@@ -30,6 +30,11 @@ if ENV["WI_LOG_NOTIFICATIONS"]
     $stdout.puts "notification receive.webhook_inbox #{payload.sort.map { |k, v| "#{k}=#{v}" }.join(' ')}"
     $stdout.flush
   end
+  # The Ruby side's other stages, one JSON line each (the keys and values a subscriber gets).
+  ActiveSupport::Notifications.subscribe(/\A(handle|quarantine|requeue|reverify)\.webhook_inbox\z/) do |name, *, payload|
+    $stdout.puts "notification #{name} #{JSON.generate(payload)}"
+    $stdout.flush
+  end
 end
 
 # Rejection counts reach webhook_inbox_rejections at most this often (default 5 s).
