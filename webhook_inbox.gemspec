@@ -25,12 +25,12 @@ Gem::Specification.new do |spec|
     "app/**/*.{rb,erb}", "config/routes.rb",
     "ext/webhook_inbox/*.{c,h,rb}",
     "sidecar/extconf.rb", "sidecar/src/*.{c,h}",
-    "db/**/*.sql", "exe/*", "README.md", "LICENSE"
+    "db/**/*.sql", "exe/*", "README.md", "CHANGELOG.md", "UPGRADING.md", "docs/*.md", "LICENSE"
   ]
   spec.bindir = "exe"
   spec.executables = ["webhook-inbox-sidecar"]
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/webhook_inbox/extconf.rb", "sidecar/extconf.rb"]
 
-  spec.add_dependency "rack", ">= 2.2"
+  spec.add_dependency "rack", ">= 2.2", "< 4"
 end

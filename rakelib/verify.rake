@@ -16,7 +16,7 @@ namespace :verify do
     sh "make", "-s", "-C", "#{dir}/test", "asan"
   end
 
-  desc "libFuzzer runs of the header parsers/verifier, the generic :hmac scheme and the canonicalizer (FUZZ_TIME s each)"
+  desc "libFuzzer runs of the header parsers/verifier, the generic :hmac scheme, the canonicalizer and the replay oracle (FUZZ_TIME s each)"
   task :fuzz do
     # bin/setup installs clang-14 and libclang-rt-14-dev; a missing fuzzer is a failure, not a skip.
     abort "verify:fuzz: clang-14 not found (run bin/setup)" unless system("command -v clang-14 >/dev/null 2>&1")
@@ -24,12 +24,12 @@ namespace :verify do
   end
 end
 
-desc "Rewrite the README's provider table from the provider entries (ext/webhook_inbox/providers.c)"
+desc "Rewrite the provider table of docs/providers.md from the provider entries (ext/webhook_inbox/providers.c)"
 task "verify:readme" => :compile do
   $LOAD_PATH.unshift File.expand_path("../lib", __dir__)
   require "webhook_inbox"
-  readme = File.expand_path("../README.md", __dir__)
-  File.write(readme, WebhookInbox::ProviderTable.splice(File.read(readme)))
+  guide = File.expand_path("../docs/providers.md", __dir__)
+  File.write(guide, WebhookInbox::ProviderTable.splice(File.read(guide)))
 end
 
 task c_tests: ["verify:ctest", "verify:asan", "verify:fuzz"]

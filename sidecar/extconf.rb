@@ -4,8 +4,10 @@
 # file, then `make` and `make install sitearchdir=... sitelibdir=...`. Self-contained (it
 # needs sidecar/src, db/ and ext/webhook_inbox's wi_err.h, redact.c, hmac.c and event_id.c): it embeds db/NNN_*.sql into
 # migrations.c like sidecar/tools/embed_sql.sh, and writes a Makefile that compiles
-# sidecar/src/*.c (C11 + libpq) and installs the binary as
-# $(sitearchdir)/webhook_inbox/webhook-inbox-sidecar, where exe/webhook-inbox-sidecar finds it.
+# sidecar/src/*.c (C11 + libpq) and moves the binary to the gem's own
+# lib/webhook_inbox/webhook-inbox-sidecar, where WebhookInbox::Sidecar looks first. Not through
+# $(sitearchdir): RubyGems keeps what lands there twice (the extension directory and a copy in
+# lib/), and the build directory would keep a third copy; moved, the installed gem holds one.
 require "rbconfig"
 require "mkmf"
 
@@ -74,9 +76,10 @@ File.write("Makefile", <<~MAKE)
 
   #{rules}
   install: all
-  \tmkdir -p $(DESTDIR)$(sitearchdir)/webhook_inbox
-  \tcp $(BIN) $(DESTDIR)$(sitearchdir)/webhook_inbox/$(BIN)
-  \tchmod 755 $(DESTDIR)$(sitearchdir)/webhook_inbox/$(BIN)
+  \tmkdir -p #{top}/lib/webhook_inbox
+  \tmv -f $(BIN) #{top}/lib/webhook_inbox/$(BIN)
+  \tchmod 755 #{top}/lib/webhook_inbox/$(BIN)
+  \trm -f #{objs.join(" ")}
 
   clean:
   \trm -f #{objs.join(" ")} $(BIN)

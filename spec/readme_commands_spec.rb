@@ -6,13 +6,15 @@ require "open3"
 require "securerandom"
 require "tmpdir"
 
-# Every command in the README's ```sh blocks is exercised: run here for real, or named below
-# with the test that runs it. A command added to the README without a test fails this spec.
+# Every command in the ```sh blocks of the README and the guides (docs/*.md) is exercised: run
+# here for real, or named below with the test that runs it. A command added to the docs without
+# a test fails this spec; so does a relative link that leads nowhere.
 RSpec.describe "README commands" do
   root = TestDatabase::ROOT
-  readme_commands = File.read(File.join(root, "README.md")).scan(/^```sh\n(.*?)^```/m).flatten
-                        .flat_map(&:lines).map { |l| l.sub(/\s+#.*/, "").strip }.reject(&:empty?)
-                        .flat_map { |l| l.split(/;\s*/) }
+  documents = ["README.md", *Dir.glob("docs/*.md", base: root).sort, "UPGRADING.md", "CHANGELOG.md"]
+  readme_commands = documents.flat_map { |doc| File.read(File.join(root, doc)).scan(/^```sh\n(.*?)^```/m).flatten }
+                             .flat_map(&:lines).map { |l| l.sub(/\s+#.*/, "").strip }.reject(&:empty?)
+                             .flat_map { |l| l.split(/;\s*/) }.uniq
 
   # Run by bin/test itself (CI's command): bin/setup installs and compiles, then rake test_all.
   run_by_bin_test = {
@@ -23,6 +25,7 @@ RSpec.describe "README commands" do
     "bin/rails generate webhook_inbox:install" => "spec/integration/rails_lifecycle_spec.rb",
     "bin/rails db:migrate" => "spec/integration/rails_lifecycle_spec.rb",
     "bin/failover --events 5000" => "spec/integration/failover_spec.rb",
+    "webhook-inbox-sidecar migrate --citus --database-url postgres://app@coordinator/app" => "spec/citus/citus_spec.rb",
     # Against the fake provider APIs (their own endpoints, scopes and keys):
     "webhook-inbox-sidecar reconcile --endpoint 'billing=stripe:stripe:acct_123:live' --endpoint billing --since 72h" =>
       "spec/sidecar/reconcile_spec.rb",
@@ -47,6 +50,23 @@ RSpec.describe "README commands" do
     "bench/verify", "bench/receive", "bench/sidecar", "bench/pipeline", "bench/stats", "bench/effects",
     "bench/ruby_handlers", "bench/peers/run", "bench/peers/drain"
   ]
+
+  it "links only to files and headings that exist (README.md and docs/*.md)" do
+    broken = documents.flat_map do |doc|
+      text = File.read(File.join(root, doc)).gsub(/^```.*?^```/m, "")
+      text.scan(/\]\(([^)\s]+)\)/).flatten.reject { |l| l.match?(%r{\A[a-z]+:}) }.filter_map do |link|
+        path, anchor = link.split("#", 2)
+        target = path.empty? ? File.join(root, doc) : File.expand_path(path, File.dirname(File.join(root, doc)))
+        next "#{doc}: #{link} (no such file)" unless File.exist?(target)
+        next if anchor.nil? || File.directory?(target) || !target.end_with?(".md")
+
+        slugs = File.read(target).gsub(/^```.*?^```/m, "").scan(/^#+ (.*)$/).flatten
+                    .map { |h| h.downcase.gsub(/[^\p{Word}\- ]/, "").tr(" ", "-") }
+        "#{doc}: #{link} (no such heading)" unless slugs.include?(anchor)
+      end
+    end
+    expect(broken).to eq([])
+  end
 
   it "shows only commands that a test exercises" do
     expect(readme_commands).to include("bin/demo", "bin/test")

@@ -160,7 +160,33 @@ ALTER FUNCTION webhook_inbox_log_entry(text, text, double precision) IMMUTABLE;
 -- coordinator (inside the shard's query it would read the reference table from the worker):
 -- first the types of the scope's due keyed events behind a quarantined one (one router read),
 -- then which of those take a strict route; the claim holds back those types' events behind a
--- quarantined one.
+-- quarantined one. Then each claimed keyed event's key (db/021): the transaction-level
+-- advisory lock webhook_inbox_citus_lock_key takes on the scope's node, where the shard's
+-- pushed-down batch (webhook_inbox_citus_dispatch_shard) and the Ruby worker take it too; an
+-- event whose key another transaction holds is left out (pending, locked until this ends),
+-- and a scope whose every claimed key is held gives way to the next scope.
+CREATE OR REPLACE FUNCTION webhook_inbox_citus_lock_key(p_scope text, p_event_id text, p_wait boolean)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    got boolean;
+BEGIN
+    -- One router query by the event's primary key: the lock is taken on the node that holds it.
+    IF p_wait THEN
+        PERFORM pg_advisory_xact_lock(webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key))
+           FROM webhook_inbox w
+          WHERE w.source_scope = p_scope AND w.event_id = p_event_id AND w.ordering_key IS NOT NULL;
+        RETURN true;
+    END IF;
+    SELECT pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key)) INTO got
+      FROM webhook_inbox w
+     WHERE w.source_scope = p_scope AND w.event_id = p_event_id AND w.ordering_key IS NOT NULL;
+    RETURN coalesce(got, true);
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_citus_lock_key(text, text, boolean) IS
+    'Citus: the ordering key lock of an event (db/021), on the node of its shard: waited for (p_wait), or tried (false: another transaction holds it); true for an unkeyed or missing event.';
+
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_claim(p_limit integer)
 RETURNS TABLE (source_scope text, event_id text, event_type text, attempts integer)
 LANGUAGE plpgsql AS $$
@@ -168,6 +194,8 @@ DECLARE
     s      text;
     types  text[];
     strict_types text[];
+    r      record;
+    taken  boolean;            -- this scope gave the claim a row (not every one of its keys held)
 BEGIN
     FOR s IN
         SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
@@ -183,25 +211,35 @@ BEGIN
                             WHERE p.source_scope = s AND p.ordering_key = w.ordering_key AND p.status NOT IN ('done', 'pending')
                               AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)));
         strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
-        RETURN QUERY
-        SELECT w.source_scope, w.event_id, w.event_type, w.attempts FROM webhook_inbox w
-         WHERE w.source_scope = s AND w.status = 'pending' AND w.next_attempt_at <= now()
-           AND (w.ordering_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM webhook_inbox p
-                 WHERE p.source_scope = s AND p.ordering_key = w.ordering_key AND p.status <> 'done'
-                   AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
-                   AND (p.status = 'pending' OR w.event_type = ANY (strict_types))))
-         ORDER BY w.next_attempt_at, w.received_at
-         LIMIT p_limit
-           FOR UPDATE OF w SKIP LOCKED;
-        IF FOUND THEN
+        taken := false;
+        FOR r IN
+            SELECT w.source_scope, w.event_id, w.event_type, w.attempts, w.ordering_key FROM webhook_inbox w
+             WHERE w.source_scope = s AND w.status = 'pending' AND w.next_attempt_at <= now()
+               AND (w.ordering_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM webhook_inbox p
+                     WHERE p.source_scope = s AND p.ordering_key = w.ordering_key AND p.status <> 'done'
+                       AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
+                       AND (p.status = 'pending' OR w.event_type = ANY (strict_types))))
+             ORDER BY w.next_attempt_at, w.received_at
+             LIMIT p_limit
+               FOR UPDATE OF w SKIP LOCKED
+        LOOP
+            CONTINUE WHEN r.ordering_key IS NOT NULL AND NOT webhook_inbox_citus_lock_key(r.source_scope, r.event_id, false);
+            source_scope := r.source_scope;
+            event_id := r.event_id;
+            event_type := r.event_type;
+            attempts := r.attempts;
+            taken := true;
+            RETURN NEXT;
+        END LOOP;
+        IF taken THEN
             RETURN;
         END IF;
     END LOOP;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_citus_claim(integer) IS
-    'Citus: lock up to p_limit due pending events of ONE source_scope (FOR UPDATE SKIP LOCKED, one shard) in the caller''s transaction; a keyed event only when no earlier event of its key must run first (db/014).';
+    'Citus: lock up to p_limit due pending events of ONE source_scope (FOR UPDATE SKIP LOCKED, one shard) in the caller''s transaction; a keyed event only when no earlier event of its key must run first (db/014) and no other transaction holds its key (db/021, webhook_inbox_citus_lock_key).';
 
 -- The sidecar's batch on Citus, with webhook_inbox_dispatch_batch()'s arguments and rows:
 -- the claim above, then webhook_inbox_dispatch() (the one-event dispatch, unchanged) on
@@ -300,17 +338,21 @@ BEGIN
             $q$, shard) INTO types;
     END IF;
     strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
+    -- db/021: each claimed keyed row's key tried on this node, after the claim locked it (as
+    -- webhook_inbox_dispatch_batch does); a row whose key another transaction holds is left out.
     FOR c IN EXECUTE format($q$
-        SELECT w.source_scope, w.event_id FROM %1$s w
-         WHERE w.status = 'pending' AND w.next_attempt_at <= now()
-           AND (w.ordering_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM %1$s p
-                 WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
-                   AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
-                   AND (p.status = 'pending' OR w.event_type = ANY ($2))))
-         ORDER BY w.next_attempt_at, w.received_at
-         LIMIT $1
-           FOR UPDATE OF w SKIP LOCKED
+        SELECT c.source_scope, c.event_id FROM (
+            SELECT w.source_scope, w.event_id, w.ordering_key FROM %1$s w
+             WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+               AND (w.ordering_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM %1$s p
+                     WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
+                       AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
+                       AND (p.status = 'pending' OR w.event_type = ANY ($2))))
+             ORDER BY w.next_attempt_at, w.received_at
+             LIMIT $1
+               FOR UPDATE OF w SKIP LOCKED) c
+         WHERE c.ordering_key IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.source_scope, c.ordering_key))
         $q$, shard) USING p_limit, strict_types
     LOOP
         source_scope := c.source_scope;

@@ -510,7 +510,9 @@ COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
 
 -- db/013's step 2: the run's event, then the run, both locked on their shard (the run found by
 -- its operation id on every shard first, unlocked). The run's scope is kept in the
--- transaction (webhook_inbox.citus_ruby_scope, _op) for webhook_inbox_ruby_finish.
+-- transaction (webhook_inbox.citus_ruby_scope, _op) for webhook_inbox_ruby_finish. db/021:
+-- the event's ordering key first, waited for on the shard's node (webhook_inbox_citus_lock_key,
+-- citus/001), where the sidecar's claims try it.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_lock(p_operation_id text, p_attempt integer)
 RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
                event_type text, payload text, raw_body_base64 text, received_at timestamptz)
@@ -523,6 +525,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    PERFORM webhook_inbox_citus_lock_key(run.source_scope, run.source_event_id, true);
     SELECT * INTO ev FROM webhook_inbox w
      WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id
        FOR UPDATE;
@@ -543,7 +546,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_lock(text, integer) IS
-    'Ruby worker, step 2 (Citus: on the run''s shard): lock the run''s event, then the run if still pending at p_attempt; the run with its event''s columns, or no row (skip it).';
+    'Ruby worker, step 2 (Citus: on the run''s shard): lock the run''s event''s ordering key (v21: waits for the transaction holding it), its event, then the run if still pending at p_attempt; the run with its event''s columns, or no row (skip it).';
 
 -- db/013's step 3 on the run's shard (the scope webhook_inbox_ruby_lock kept, else looked up),
 -- the times in variables.
@@ -656,9 +659,11 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_start_batch(integer, integer, bigint, bigint) IS
     'Ruby worker v16, step 1 (Citus: one scope at a time): up to p_limit due first attempts, or one other run alone, each charged and leased as webhook_inbox_ruby_start; none while destination ruby is paused.';
 
--- db/016's step 2: the runs found by their operation ids on every shard once (unlocked), then
--- in the order of their events each event and then its run locked on their shard, as the
--- Citus webhook_inbox_ruby_lock above does for one.
+-- db/016's step 2: the runs found by their operation ids on every shard once (unlocked), their
+-- events' ordering keys (db/021: read per event, then locked in lock id order on each event's
+-- node, so workers sharing keys take them in one order), then in the order of their events
+-- each event and then its run locked on their shard, as the Citus webhook_inbox_ruby_lock above
+-- does for one.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_lock_batch(p_operation_ids text[], p_attempts integer[])
 RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
                event_type text, payload text, raw_body_base64 text, received_at timestamptz)
@@ -668,10 +673,32 @@ DECLARE
     at  integer;
     run webhook_inbox_outbox;
     ev  webhook_inbox;
+    id  bigint;
+    ids bigint[] := '{}';      -- per keyed run: its key's lock id, its scope and event
+    scopes text[] := '{}';
+    events text[] := '{}';
 BEGIN
     IF p_operation_ids IS NULL OR p_attempts IS NULL OR cardinality(p_operation_ids) <> cardinality(p_attempts) THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_lock_batch: one attempt per operation id' USING ERRCODE = '22023';
     END IF;
+    FOR r IN
+        SELECT o.source_scope AS scope, o.source_event_id AS event FROM webhook_inbox_outbox o
+         WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
+    LOOP
+        id := NULL;
+        SELECT webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key) INTO id FROM webhook_inbox w
+         WHERE w.source_scope = r.scope AND w.event_id = r.event AND w.ordering_key IS NOT NULL;
+        IF id IS NOT NULL THEN
+            ids := ids || id;
+            scopes := scopes || r.scope;
+            events := events || r.event;
+        END IF;
+    END LOOP;
+    FOR r IN
+        SELECT DISTINCT ON (k.id) k.scope, k.event FROM unnest(ids, scopes, events) AS k(id, scope, event) ORDER BY k.id
+    LOOP
+        PERFORM webhook_inbox_citus_lock_key(r.scope, r.event, true);
+    END LOOP;
     FOR r IN
         SELECT o.source_scope AS scope, o.source_event_id AS event, o.operation_id AS op FROM webhook_inbox_outbox o
          WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
@@ -695,7 +722,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_lock_batch(text[], integer[]) IS
-    'Ruby worker v16, step 2 (Citus: on each run''s shard): each run''s event, then the run if still pending at its attempt, in the order of their events; the runs still pending at their attempt.';
+    'Ruby worker v16, step 2 (Citus: on each run''s shard): the runs'' events'' ordering keys (v21, in lock id order), then each run''s event, then the run if still pending at its attempt, in the order of their events; the runs still pending at their attempt.';
 
 -- db/016's step 3: the runs' scopes read on every shard once, then the Citus
 -- webhook_inbox_ruby_finish above for each, given its scope (webhook_inbox.citus_ruby_scope, _op).

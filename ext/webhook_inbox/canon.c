@@ -1,5 +1,8 @@
-/* canon.c - Didit V2 canonical JSON: parse into an arena tree, sort keys by code point,
- * print like Python's json.dumps(sort_keys=True, separators=(",",":"), ensure_ascii=False). */
+/* canon.c - Didit V2 canonical JSON: validate the body once, recording each object's members
+ * (key and where its value starts); then print it again from the body, objects with their
+ * members sorted by code point, like Python's json.dumps(sort_keys=True, separators=(",",":"),
+ * ensure_ascii=False). Arrays and scalars cost no memory: an adversarial body's pre-key cost
+ * stays near an ordinary one's. */
 #include "canon.h"
 
 #include <math.h>
@@ -10,45 +13,36 @@
 #include "json.h"
 #include "num.h"
 
-enum { N_NULL, N_TRUE, N_FALSE, N_INT, N_FLOAT, N_STR, N_ARR, N_OBJ };
+#define NONE UINT32_MAX
+#define KEY_DECODED 0x80000000u /* member.key_n: the key is in canon.keys (it had escapes) */
 
-/* Every value. Invariant: raw points into the input (strings: bytes between the quotes,
- * escapes kept; numbers: their text). Lengths and counts are 32-bit (inputs are limited to
- * 4 GiB): a scalar array element, the most numerous node ("[0,0,...]"), takes 24 bytes. */
-struct node {
-    const char *raw;     /* string body or number text */
-    struct node *next;   /* next sibling */
-    uint32_t raw_n;
-    unsigned char type;
+/* An object member (16 bytes): offsets into the body (or canon.keys). */
+struct member {
+    uint32_t key, key_n; /* key bytes, decoded; key_n may carry KEY_DECODED */
+    uint32_t val;        /* where its value starts */
+    uint32_t next;       /* the object's next member in body order, or NONE */
 };
 
-/* A container or an object member: a node with children and/or a key (56 bytes). */
-struct big {
-    struct node n;       /* first: a struct big * is a struct node * */
-    const char *key;     /* decoded member key (input or arena memory) */
-    struct node *child;  /* first child */
-    uint32_t key_n;
-    uint32_t ord;        /* position among its siblings: stable order for duplicates */
-    uint32_t count;      /* number of children */
+/* An object (12 bytes). objs[] is in body order, so sorted by off. */
+struct object {
+    uint32_t off, end; /* its '{' and one past its '}' */
+    uint32_t first;    /* first member, or NONE */
 };
 
-#define BIG(nd) ((struct big *)(nd))
-#define CBIG(nd) ((const struct big *)(nd))
-
-struct block {
-    struct block *next;
-    size_t used, cap;
-    _Alignas(16) unsigned char data[];
-};
-
-/* Invariant: out_n <= max_out. */
+/* Invariant: out_n <= max_out; every array only grows during a call (indices stay valid,
+ * pointers into them do not). */
 struct canon {
-    const char *p, *end;
-    struct block *blocks;
+    const char *base, *p, *end;
+    struct member *mem;
+    struct object *obj;
+    uint32_t *order;           /* pass 2: a stack of member indices being sorted or printed */
+    size_t next_obj;           /* pass 2: the object after the one printed last */
+    char *keys, *tmp;          /* decoded keys; a long number's NUL-terminated copy */
+    size_t nmem, cap_mem, nobj, cap_obj, norder, cap_order, nkeys, cap_keys, tmp_cap;
     char *out;
     size_t out_n, out_cap;
     size_t max_out;            /* output limit (WI_CANON_E_TOO_LARGE beyond) */
-    const _Atomic int *cancel; /* polled every TICK_MASK + 1 nodes; may be NULL */
+    const _Atomic int *cancel; /* polled every TICK_MASK + 1 values; may be NULL */
     unsigned ticks;
     int code; /* WI_JSON_E_*, WI_CANON_E_* or WI_ERR_NOMEM on failure */
 };
@@ -64,42 +58,33 @@ static int tick(struct canon *c)
     return -1;
 }
 
-static void *arena_alloc(struct canon *c, size_t n)
+/* Room for want elements of size each in *arr (capacity *cap, doubled as needed). Returns
+ * 0, or -1 (WI_ERR_NOMEM). */
+static int grow(struct canon *c, void **arr, size_t *cap, size_t size, size_t want)
 {
-    n = (n + 7) & ~(size_t)7;
-    if (!c->blocks || c->blocks->cap - c->blocks->used < n) {
-        size_t cap = n > 65536 ? n : 65536;
-        struct block *b = malloc(sizeof *b + cap);
-        if (!b) {
+    if (want > *cap) {
+        size_t n = *cap ? *cap : 64;
+        while (n < want) n *= 2;
+        void *p = realloc(*arr, n * size);
+        if (!p) {
             c->code = WI_ERR_NOMEM;
-            return NULL;
+            return -1;
         }
-        b->next = c->blocks;
-        b->used = 0;
-        b->cap = cap;
-        c->blocks = b;
+        *arr = p;
+        *cap = n;
     }
-    void *r = c->blocks->data + c->blocks->used;
-    c->blocks->used += n;
-    return r;
+    return 0;
 }
 
-static void arena_free(struct canon *c)
+static const char *skip(const char *p, const char *end)
 {
-    while (c->blocks) {
-        struct block *b = c->blocks;
-        c->blocks = b->next;
-        free(b);
-    }
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    return p;
 }
 
-static void skip_ws(struct canon *c)
-{
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
-        c->p++;
-}
+static void skip_ws(struct canon *c) { c->p = skip(c->p, c->end); }
 
-static struct node *parse(struct canon *c, int depth, int member);
+/* ---- pass 1: validate, record objects and members ---- */
 
 /* Parses the string at c->p (a quote); sets raw/raw_n; returns its flags or -1. */
 static int parse_string(struct canon *c, const char **raw, size_t *raw_n)
@@ -121,63 +106,6 @@ static int parse_string(struct canon *c, const char **raw, size_t *raw_n)
     return (int)sf;
 }
 
-static struct node *parse_container(struct canon *c, struct node *nd, int depth)
-{
-    int is_obj = *c->p == '{';
-    char close = is_obj ? '}' : ']';
-    struct node **tail = &BIG(nd)->child;
-    nd->type = is_obj ? N_OBJ : N_ARR;
-    c->p++;
-    skip_ws(c);
-    if (c->p < c->end && *c->p == close) {
-        c->p++;
-        return nd;
-    }
-    for (;;) {
-        const char *key = NULL;
-        size_t key_n = 0;
-        skip_ws(c);
-        if (is_obj) {
-            int sf;
-            if (c->p >= c->end || *c->p != '"') goto syntax;
-            if ((sf = parse_string(c, &key, &key_n)) < 0) return NULL;
-            if (sf & WI_JSON_S_ESCAPED) {
-                char *k = arena_alloc(c, key_n ? key_n : 1);
-                if (!k) return NULL;
-                key_n = wi_json_unescape(key, key_n, k);
-                key = k;
-            }
-            skip_ws(c);
-            if (c->p >= c->end || *c->p != ':') goto syntax;
-            c->p++;
-        }
-        struct node *ch = parse(c, depth + 1, is_obj);
-        if (!ch) return NULL;
-        if (is_obj) {
-            BIG(ch)->key = key;
-            BIG(ch)->key_n = (uint32_t)key_n;
-            BIG(ch)->ord = BIG(nd)->count;
-        }
-        BIG(nd)->count++;
-        *tail = ch;
-        tail = &ch->next;
-        skip_ws(c);
-        if (c->p >= c->end) goto syntax;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == close) {
-            c->p++;
-            return nd;
-        }
-        goto syntax;
-    }
-syntax:
-    c->code = WI_JSON_E_SYNTAX;
-    return NULL;
-}
-
 static int literal(struct canon *c, const char *w)
 {
     size_t n = strlen(w);
@@ -186,61 +114,96 @@ static int literal(struct canon *c, const char *w)
     return 0;
 }
 
-/* Parses one value; member: it is an object member and needs a key (a struct big). */
-static struct node *parse(struct canon *c, int depth, int member)
+static int parse(struct canon *c, int depth);
+
+/* The member whose key is the string at c->p, appended to object k after member *last. */
+static int parse_member(struct canon *c, size_t k, uint32_t *last, int depth)
 {
-    struct node *nd;
-    if (depth > WI_JSON_MAX_DEPTH) {
-        c->code = WI_JSON_E_DEPTH;
-        return NULL;
+    const char *key;
+    size_t key_n;
+    int sf;
+    struct member m = {.next = NONE};
+    if (c->p >= c->end || *c->p != '"') return c->code = WI_JSON_E_SYNTAX, -1;
+    if ((sf = parse_string(c, &key, &key_n)) < 0) return -1;
+    if (sf & WI_JSON_S_ESCAPED) {
+        if (grow(c, (void **)&c->keys, &c->cap_keys, 1, c->nkeys + key_n + 1)) return -1;
+        m.key = (uint32_t)c->nkeys;
+        m.key_n = (uint32_t)wi_json_unescape(key, key_n, c->keys + c->nkeys) | KEY_DECODED;
+        c->nkeys += m.key_n & ~KEY_DECODED;
+    } else {
+        m.key = (uint32_t)(key - c->base);
+        m.key_n = (uint32_t)key_n;
     }
     skip_ws(c);
-    if (c->p >= c->end) {
-        c->code = WI_JSON_E_SYNTAX;
-        return NULL;
+    if (c->p >= c->end || *c->p != ':') return c->code = WI_JSON_E_SYNTAX, -1;
+    c->p++;
+    skip_ws(c);
+    m.val = (uint32_t)(c->p - c->base);
+    if (grow(c, (void **)&c->mem, &c->cap_mem, sizeof *c->mem, c->nmem + 1)) return -1;
+    c->mem[c->nmem] = m;
+    if (*last == NONE) c->obj[k].first = (uint32_t)c->nmem;
+    else c->mem[*last].next = (uint32_t)c->nmem;
+    *last = (uint32_t)c->nmem++;
+    return parse(c, depth + 1);
+}
+
+static int parse_container(struct canon *c, int depth)
+{
+    int is_obj = *c->p == '{';
+    char close = is_obj ? '}' : ']';
+    size_t k = c->nobj;
+    uint32_t last = NONE;
+    if (is_obj) {
+        if (grow(c, (void **)&c->obj, &c->cap_obj, sizeof *c->obj, c->nobj + 1)) return -1;
+        c->obj[c->nobj++] = (struct object){(uint32_t)(c->p - c->base), 0, NONE};
     }
-    size_t size = member || *c->p == '{' || *c->p == '[' ? sizeof(struct big) : sizeof(struct node);
-    if (tick(c) || !(nd = arena_alloc(c, size))) return NULL;
-    memset(nd, 0, size);
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+    } else {
+        for (;;) {
+            skip_ws(c);
+            if (is_obj ? parse_member(c, k, &last, depth) : parse(c, depth + 1)) return -1;
+            skip_ws(c);
+            if (c->p >= c->end) return c->code = WI_JSON_E_SYNTAX, -1;
+            if (*c->p == ',') {
+                c->p++;
+                continue;
+            }
+            if (*c->p != close) return c->code = WI_JSON_E_SYNTAX, -1;
+            c->p++;
+            break;
+        }
+    }
+    if (is_obj) c->obj[k].end = (uint32_t)(c->p - c->base);
+    return 0;
+}
+
+/* Validates one value at c->p (after whitespace). */
+static int parse(struct canon *c, int depth)
+{
+    const char *raw;
+    size_t n;
+    if (depth > WI_JSON_MAX_DEPTH) return c->code = WI_JSON_E_DEPTH, -1;
+    skip_ws(c);
+    if (c->p >= c->end) return c->code = WI_JSON_E_SYNTAX, -1;
+    if (tick(c)) return -1;
     switch (*c->p) {
     case '{':
-    case '[':
-        return parse_container(c, nd, depth);
-    case '"': {
-        size_t len;
-        nd->type = N_STR;
-        if (parse_string(c, &nd->raw, &len) < 0) return NULL;
-        nd->raw_n = (uint32_t)len;
-        return nd;
-    }
-    case 't':
-        nd->type = N_TRUE;
-        break;
-    case 'f':
-        nd->type = N_FALSE;
-        break;
-    case 'n':
-        nd->type = N_NULL;
-        break;
+    case '[': return parse_container(c, depth);
+    case '"': return parse_string(c, &raw, &n) < 0 ? -1 : 0;
+    case 't': return literal(c, "true") ? (c->code = WI_JSON_E_SYNTAX, -1) : 0;
+    case 'f': return literal(c, "false") ? (c->code = WI_JSON_E_SYNTAX, -1) : 0;
+    case 'n': return literal(c, "null") ? (c->code = WI_JSON_E_SYNTAX, -1) : 0;
     default: {
         int is_int;
         const char *e = wi_json_number_end(c->p, c->end, &is_int);
-        if (!e) {
-            c->code = WI_JSON_E_SYNTAX;
-            return NULL;
-        }
-        nd->type = is_int ? N_INT : N_FLOAT;
-        nd->raw = c->p;
-        nd->raw_n = (uint32_t)(e - c->p);
+        if (!e) return c->code = WI_JSON_E_SYNTAX, -1;
         c->p = e;
-        return nd;
+        return 0;
     }
     }
-    if (literal(c, nd->type == N_TRUE ? "true" : nd->type == N_FALSE ? "false" : "null")) {
-        c->code = WI_JSON_E_SYNTAX;
-        return NULL;
-    }
-    return nd;
 }
 
 /* ---- output ---- */
@@ -433,7 +396,10 @@ static int put_float(struct canon *c, const char *s, size_t n)
     double d;
     int r = put_float_fast(c, s, n);
     if (r) return r < 0 ? -1 : 0;
-    if (n >= sizeof small && !(buf = arena_alloc(c, n + 1))) return -1;
+    if (n >= sizeof small) {
+        if (grow(c, (void **)&c->tmp, &c->tmp_cap, 1, n + 1)) return -1;
+        buf = c->tmp;
+    }
     memcpy(buf, s, n);
     buf[n] = '\0';
     d = strtod(buf, NULL);
@@ -442,55 +408,124 @@ static int put_float(struct canon *c, const char *s, size_t n)
     return put(c, big, wi_num_repr(d, big));
 }
 
-static int cmp_members(const void *a, const void *b)
+/* ---- pass 2: print from the body ---- */
+
+static const char *key_of(const struct canon *c, const struct member *m)
 {
-    const struct big *x = *(const struct big *const *)a, *y = *(const struct big *const *)b;
-    size_t n = x->key_n < y->key_n ? x->key_n : y->key_n;
-    int r = n ? memcmp(x->key, y->key, n) : 0;
-    if (r) return r;
-    if (x->key_n != y->key_n) return x->key_n < y->key_n ? -1 : 1;
-    return x->ord < y->ord ? -1 : x->ord > y->ord;
+    return (m->key_n & KEY_DECODED ? c->keys : c->base) + m->key;
 }
 
-static int emit(struct canon *c, const struct node *nd)
+/* Code point order of two members' keys (bytewise on UTF-8); 0 when equal. */
+static int cmp_keys(const struct canon *c, uint32_t a, uint32_t b)
 {
-    if (tick(c)) return -1;
-    switch (nd->type) {
-    case N_NULL: return put(c, "null", 4);
-    case N_TRUE: return put(c, "true", 4);
-    case N_FALSE: return put(c, "false", 5);
-    case N_INT: return put_int(c, nd->raw, nd->raw_n);
-    case N_FLOAT: return put_float(c, nd->raw, nd->raw_n);
-    case N_STR: return put_string(c, nd->raw, nd->raw_n, 0);
-    case N_ARR:
-        if (putc_(c, '[')) return -1;
-        for (const struct node *ch = CBIG(nd)->child; ch; ch = ch->next) {
-            if (ch != CBIG(nd)->child && putc_(c, ',')) return -1;
-            if (emit(c, ch)) return -1;
+    const struct member *x = &c->mem[a], *y = &c->mem[b];
+    size_t xn = x->key_n & ~KEY_DECODED, yn = y->key_n & ~KEY_DECODED, n = xn < yn ? xn : yn;
+    int r = n ? memcmp(key_of(c, x), key_of(c, y), n) : 0;
+    return r ? r : (xn > yn) - (xn < yn);
+}
+
+/* Stable merge sort of v[0..n) by key, with t[0..n) as scratch; the result ends in v. Keys
+ * already in order (Didit sends them sorted; duplicates) cost n - 1 comparisons, and two
+ * runs already in order are not merged. */
+static void sort_members(const struct canon *c, uint32_t *v, uint32_t *t, size_t n)
+{
+    size_t i = 1;
+    while (i < n && cmp_keys(c, v[i - 1], v[i]) <= 0) i++;
+    if (i >= n) return;
+    for (size_t w = 1; w < n; w *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, j = mid, o = lo;
+            i = lo;
+            if (mid < hi && cmp_keys(c, v[mid - 1], v[mid]) > 0)
+                while (i < mid && j < hi) t[o++] = cmp_keys(c, v[j], v[i]) < 0 ? v[j++] : v[i++];
+            memcpy(t + o, v + i, (mid - i) * sizeof *v), o += mid - i;
+            memcpy(t + o, v + j, (hi - j) * sizeof *v);
         }
-        return putc_(c, ']');
-    default: {
-        const struct big **m = NULL;
-        size_t k = 0, count = CBIG(nd)->count;
-        int first = 1;
-        if (count > 1) {
-            if (!(m = arena_alloc(c, count * sizeof *m))) return -1;
-            for (const struct node *ch = CBIG(nd)->child; ch; ch = ch->next) m[k++] = CBIG(ch);
-            qsort(m, k, sizeof *m, cmp_members);
-        }
-        if (putc_(c, '{')) return -1;
-        for (size_t i = 0; i < count; i++) {
-            const struct big *ch = m ? m[i] : CBIG(CBIG(nd)->child);
-            const struct big *nx = m && i + 1 < k ? m[i + 1] : NULL;
-            if (nx && nx->key_n == ch->key_n && !memcmp(nx->key, ch->key, ch->key_n))
-                continue; /* a later duplicate wins, like a Python dict */
-            if (!first && putc_(c, ',')) return -1;
-            first = 0;
-            if (put_string(c, ch->key, ch->key_n, 1) || putc_(c, ':') || emit(c, &ch->n)) return -1;
-        }
-        return putc_(c, '}');
+        memcpy(v, t, n * sizeof *v);
     }
+}
+
+static const char *emit(struct canon *c, const char *p);
+
+/* Prints the object at p (its record found by offset), members sorted, the last of
+ * duplicate keys kept like a Python dict. Returns one past its '}', or NULL. */
+static const char *emit_object(struct canon *c, const char *p)
+{
+    size_t lo = 0, hi = c->nobj, base = c->norder, n = 0;
+    uint32_t off = (uint32_t)(p - c->base);
+    if (c->next_obj < c->nobj && c->obj[c->next_obj].off == off) /* the one after the last: arrays */
+        lo = c->next_obj;
+    else
+        while (lo < hi) { /* objs[] is sorted by off */
+            size_t mid = lo + (hi - lo) / 2;
+            if (c->obj[mid].off < off) lo = mid + 1;
+            else hi = mid;
+        }
+    c->next_obj = lo + 1;
+    const struct object o = c->obj[lo];
+    for (uint32_t m = o.first; m != NONE; m = c->mem[m].next) n++;
+    if (grow(c, (void **)&c->order, &c->cap_order, sizeof *c->order, base + 2 * n + 1)) return NULL;
+    n = 0;
+    for (uint32_t m = o.first; m != NONE; m = c->mem[m].next) c->order[base + n++] = m;
+    c->norder = base + 2 * n;
+    sort_members(c, c->order + base, c->order + base + n, n);
+    if (putc_(c, '{')) return NULL;
+    for (size_t i = 0, first = 1; i < n; i++) {
+        uint32_t m = c->order[base + i]; /* c->order may move while a value prints */
+        if (i + 1 < n && !cmp_keys(c, m, c->order[base + i + 1])) continue;
+        if (!first && putc_(c, ',')) return NULL;
+        first = 0;
+        const struct member *x = &c->mem[m];
+        if (put_string(c, key_of(c, x), x->key_n & ~KEY_DECODED, 1) || putc_(c, ':') ||
+            !emit(c, c->base + c->mem[m].val))
+            return NULL;
     }
+    c->norder = base;
+    return putc_(c, '}') ? NULL : c->base + o.end;
+}
+
+/* Prints the value pass 1 validated at p. Returns one past it, or NULL. */
+static const char *emit(struct canon *c, const char *p)
+{
+    const char *e;
+    unsigned sf = 0;
+    int code, is_int;
+    p = skip(p, c->end);
+    if (tick(c)) return NULL;
+    switch (*p) {
+    case '{': return emit_object(c, p);
+    case '[':
+        if (putc_(c, '[')) return NULL;
+        p = skip(p + 1, c->end);
+        if (*p != ']')
+            for (;;) {
+                if (!(p = emit(c, p))) return NULL;
+                p = skip(p, c->end);
+                if (*p == ']') break;
+                if (putc_(c, ',')) return NULL;
+                p++;
+            }
+        return putc_(c, ']') ? NULL : p + 1;
+    case '"':
+        e = wi_json_string_end(p + 1, c->end, &sf, &code);
+        return put_string(c, p + 1, (size_t)(e - p - 1), 0) ? NULL : e + 1;
+    case 't': return put(c, "true", 4) ? NULL : p + 4;
+    case 'f': return put(c, "false", 5) ? NULL : p + 5;
+    case 'n': return put(c, "null", 4) ? NULL : p + 4;
+    default:
+        e = wi_json_number_end(p, c->end, &is_int);
+        if (is_int ? put_int(c, p, (size_t)(e - p)) : put_float(c, p, (size_t)(e - p))) return NULL;
+        return e;
+    }
+}
+
+static void release(struct canon *c)
+{
+    free(c->mem);
+    free(c->obj);
+    free(c->order);
+    free(c->keys);
+    free(c->tmp);
 }
 
 int wi_canon_didit(const char *p, size_t n, size_t max_out, const _Atomic int *cancel, char **out,
@@ -499,28 +534,28 @@ int wi_canon_didit(const char *p, size_t n, size_t max_out, const _Atomic int *c
     static const char *const names[] = {"not valid JSON", "JSON nested too deeply",
                                         "invalid UTF-8 in a JSON string",
                                         "lone surrogate escape in a JSON string"};
-    struct canon c = {.p = p, .end = p + n, .max_out = max_out, .cancel = cancel};
-    struct node *root;
+    struct canon c = {.base = p, .p = p, .end = p + n, .max_out = max_out, .cancel = cancel};
+    int ok;
 
     *out = NULL;
     *out_n = 0;
-    if (n > UINT32_MAX) /* node lengths are 32-bit */
-        return wi_err_set(err, WI_CANON_E_TOO_LARGE, "bodies over 4 GiB are not canonicalized");
-    root = parse(&c, 0, 0);
-    if (root) {
+    if (n >= KEY_DECODED) /* offsets are 32-bit, key lengths 31 */
+        return wi_err_set(err, WI_CANON_E_TOO_LARGE, "bodies of 2 GiB or more are not canonicalized");
+    ok = parse(&c, 0) == 0;
+    if (ok) {
         skip_ws(&c);
         if (c.p != c.end) {
             c.code = WI_JSON_E_SYNTAX;
-            root = NULL;
+            ok = 0;
         }
     }
-    if (!root || reserve(&c, (n < max_out ? n : max_out) + 16) || emit(&c, root)) goto fail;
-    arena_free(&c);
+    if (!ok || reserve(&c, (n < max_out ? n : max_out) + 16) || !emit(&c, p)) goto fail;
+    release(&c);
     *out = c.out;
     *out_n = c.out_n;
     return 0;
 fail:
-    arena_free(&c);
+    release(&c);
     free(c.out);
     if (c.code == WI_ERR_NOMEM) return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
     if (c.code == WI_CANON_E_TOO_LARGE)

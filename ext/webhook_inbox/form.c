@@ -98,6 +98,10 @@ int wi_form_sorted_pairs(const char *s, size_t n, struct wi_form_pair **pairs, s
     wi_form_init(&it, s, n);
     while (wi_form_next(&it, &k, &v)) {
         char *dec = *buf;
+        if (*np == WI_FORM_MAX_PAIRS) { /* before any sort: the pre-key cost stays linear */
+            wi_err_set(err, bad_code, "form body has more than %d fields", WI_FORM_MAX_PAIRS);
+            goto fail;
+        }
         long kl = wi_form_decode(k, dec + d), vl = kl < 0 ? -1 : wi_form_decode(v, dec + d + (size_t)kl);
         if (kl < 0 || vl < 0) {
             wi_err_set(err, bad_code, "form body has a malformed %%-escape");

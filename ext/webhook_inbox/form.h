@@ -29,13 +29,18 @@ long wi_form_decode(struct wi_slice s, char *out);
  * or an absent slice. A pair whose name does not decode is skipped. */
 struct wi_slice wi_form_find(const char *s, size_t n, const char *name);
 
+/* The most pairs a signed form may have (Rack's QueryParser params_limit, 4096): a provider
+ * sends a few dozen, and sorting more would be a pre-key cost an attacker chooses. */
+#define WI_FORM_MAX_PAIRS 4096
+
 /* One decoded pair; name and value point into the buffer wi_form_sorted_pairs returns. */
 struct wi_form_pair {
     const char *name, *value;
     size_t nlen, vlen;
 };
 
-/* Every pair of s[0..n) decoded and sorted by name then value (bytewise). Returns 0 and sets
+/* Every pair of s[0..n) decoded and sorted by name then value (bytewise), at most
+ * WI_FORM_MAX_PAIRS of them (more: bad_code). Returns 0 and sets
  * *pairs and *np, *buf owning the decoded bytes (both malloc'd, caller frees; NULL when
  * n == 0), or -1 and fills *err (WI_ERR_NOMEM, or code bad_code: a malformed %-escape). */
 int wi_form_sorted_pairs(const char *s, size_t n, struct wi_form_pair **pairs, size_t *np, char **buf,

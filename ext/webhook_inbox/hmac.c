@@ -146,6 +146,13 @@ long wi_hex_decode(const char *s, size_t n, unsigned char *out, size_t cap)
     return bad > 15 ? -1 : (long)(n / 2);
 }
 
+long wi_hex_decode_lower(const char *s, size_t n, unsigned char *out, size_t cap)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] >= 'A' && s[i] <= 'F') return -1;
+    return wi_hex_decode(s, n, out, cap);
+}
+
 void wi_hex_encode(const unsigned char *in, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";

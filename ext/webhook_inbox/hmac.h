@@ -37,6 +37,10 @@ int wi_ct_equal(const void *a, const void *b, size_t n);
  * -1 on an odd length, a non-hex character or not enough room. */
 long wi_hex_decode(const char *s, size_t n, unsigned char *out, size_t cap);
 
+/* wi_hex_decode for lowercase hex only (the form the providers' SDKs compare as a string):
+ * -1 on an 'A'-'F' as well. */
+long wi_hex_decode_lower(const char *s, size_t n, unsigned char *out, size_t cap);
+
 /* Writes 2*n lowercase hex characters plus a NUL to out. */
 void wi_hex_encode(const unsigned char *in, size_t n, char *out);
 

@@ -81,6 +81,11 @@ struct wi_provider {
     int alt_offset;    /* > 0: slots [alt_offset, 2*alt_offset) repeat [0, alt_offset) under
                           other names (svix-*), read when none of the first ones is present */
     int sig_slot;
+    int alg_slot;         /* > 0: the header whose "algorithm=" item (','-separated "k=v")
+                             names, in any case, the version that signs (Twilio's
+                             X-Twilio-Webhooks-Signature-Settings); absent, empty or without the
+                             item: versions[0]; a name no version has is refused. Each secret
+                             is then a key of every version. 0: none */
     int sig_count;        /* > 1: slots [sig_slot, sig_slot + sig_count) are each a signature
                              header (DocuSign's X-DocuSign-Signature-1..N); any may match */
     enum wi_layout layout;
@@ -89,6 +94,8 @@ struct wi_provider {
     const char *prefix;   /* ONE: text before the signature ("sha256="), or NULL */
     int prefix_optional;  /* the prefix may be left out (Mollie's SDK strips it when present) */
     enum wi_sig_encoding enc;
+    int hex_any_case;     /* HEX: upper-case digits are accepted too (Discord's SDK decodes the
+                             hex); else only lowercase, as the SDKs that compare the string */
     struct wi_sig_version versions[2]; /* versions[1].tag == NULL: one version */
     const char *tmpl;     /* signed content: literal text with {timestamp}, {id}, {body}, and
                              {url} (the public URL called), {method} (the request method),

@@ -42,10 +42,11 @@ static const struct wi_provider table[] = {
      .prefix = "v0=", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "v0:{timestamp}:{body}", .ts_slot = 1,
      .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id"}, .type_fields = {"type"},
      .tolerance = WI_SIG_DEFAULT_TOLERANCE, .challenge = WI_CHALLENGE_SLACK_URL},
+    /* Paddle's SDK allows 5 s (WebhooksValidator.MAX_VALID_TIME_DIFFERENCE) */
     {.name = "paddle", .title = "Paddle Billing", .headers = {"paddle-signature"}, .layout = WI_LAYOUT_KV,
      .kv_sep = ';', .kv_ts = "ts", .enc = WI_SIG_HEX, .versions = HMAC256("h1"), .tmpl = "{timestamp}:{body}",
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id"},
-     .type_fields = {"event_type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE, .order_key = "data.id"},
+     .type_fields = {"event_type"}, .tolerance = 5, .order_key = "data.id"},
     /* not X-Timestamp: no Didit signature covers it, so it is never read */
     {.name = "didit", .title = "Didit", .headers = {"x-signature", "x-signature-v2", "x-signature-simple"},
      .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE, .ts_field = "timestamp",
@@ -56,7 +57,7 @@ static const struct wi_provider table[] = {
      .custom = wi_sig_didit, .order_key = "session_id", .order_time = "timestamp"},
     /* Discord interactions: Ed25519 over timestamp + body with the application's public key */
     {.name = "discord", .title = "Discord (interactions)", .headers = {"x-signature-ed25519", "x-signature-timestamp"},
-     .enc = WI_SIG_HEX, .versions = {{NULL, WI_ALG_ED25519, WI_KEY_HEX, NULL}}, .tmpl = "{timestamp}{body}",
+     .enc = WI_SIG_HEX, .hex_any_case = 1, .versions = {{NULL, WI_ALG_ED25519, WI_KEY_HEX, NULL}}, .tmpl = "{timestamp}{body}",
      .ts_slot = 1, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"id"}, .type_fields = {"type"},
      .type_numbers = 1, .tolerance = WI_SIG_DEFAULT_TOLERANCE, .challenge = WI_CHALLENGE_DISCORD_PING},
     /* SendGrid Event Webhook: ECDSA P-256 over timestamp + body; the body is a JSON array */
@@ -90,14 +91,19 @@ static const struct wi_provider table[] = {
     {.name = "lemonsqueezy", .title = "Lemon Squeezy", .headers = {"x-signature"}, .enc = WI_SIG_HEX,
      .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE,
      .type_fields = {"meta.event_name"}, .tolerance = -1},
+    /* the top level is the delivery (its id changes with attempt_number); event.id is the event */
     {.name = "coinbase_commerce", .title = "Coinbase Commerce", .headers = {"x-cc-webhook-signature"},
      .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}", .ts_slot = NONE, .id_slots = NO_IDS,
-     .type_slot = NONE, .id_fields = {"id"}, .type_fields = {"event.type"}, .tolerance = -1},
+     .type_slot = NONE, .id_fields = {"event.id"}, .type_fields = {"event.type"}, .tolerance = -1},
     /* URL-signed: {url} is the public URL the provider called (Verifier public_url:, else the
      * Rack env's). Twilio signs it with the form's pairs sorted; a JSON body is signed
-     * through the URL's bodySHA256 instead. Neither Twilio nor Square signs a time. */
-    {.name = "twilio", .title = "Twilio", .headers = {"x-twilio-signature"}, .enc = WI_SIG_BASE64,
-     .versions = {{NULL, WI_ALG_HMAC_SHA1, WI_KEY_RAW, NULL}}, .tmpl = "{url}{params}", .url_hash_param = "bodySHA256",
+     * through the URL's bodySHA256 instead. Neither Twilio nor Square signs a time. Twilio signs
+ * with the auth token (HMAC-SHA1), or with a SharedKey by the algorithm its
+ * X-Twilio-Webhooks-Signature-Settings names (HMAC_SHA1 or HMAC_SHA256): either is a secret. */
+    {.name = "twilio", .title = "Twilio", .headers = {"x-twilio-signature", "x-twilio-webhooks-signature-settings"},
+     .alg_slot = 1, .enc = WI_SIG_BASE64,
+     .versions = {{"HMAC_SHA1", WI_ALG_HMAC_SHA1, WI_KEY_RAW, NULL}, {"HMAC_SHA256", WI_ALG_HMAC_SHA256, WI_KEY_RAW, NULL}},
+     .tmpl = "{url}{params}", .url_hash_param = "bodySHA256",
      .url_ports = 1, .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .tolerance = -1,
      .content = "URL + form pairs sorted by name, each name+value (`{url}{params}`; the URL with or without its "
                 "default port); JSON: URL whose `bodySHA256` is the body's SHA-256"},
@@ -150,15 +156,17 @@ static const struct wi_provider table[] = {
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"alert_id"}, .type_fields = {"alert_name"},
      .tolerance = -1,
      .content = "the other form fields sorted by name, PHP-`serialize()`d (`a:N:{s:len:\"name\";s:len:\"value\";…}`)",
+     .identity = "the decoded `alert_id`, else SHA-256 of the serialized signed fields / the decoded `alert_name`",
      .custom = wi_sig_paddle_classic},
     /* Braintree: a form; bt_signature's public_key|HMAC-SHA1 pairs sign bt_payload (base64 XML).
      * The XML's timestamp is not checked: Braintree retries a failed delivery for hours. */
     {.name = "braintree", .title = "Braintree", .enc = WI_SIG_HEX,
      .versions = {{NULL, WI_ALG_HMAC_SHA1, WI_KEY_PAIR, NULL}}, .tmpl = "{body}", .sig_field = "bt_signature",
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .tolerance = -1,
-     .content = "form `bt_payload` as sent (base64 XML, or with a newline added), by each `public_key\\|hex` pair of "
+     .content = "form `bt_payload` as sent (base64 of a `<notification>` XML, or with a newline added), by each `public_key\\|hex` pair of "
                 "`bt_signature` (`&`-separated) under its own key",
-     .identity = "SHA-256 of `bt_payload` / its XML `<kind>`", .challenge = WI_CHALLENGE_BRAINTREE_GET,
+     .identity = "SHA-256 of the signed `bt_payload` (form-decoded, with the newline its signature covers) / its XML "
+                 "`<kind>`", .challenge = WI_CHALLENGE_BRAINTREE_GET,
      .custom = wi_sig_braintree},
     /* Adyen standard webhooks: an HMAC per notification item over eight of its fields; a
      * delivery (a batch of items) is one event, stored only when every item verifies */
@@ -186,7 +194,7 @@ static const struct wi_provider table[] = {
                 "`paypal-auth-algo` `SHA256withRSA` or absent); **the body is bound by its CRC-32 only** (see PayPal below)",
      .custom = wi_sig_paypal},
     /* generic: the headers, prefix, encoding, algorithm and template come from wi_sig_config */
-    {.name = "hmac", .title = "anything else", .enc = WI_SIG_HEX, .versions = HMAC256(NULL), .tmpl = "{body}",
+    {.name = "hmac", .title = "anything else", .enc = WI_SIG_HEX, .hex_any_case = 1, .versions = HMAC256(NULL), .tmpl = "{body}",
      .ts_slot = NONE, .id_slots = NO_IDS, .type_slot = NONE, .id_fields = {"event_id", "id"},
      .type_fields = {"type", "event_type"}, .tolerance = WI_SIG_DEFAULT_TOLERANCE,
      .content = "`template:` e.g. `\"{timestamp}.{body}\"`"},

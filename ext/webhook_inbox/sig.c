@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "json.h"
 #include "sig_engine.h"
 #include "sig_header.h"
@@ -232,14 +233,14 @@ static void name_secret(struct wi_err *err, size_t idx)
     }
 }
 
+/* Adds secret number idx as a key of the given version. */
+static int add_key(struct wi_sig_verifier *v, const char *s, size_t n, int version, size_t idx, struct wi_err *err);
+
 int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t n,
                                struct wi_err *err)
 {
-    unsigned char decoded[512];
-    size_t idx = v->nkeys + 1;
-    struct wi_sig_key k = {0};
-    long dl;
-    int rc = -1;
+    size_t idx = v->nsecrets + 1, before = v->nkeys;
+    int version;
 
     if (n == 0) return wi_err_set(err, WI_ERR_ARG, "secret #%zu is empty", idx);
     if (is_space(s[0]) || is_space(s[n - 1]))
@@ -247,8 +248,28 @@ int wi_sig_verifier_add_secret(struct wi_sig_verifier *v, const char *s, size_t 
                           "secret #%zu has leading or trailing whitespace (often a newline from a "
                           "file or ENV); strip it before passing it",
                           idx);
-    if ((k.version = version_of(&v->p, s, n)) < 0)
+    if ((version = version_of(&v->p, s, n)) < 0)
         return wi_err_set(err, WI_ERR_ARG, "secret #%zu has none of the key prefixes this provider takes", idx);
+    if (add_key(v, s, n, version, idx, err)) return -1;
+    /* the request names the algorithm (alg_slot): the secret is a key of each version */
+    if (v->p.alg_slot > 0 && v->p.versions[1].tag && add_key(v, s, n, 1, idx, err)) {
+        for (; v->nkeys > before; v->nkeys--) {
+            wi_hmac_key_free(v->keys[v->nkeys - 1].hmac);
+            wi_pkey_free(v->keys[v->nkeys - 1].pk);
+        }
+        return -1;
+    }
+    v->nsecrets++;
+    return 0;
+}
+
+static int add_key(struct wi_sig_verifier *v, const char *s, size_t n, int version, size_t idx, struct wi_err *err)
+{
+    unsigned char decoded[512];
+    struct wi_sig_key k = {.version = version};
+    long dl;
+    int rc = -1;
+
     const struct wi_sig_version *ver = &v->p.versions[k.version];
     if (ver->key == WI_KEY_CERT) {
         if (wi_sig_paypal_key(s, n, &k, err)) {
@@ -296,7 +317,7 @@ out:
 
 size_t wi_sig_verifier_secret_count(const struct wi_sig_verifier *v)
 {
-    return v->nkeys;
+    return v->nsecrets;
 }
 
 size_t wi_sig_verifier_headers(const struct wi_sig_verifier *v,
@@ -313,7 +334,9 @@ int wi_sig_offer(const struct wi_sig_verifier *v, struct wi_sig_group *g, struct
     long n;
     if (!s.p || g->nsig >= WI_SIG_MAX_CANDIDATES) return 0;
     if (!is_hmac(alg) && g->npk >= WI_SIG_MAX_PK_CANDIDATES) return 0;
-    if (enc == WI_SIG_HEX) n = wi_hex_decode(s.p, s.n, g->sig[g->nsig], WI_SIG_SIG_MAX);
+    if (enc == WI_SIG_HEX)
+        n = v->p.hex_any_case ? wi_hex_decode(s.p, s.n, g->sig[g->nsig], WI_SIG_SIG_MAX)
+                              : wi_hex_decode_lower(s.p, s.n, g->sig[g->nsig], WI_SIG_SIG_MAX);
     else n = wi_b64_decode(s.p, s.n, g->sig[g->nsig], WI_SIG_SIG_MAX);
     if (is_hmac(alg) ? n != (long)wi_hmac_size(hmac_alg(alg))
                      : alg == WI_ALG_ED25519 ? n != 64 : (n < 8 || n > WI_PKEY_SIG_MAX))
@@ -419,7 +442,7 @@ int wi_sig_signed_sha256(struct wi_slice c, struct wi_sig_event *ev, struct wi_e
 }
 
 /* The signature header's candidates (and, for KV, its timestamp item) into g. */
-static int signatures(const struct wi_sig_verifier *v, struct wi_slice h, struct wi_sig_group *g,
+static int signatures(const struct wi_sig_verifier *v, struct wi_slice h, int one_version, struct wi_sig_group *g,
                       struct wi_slice *kv_ts, struct wi_err *err)
 {
     const struct wi_provider *p = &v->p;
@@ -432,9 +455,10 @@ static int signatures(const struct wi_sig_verifier *v, struct wi_slice h, struct
         struct wi_slice s = h;
         if (p->prefix && !wi_slice_strip_prefix(s, p->prefix, &s) && !p->prefix_optional)
             return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature lacks the %s prefix", p->prefix);
-        if (!wi_sig_offer(v, g, s, p->enc, 0))
-            return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature is not a well-formed %s %s", enc,
-                              is_hmac(p->versions[0].alg) ? "digest" : "signature");
+        if (!wi_sig_offer(v, g, s, p->enc, one_version))
+            return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "signature is not a well-formed %s %s%s%s", enc,
+                              is_hmac(p->versions[one_version].alg) ? "digest" : "signature",
+                              p->alg_slot > 0 ? " of " : "", p->alg_slot > 0 ? p->versions[one_version].tag : "");
         return 0;
     }
     if (p->layout == WI_LAYOUT_KV) wi_kv_init(&it, h.p, h.n, p->kv_sep, '=');
@@ -461,6 +485,28 @@ static int signatures(const struct wi_sig_verifier *v, struct wi_slice h, struct
     return 0;
 }
 
+/* alg_slot: the version whose tag the header's "algorithm=" item names (any case) into *ver;
+ * 0 when the header, or the item, is absent or empty. Returns 0, or -1
+ * (WI_SIG_E_MALFORMED_SIGNATURE) for a name no version has. */
+static int signing_version(const struct wi_sig_verifier *v, struct wi_slice h, int *ver, struct wi_err *err)
+{
+    struct wi_kv_iter it;
+    struct wi_slice k, val, name = {NULL, 0};
+    *ver = 0;
+    wi_kv_init(&it, h.p, h.p ? h.n : 0, ',', '=');
+    while (wi_kv_next(&it, &k, &val))
+        if (val.p && wi_slice_eq(wi_slice_trim(k), "algorithm") && wi_slice_trim(val).n && !name.p)
+            name = wi_slice_trim(val);
+    if (!name.p) return 0;
+    for (int i = 0; i < 2 && v->p.versions[i].tag; i++)
+        if (strlen(v->p.versions[i].tag) == name.n && !strncasecmp(v->p.versions[i].tag, name.p, name.n)) {
+            *ver = i;
+            return 0;
+        }
+    return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "%s names an algorithm this provider does not take",
+                      v->p.headers[v->p.alg_slot]);
+}
+
 /* Non-KV layouts: the candidates of the signature header (first) into g; with sig_count > 1
  * those of every present signature header, a malformed one skipped while another is
  * well-formed. */
@@ -468,11 +514,12 @@ static int all_signatures(const struct wi_sig_verifier *v, const struct wi_slice
                           struct wi_sig_group *g, struct wi_slice *kv_ts, struct wi_err *err)
 {
     const struct wi_provider *p = &v->p;
-    int rc = -1;
-    if (p->sig_count <= 1) return signatures(v, first, g, kv_ts, err);
+    int rc = -1, ver = 0;
+    if (p->alg_slot > 0 && signing_version(v, h[p->alg_slot], &ver, err)) return -1;
+    if (p->sig_count <= 1) return signatures(v, first, ver, g, kv_ts, err);
     for (int i = 0; i < p->sig_count; i++) {
         struct wi_slice s = wi_sig_present(h[p->sig_slot + i]);
-        if (s.p && !signatures(v, s, g, kv_ts, err)) rc = 0;
+        if (s.p && !signatures(v, s, ver, g, kv_ts, err)) rc = 0;
     }
     return rc;
 }
@@ -693,7 +740,7 @@ static int verify_entry(const struct wi_sig_verifier *v, const struct wi_sig_req
     if (!sig.p)
         return wi_err_set(err, WI_SIG_E_MISSING_SIGNATURE, "%s header is missing", p->headers[p->sig_slot]);
     if (p->layout == WI_LAYOUT_KV) {
-        if (signatures(v, sig, &g, &kv_ts, err)) return -1;
+        if (signatures(v, sig, 0, &g, &kv_ts, err)) return -1;
         ts = kv_ts, has_ts = 1;
         wi_parse_unix_ts(ts, &t);
         if (p->ts_ms) t /= 1000;

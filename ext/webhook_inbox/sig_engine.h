@@ -45,6 +45,7 @@ struct wi_sig_verifier {
     int signs_url, signs_method, signs_params; /* tokens[] holds {url}, {method}, {params} */
     struct wi_sig_key *keys;
     size_t nkeys, capkeys;
+    size_t nsecrets; /* secrets added: one key each, or one per version with alg_slot */
     const char *names[WI_SIG_MAX_HEADERS];
     size_t nnames;
 };

@@ -74,7 +74,7 @@ int wi_sig_jwt(const struct wi_sig_verifier *v, const struct wi_sig_request *req
     /* the token is genuine; now it must be about this body, and recent */
     wi_json_scan(t.claims, t.claims_n, WI_JSON_STOP_EARLY | WI_JSON_DUPLICATES, c, 3, NULL, NULL);
     if (wi_sig_unique(c, 3, err)) return -1;
-    if (c[0].kind != WI_JSON_STRING || c[0].escaped || wi_hex_decode(c[0].value.p, c[0].value.n, want, 32) != 32)
+    if (c[0].kind != WI_JSON_STRING || c[0].escaped || wi_hex_decode_lower(c[0].value.p, c[0].value.n, want, 32) != 32)
         return wi_err_set(err, WI_SIG_E_MALFORMED_SIGNATURE, "token has no hex SHA-256 %s claim", p->jwt_claim);
     if (wi_sha256(req->body.p, req->body.n, got, err)) return -1;
     if (!wi_ct_equal(want, got, 32))

@@ -19,12 +19,27 @@ static int plain_name(const struct wi_form_pair *f)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 
-/* The still-encoded value of field name when it needs no decoding (ids, alert names), or absent. */
-static struct wi_slice plain_value(struct wi_slice body, const char *name)
+/* The decoded value of the sorted field named name, or NULL. */
+static const struct wi_form_pair *field(const struct wi_form_pair *f, size_t nf, const char *name)
 {
-    struct wi_slice s = name ? wi_form_find(body.p, body.n, name) : (struct wi_slice){NULL, 0};
-    if (!s.n || memchr(s.p, '%', s.n) || memchr(s.p, '+', s.n)) return (struct wi_slice){NULL, 0};
-    return s;
+    size_t n = name ? strlen(name) : 0;
+    for (size_t i = 0; name && i < nf; i++)
+        if (f[i].nlen == n && !memcmp(f[i].name, name, n)) return &f[i];
+    return NULL;
+}
+
+/* Copies the decoded value of field name (when present, non-empty and shorter than cap)
+ * into copy and points *out at it: an id or type is what the signature covers, the decoded
+ * value, however the form escaped it. Returns 1 when set. */
+static int decoded_value(const struct wi_form_pair *f, size_t nf, const char *name, char *copy, size_t cap,
+                         struct wi_slice *out)
+{
+    const struct wi_form_pair *x = field(f, nf, name);
+    if (!x || !x->vlen || x->vlen >= cap) return 0;
+    memcpy(copy, x->value, x->vlen);
+    copy[x->vlen] = '\0';
+    *out = (struct wi_slice){copy, x->vlen};
+    return 1;
 }
 
 int wi_sig_paddle_classic(const struct wi_sig_verifier *v, const struct wi_sig_request *req,
@@ -83,8 +98,17 @@ int wi_sig_paddle_classic(const struct wi_sig_verifier *v, const struct wi_sig_r
         wi_sig_mismatch(err);
         goto out;
     }
-    ev->id = plain_value(req->body, v->p.id_fields[0]);
-    ev->type = plain_value(req->body, v->p.type_fields[0]);
+    /* identity from the signed fields only: the decoded alert_id, else the SHA-256 of the
+     * serialized fields that were signed (never of the raw form: its order and escapes are
+     * not signed) */
+    const struct wi_form_pair *aid = field(f, nf, v->p.id_fields[0]);
+    if (aid && aid->vlen >= sizeof ev->id_copy) {
+        wi_err_set(err, WI_SIG_E_MALFORMED_PAYLOAD, "%s is longer than %zu bytes", v->p.id_fields[0], sizeof ev->id_copy - 1);
+        goto out;
+    }
+    if (wi_sig_signed_sha256(part, ev, err)) goto out;
+    decoded_value(f, nf, v->p.id_fields[0], ev->id_copy, sizeof ev->id_copy, &ev->id);
+    decoded_value(f, nf, v->p.type_fields[0], ev->type_copy, sizeof ev->type_copy, &ev->type);
     rc = 0;
 out:
     free(ser);

@@ -74,7 +74,7 @@ int wi_sig_url_check_body(const struct wi_sig_url_parts *u, struct wi_slice body
     unsigned char want[32], got[32];
     if (!u->body_hash.p) return 0;
     if (wi_sha256(body.p, body.n, got, err)) return -1;
-    if (wi_hex_decode(u->body_hash.p, u->body_hash.n, want, sizeof want) != 32 || !wi_ct_equal(want, got, 32))
+    if (wi_hex_decode_lower(u->body_hash.p, u->body_hash.n, want, sizeof want) != 32 || !wi_ct_equal(want, got, 32))
         return wi_err_set(err, WI_SIG_E_SIGNATURE_MISMATCH, "the body is not the one the signed URL's hash names");
     return 0;
 }

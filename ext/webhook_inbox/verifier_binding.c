@@ -526,6 +526,8 @@ static VALUE provider_hash(const struct wi_provider *p)
     rb_hash_aset(h, sym("kv_ts"), opt_str(p->kv_ts));
     rb_hash_aset(h, sym("prefix"), opt_str(p->prefix));
     rb_hash_aset(h, sym("encoding"), sym(p->enc == WI_SIG_HEX ? "hex" : "base64"));
+    rb_hash_aset(h, sym("hex_any_case"), p->hex_any_case ? Qtrue : Qfalse);
+    rb_hash_aset(h, sym("alg_slot"), p->alg_slot > 0 ? INT2NUM(p->alg_slot) : Qnil);
     rb_hash_aset(h, sym("versions"), rb_obj_freeze(versions));
     rb_hash_aset(h, sym("template"), opt_str(p->tmpl));
     rb_hash_aset(h, sym("url_hash_param"), opt_str(p->url_hash_param));

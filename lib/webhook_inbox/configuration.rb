@@ -41,6 +41,11 @@ module WebhookInbox
     attr_accessor :database_url, :pool_size, :connect_timeout, :statement_timeout, :logger,
                   :max_body_bytes, :retry_after, :dump_functions, :default_database_url, :group_commit,
                   :group_leaders, :group_by_scope
+    # handler_timeout: seconds one Ruby handler may run in the Ruby worker before it is
+    # interrupted and charged a failure (retried with backoff, quarantined at max attempts),
+    # its batch-mates going on (Handlers::TimeLimit); 30 by default, nil or 0 for none. The
+    # worker's --handler-timeout overrides it.
+    attr_accessor :handler_timeout
     # Standard Webhooks secrets ("whsec_...") of effects the sidecar delivers to this app
     # (receive_effect); default: ENV["WEBHOOK_INBOX_EFFECT_SECRET"].
     attr_writer :effect_secrets
@@ -60,6 +65,7 @@ module WebhookInbox
       @statement_timeout = 5
       @max_body_bytes = Receiver::DEFAULT_MAX_BODY_BYTES
       @retry_after = 5
+      @handler_timeout = 30
       @receiver_cache_size = DEFAULT_RECEIVER_CACHE_SIZE
       @dashboard_base_controller = "ActionController::Base"
       @dashboard_actor = nil

@@ -3,6 +3,8 @@
 require_relative "errors"
 require_relative "handlers/registry"
 require_relative "handlers/event"
+require_relative "handlers/savepoint"
+require_relative "handlers/time_limit"
 require_relative "handlers/runner"
 
 module WebhookInbox

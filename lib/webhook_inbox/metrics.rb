@@ -61,7 +61,7 @@ module WebhookInbox
       end
 
       # The bounded label values for one payload: { provider:, status:, reason: } as Strings,
-      # for prometheus_exporter or yabeda (see the README). Unknown or excess values are "other".
+      # for prometheus_exporter or yabeda (see docs/operations.md). Unknown or excess values are "other".
       def labels(payload)
         status = payload[:status].to_s
         status = "other" unless STATUSES.include?(status)

@@ -1,9 +1,9 @@
 # frozen_string_literal: true
 
 module WebhookInbox
-  # ProviderTable - the README's provider table, generated from the provider entries
-  # (Verifier.provider_table, i.e. ext/webhook_inbox/providers.c), so that the table cannot
-  # drift from what the verifier does. `bundle exec rake verify:readme` rewrites the README
+  # ProviderTable - the provider table of docs/providers.md, generated from the provider
+  # entries (Verifier.provider_table, i.e. ext/webhook_inbox/providers.c), so that the table
+  # cannot drift from what the verifier does. `bundle exec rake verify:readme` rewrites the
   # section between BEGIN and END; spec/webhook_inbox/provider_table_spec.rb fails when they
   # differ.
   module ProviderTable
@@ -81,7 +81,9 @@ module WebhookInbox
         key = "`#{v[:key_prefix]}` + #{key}" if v[:key_prefix]
         "#{who}#{ALGORITHMS.fetch(v[:algorithm])}, key #{key}"
       end
-      "#{shape}, #{e[:encoding]}; #{kinds.join("; ")}"
+      enc = e[:encoding] == :hex && !e[:hex_any_case] ? "lowercase hex" : e[:encoding]
+      by = e[:alg_slot] ? ", the one `algorithm=` of #{code(e[:headers][e[:alg_slot]])} names (absent: #{vs.first[:tag]})" : ""
+      "#{shape}, #{enc}#{by}; #{kinds.join("; ")}"
     end
 
     # Where a single signature travels: a body field, Basic credentials, after a prefix, or as is.

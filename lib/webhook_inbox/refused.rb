@@ -40,6 +40,13 @@ module WebhookInbox
   # queued for full_pause (FULL_PAUSE) seconds; what is not kept is counted in #dropped.
   # A process that dies loses what waits (the sender got its 401 either way).
   #
+  # A JWT-signed provider's token (:vonage's Authorization, :plaid's Plaid-Verification) is a
+  # credential by its looks, so request_headers never holds it (RequestHeaders); reverify
+  # cannot admit such a delivery without it. Its signature header is kept in the row's
+  # request_env instead (JWT_SIGNATURE_HEADERS), which nothing shows: the dashboard reads
+  # request_headers only, admission goes through RequestHeaders again, and the row - the
+  # token with it - is deleted on admission or past the age bound.
+  #
   # exec: ->(sql, params) { rows as Hashes of Strings } runs one statement: KEEP_SQL, or
   # Schema::VERSION_SQL (the Railtie sets Refused.active_record_exec outside the test
   # environment; without exec nothing is kept, only counted in #dropped).
@@ -59,6 +66,10 @@ module WebhookInbox
     FULL_PAUSE = 10
     # What a URL-signed provider's signature covers besides the headers (Verifier#request_url).
     ENV_KEYS = %w[REQUEST_METHOD rack.url_scheme SERVER_NAME SERVER_PORT SCRIPT_NAME PATH_INFO QUERY_STRING].freeze
+    # provider => the Rack env key of its signature header, for the JWT-signed providers.
+    JWT_SIGNATURE_HEADERS = Verifier::PROVIDERS.values.select { |p| p[:jwt_claim] }.to_h do |p|
+      [p[:name].to_s, "HTTP_#{p[:headers][p[:sig_slot]].upcase.tr("-", "_")}"]
+    end.freeze
     KEEP_SQL = "SELECT endpoint, kept, full_count FROM webhook_inbox_keep_refused($1::jsonb)"
 
     # Queued row; body and headers are the request's (headers: RequestHeaders.from_env's text).
@@ -110,6 +121,8 @@ module WebhookInbox
       return count_dropped unless @exec && room?(endpoint, body.bytesize)
 
       env_line = ENV_KEYS.each_with_object({}) { |k, h| h[k] = env[k].to_s if env[k] }
+      token = JWT_SIGNATURE_HEADERS[provider.to_s]
+      env_line[token] = env[token].to_s if token && env[token]
       row = Row.new(endpoint.to_s, source_scope, provider.to_s, reason.to_s, body, RequestHeaders.from_env(env),
                     env_line, received_at, bounds)
       start_thread # first: in a forked child it drops the parent's queue

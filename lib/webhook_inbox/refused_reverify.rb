@@ -80,12 +80,13 @@ module WebhookInbox
       end
 
       # The Rack env a stored delivery came with: its kept headers as HTTP_* (Content-Type and
-      # Content-Length without the prefix) and its request line.
+      # Content-Length without the prefix), its request line and a JWT provider's signature
+      # header (Refused::JWT_SIGNATURE_HEADERS).
       def self.env(headers_text, env_text)
         env = {}
         headers = headers_text.to_s.empty? ? {} : JSON.parse(headers_text)
         line = env_text.to_s.empty? ? {} : JSON.parse(env_text)
-        line.each { |k, v| env[k] = v.to_s if ENV_KEYS.include?(k) }
+        line.each { |k, v| env[k] = v.to_s if ENV_KEYS.include?(k) || JWT_SIGNATURE_HEADERS.value?(k) }
         headers.each do |name, value|
           key = name.to_s.upcase.tr("-", "_")
           env[%w[CONTENT_TYPE CONTENT_LENGTH].include?(key) ? key : "HTTP_#{key}"] = value.to_s

@@ -11,6 +11,8 @@ module WebhookInbox
   # through ActiveRecord's connection, so rows written by a request roll back with the test.
   #
   #   post "/webhooks/stripe", params: body, headers: webhook_headers(:stripe, body, secret: "whsec_test")
+  #   keys = webhook_keypair(:sendgrid)   # configure the endpoint with keys.secrets
+  #   post "/webhooks/sendgrid", params: body, headers: keys.headers(body)
   #   store_webhook_event(event_type: "payment_intent.succeeded", payload: { "id" => "evt_1", ... })
   #   drain_webhook_inbox   # => [#<Outcome event_id="evt_1" result="done" detail="paid">]
   #   deliver_webhook_inbox_effects(:app_identity, to: "/effects/identity")  # integration tests
@@ -19,6 +21,16 @@ module WebhookInbox
     def webhook_headers(provider, body, secret:, **options)
       Signing.headers(provider, body, secret: secret, **options)
     end
+
+    # The signed request (Signing::Delivery: body, headers, url, method, #rack_env), for every
+    # provider, including those that sign inside the body (Mailgun, Paddle Classic, Braintree, Adyen).
+    def webhook_delivery(provider, body, secret:, **options)
+      Signing.delivery(provider, body, secret: secret, **options)
+    end
+
+    # Fresh credentials for provider (Signing::Credentials): #secrets for the app's Verifier or
+    # endpoint configuration, #delivery(body) / #headers(body) signed with the matching key.
+    def webhook_keypair(provider, **options) = Signing.keypair(provider, **options)
 
     # Inserts an event as the receiver would after verifying it (through ActiveRecord's
     # connection, so inside the test's transaction). payload: a String body or a Hash.

@@ -9,7 +9,7 @@ module WebhookInbox
   #
   # Providers are data: one entry each in ext/webhook_inbox/providers.c (headers, signed
   # content, algorithm, key form, where id/type/time come from, tolerance, challenge), read
-  # here through Verifier.provider_table; the README's provider table is generated from it
+  # here through Verifier.provider_table; docs/providers.md's table is generated from it
   # (ProviderTable). :svix is an alias of :standard_webhooks; :didit takes allow_simple:
   # true to also accept X-Signature-Simple; :hmac is generic (algorithm:, encoding:,
   # prefix:, signature_header:, timestamp_header:, id_header:, template: such as
@@ -23,7 +23,7 @@ module WebhookInbox
   #   its template does not sign as {id} - so a captured body re-sent with a new delivery id
   #   (and another X-GitHub-Event or X-Shopify-Topic) is a duplicate, not a new event. The
   #   price: two deliveries with byte-identical bodies count as one. event_id: :provider
-  #   keeps the header's id (the earlier default; the README says what an upgrade does). The
+  #   keeps the header's id (the earlier default; docs/providers.md says what an upgrade does). The
   #   type of such an event still comes from an unsigned header: a hint for routing, never
   #   proof of what the provider sent.
   # - A body whose top-level key the id, type or time is read from occurs twice is refused
@@ -65,6 +65,8 @@ module WebhookInbox
   # appended). Without it the URL is rebuilt from the Rack env (rack.url_scheme, HTTP_HOST or
   # SERVER_NAME/SERVER_PORT, SCRIPT_NAME + PATH_INFO, QUERY_STRING) and never from
   # X-Forwarded-* headers, which the sender of a replay could set to another endpoint's URL.
+  # :twilio takes the auth token and a SharedKey secret alike (secrets: [token, shared_key]):
+  # X-Twilio-Webhooks-Signature-Settings names the algorithm (HMAC_SHA256; absent: HMAC_SHA1).
   #
   # Secrets are handed to the C core (which keeps only HMAC key states, wiped when the
   # verifier is collected) and are never kept in Ruby instance variables, messages or
@@ -82,7 +84,7 @@ module WebhookInbox
     attr_reader :scheme, :tolerance, :max_body_bytes, :event_id
 
     # tolerance: seconds either way, or nil to skip the time check (not recommended); by
-    # default the provider's (Linear 60, Calendly 180, else 300).
+    # default the provider's, as its SDK (Paddle 5, Linear 60, Calendly 180, else 300).
     # secrets: a String or an Array of Strings; any may match (rotation). [] is allowed
     # (every #verify then fails with :no_secret); an empty String or one with surrounding
     # whitespace raises ConfigurationError.

@@ -1,5 +1,5 @@
 /* claim.c - FOR UPDATE SKIP LOCKED claim of due pending rows, oldest due first, one event
- * per ordering key at a time. */
+ * per ordering key at a time (the key's advisory lock held until the transaction ends). */
 #define _POSIX_C_SOURCE 200809L
 #include "claim.h"
 
@@ -18,12 +18,18 @@
     " AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)" \
     " AND (p.status = 'pending' OR webhook_inbox_route_strict(w.event_type))))"
 
-/* Served by webhook_inbox_claim_idx (partial index on pending rows). */
+/* Served by webhook_inbox_claim_idx (partial index on pending rows). Then each keyed row's
+ * key (db/021): a transaction-level advisory lock tried on the rows the claim locked (outside
+ * the subquery, which its LIMIT keeps the filter out of); a row whose key another transaction
+ * holds - a later event of its key running - is left out, pending, until that one ends. */
 const struct wi_pg_stmt wi_claim_stmt = {
     "wi_claim",
-    "SELECT source_scope, event_id, event_type, attempts FROM webhook_inbox w"
+    "SELECT source_scope, event_id, event_type, attempts FROM (SELECT w.source_scope, w.event_id, w.event_type,"
+    " w.attempts, w.ordering_key FROM webhook_inbox w"
     " WHERE status = 'pending' AND next_attempt_at <= now()" NOT_BLOCKED
-    " ORDER BY next_attempt_at, received_at LIMIT $1::int FOR UPDATE SKIP LOCKED"};
+    " ORDER BY next_attempt_at, received_at LIMIT $1::int FOR UPDATE SKIP LOCKED) c"
+    " WHERE c.ordering_key IS NULL"
+    " OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.source_scope, c.ordering_key))"};
 
 /* A row that waits for its key's predecessor is not due: the predecessor is (or holds it for
  * good, strict), so the idle worker sleeps until the predecessor's time, not 0.1 s. */

@@ -84,7 +84,7 @@ static const struct cf_entry table[] = {
      "pause, resume --destination NAME: that destination"},
     {"endpoint", CF_LIST, F(endpoints), NULL, 0, 0, 0, NULL,
      "reconcile: NAME=PROVIDER:SCOPE [key=value ...] defines an endpoint to recover from its provider's API "
-     "(stripe, github, paddle, square; see README); repeatable; its API key from WEBHOOK_INBOX_<NAME>_API_KEY. "
+     "(stripe, github, paddle, square; see docs/operations.md); repeatable; its API key from WEBHOOK_INBOX_<NAME>_API_KEY. "
      "reconcile --endpoint NAME (without =): the endpoint to reconcile"},
     {"reconcile", CF_LIST, F(reconciles), NULL, 0, 0, 0, NULL,
      "run: NAME=INTERVAL reconciles that --endpoint every INTERVAL (at least 1m), on one sidecar of many; repeatable"},

@@ -116,7 +116,7 @@ int wi_rc_endpoint_parse(const char *spec, struct wi_rc_endpoint *ep, struct wi_
         tend = p + strcspn(p, " ");
         v = memchr(k, '=', (size_t)(tend - k));
         if (!v || !allowed(ep->api, k, (size_t)(v - k))) {
-            wi_err_set(err, WI_ERR_ARG, "endpoint %s: unknown option %.*s (%s takes: see README)", ep->name,
+            wi_err_set(err, WI_ERR_ARG, "endpoint %s: unknown option %.*s (%s takes: see docs/operations.md)", ep->name,
                        (int)(v ? v - k : tend - k > 30 ? 30 : tend - k), k, ep->api->name);
             goto fail;
         }

@@ -268,6 +268,9 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
     RUBY
     out, err, st = in_app(round, "FAIL" => "1")
     expect([out.strip, st.success?]).to eq(["quarantined", true]), err
+    # Issue 28.6: its one attempt is charged on the run, and the event's page counts it (not 0).
+    body = admin.get("/webhook_inbox/event?scope=dash:fx&id=evt_fx_ruby").last
+    expect(body[%r{<th>attempts charged</th><td[^>]*>([^<]*)</td>}, 1]).to eq("1 (Ruby handler dash_receipt: 1)")
     body = admin.get("/webhook_inbox/effects?status=quarantined").last
     expect(body).to include("Ruby handler dash_receipt", "no email on file")
     op = op_ids(body).first

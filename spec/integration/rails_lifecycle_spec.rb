@@ -185,11 +185,11 @@ RSpec.describe "a Rails app's lifecycle with webhook_inbox_pg" do
     expect(out).not_to include("webhook_inbox: the inbox schema") # current: the boot check is quiet
     expect(sh("bin/rails", "webhook_inbox:stats", env: { "JSON" => "1" })).to include(%("pending"))
 
-    # Puma and the sidecar, started with the README's Procfile line (the app's binstub: same configuration).
+    # Puma and the sidecar, started with the operations guide's Procfile line (the app's binstub: same configuration).
     # (the Procfile of "Run the sidecar beside Puma", not the outbox section's example line)
-    procfile = File.read(File.join(root, "README.md"))[/^### Run the sidecar beside Puma$.*?^sidecar: (.*?)$/m, 1]
+    procfile = File.read(File.join(root, "docs/operations.md"))[/^## Run the sidecar beside Puma$.*?^sidecar: (.*?)$/m, 1]
     expect(procfile).to start_with("bin/webhook-inbox-sidecar run").and include("--metrics-listen")
-    metrics_port = ReceiverHelpers.free_port # the README's port may be taken by another run here
+    metrics_port = ReceiverHelpers.free_port # the guide's port may be taken by another run here
     procfile = procfile.sub(/--metrics-listen \S+/, "--metrics-listen 127.0.0.1:#{metrics_port}")
     @puma = PumaProcess.new(rackup: File.join(@app, "config.ru"), dir: @app, threads: "2:4",
                             env: @env.merge("RAILS_ENV" => "development")).tap do |p|

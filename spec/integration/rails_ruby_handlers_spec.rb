@@ -55,6 +55,7 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
         end
       end
     RUBY
+    write("app/webhooks/charge_refunded_handler.rb", self.class.refund_handler("v1")) # edited by an example, in development
     write("config/routes.rb", <<~RUBY)
       Rails.application.routes.draw do
         post "/webhooks/stripe", to: WebhookInbox.endpoint(:stripe)
@@ -81,7 +82,8 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
     @worker_log = File.join(@work, "worker.log")
     @worker = start_ruby_worker
     # Its handlers registered before the first event arrives (else that event waits for a route).
-    wait_for("the worker registered its handlers") { File.read(@worker_log).include?("event=ruby_worker_starting") }
+    # (300 s: the app booted in over 60 s on 2 shared cores at a load of 29)
+    wait_for("the worker registered its handlers", timeout: 300) { File.read(@worker_log).include?("event=ruby_worker_starting") }
   end
 
   after(:all) do
@@ -104,11 +106,36 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
     start_process("ruby", "--poll-interval", "200ms", "--backoff-base", "200ms", "--backoff-cap", "400ms", log: @worker_log)
   end
 
-  define_method(:pay) do |id, order, behaviour = nil|
-    body = JSON.generate(id: id, type: "payment_intent.succeeded",
-                         data: { object: { id: "pi_#{id}", metadata: { order_id: order, behaviour: behaviour }.compact } })
+  define_method(:deliver) do |id, type, object|
+    body = JSON.generate(id: id, type: type, data: { object: object })
     JSON.parse(@puma.post("/webhooks/stripe", body, WebhookInbox::Testing::Signing.stripe_headers(body, secret: secret))[2])["status"]
   end
+
+  define_method(:pay) do |id, order, behaviour = nil|
+    deliver(id, "payment_intent.succeeded", { id: "pi_#{id}", metadata: { order_id: order, behaviour: behaviour }.compact })
+  end
+
+  # A handler class that writes which version of its code ran each event into tmp/.
+  def self.probe_handler(klass, type, version)
+    <<~RUBY
+      class #{klass} < WebhookInbox::Handler
+        subscribe #{type.inspect}
+
+        def call(event) = File.write(Rails.root.join("tmp", "ran_\#{event.id}"), #{version.inspect})
+      end
+    RUBY
+  end
+
+  def self.refund_handler(version) = probe_handler("ChargeRefundedHandler", "charge.refunded", version)
+
+  # Writes a file as an editor would, its modification time clearly after the last one seen.
+  define_method(:edit) do |path, text|
+    write(path, text)
+    later = Time.now + 2
+    File.utime(later, later, File.join(@app, path))
+  end
+
+  define_method(:ran) { |id| File.exist?(File.join(@app, "tmp", "ran_#{id}")) && File.read(File.join(@app, "tmp", "ran_#{id}")) }
 
   define_method(:order!) { psql("INSERT INTO orders DEFAULT VALUES RETURNING id") }
   define_method(:event_status) { |id| psql("SELECT status FROM webhook_inbox WHERE event_id = '#{id}'") }
@@ -174,6 +201,22 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
     wait_for("evt_fixed done") { event_status("evt_fixed") == "done" }
     expect(paid(order)).to eq("paid 1 1")
     expect(psql("SELECT action || ' ' || count FROM webhook_inbox_actions ORDER BY id DESC LIMIT 1")).to eq("requeue 1")
+  end
+
+  it "runs an edited handler on the next event in development, and a new one once its file exists, with no restart (issue 28.2)" do
+    expect(deliver("evt_refund_1", "charge.refunded", { id: "ch_1" })).to eq("accepted")
+    wait_for("evt_refund_1 done") { event_status("evt_refund_1") == "done" }
+    expect(ran("evt_refund_1")).to eq("v1")
+
+    edit("app/webhooks/charge_refunded_handler.rb", self.class.refund_handler("v2"))
+    edit("app/webhooks/customer_created_handler.rb", self.class.probe_handler("CustomerCreatedHandler", "customer.created", "new"))
+    wait_for("the worker reloaded and registered the new handler") { File.read(@worker_log).match?(/event=ruby_worker_reloaded handlers=3 /) }
+    expect(deliver("evt_refund_2", "charge.refunded", { id: "ch_2" })).to eq("accepted")
+    expect(deliver("evt_customer_1", "customer.created", { id: "cus_1" })).to eq("accepted")
+    wait_for("both done") { event_status("evt_refund_2") == "done" && event_status("evt_customer_1") == "done" }
+    expect([ran("evt_refund_2"), ran("evt_customer_1")]).to eq(%w[v2 new])
+  ensure
+    write("app/webhooks/charge_refunded_handler.rb", self.class.refund_handler("v1"))
   end
 
   it "applies the payment once across a kill -9 of the worker mid-handler" do

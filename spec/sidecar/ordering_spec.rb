@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "sidecar_helper"
+require_relative "../support/overlap_probe"
 
 # Per-object ordering (db/014): events stored through the receiver's insert with the Stripe
 # entry's ordering (data.object.id, created), shuffled, then run by 4 sidecar workers. The
@@ -12,30 +13,14 @@ require_relative "sidecar_helper"
 RSpec.describe "webhook-inbox-sidecar per-object ordering", :sidecar do
   before(:all) do
     @db = SidecarHelper::DB.new(TestDatabase.cluster)
+    @db.psql(OverlapProbe::SQL)
     @db.psql(<<~SQL)
       CREATE TABLE ord_applied (id bigserial PRIMARY KEY, k text NOT NULL, seq int NOT NULL, type text NOT NULL,
-                                overlap boolean NOT NULL);
+                                overlap boolean NOT NULL, started_at timestamptz NOT NULL DEFAULT clock_timestamp());
       CREATE SEQUENCE ord_kills;
-      -- Whether another transaction holds key k now. A committing transaction becomes visible
-      -- (the next event of its key claimable) a moment before it releases its locks, so a
-      -- held lock alone is not an overlap: only a holder whose transaction is still open
-      -- (it has an xid: it wrote ord_applied) is. pg_stat_clear_snapshot: the activity as
-      -- of now, not as of this transaction's first read of it.
-      CREATE FUNCTION ord_held_elsewhere(k text) RETURNS boolean LANGUAGE plpgsql AS $$
-      BEGIN
-          IF pg_try_advisory_xact_lock(1, hashtext(k)) THEN
-              RETURN false;
-          END IF;
-          PERFORM pg_stat_clear_snapshot();
-          RETURN EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                          WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_backend_pid()
-                            AND l.classid = 1::oid AND l.objsubid = 2
-                            AND l.objid::bigint = (hashtext(k)::bigint & 4294967295)
-                            AND a.backend_xid IS NOT NULL);
-      END
-      $$;
       -- Applies one event: quarantines when told to, kills its own backend once for the
-      -- event named kill-once (the worker then claims one event per transaction, claim.c).
+      -- event named kill-once (the worker then claims one event per transaction, claim.c),
+      -- sleeps as long as told to (a slow handler) with its row written and uncommitted.
       CREATE FUNCTION ord_apply(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
       DECLARE
           k text := coalesce(ev.payload #>> '{data,object,id}', '-');
@@ -47,8 +32,8 @@ RSpec.describe "webhook-inbox-sidecar per-object ordering", :sidecar do
               PERFORM pg_terminate_backend(pg_backend_pid());
           END IF;
           INSERT INTO ord_applied (k, seq, type, overlap)
-          VALUES (k, (ev.payload ->> 'seq')::int, ev.event_type, k <> '-' AND ord_held_elsewhere(k));
-          PERFORM pg_sleep(0.0005);
+          VALUES (k, (ev.payload ->> 'seq')::int, ev.event_type, k <> '-' AND spec_key_held_elsewhere(k));
+          PERFORM pg_sleep(coalesce((ev.payload ->> 'sleep')::float8, 0.0005));
           RETURN 'applied';
       END
       $$;
@@ -147,6 +132,70 @@ RSpec.describe "webhook-inbox-sidecar per-object ordering", :sidecar do
     expect(applied.map(&:last)).to eq((1..n).to_a)
     RSpec.configuration.reporter.message(format("hot key: %d events in %.1f s (%.0f events/s), %d idle waits", n, hot, n / hot, idle))
     expect(idle).to be < n / 10 # the waits before the first event and after the last, not one per event
+  end
+
+  def listening(sidecars)
+    wait_for(20, 0.05, "the listeners") do
+      db.int("SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN webhook_inbox'") == sidecars
+    end
+  end
+
+  def stop(pids_logs)
+    pids_logs.each { |pid, _| Process.kill("TERM", pid) }
+    pids_logs.each { |pid, log| expect(wait_exit(pid)&.success?).to be(true), File.read(log) }
+  end
+
+  # Issue 27 item 5: the claim held an event back only while an EARLIER event of its key was
+  # pending, so an earlier event arriving while a later one of its key ran was claimed by an
+  # idle worker at once and ran beside it. Now it waits for that transaction to end (the key's
+  # lock, db/021), then runs after it (the stale rule: its handler refuses what is backward).
+  it "runs an earlier event that arrives while a later one of its key runs only after that transaction ends" do
+    route("customer.*")
+    sidecar = spawn_sidecar("run", "--database-url", db.url, "--concurrency", "2", "--batch-size", "10",
+                            "--poll-interval", "200ms", "--log-events=false")
+    listening(1)
+    store([event("evt_2", "cus_late", 2, 1_700_000_002, "sleep" => 1.5)])
+    wait_for(20, 0.02, "event 2's handler running") do
+      db.int("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%dispatch%'") == 1
+    end
+    sleep 0.4
+    store([event("evt_1", "cus_late", 1, 1_700_000_001)])
+    wait_for(20, 0.02, "both done") { db.int("SELECT count(*) FROM webhook_inbox WHERE status <> 'done'").zero? }
+    stop([sidecar])
+
+    expect(db.int("SELECT count(*) FROM ord_applied WHERE overlap")).to eq(0)
+    expect(applied).to eq([["cus_late", 2], ["cus_late", 1]]) # each once, the late one after
+    # It started after event 2's transaction wrote its done row (processed_at: clock_timestamp()
+    # in that transaction, just before its commit), not beside it.
+    expect(db.value("SELECT (SELECT started_at FROM ord_applied WHERE seq = 1) > " \
+                    "(SELECT processed_at FROM webhook_inbox WHERE event_id = 'evt_2')")).to eq("t")
+  end
+
+  # Events of many keys arrive over time in random order (so earlier events often arrive while
+  # a later one of their key runs) and 3 sidecars of 2 workers each take them: never two events
+  # of one key at once, each applied once.
+  it "never overlaps a key while events stream in under several sidecars" do
+    route("customer.*")
+    rng = Random.new(20_261_203)
+    keys = 20
+    events = (0...keys).flat_map do |k|
+      (1..6).map { |seq| event("evt_s#{k}_#{seq}", "cus_s#{k}", seq, 1_700_000_000 + seq, "sleep" => rng.rand(0.02..0.15).round(3)) }
+    end
+    sidecars = Array.new(3) do
+      spawn_sidecar("run", "--database-url", db.url, "--concurrency", "2", "--batch-size", "5",
+                    "--poll-interval", "100ms", "--log-events=false")
+    end
+    listening(3)
+    events.shuffle(random: rng).each_slice(4) do |slice|
+      store(slice)
+      sleep 0.03
+    end
+    wait_for(120, 0.1, "every event done") { db.int("SELECT count(*) FROM webhook_inbox WHERE status <> 'done'").zero? }
+    stop(sidecars)
+
+    expect(db.int("SELECT count(*) FROM ord_applied WHERE overlap")).to eq(0)
+    expect(applied.size).to eq(keys * 6)
+    expect(applied.uniq.size).to eq(keys * 6)
   end
 
   it "holds a key behind a quarantined event only when its route is strict" do

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "openssl"
+require "webhook_inbox/testing"
 require_relative "sidecar_helper"
 require_relative "../support/fake_provider_apis"
 require_relative "../support/receiver_helpers"
@@ -63,11 +64,8 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
 
   def deliver_stripe(event)
     body = JSON.generate(event)
-    t = Time.now.to_i
-    sig = OpenSSL::HMAC.hexdigest("SHA256", WHSEC, "#{t}.#{body}")
     receiver = WebhookInbox::Endpoint.new(provider: :stripe, secrets: [WHSEC], source_scope: scope, database_url: db.url)
-    status, _h, out = receiver.call(rack_request("/webhooks/stripe", body, { "Stripe-Signature" => "t=#{t},v1=#{sig}",
-                                                                             "Content-Type" => "application/json" }))
+    status, _h, out = receiver.call(rack_request("/webhooks/stripe", body, WebhookInbox::Testing::Signing.headers(:stripe, body, secret: WHSEC)))
     [status, JSON.parse(out.join)["status"]]
   end
 
@@ -232,8 +230,7 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
 
     def github_request(guid, payload)
       body = JSON.generate(payload)
-      headers = { "X-GitHub-Delivery" => guid, "X-GitHub-Event" => "issues", "Content-Type" => "application/json",
-                  "X-Hub-Signature-256" => "sha256=#{OpenSSL::HMAC.hexdigest("SHA256", GH_SECRET, body)}" }
+      headers = WebhookInbox::Testing::Signing.headers(:github, body, secret: GH_SECRET, id: guid, type: "issues")
       [body, headers]
     end
 
@@ -532,12 +529,10 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
 
     def deliver(event)
       body = JSON.generate(event.merge("notification_id" => "ntf_#{SecureRandom.hex(8)}"))
-      t = Time.now.to_i
-      sig = OpenSSL::HMAC.hexdigest("SHA256", PADDLE_SECRET, "#{t}:#{body}")
       receiver = WebhookInbox::Endpoint.new(provider: :paddle, secrets: [PADDLE_SECRET], source_scope: scope,
                                             database_url: db.url)
-      status, _h, out = receiver.call(rack_request("/webhooks/paddle", body, { "Paddle-Signature" => "ts=#{t};h1=#{sig}",
-                                                                               "Content-Type" => "application/json" }))
+      status, _h, out = receiver.call(rack_request("/webhooks/paddle", body,
+                                                   WebhookInbox::Testing::Signing.headers(:paddle, body, secret: PADDLE_SECRET)))
       [status, JSON.parse(out.join)["status"]]
     end
 
@@ -589,11 +584,10 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
 
     def deliver(event)
       body = JSON.generate(event)
-      sig = Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", SQUARE_KEY, "#{SQUARE_URL}#{body}"))
       receiver = WebhookInbox::Endpoint.new(provider: :square, secrets: [SQUARE_KEY], source_scope: scope,
                                             database_url: db.url, public_url: SQUARE_URL)
-      status, _h, out = receiver.call(rack_request("/webhooks/square", body, { "X-Square-HmacSha256-Signature" => sig,
-                                                                               "Content-Type" => "application/json" }))
+      status, _h, out = receiver.call(rack_request("/webhooks/square", body,
+                                                   WebhookInbox::Testing::Signing.headers(:square, body, secret: SQUARE_KEY, url: SQUARE_URL)))
       [status, JSON.parse(out.join)["status"]]
     end
 

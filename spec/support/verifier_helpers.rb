@@ -2,9 +2,7 @@
 
 # VerifierHelpers - shared by the verifier specs: the reason a verification fails, or nil, and a
 # recording store for the Receiver.
-require "base64"
-require "openssl"
-require "zlib"
+require "webhook_inbox/testing"
 
 module VerifierHelpers
   def reason_of
@@ -15,25 +13,18 @@ module VerifierHelpers
   end
 
   # A PayPal secret "WEBHOOK_ID:CERT_ID:<PEM>" for a self-signed certificate of key valid
-  # from..to (unix seconds).
+  # from..to (unix seconds), made by the testing kit.
   def paypal_secret(key, from:, to:, webhook_id: "8PT597110X687430LKGECATA", cert_id: "CERT-360caa42-fca2a594-a5cafa77")
-    c = OpenSSL::X509::Certificate.new
-    c.version = 2
-    c.serial = 1
-    c.subject = c.issuer = OpenSSL::X509::Name.parse("/CN=messageverificationcerts.paypal.com")
-    c.public_key = key
-    c.not_before = Time.at(from)
-    c.not_after = Time.at(to)
-    c.sign(key, OpenSSL::Digest.new("SHA256"))
-    "#{webhook_id}:#{cert_id}:#{c.to_pem.strip}"
+    WebhookInbox::Testing::Signing::Keys.paypal_secret(WebhookInbox::Testing::Signing::PaypalKey.new(key, webhook_id, cert_id),
+                                                      not_before: Time.at(from), not_after: Time.at(to))
   end
 
-  # PayPal's headers for body, signed as PayPal signs: id|time|webhook id|CRC-32 of the body.
+  # PayPal's headers for body, signed by the testing kit as PayPal signs: id|time|webhook id|CRC-32 of the body.
   def paypal_headers(body, key:, time:, hook: "8PT597110X687430LKGECATA", tid: "b2384410-f8d2-11ed-8b8f-3f1cf3ed7d15",
                      url: "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-a5cafa77")
-    sig = Base64.strict_encode64(key.sign("SHA256", [tid, time, hook, Zlib.crc32(body)].join("|")))
-    { "PAYPAL-TRANSMISSION-ID" => tid, "PAYPAL-TRANSMISSION-TIME" => time, "PAYPAL-TRANSMISSION-SIG" => sig,
-      "PAYPAL-CERT-URL" => url, "PAYPAL-AUTH-ALGO" => "SHA256withRSA" }
+    signing = WebhookInbox::Testing::Signing::PaypalKey.new(key, hook, url.split("/").last)
+    WebhookInbox::Testing::Signing.delivery(:paypal, body, secret: signing, transmission_id: tid, transmission_time: time,
+                                                           cert_url: url).headers.except("Content-Type")
   end
 
   # A store for Receiver specs that records each insert (keywords) and accepts it.

@@ -8,6 +8,7 @@ require "active_record"
 require "webhook_inbox/handlers"
 require "webhook_inbox/handlers/worker"
 require_relative "../support/receiver_helpers"
+require_relative "../support/overlap_probe"
 
 # The Ruby worker as a process (Handlers::Worker in a forked child, its own connection,
 # committed transactions), for what the in-transaction drain cannot show
@@ -15,7 +16,8 @@ require_relative "../support/receiver_helpers"
 # attempts commits once; a handler that kills its process is charged and in the end
 # quarantined, alone from its second attempt, while its batch-mates are charged once for its
 # crash and apply their writes once; and a requeue dispatched while a handler runs waits for
-# it instead of deadlocking with its save.
+# it instead of deadlocking with its save; a Ruby handler holds its event's ordering key
+# (db/021): no other worker, nor the sidecar's claim, runs an event of that key meanwhile.
 RSpec.describe WebhookInbox::Handlers::Worker do
   before(:all) do
     @pg = TestDatabase.cluster
@@ -24,6 +26,7 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
     @pg.psql("CREATE TABLE calls (id bigserial PRIMARY KEY, handler text NOT NULL, event_id text NOT NULL, attempt int NOT NULL, " \
               "xid bigint NOT NULL DEFAULT txid_current())", db: @db) # the top transaction, also in a savepoint
+    @pg.psql(OverlapProbe::SQL, db: @db)
     @url = ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db)
   end
 
@@ -188,6 +191,76 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     ActiveRecord::Base.remove_connection
   end
 
+  # Issue 35 item 3: a handler past its time limit, in Ruby code or in a statement, is
+  # interrupted and charged a failure; its batch-mates commit; outcomes are reported after the commit.
+  def in_process_batch(reg, **options)
+    ActiveRecord::Base.establish_connection(@url)
+    runner = WebhookInbox::Handlers::Runner.new(reg, backoff_base_ms: 60_000, **options)
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    [runner.run_batch(ActiveRecord::Base.connection, 10), Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0]
+  ensure
+    ActiveRecord::Base.remove_connection
+  end
+
+  it "interrupts a handler past its time limit, in Ruby or in a statement, charges it a failure and commits its batch-mates" do
+    reg = registry(steady: ["steady.x", nil], slow: ["slow.x", ->(_e) { sleep 30 }],
+                   stuck: ["stuck.x", ->(_e) { ActiveRecord::Base.connection.execute("SELECT pg_sleep(30)") }],
+                   stubborn: ["stubborn.x", lambda do |_e|
+                     sleep 30
+                   rescue Exception # rubocop:disable Lint/RescueException -- swallows the interrupt: still charged
+                     nil
+                   end])
+    register(reg)
+    store_and_dispatch([%w[evt_1 steady.x], %w[evt_2 slow.x], %w[evt_3 stuck.x], %w[evt_4 stubborn.x], %w[evt_5 steady.x]])
+    results, seconds = in_process_batch(reg, time_limit: 0.5)
+    expect(results.map { |r| "#{r.event_id} #{r.status}" }).to eq(["evt_1 delivered", "evt_2 pending", "evt_3 pending", "evt_4 pending", "evt_5 delivered"])
+    expect(seconds).to be < 10 # three limits of 0.5 s, not 90 s of sleeping
+    expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM calls")).to eq("evt_1,evt_5") # the slow ones' writes rolled back
+    expect(sql("SELECT string_agg(source_event_id || ' ' || status || ' ' || attempts || ' ' || last_error, ' | ' ORDER BY source_event_id) " \
+               "FROM webhook_inbox_outbox WHERE status = 'pending'"))
+      .to eq(%w[evt_2 evt_3 evt_4].map { |e| "#{e} pending 1 WebhookInbox::Handlers::TimeLimit::Exceeded: the handler ran past its time limit of 0.5 s" }.join(" | "))
+    expect(sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'")).to eq("0") # cancelled, not left running
+    expect(sql("SELECT string_agg(event_id || ' ' || status, ',' ORDER BY event_id) FROM webhook_inbox"))
+      .to eq("evt_1 done,evt_2 pending,evt_3 pending,evt_4 pending,evt_5 done")
+  end
+
+  it "quarantines a handler that runs past its time limit on its last attempt" do
+    reg = registry(slow: ["slow.x", ->(_e) { sleep 30 }])
+    register(reg)
+    store_and_dispatch([%w[evt_1 slow.x]])
+    results, = in_process_batch(reg, time_limit: 0.2, max_attempts: 1)
+    expect(results.map(&:status)).to eq(["quarantined"])
+    expect(sql("SELECT status || ' ' || last_error FROM webhook_inbox WHERE event_id = 'evt_1'"))
+      .to eq("quarantined Ruby handler slow: WebhookInbox::Handlers::TimeLimit::Exceeded: the handler ran past its time limit of 0.2 s")
+  end
+
+  it "reports each run's outcome (the worker's log line) only once its batch committed" do
+    reg = registry(steady: ["steady.x", nil])
+    register(reg)
+    store_and_dispatch([%w[evt_1 steady.x], %w[evt_2 steady.x]])
+    seen = []
+    report = ->(r) { seen << [r.event_id, r.status, ActiveRecord::Base.connection.transaction_open?, sql("SELECT status FROM webhook_inbox_outbox WHERE source_event_id = '#{r.event_id}'")] }
+    in_process_batch(reg, on_result: report)
+    expect(seen).to eq([["evt_1", "delivered", false, "delivered"], ["evt_2", "delivered", false, "delivered"]]) # committed: seen by psql
+  end
+
+  it "takes --handler-timeout from the command line, else the configuration's handler_timeout (30 s)" do
+    limit = lambda do |**opts|
+      WebhookInbox::Handlers::Worker.new(registry: registry(steady: ["steady.x", nil]), out: StringIO.new, **opts)
+                                    .instance_variable_get(:@runner).time_limit
+    end
+    expect(limit.call).to eq(30.0)
+    expect(limit.call(handler_timeout: 2.5)).to eq(2.5)
+    expect(limit.call(handler_timeout: 0)).to be_nil
+    WebhookInbox.configuration.handler_timeout = 7
+    expect(limit.call).to eq(7.0)
+    out = StringIO.new
+    expect(WebhookInbox::Handlers::Worker.cli(%w[--handler-timeout soon], out: out)).to eq(2)
+    expect(out.string).to include("not a duration: \"soon\"")
+  ensure
+    WebhookInbox.configuration.handler_timeout = 30
+  end
+
   it "refuses to start against a schema older than its batch steps (v15): level=error, exit 1, nothing registered" do
     old = "handlers_worker_v15_#{SecureRandom.hex(4)}"
     @pg.psql("CREATE DATABASE #{old}", db: "postgres")
@@ -311,5 +384,67 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     expect(ran).to eq(["a evt_r 1", "b evt_r 1", "a evt_r 1"]) # a requeued: attempts reset; b once
     expect(worker_log).not_to include("ruby_worker_round_failed")
     expect(sql("SELECT string_agg(handler, ',' ORDER BY id) FROM calls")).to eq("b,a")
+  end
+
+  # Events of one ordering key (cus_1), stored as the receiver stores keyed ones; an event
+  # time of 2026-01-01 + seconds.
+  def store_keyed(id, seconds)
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, ordering_key, ordering_at) " \
+        "VALUES ('s', '#{id}', 'cus.updated', '{}', 'cus_1', '2026-01-01 00:00:00+00'::timestamptz + #{seconds} * interval '1 s')")
+  end
+
+  def dispatch = sql("SELECT count(*) FROM webhook_inbox_dispatch_batch(100, 'wait', 10, 1000, 3600000, 60000)")
+
+  # A handler that notes whether another open transaction handles its key, then takes its time.
+  def key_probe(seconds)
+    lambda { |e|
+      ActiveRecord::Base.connection.exec_insert("INSERT INTO calls (handler, event_id, attempt) " \
+                                                "SELECT 'overlap', $1, 0 WHERE spec_key_held_elsewhere('cus_1')", "spec", [e.id])
+      sleep seconds
+    }
+  end
+
+  # Issue 27 item 5: both events handed to the Ruby worker (the earlier one arrived late, while
+  # nothing ran), then two workers, one run each: the second waits for the first's key.
+  it "never runs the Ruby handlers of two events of one ordering key at once, on two workers" do
+    reg = registry(slow: ["cus.*", key_probe(0.5)])
+    register(reg)
+    store_keyed("evt_k2", 2)
+    expect(dispatch).to eq("1")
+    store_keyed("evt_k1", 1)
+    expect(dispatch).to eq("1")
+    expect(sql("SELECT count(*) FROM webhook_inbox_outbox WHERE destination = 'ruby' AND status = 'pending'")).to eq("2")
+    2.times { start_worker(reg, batch_size: 1) }
+    wait_until("both done") { sql("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "2" }
+    expect(ran.map { |l| l.split[1] }.sort).to eq(%w[evt_k1 evt_k2]) # each once
+    expect(sql("SELECT count(*) FROM calls WHERE handler = 'overlap'")).to eq("0")
+    expect(worker_log).not_to include("ruby_worker_round_failed")
+  end
+
+  # While a Ruby handler of a later event runs, the sidecar's claim leaves an earlier event of
+  # its key pending (no SQL route run, no Ruby run recorded); it takes it once that ends.
+  it "keeps the sidecar's claim off an earlier event of the key whose later event a Ruby handler runs" do
+    release = File.join(@dir, "release")
+    reg = registry(slow: ["cus.*", lambda { |_e|
+      FileUtils.touch(File.join(@dir, "slow_started"))
+      sleep 0.05 until File.exist?(release)
+    }])
+    register(reg)
+    store_keyed("evt_k2", 2)
+    expect(dispatch).to eq("1")
+    start_worker(reg, batch_size: 1)
+    wait_until("evt_k2's handler running") { File.exist?(File.join(@dir, "slow_started")) }
+    store_keyed("evt_k1", 1)
+    begin
+      expect(dispatch).to eq("0")
+      expect(sql("SELECT status || ' ' || attempts FROM webhook_inbox WHERE event_id = 'evt_k1'")).to eq("pending 0")
+      expect(sql("SELECT count(*) FROM webhook_inbox_outbox WHERE source_event_id = 'evt_k1'")).to eq("0")
+    ensure
+      FileUtils.touch(release) # the worker's handler ends (and the worker stops) either way
+    end
+    wait_until("evt_k2 done") { sql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_k2'") == "done" }
+    expect(dispatch).to eq("1")
+    wait_until("evt_k1 done") { sql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_k1'") == "done" }
+    expect(ran.map { |l| l.split[1] }).to eq(%w[evt_k2 evt_k1]) # the late one after, as the stale rule says
   end
 end

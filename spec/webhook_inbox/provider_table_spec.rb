@@ -2,14 +2,14 @@
 
 require "spec_helper"
 
-# The README's provider table is generated from the provider entries: it must say what the
-# verifier does (regenerate with `bundle exec rake verify:readme`).
+# The provider table (docs/providers.md) is generated from the provider entries: it must say
+# what the verifier does (regenerate with `bundle exec rake verify:readme`).
 RSpec.describe WebhookInbox::ProviderTable do
-  let(:readme) { File.read(File.expand_path("../../README.md", __dir__)) }
+  let(:readme) { File.read(File.expand_path("../../docs/providers.md", __dir__)) }
 
-  it "is what README.md shows between the markers" do
+  it "is what docs/providers.md shows between the markers" do
     expect(readme).to include(described_class::BEGIN_MARK, described_class::END_MARK)
-    expect(described_class.splice(readme)).to eq(readme), "README provider table is stale: run bundle exec rake verify:readme"
+    expect(described_class.splice(readme)).to eq(readme), "docs/providers.md provider table is stale: run bundle exec rake verify:readme"
   end
 
   it "has one row per provider entry, and every entry is a scheme Verifier.new accepts" do

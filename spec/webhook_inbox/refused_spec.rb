@@ -3,6 +3,7 @@
 require "spec_helper"
 require "pg"
 require "openssl"
+require "webhook_inbox/testing"
 require "base64"
 require "rack/mock"
 require "securerandom"
@@ -39,8 +40,8 @@ RSpec.describe WebhookInbox::Refused do
 
   def delivery(id, secret, at: Time.now.to_i, signature: nil)
     body = JSON.generate(id: id, type: "charge.succeeded", data: { object: { id: "ch_#{id}" } })
-    signature ||= "t=#{at},v1=#{OpenSSL::HMAC.hexdigest('SHA256', secret, "#{at}.#{body}")}"
-    rack_request("/hooks/stripe", body, { "Content-Type" => "application/json", "Stripe-Signature" => signature })
+    headers = WebhookInbox::Testing::Signing.headers(:stripe, body, secret: secret, timestamp: at)
+    rack_request("/hooks/stripe", body, signature ? headers.merge("Stripe-Signature" => signature) : headers)
   end
 
   def kept_rows
@@ -114,7 +115,7 @@ RSpec.describe WebhookInbox::Refused do
   it "admits a URL-signed delivery with the request line it arrived on (Square, URL from the Rack env)" do
     body = '{"merchant_id":"M1","type":"payment.updated","event_id":"ev-url-1","data":{}}'
     url = "https://hooks.example.com/square/in?tenant=7"
-    sign = ->(key) { Base64.strict_encode64(OpenSSL::HMAC.digest("SHA256", key, "#{url}#{body}")) }
+    sign = ->(key) { WebhookInbox::Testing::Signing.headers(:square, body, secret: key, url: url)["X-Square-Hmacsha256-Signature"] }
     env = ->(key) { Rack::MockRequest.env_for(url, method: "POST", input: body, "CONTENT_TYPE" => "application/json",
                                                    "HTTP_X_SQUARE_HMACSHA256_SIGNATURE" => sign.call(key)) }
     square = WebhookInbox::Receiver.new(provider: :square, secrets: ["sq_old"], source_scope: scope, inbox: inbox,
@@ -129,6 +130,68 @@ RSpec.describe WebhookInbox::Refused do
     expect(WebhookInbox::Refused::Reverify.new(exec: exec, configuration: fixed).call(endpoint, actor: "ops"))
       .to include(admitted: 1, still_refused: 0)
     expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type]] }).to eq([%w[ev-url-1 payment.updated]])
+  end
+
+  # Audit 3: a JWT provider's signature travels in a header that looks like a credential
+  # (Authorization: Bearer, Plaid-Verification), which request_headers never keeps; the row
+  # keeps it aside, reverify admits with it, and nothing shows it.
+  describe "JWT-signed providers" do
+    def b64url(s) = Base64.urlsafe_encode64(s, padding: false)
+
+    def jwt(header, claims)
+      input = "#{b64url(JSON.generate(header))}.#{b64url(JSON.generate(claims))}"
+      "#{input}.#{b64url(yield(input))}"
+    end
+
+    def jwt_configuration(provider, secret)
+      WebhookInbox::Configuration.new.tap do |c|
+        c.endpoint(endpoint.to_sym, provider: provider, secrets: [secret], scope: scope)
+        c.database_url = pg.url
+        configurations << c
+      end
+    end
+
+    # Refuses the delivery under old_secret, keeps it, then reverifies under new_secret.
+    def refuse_then_admit(provider, body, header, old_secret, new_secret)
+      env = rack_request("/hooks/#{provider}", body, { "Content-Type" => "application/json" }.merge(header))
+      r = WebhookInbox::Receiver.new(provider: provider, secrets: [old_secret], source_scope: scope, inbox: inbox,
+                                     endpoint: endpoint, keep_refused: true, refused: keeper)
+      expect(r.call(env).reason).to eq(:signature_mismatch)
+      expect(settle(1)).to eq(1)
+      token = header.values.first.split.last
+      shown = pg.psql("SELECT request_headers::text FROM webhook_inbox_refused WHERE endpoint = '#{endpoint}'")
+      expect(shown).not_to include(token) # never in what the dashboard shows
+      result = WebhookInbox::Refused::Reverify.new(exec: exec, configuration: jwt_configuration(provider, new_secret))
+                                              .call(endpoint, actor: "ops")
+      expect(result).to include(admitted: 1, still_refused: 0)
+      expect(kept_count).to eq(0) # the token went with its row
+      expect(pg.psql("SELECT count(*) FROM webhook_inbox WHERE source_scope = '#{scope}' " \
+                     "AND coalesce(request_headers::text, '') LIKE '%#{token[-20..]}%'").to_i).to eq(0)
+    end
+
+    it "admits a :vonage delivery refused for its secret, with the Bearer token kept aside" do
+      body = '{"message_uuid":"m-refused-1","status":"delivered"}'
+      token = jwt({ alg: "HS256", typ: "JWT" }, { iat: Time.now.to_i, payload_hash: OpenSSL::Digest::SHA256.hexdigest(body) }) do |i|
+        OpenSSL::HMAC.digest("SHA256", "vonage-new-secret", i)
+      end
+      refuse_then_admit(:vonage, body, { "Authorization" => "Bearer #{token}" }, "vonage-old-secret", "vonage-new-secret")
+      expect(inbox_rows(pg, scope).map { |r| [r[:event_id], r[:event_type]] }).to eq([%w[m-refused-1 delivered]])
+    end
+
+    it "admits a :plaid delivery signed by a key not yet configured, with Plaid-Verification kept aside" do
+      keys = Array.new(2) { OpenSSL::PKey::EC.generate("prime256v1") }
+      jwk = lambda do |key|
+        pt = key.public_key.to_octet_string(:uncompressed)
+        JSON.generate(alg: "ES256", crv: "P-256", kid: "k1", kty: "EC", use: "sig", x: b64url(pt[1, 32]), y: b64url(pt[33, 32]))
+      end
+      body = '{"item_id":"it_1","webhook_code":"DEFAULT_UPDATE","webhook_type":"TRANSACTIONS"}'
+      token = jwt({ alg: "ES256", kid: "k1", typ: "JWT" },
+                  { iat: Time.now.to_i, request_body_sha256: OpenSSL::Digest::SHA256.hexdigest(body) }) do |i|
+        OpenSSL::ASN1.decode(keys[1].sign("SHA256", i)).value.map { |n| n.value.to_s(2).rjust(32, "\0") }.join
+      end
+      refuse_then_admit(:plaid, body, { "Plaid-Verification" => token }, jwk.call(keys[0]), jwk.call(keys[1]))
+      expect(inbox_rows(pg, scope).map { |r| r[:event_type] }).to eq(["TRANSACTIONS"])
+    end
   end
 
   it "keeps a PayPal delivery naming a certificate not yet configured (unknown_key) and admits it once it is" do

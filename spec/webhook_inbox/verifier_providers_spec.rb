@@ -255,10 +255,10 @@ RSpec.describe WebhookInbox::Verifier do
     let(:token) { "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0" }
     let(:signed_at) { now }
 
-    def mailgun(ts: signed_at.to_s, token: self.token, key: self.key, event: "delivered", sig: nil)
-      sig ||= OpenSSL::HMAC.hexdigest("SHA256", key, "#{ts}#{token}")
-      JSON.generate("signature" => { "token" => token, "timestamp" => ts, "signature" => sig },
-                    "event-data" => { "event" => event, "id" => "CPgfbmQMTCKtHW6uIWtuVe", "timestamp" => 1_521_472_262.908181 })
+    # Signed by the testing kit, as Mailgun signs: hex HMAC-SHA256 of timestamp + token.
+    def mailgun(ts: signed_at.to_s, token: self.token, key: self.key, event: "delivered")
+      data = { "event-data" => { "event" => event, "id" => "CPgfbmQMTCKtHW6uIWtuVe", "timestamp" => 1_521_472_262.908181 } }
+      WebhookInbox::Testing::Signing.delivery(:mailgun, data, secret: key, timestamp: ts, token: token).body
     end
 
     it "verifies HMAC(timestamp + token); the token is the event id, the timestamp its time" do
@@ -347,12 +347,11 @@ RSpec.describe WebhookInbox::Verifier do
         "event_time" => "2023-11-14 22:13:20", "subscription_id" => "8", "status" => "active" }
     end
 
-    # As Paddle's docs sign: ksort, PHP serialize() of the string array, RSA-SHA1, base64.
-    def php_serialize(h) = "a:#{h.size}:{#{h.sort.map { |k, v| %(s:#{k.bytesize}:"#{k}";s:#{v.bytesize}:"#{v}";) }.join}}"
-
+    # Signed by the testing kit as Paddle's docs sign (ksort, PHP serialize() of the string
+    # array, RSA-SHA1, base64); extra: fields sent beside them, unsigned.
     def form(h, key: rsa, extra: {})
-      sig = Base64.strict_encode64(key.sign("SHA1", php_serialize(h)))
-      URI.encode_www_form(h.merge(extra).to_a.reverse + [["p_signature", sig]])
+      signed = WebhookInbox::Testing::Signing.delivery(:paddle_classic, h, secret: key).body
+      extra.empty? ? signed : "#{URI.encode_www_form(extra)}&#{signed}"
     end
 
     it "verifies the signed form and reads its alert_id and alert_name" do
@@ -539,7 +538,7 @@ RSpec.describe WebhookInbox::Verifier do
   }
   expected = { zoom: [nil, "meeting.started"], linear: [nil, "Issue"], calendly: [nil, "invitee.created"],
                intercom: ["notif_1", "conversation.user.created"], razorpay: [nil, "payment.captured"],
-               lemonsqueezy: [nil, "order_created"], coinbase_commerce: ["del_1", "charge:confirmed"], github_legacy: [nil, nil],
+               lemonsqueezy: [nil, "order_created"], coinbase_commerce: ["ev_1", "charge:confirmed"], github_legacy: [nil, nil],
                mollie: ["event_GvJ8WHrp5isUdRub9CJyH", "payment-link.paid"], docusign: [nil, "envelope-completed"] }
 
   hmac_cases.each do |name, (secret, body, sign)|

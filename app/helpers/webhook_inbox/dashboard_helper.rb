@@ -47,6 +47,18 @@ module WebhookInbox
       tag.span(label, class: "badge #{label}")
     end
 
+    # The attempts an event was charged: its SQL route's (on the event) and its Ruby handler
+    # runs' (each charged on its run, not on the event: an event handed to Ruby handlers keeps
+    # 0). "1 (Ruby handler MarkPaid: 1)"; the event's own count alone when it has no runs.
+    def attempts_charged(event, runs)
+      own = event["attempts"].to_i
+      return own.to_s if runs.blank?
+
+      parts = runs.map { |r| "Ruby handler #{r['handler']}: #{r['attempts'].to_i}" }
+      parts.unshift("SQL route: #{own}") if own.positive?
+      "#{own + runs.sum { |r| r['attempts'].to_i }} (#{parts.join('; ')})"
+    end
+
     def event_link(row)
       link_to(row["event_id"], event_path(scope: row["source_scope"], id: row["event_id"]))
     end

@@ -107,8 +107,24 @@ static void test_find_and_unescape(void)
     CHECK(n == strlen("https://x/p?a=:/%20%zz%") && !memcmp(out, "https://x/p?a=:/%20%zz%", n), "got %.*s", (int)n, out);
 }
 
+/* At most WI_FORM_MAX_PAIRS pairs are sorted: one more is refused before any sort. */
+static void test_pair_limit(void)
+{
+    size_t n = 0, cap = 4 * (WI_FORM_MAX_PAIRS + 1);
+    char *s = malloc(cap), *out;
+    size_t outn;
+    struct wi_err err;
+    for (int i = 0; i < WI_FORM_MAX_PAIRS; i++) s[n++] = 'a', s[n++] = '=', s[n++] = '&';
+    CHECK(wi_form_sorted(s, n, &out, &outn, 99, &err) == 0 && outn == 1, "%d pairs sorted", WI_FORM_MAX_PAIRS);
+    free(out);
+    s[n++] = 'b';
+    CHECK(wi_form_sorted(s, n, &out, &outn, 99, &err) == -1 && err.code == 99, "one more pair refused");
+    free(s);
+}
+
 int main(void)
 {
+    test_pair_limit();
     test_iter();
     test_sorted();
     test_find_and_unescape();

@@ -128,6 +128,11 @@ static void test_codecs(void)
     }
     CHECK(wi_hex_decode("0g00000000", 10, out, sizeof out) == -1 && wi_hex_decode("000000000\0", 10, out, sizeof out) == -1,
           "a bad digit anywhere");
+    for (int c = 0; c < 256; c++) { /* lowercase only: what the SDKs' string comparison takes */
+        char two[2] = {'7', (char)c};
+        long want = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ? 1 : -1;
+        CHECK(wi_hex_decode_lower(two, 2, out, sizeof out) == want, "lowercase hex digit 0x%02x", c);
+    }
     wi_hex_encode((const unsigned char *)"\x01\xab", 2, hex);
     CHECK(strcmp(hex, "01ab") == 0, "hex encode");
     static const struct { const char *in; long n; const char *out; } b64[] = {
@@ -491,6 +496,11 @@ static void test_schemes(void)
     CHECK(verify1(v, stripe_body, stripe_hdr, NULL, 1700000000, &ev) == 0, "stripe vector");
     CHECK(strcmp(last_id, "evt_test_webhook") == 0 && ev.has_timestamp && ev.timestamp == 1700000000, "stripe event");
     CHECK(verify1(v, stripe_body, stripe_hdr, NULL, 1700000301, &ev) == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "stripe late");
+    char upper[128];
+    snprintf(upper, sizeof upper, "%s", stripe_hdr);
+    for (char *c = strstr(upper, "v1="); *c; c++) *c = (char)(*c >= 'a' && *c <= 'f' ? *c - 32 : *c);
+    CHECK(verify1(v, stripe_body, upper, NULL, 1700000000, &ev) == WI_SIG_E_MALFORMED_SIGNATURE,
+          "stripe: upper-case hex refused (the SDK compares the lowercase string)");
     CHECK(verify1(v, stripe_body, stripe_hdr, NULL, 1699999699, &ev) == WI_SIG_E_TIMESTAMP_OUT_OF_TOLERANCE, "stripe early");
     size_t n = strlen(stripe_hdr);
     for (size_t cut = 0; cut < n; cut++) { /* every truncation of the header fails */
@@ -612,6 +622,9 @@ static void test_provider_table(void)
         CHECK(wi_provider_find(p->name) == p, "provider %s found by name", p->name);
         CHECK(p->custom || p->ts_slot == WI_NO_SLOT || strstr(p->tmpl, "{timestamp}"), "%s signs its timestamp", p->name);
         CHECK(!p->id_required || wi_provider_id_signed(p), "%s: a required id header is signed", p->name);
+        CHECK(p->alg_slot <= 0 || (p->versions[1].tag && p->versions[0].tag && p->layout == WI_LAYOUT_ONE &&
+                                   p->alg_slot < WI_SIG_MAX_HEADERS && p->headers[p->alg_slot]),
+              "%s: an algorithm header chooses between two named versions of one signature", p->name);
         wi_sig_verifier_free(v);
     }
 }
@@ -732,6 +745,16 @@ static void test_braintree_challenge(void)
     CHECK(wi_sig_verifier_add_secret(v, "pub_key_2:x", 11, &err) == 0 &&
               wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) > 0 && !strcmp(out, sdk),
           "braintree challenge: the first secret answers");
+    /* the answer is an HMAC under the payload key over the challenge: never a delivery */
+    for (size_t n = WI_BT_CHALLENGE_MIN; n <= WI_BT_CHALLENGE_MAX; n++) {
+        char form[WI_BT_ANSWER_MAX + 64];
+        struct wi_sig_event ev;
+        CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){"0123456789abcdef0123456789abcdef", n}, out, sizeof out, &err) > 0,
+              "challenge of %zu answered", n);
+        snprintf(form, sizeof form, "bt_signature=%s&bt_payload=%.*s", out, (int)n, "0123456789abcdef0123456789abcdef");
+        CHECK(verify1(v, form, NULL, NULL, 1700000000, &ev) == WI_SIG_E_MALFORMED_PAYLOAD,
+              "a challenge answer of %zu digits refused as a delivery", n);
+    }
     wi_sig_verifier_free(v);
     v = make("braintree", NULL);
     CHECK(wi_sig_braintree_challenge(v, (struct wi_slice){ch, 20}, out, sizeof out, &err) == -1 && err.code == WI_SIG_E_NO_SECRET,

@@ -25,11 +25,15 @@ module WebhookInbox
     # batch-mate whose lease ran out before the lock (a batch slower than the backoff of a
     # first attempt, d/2..d) may be started by another worker meanwhile: charged a second
     # time, it runs there alone and this batch skips it (the lock is fenced by the attempt).
-    # A handler's StandardError rolls its savepoint back and retries the run (the events'
-    # backoff; quarantined at max_attempts), and so does a handler that raised
+    # Each handler runs in a savepoint that no transaction block of its own joins (Savepoint):
+    # its blocks roll back as they would outside the worker. A handler's StandardError rolls
+    # its savepoint back and retries the run (the events' backoff; quarantined at
+    # max_attempts), and so do a handler that ran past its time limit (TimeLimit: interrupted,
+    # its statement cancelled; its batch-mates go on) and one that raised
     # ActiveRecord::Rollback (the savepoint swallows it: the block did not complete, nothing
     # applied; a retry, not Permanent, as a condition it checked may pass later);
-    # WebhookInbox::Permanent quarantines it (and its event) at once. Anything that breaks
+    # WebhookInbox::Permanent quarantines it (and its event) at once. on_result gets each
+    # Result once the batch committed (a log that says done means done). Anything that breaks
     # the transaction itself (the connection, a signal) propagates: its transaction rolls
     # back (the whole batch, or the run alone), the attempts stay charged.
     class Runner
@@ -45,20 +49,29 @@ module WebhookInbox
       Result = Struct.new(:operation_id, :handler, :source_scope, :event_id, :event_type, :attempt, :status, :error,
                           :duration_ms, keyword_init: true)
 
-      def initialize(registry, max_attempts: 10, backoff_base_ms: 1000, backoff_cap_ms: 3_600_000, on_result: nil)
+      # time_limit: seconds a handler may run (nil: no limit).
+      def initialize(registry, max_attempts: 10, backoff_base_ms: 1000, backoff_cap_ms: 3_600_000, on_result: nil,
+                     time_limit: nil)
         @registry = registry
+        @time_limit = TimeLimit.new(time_limit)
         @max_attempts = Integer(max_attempts)
         @backoff_base_ms = Integer(backoff_base_ms)
         @backoff_cap_ms = Integer(backoff_cap_ms)
         @on_result = on_result
       end
 
-      # Runs up to limit due runs; returns their Results (empty: nothing due).
+      # A handler's time limit in seconds, or nil.
+      def time_limit = @time_limit.seconds
+
+      # Runs up to limit due runs; returns their Results (empty: nothing due). The batch's
+      # transaction stays joinable on purpose: inside a non-joinable one, each handler's
+      # savepoint would run its records' commit callbacks when released, before the commit.
       def run_batch(connection, limit)
         started = start_batch(connection, Integer(limit))
         return [] if started.empty?
 
-        connection.transaction(requires_new: true) { run_started(connection, started) }
+        results = connection.transaction(requires_new: true) { run_started(connection, started) }
+        results.each { |r| @on_result&.call(r) } # after the commit (or the caller's savepoint)
       end
 
       private
@@ -85,20 +98,21 @@ module WebhookInbox
                                       TEXT_ARRAY.encode(started.map { |s| Integer(s["attempt"]).to_s })]).to_a
         return [] if rows.empty?
 
-        ran = rows.map { |row| run_one(connection, row, exhausted.fetch(row["operation_id"])) }
+        statement = @time_limit.statement_for(connection) # what TimeLimit cancels, taken in this thread
+        ran = rows.map { |row| run_one(connection, row, exhausted.fetch(row["operation_id"]), statement) }
         statuses = finish(connection, ran)
         ran.map do |r, _outcome|
           # NULL: the run locked is no longer pending at this attempt (changed under the lock:
           # a handler itself, a bug); the batch's transaction fails and rolls back, the handlers' writes with it.
           r.status = statuses[r.operation_id] or
             raise Error, "webhook_inbox: Ruby run #{r.operation_id} was no longer pending when saved; its transaction rolled back"
-          r.tap { @on_result&.call(r) }
+          r
         end
       end
 
       # The handler of one locked run (or the quarantine of an exhausted one): [its Result
       # (status set once saved), "done" | "retry" | "quarantine"].
-      def run_one(connection, row, exhausted)
+      def run_one(connection, row, exhausted, statement)
         attempt = Integer(row["attempt"])
         t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         result, error =
@@ -106,7 +120,7 @@ module WebhookInbox
             ["quarantine", "attempt #{attempt} started and never finished (the worker was killed, crashed or lost its " \
                            "connection during the handler); it was the last of #{@max_attempts}"]
           else
-            call_handler(connection, row["handler"], event_for(row))
+            call_handler(connection, row["handler"], event_for(row), statement)
           end
         ms = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000
         [Result.new(operation_id: row["operation_id"], handler: row["handler"], source_scope: row["source_scope"],
@@ -124,16 +138,16 @@ module WebhookInbox
       end
 
       # ["done", nil] | ["retry", error] | ["quarantine", reason]
-      def call_handler(connection, name, event)
+      def call_handler(connection, name, event, statement)
         subscription = @registry[name]
         return ["retry", "no handler named #{name} is subscribed in this app"] unless subscription
         return ["retry", "the event row is missing"] if event.type.nil?
 
         completed = false
         savepoint = nil
-        connection.transaction(requires_new: true) do
-          savepoint = connection.current_transaction
-          subscription.callable.call(event)
+        Savepoint.run(connection) do |sp|
+          savepoint = sp
+          @time_limit.run(statement) { subscription.callable.call(event) }
           completed = true
         end
         # ActiveRecord::Rollback is swallowed by the savepoint: nothing of the handler applied.
@@ -142,7 +156,7 @@ module WebhookInbox
         ["done", nil]
       rescue Permanent => e
         ["quarantine", describe(e)]
-      rescue StandardError => e
+      rescue StandardError, TimeLimit::Exceeded => e
         raise if connection_lost?(connection)
 
         ["retry", describe(e)]

@@ -20,15 +20,18 @@ module WebhookInbox
     # level=error and exits 1 (fail closed). It wakes on the outbox's
     # NOTIFY, else every poll interval. The first SIGTERM/SIGINT finishes the round in flight
     # and exits; a second exits at once. A lost database connection is retried with backoff.
+    # A handler that runs past the time limit (--handler-timeout, else the configuration's
+    # handler_timeout: 30 s) is interrupted and charged a failure; its batch-mates commit.
+    # The outcome of each run (outcome=done, retry, quarantined) is logged once its batch committed.
     class Worker
       DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
-                   backoff_cap_ms: 3_600_000 }.freeze
+                   backoff_cap_ms: 3_600_000, handler_timeout: nil }.freeze
       RECONNECT_MIN_S = 0.1
       RECONNECT_MAX_S = 5.0
       CHANNEL = "webhook_inbox_outbox"
 
       # `ruby [--concurrency N] [--batch-size N] [--poll-interval 1s] [--max-attempts N]
-      # [--backoff-base 1s] [--backoff-cap 1h]`. Returns the exit status.
+      # [--backoff-base 1s] [--backoff-cap 1h] [--handler-timeout 30s]`. Returns the exit status.
       def self.cli(argv, out: $stderr)
         opts = DEFAULTS.dup
         OptionParser.new do |o|
@@ -39,6 +42,9 @@ module WebhookInbox
           o.on("--max-attempts N", Integer, "quarantine a run after N failures (10)") { |v| opts[:max_attempts] = v }
           o.on("--backoff-base D", "first retry delay (1s)") { |v| opts[:backoff_base_ms] = (seconds(v) * 1000).round }
           o.on("--backoff-cap D", "longest retry delay (1h)") { |v| opts[:backoff_cap_ms] = (seconds(v) * 1000).round }
+          o.on("--handler-timeout D", "interrupt a handler after D, charged a failure (handler_timeout: 30s; 0: none)") do |v|
+            opts[:handler_timeout] = seconds(v)
+          end
         end.parse!(argv.dup)
         new(**opts, out: out).run
       rescue OptionParser::ParseError, ArgumentError => e
@@ -60,7 +66,8 @@ module WebhookInbox
         @out = out
         @stop = false
         @runner = Runner.new(registry, max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
-                                       backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:log_result))
+                                       backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:log_result),
+                                       time_limit: @opts.fetch(:handler_timeout) || WebhookInbox.configuration.handler_timeout)
       end
 
       def run
@@ -74,8 +81,11 @@ module WebhookInbox
           return 1
         end
         n = ::ActiveRecord::Base.connection_pool.with_connection { |c| Handlers.register(c, @registry) }
-        log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]}")
+        log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]} " \
+                                    "handler_timeout_s=#{@runner.time_limit || 'none'}")
         trap_signals
+        worker = self # the callback runs in the reloader's instance
+        rails_app.reloader.after_class_unload { worker.code_reloaded! } if rails_app.respond_to?(:reloader)
         threads = Array.new(@opts[:concurrency]) { |i| Thread.new { work(i) } }
         threads.each(&:join)
         log("ruby_worker_stopped", "")
@@ -83,6 +93,9 @@ module WebhookInbox
       end
 
       def stop = @stop = true
+
+      # Rails' reloader calls this after it unloaded the app's code (development).
+      def code_reloaded! = @reloaded = true
 
       private
 
@@ -96,7 +109,7 @@ module WebhookInbox
         delay = RECONNECT_MIN_S
         until @stop
           begin
-            ::ActiveRecord::Base.connection_pool.with_connection { |c| round(c) }
+            round
             delay = RECONNECT_MIN_S
           rescue StandardError => e
             log("ruby_worker_round_failed", %(worker=#{worker} error="#{e.class}: #{e.message.lines.first.to_s.strip[0, 200].delete('"')}" retry_in_s=#{delay.round(1)}))
@@ -106,14 +119,46 @@ module WebhookInbox
         end
       end
 
-      # Up to batch size runs (Runner: first attempts in one transaction). A failure drops the
-      # connection (the next round connects again): it may be the one that broke.
-      def round(connection)
-        n = @runner.run_batch(connection, @opts[:batch_size]).size
-        wait(connection) if n.zero? && !@stop
-      rescue StandardError
-        (connection.disconnect! rescue nil) # rubocop:disable Style/RescueModifier
-        raise
+      # Up to batch size runs (Runner: first attempts in one transaction) inside the app's
+      # reloader, then a wait when none was due (outside it: a reload need not wait for it).
+      # The query cache stays off, as outside Rails' executor.
+      def round
+        n = in_app { on_connection { |c| c.uncached { reregister(c); @runner.run_batch(c, @opts[:batch_size]).size } } }
+        on_connection { |c| wait(c) } if n.zero? && !@stop
+      end
+
+      # A connection of the pool for the block. A failure drops it (the next round connects
+      # again): it may be the one that broke.
+      def on_connection
+        ::ActiveRecord::Base.connection_pool.with_connection do |connection|
+          yield connection
+        rescue StandardError
+          (connection.disconnect! rescue nil) # rubocop:disable Style/RescueModifier
+          raise
+        end
+      end
+
+      # Rails' reloader around the block, as Solid Queue and GoodJob wrap each job: the
+      # executor's hooks in every environment and, where code reloads (development), the
+      # app's changed code reloaded first, so the next event runs an edited handler (handler
+      # classes are looked up by name at each run). Checks out no connection: the executor
+      # returns the thread's connection when it completes. Outside Rails, just the block.
+      def in_app(&block)
+        app = rails_app
+        app ? app.reloader.wrap(&block) : yield
+      end
+
+      def rails_app = defined?(::Rails) && ::Rails.respond_to?(:application) && ::Rails.application
+
+      # After a reload: the handlers under app/webhooks loaded again and registered (adds only),
+      # so a handler or a pattern added meanwhile gets its events.
+      def reregister(connection)
+        return unless @reloaded
+
+        @reloaded = false
+        Handlers.load_app_handlers
+        n = Handlers.register(connection, @registry)
+        log("ruby_worker_reloaded", "handlers=#{@registry.subscriptions.size} registered=#{n}")
       end
 
       # Waits for a NOTIFY on the outbox channel or the poll interval, whichever comes first.

@@ -11,7 +11,9 @@ module WebhookInbox
     # Ruby handlers (WebhookInbox.subscribe, app/webhooks) run inline too, as the Ruby worker
     # runs them: registered in this transaction, each run in a savepoint with its once-marker
     # (Handlers::Runner), so a handler runs once per event however often the event is stored,
-    # replayed or drained. An event handed to them reports its final state: "done" once every
+    # replayed or drained. The handler's own transaction blocks get savepoints of their own,
+    # as in the worker (Handlers::Savepoint), also inside the test's non-joinable transaction;
+    # no time limit applies here (a debugger may stop in a handler). An event handed to them reports its final state: "done" once every
     # handler succeeded, "quarantined" (WebhookInbox::Permanent, or the last attempt), "retry"
     # while one will run again.
     module Drain
