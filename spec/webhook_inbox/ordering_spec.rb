@@ -75,7 +75,7 @@ RSpec.describe WebhookInbox::Ordering do
       .to eq("evt_b1" => %w[cus_1 1700000001], "evt_b2" => %w[cus_0 1700000002], "evt_b3" => %w[cus_1 1700000003])
   end
 
-  # db/022: 014's SQL functions could not be inlined, so each call planned its body again
+  # db/023: 014's SQL functions could not be inlined, so each call planned its body again
   # (bench/pipeline: the receipt INSERT's PostgreSQL time per receipt 502 us against 35 us
   # before v14). Function statistics count every call that is not inlined: per row of the
   # group-commit statement only the PL/pgSQL key (its plans kept for the session) may be

@@ -1,4 +1,4 @@
--- 022_receipt_ordering_key.sql - schema version 22: the receipt derives its ordering key
+-- 023_receipt_ordering_key.sql - schema version 23: the receipt derives its ordering key
 -- without planning a query per row. 014's webhook_inbox_ordering_key and _ordering_time were
 -- SQL functions that PostgreSQL cannot inline (a FROM clause, aggregates; STRICT with a
 -- CASE), so every call ran the function's body through the SQL-function executor, planned
@@ -8,14 +8,14 @@
 -- planned once per session; a spec of one path, the common case, is a single expression)
 -- and the time an inlinable SQL expression (no FROM, not STRICT: a NULL argument gives NULL
 -- all the same). Same results for every spec, payload and path as 014's.
--- Idempotent: safe to re-run. Applied after 001..021; it depends on none of 015..021.
+-- Idempotent: safe to re-run. Applied after the files before it; it depends on none of 015..022.
 --
 -- Redefines: webhook_inbox_ordering_key(jsonb, text), webhook_inbox_ordering_time(jsonb, text)
 -- (014's). Additive: webhook_inbox_schema_min_worker() stays 4 (the sidecar's reconcile calls
 -- both with the same arguments and results).
 
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 22 $$;
+LANGUAGE sql STABLE AS $$ SELECT 23 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
 
