@@ -182,8 +182,12 @@ COMMENT ON FUNCTION orders_on_payment_succeeded(webhook_inbox) IS
 -- only the common case, every event paying its awaiting order. Anything else (an order
 -- missing or already paid, a mismatch, a duplicate, two events of one order or payment)
 -- defers the whole run to orders_on_payment_succeeded, event by event, which decides.
+-- plan_cache_mode: its statement takes the run as an array whose length varies; PostgreSQL
+-- would plan it anew at every call for a short run (a custom plan looks cheaper than the
+-- generic one), ~300 us a call on a loaded 2-core machine. The generic plan is made once per
+-- session (the sidecar's CPU per event in batches of 4: -11%).
 CREATE OR REPLACE FUNCTION orders_on_payment_succeeded_batch(evs webhook_inbox[]) RETURNS text[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     paid integer;
 BEGIN

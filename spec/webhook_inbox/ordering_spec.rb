@@ -75,6 +75,73 @@ RSpec.describe WebhookInbox::Ordering do
       .to eq("evt_b1" => %w[cus_1 1700000001], "evt_b2" => %w[cus_0 1700000002], "evt_b3" => %w[cus_1 1700000003])
   end
 
+  # db/023: 014's SQL functions could not be inlined, so each call planned its body again
+  # (bench/pipeline: the receipt INSERT's PostgreSQL time per receipt 502 us against 35 us
+  # before v14). Function statistics count every call that is not inlined: per row of the
+  # group-commit statement only the PL/pgSQL key (its plans kept for the session) may be
+  # called. (The one-row statement's custom plans fold the calls on its parameters into
+  # constants once per plan, not per row.)
+  it "derives the key and time in the batch receipt INSERT with no SQL function called per row" do
+    funcs = "p.proname IN ('webhook_inbox_ordering_key', 'webhook_inbox_ordering_time')"
+    pg.psql("SELECT pg_stat_reset_single_function_counters(p.oid) FROM pg_proc p WHERE #{funcs}")
+    tracked = WebhookInbox::Inbox.new(database_url: "#{pg.url} options='-c track_functions=all'")
+    spec = described_class.new(:stripe).for("customer.updated")
+    rows = (1..4).map do |i|
+      [scope, "evt_f#{i}", "customer.updated", stripe_body("evt_f#{i}", "cus_#{i}", 1_700_000_000 + i), false, false, nil, nil, spec]
+    end
+    tracked.send(:with_connection) { |conn| conn.insert_batch(rows) }
+    tracked.close # an exiting backend reports its function counts
+    calls = ""
+    deadline = Time.now + 10
+    until !calls.empty? || Time.now > deadline
+      calls = pg.psql("SELECT string_agg(p.proname || ' ' || l.lanname || ' ' || s.calls, ', ' ORDER BY p.proname) " \
+                      "FROM pg_stat_user_functions s JOIN pg_proc p ON p.oid = s.funcid " \
+                      "JOIN pg_language l ON l.oid = p.prolang WHERE #{funcs}")
+      sleep 0.05
+    end
+    # the key in PL/pgSQL (the statement may evaluate it for each column it feeds), the time inlined
+    expect(calls).to match(/\Awebhook_inbox_ordering_key plpgsql \d+\Z/)
+    expect(ordering_rows.values_at("evt_f1", "evt_f4").map { |k, at, _| [k, at] }).to eq([%w[cus_1 1700000001], %w[cus_4 1700000004]])
+  end
+
+  it "derives the same keys and times as 014's SQL definitions, edge cases included" do
+    old = File.read(ReceiverHelpers.schema_files.find { |f| File.basename(f).start_with?("014_") })
+    defs = %w[key time].map do |what|
+      old[/CREATE OR REPLACE FUNCTION webhook_inbox_ordering_#{what}\(.*?\$\$;/m]
+        .sub("CREATE OR REPLACE FUNCTION webhook_inbox_ordering_#{what}(", "CREATE FUNCTION pg_temp.ordering_#{what}_014(")
+    end
+    long = "x" * 300
+    payloads = [%({"data":{"object":{"id":"cus_1","n":5,"f":1.5,"o":{"a":[1,"b"]},"arr":[10,20],"nul":null,"e":""}},) +
+                  %("created":1700000000,"ms":1700000000123,"neg":-1,"big":100000000000000,"str":"123","fl":1700000000.5,) +
+                  %("repository":{"id":42},"issue":{"number":7},"k":{"l":{"m":"deep"}}}),
+                %({"repository":{"id":42},"pull_request":{"number":8},"created":0}),
+                %({"data":{"object":{"id":"#{long}"}},"a":"#{long}","b":"#{long}"}),
+                '"scalar"', "[1,2,3]", "null", "5", "{}"]
+    specs = ["data.object.id", "data.object.n", "data.object.f", "data.object.o", "data.object.arr", "data.object.arr.1",
+             "data.object.nul", "data.object.e", "data.object.missing", "data", "k.l.m", "0", "", ".", "a..b", ",", "|",
+             "repository.id,issue.number|pull_request.number", "issue.number|pull_request.number", "x|data.object.id",
+             "data.object.id,data.object.id", "a,b", "a", "data.object.id,missing", nil]
+    paths = ["created", "ms", "neg", "big", "str", "fl", "missing", "data.object.arr.0", "data.object.n", "", "data",
+             "data.object.nul", nil]
+    lit = ->(v, type) { v.nil? ? "NULL::#{type}" : "'#{v.gsub("'", "''")}'::#{type}" }
+    values = ->(list, type) { list.map { |v| "(#{lit.(v, type)})" }.join(", ") }
+    out = pg.psql(<<~SQL)
+      #{defs.join("\n")}
+      SELECT count(*) FILTER (WHERE webhook_inbox_ordering_key(p, s) IS DISTINCT FROM pg_temp.ordering_key_014(p, s)) || ' ' ||
+             count(DISTINCT webhook_inbox_ordering_key(p, s)) || ' ' ||
+             count(*) FILTER (WHERE webhook_inbox_ordering_key(p, s) LIKE 'sha256:%')
+        FROM (VALUES #{values.(payloads, 'jsonb')}) a(p), (VALUES #{values.(specs, 'text')}) b(s);
+      SELECT count(*) FILTER (WHERE webhook_inbox_ordering_time(p, t) IS DISTINCT FROM pg_temp.ordering_time_014(p, t)) || ' ' ||
+             count(DISTINCT webhook_inbox_ordering_time(p, t))
+        FROM (VALUES #{values.(payloads, 'jsonb')}) a(p), (VALUES #{values.(paths, 'text')}) b(t);
+    SQL
+    keys, times = out.lines.map(&:strip).last(2).map { |l| l.split.map(&:to_i) }
+    expect(keys[0]).to eq(0)     # no key differs
+    expect(keys[1]).to be >= 15  # and the cases reach many distinct keys,
+    expect(keys[2]).to be >= 2   # hashed ones too
+    expect(times).to eq([0, 6])  # and many distinct times
+  end
+
   it "lets an app override the key per type, or turn it off" do
     ordering = described_class.new(:stripe, "invoice.paid" => "data.object.subscription", "charge.refunded" => false)
     expect(ordering.for("invoice.paid")).to eq(["data.object.subscription", "created"])
