@@ -83,10 +83,24 @@ static uint64_t prefix_xor(uint64_t x)
     return x;
 }
 
+/* The offset one past the first bracket at which depth falls to 0 (open and close hold
+ * brackets outside strings, 0 < depth), or -1: one step per bracket. */
+static long first_close_bits(long depth, uint64_t open, uint64_t close)
+{
+    for (uint64_t all = open | close; all; all &= all - 1) {
+        int i = __builtin_ctzll(all);
+        if (open >> i & 1) depth++;
+        else if (--depth == 0) return i + 1;
+    }
+    return -1;
+}
+
 /* One block of 64 bytes at q with its masks: returns the offset one past the closing
- * bracket, or -1 (st updated). Inlined into each driver, so the counts use its popcount. */
+ * bracket, or -1 (st updated). Inlined into each driver, so the counts use its popcount;
+ * first_close finds the closing bracket in a block that may hold it. */
 static inline __attribute__((always_inline)) long block(struct skip *st, const struct masks *m, const char *q,
-                                                        uint64_t (*pxor)(uint64_t))
+                                                        uint64_t (*pxor)(uint64_t),
+                                                        long (*first_close)(long, uint64_t, uint64_t))
 {
     if (m->backslash || st->escaped) return bytes(st, q, 64); /* rare: escapes decide which quotes count */
     uint64_t in = pxor(m->quote) ^ (st->in_string ? ~(uint64_t)0 : 0);
@@ -97,12 +111,10 @@ static inline __attribute__((always_inline)) long block(struct skip *st, const s
         st->depth += __builtin_popcountll(open) - nclose;
         return -1;
     }
-    for (uint64_t all = open | close; all; all &= all - 1) {
-        int i = __builtin_ctzll(all);
-        if (open >> i & 1) st->depth++;
-        else if (--st->depth == 0) return i + 1;
-    }
-    return -1;
+    /* depth is 0 only before the opening bracket: the first block goes bit by bit */
+    long r = st->depth > 0 ? first_close(st->depth, open, close) : first_close_bits(st->depth, open, close);
+    if (r < 0) st->depth += __builtin_popcountll(open) - nclose;
+    return r;
 }
 
 static const char *skip_blocks(const char *p, const char *end)
@@ -112,7 +124,7 @@ static const char *skip_blocks(const char *p, const char *end)
     long r;
     for (; end - p >= 64; p += 64) {
         block_masks(p, &m);
-        if ((r = block(&st, &m, p, prefix_xor)) >= 0) return p + r;
+        if ((r = block(&st, &m, p, prefix_xor, first_close_bits)) >= 0) return p + r;
     }
     r = bytes(&st, p, end - p);
     return r >= 0 ? p + r : NULL;
@@ -123,6 +135,42 @@ static const char *skip_blocks(const char *p, const char *end)
 __attribute__((target("pclmul,sse2"))) static inline uint64_t prefix_xor_clmul(uint64_t x)
 {
     return (uint64_t)_mm_cvtsi128_si64(_mm_clmulepi64_si128(_mm_set_epi64x(0, (long long)x), _mm_set1_epi8(-1), 0));
+}
+
+/* Bytes of the vector -1 where m has its bit (bit i of m is byte i). */
+__attribute__((target("avx2"))) static inline __m256i expand32(uint32_t m)
+{
+    const __m256i which = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), which); /* byte i holds byte i/8 of m */
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* Running sums of the signed bytes of v (each |sum| <= 64 here), carry added to every byte. */
+__attribute__((target("avx2"))) static inline __m256i prefix_sum(__m256i v, __m256i carry)
+{
+    v = _mm256_add_epi8(v, _mm256_slli_si256(v, 1));
+    v = _mm256_add_epi8(v, _mm256_slli_si256(v, 2));
+    v = _mm256_add_epi8(v, _mm256_slli_si256(v, 4));
+    v = _mm256_add_epi8(v, _mm256_slli_si256(v, 8));
+    /* the high lane continues from the low lane's last byte */
+    __m256i low_last = _mm256_shuffle_epi8(_mm256_permute2x128_si256(v, v, 0x08), _mm256_set1_epi8(15));
+    return _mm256_add_epi8(_mm256_add_epi8(v, low_last), carry);
+}
+
+/* first_close_bits in a fixed number of steps whatever the brackets: +1 per '{'/'[' and -1
+ * per '}'/']' as bytes, running sums, and the first byte where the sum is -depth (it moves
+ * by one, so it meets -depth before it passes it). The caller ensures depth <= 64. */
+__attribute__((target("avx2,bmi"))) static long first_close_avx2(long depth, uint64_t open, uint64_t close)
+{
+    __m256i a = _mm256_sub_epi8(expand32((uint32_t)close), expand32((uint32_t)open));
+    __m256i b = _mm256_sub_epi8(expand32((uint32_t)(close >> 32)), expand32((uint32_t)(open >> 32)));
+    __m256i target = _mm256_set1_epi8((char)-depth);
+    a = prefix_sum(a, _mm256_setzero_si256());
+    b = prefix_sum(b, _mm256_set1_epi8((char)_mm256_extract_epi8(a, 31)));
+    uint64_t hit = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, target)) |
+                   (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b, target)) << 32;
+    return hit ? __builtin_ctzll(hit) + 1 : -1;
 }
 
 __attribute__((target("avx2,popcnt,bmi,pclmul"))) static const char *skip_avx2(const char *p, const char *end)
@@ -143,7 +191,7 @@ __attribute__((target("avx2,popcnt,bmi,pclmul"))) static const char *skip_avx2(c
         m.open = MASK(la, lb, open);
         m.close = MASK(la, lb, close);
 #undef MASK
-        if ((r = block(&st, &m, p, prefix_xor_clmul)) >= 0) return p + r;
+        if ((r = block(&st, &m, p, prefix_xor_clmul, first_close_avx2)) >= 0) return p + r;
     }
     r = bytes(&st, p, end - p);
     return r >= 0 ? p + r : NULL;

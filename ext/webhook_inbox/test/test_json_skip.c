@@ -1,6 +1,7 @@
 /* test_json_skip.c - json_skip.c against a byte-by-byte reference: random texts of quotes,
  * backslashes, brackets and filler (blocks with and without escapes, strings across block
  * edges), every truncation point, both the dispatched and the portable path. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../json_skip.h"
@@ -48,6 +49,24 @@ int main(void)
             CHECK(wi_json_skip_portable(buf, buf + m) == want, "portable: round %d length %zu", round, m);
             size_t step = n < 80 ? 1 : 1 + (size_t)(rand_r(&seed) % 97);
             m = m > step ? m - step : 0;
+        }
+    }
+    /* dense brackets (the blocks that may close, found by running sums on AVX2): k opening
+     * brackets, a filler of items, then k closing ones, for every depth around the 64-byte
+     * block and every truncation point */
+    static const char *const items[] = {"[],", "{},", "[[]],", "[ ],", "[\"]\"],", "[{}]"};
+    for (int k = 1; k <= 70; k++) {
+        for (size_t it = 0; it < sizeof items / sizeof items[0]; it++) {
+            size_t len = 0, lead = (size_t)(k * 7 + (int)it) % 64;
+            for (size_t i = 0; i < (size_t)k; i++) buf[len++] = i % 2 ? '{' : '[';
+            while (len < lead + 200) len += (size_t)sprintf(buf + len, "%s", items[it]);
+            buf[len++] = '0';
+            for (int i = k - 1; i >= 0; i--) buf[len++] = i % 2 ? '}' : ']';
+            for (size_t m = len; m > 0; m--) {
+                const char *want = reference(buf, buf + m);
+                CHECK(wi_json_skip_container(buf, buf + m) == want, "dense %d %zu length %zu", k, it, m);
+                CHECK(wi_json_skip_portable(buf, buf + m) == want, "dense portable %d %zu length %zu", k, it, m);
+            }
         }
     }
     /* a deep document: brackets closing inside a block after many blocks of opens */
