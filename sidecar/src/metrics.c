@@ -1,5 +1,6 @@
 /* metrics.c - outcome counters of this process (also by event type, with duration
- * histograms), their Prometheus text, and the stats subcommand. */
+ * histograms; scheduled reconcile walks by endpoint), their Prometheus text, and the stats
+ * subcommand. */
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
 
@@ -50,6 +51,14 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct type_row rows[WI_METRICS_MAX_TYPES + 1];
 static int nrows;
 static short slots[SLOTS]; /* row index + 1; 0 = empty */
+/* Reconcile counters per endpoint; the row at WI_METRICS_MAX_ENDPOINTS is "other". */
+struct rc_row {
+    char name[64];                   /* "" for "other" */
+    unsigned long walks[WI_M_RC_RESULTS];
+    unsigned long recovered;
+};
+static struct rc_row rc_rows[WI_METRICS_MAX_ENDPOINTS + 1];
+static int nrc;
 static struct hist h_handler = {handler_le, (int)(sizeof handler_le / sizeof handler_le[0]), {0}, 0};
 static struct hist h_batch = {batch_le, (int)(sizeof batch_le / sizeof batch_le[0]), {0}, 0};
 static struct hist h_receipt = {receipt_le, (int)(sizeof receipt_le / sizeof receipt_le[0]), {0}, 0};
@@ -144,6 +153,44 @@ void wi_metrics_event(const char *event_type, const char *result, double receipt
     pthread_mutex_unlock(&mu);
 }
 
+/* The row counting endpoint: its own, a new one while there is room, else "other". Under mu. */
+static struct rc_row *rc_row_for(const char *endpoint)
+{
+    int i;
+
+    if (!endpoint || !*endpoint || strlen(endpoint) >= sizeof rc_rows[0].name || !labelable(endpoint) ||
+        !strcmp(endpoint, "other"))
+        return &rc_rows[WI_METRICS_MAX_ENDPOINTS];
+    for (i = 0; i < nrc; i++)
+        if (!strcmp(rc_rows[i].name, endpoint))
+            return &rc_rows[i];
+    if (nrc >= WI_METRICS_MAX_ENDPOINTS)
+        return &rc_rows[WI_METRICS_MAX_ENDPOINTS];
+    strcpy(rc_rows[nrc].name, endpoint);
+    return &rc_rows[nrc++];
+}
+
+void wi_metrics_reconcile_endpoint(const char *endpoint)
+{
+    pthread_mutex_lock(&mu);
+    (void)rc_row_for(endpoint);
+    pthread_mutex_unlock(&mu);
+}
+
+void wi_metrics_reconcile(const char *endpoint, int result, long recovered)
+{
+    struct rc_row *r;
+
+    if (result < 0 || result >= WI_M_RC_RESULTS)
+        return;
+    pthread_mutex_lock(&mu);
+    r = rc_row_for(endpoint);
+    r->walks[result]++;
+    if (recovered > 0)
+        r->recovered += (unsigned long)recovered;
+    pthread_mutex_unlock(&mu);
+}
+
 void wi_metrics_batch(int events, double seconds)
 {
     if (events <= 0 || seconds < 0)
@@ -164,6 +211,8 @@ void wi_metrics_reset(void)
     }
     nrows = 0;
     memset(slots, 0, sizeof slots);
+    memset(rc_rows, 0, sizeof rc_rows);
+    nrc = 0;
     memset(h_handler.counts, 0, sizeof h_handler.counts);
     memset(h_batch.counts, 0, sizeof h_batch.counts);
     memset(h_receipt.counts, 0, sizeof h_receipt.counts);
@@ -282,6 +331,46 @@ static void flow_gauges(FILE *out, const struct wi_metrics_gauges *g)
     }
 }
 
+/* 1 if rc_rows[i] is rendered: a declared endpoint, or "other" once it counted a walk. Under mu. */
+static int rc_shown(int i)
+{
+    const struct rc_row *r = &rc_rows[i];
+    return i < WI_METRICS_MAX_ENDPOINTS ? i < nrc : (r->walks[0] | r->walks[1] | r->walks[2]) != 0;
+}
+
+/* The scheduled reconcile walks per endpoint (HELP and TYPE even without endpoints); the
+ * "other" row only once it counted something. Under mu. */
+static void reconcile_counters(FILE *out)
+{
+    const char *const results[WI_M_RC_RESULTS] = {"complete", "failed", "locked"};
+    int i, k;
+
+    head(out, "webhook_inbox_reconcile_walks_total", "counter",
+         "Reconcile walks scheduled by run --reconcile in this process, by endpoint and result: complete, failed "
+         "(the next walk resumes at the kept cursor), locked (another sidecar walked the endpoint)");
+    for (i = 0; i <= WI_METRICS_MAX_ENDPOINTS; i++) {
+        const struct rc_row *r = &rc_rows[i];
+        if (!rc_shown(i))
+            continue;
+        for (k = 0; k < WI_M_RC_RESULTS; k++) {
+            fputs("webhook_inbox_reconcile_walks_total{endpoint=\"", out);
+            wi_metrics_write_label(out, i < WI_METRICS_MAX_ENDPOINTS ? r->name : "other");
+            fprintf(out, "\",result=\"%s\"} %lu\n", results[k], r->walks[k]);
+        }
+    }
+    head(out, "webhook_inbox_reconcile_recovered_total", "counter",
+         "Events reconcile recovered in this process's scheduled walks, by endpoint: inserted from the provider's "
+         "list, or redeliveries asked for (GitHub); each one a delivery the inbox had missed");
+    for (i = 0; i <= WI_METRICS_MAX_ENDPOINTS; i++) {
+        const struct rc_row *r = &rc_rows[i];
+        if (!rc_shown(i))
+            continue;
+        fputs("webhook_inbox_reconcile_recovered_total{endpoint=\"", out);
+        wi_metrics_write_label(out, i < WI_METRICS_MAX_ENDPOINTS ? r->name : "other");
+        fprintf(out, "\"} %lu\n", r->recovered);
+    }
+}
+
 /* The deliverer's outcomes in this process. */
 static void effect_counters(FILE *out)
 {
@@ -358,6 +447,7 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
               "Receipt to done, per event: received_at to the start of its successful run (server clock), plus "
               "the worker's time for that run's transaction (an upper bound by at most one batch)",
               &h_receipt);
+    reconcile_counters(out);
     pthread_mutex_unlock(&mu);
 
     counter(out, "webhook_inbox_unrouted_waits_total",

@@ -1,6 +1,6 @@
-/* metrics.h - process counters (events by outcome, by event type; duration histograms),
- * their Prometheus text rendering, and the `stats` subcommand (inbox health read from
- * webhook_inbox_stats() and webhook_inbox_unrouted()). */
+/* metrics.h - process counters (events by outcome, by event type; duration histograms;
+ * reconcile walks by endpoint), their Prometheus text rendering, and the `stats` subcommand
+ * (inbox health read from webhook_inbox_stats() and webhook_inbox_unrouted()). */
 #ifndef WI_METRICS_H
 #define WI_METRICS_H
 
@@ -46,6 +46,23 @@ void wi_metrics_event(const char *event_type, const char *result, double receipt
  * COMMIT reply): the batch histogram gets one observation, the handler histogram one per
  * event of seconds / events. Thread-safe. */
 void wi_metrics_batch(int events, double seconds);
+
+/* Reconcile walks scheduled by `run --reconcile` (reconcile_sched.c), per endpoint name
+ * ([a-z][a-z0-9_]{0,62}, operator-configured: a bounded label); the first
+ * WI_METRICS_MAX_ENDPOINTS names get their own counters, later ones count as "other". */
+#define WI_METRICS_MAX_ENDPOINTS 64
+enum { WI_M_RC_COMPLETE, /* the walk reached its end */
+       WI_M_RC_FAILED,   /* it stopped on an error (cursor kept: the next walk resumes) */
+       WI_M_RC_LOCKED,   /* another sidecar held the endpoint's lock: not walked here */
+       WI_M_RC_RESULTS };
+
+/* Declares endpoint's counters at 0 (so the first walk is an increase, not a new series).
+ * Thread-safe; copies endpoint. */
+void wi_metrics_reconcile_endpoint(const char *endpoint);
+
+/* Counts one walk of endpoint with result WI_M_RC_* and the events it recovered (inserted,
+ * or redeliveries asked for; a failed walk keeps the pages it committed). Thread-safe. */
+void wi_metrics_reconcile(const char *endpoint, int result, long recovered);
 
 /* At most this many destinations get outbox gauges (the first by name; the exporter logs
  * when there are more). */

@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "metrics.h"
 
 #define FIRST_S 5.0    /* the first walk, after start */
 #define MIN_INTERVAL_S 60.0
@@ -36,6 +37,9 @@ static void walk(struct wi_rc_sched *s, struct job *j)
     double t0 = wi_clock_s();
     int rc = wi_reconcile(s->conninfo, &j->ep, -s->reach, &s->stopping, &c, &err);
 
+    if (rc < 0 && atomic_load(&s->stopping))
+        return; /* cut short by the shutdown: neither a failure nor a walk */
+    wi_metrics_reconcile(j->ep.name, rc == 0 ? WI_M_RC_LOCKED : rc > 0 ? WI_M_RC_COMPLETE : WI_M_RC_FAILED, c.recovered);
     if (rc == 0)
         log_debug("reconcile_skipped", "endpoint=%s note=\"another sidecar is walking it\"", j->ep.name);
     else if (rc > 0)
@@ -43,7 +47,7 @@ static void walk(struct wi_rc_sched *s, struct job *j)
                  "endpoint=%s pages=%ld listed=%ld recovered=%ld skipped=%ld waits=%ld marked=%ld resumed=%d ms=%.0f",
                  j->ep.name, c.pages, c.listed, c.recovered, c.skipped, c.waits, c.marked, c.resumed,
                  (wi_clock_s() - t0) * 1000);
-    else if (!atomic_load(&s->stopping))
+    else
         log_warnx("reconcile_failed", "endpoint=%s pages=%ld recovered=%ld error=%s note=\"the next walk resumes\"",
                   j->ep.name, c.pages, c.recovered, WI_LOG_Q(err.msg));
 }
@@ -102,6 +106,7 @@ struct wi_rc_sched *wi_rc_sched_start(const struct wi_config *cfg, struct wi_err
             return NULL;
         }
         j->next = wi_clock_s() + (j->interval < FIRST_S ? j->interval : FIRST_S);
+        wi_metrics_reconcile_endpoint(name);
         s->n++;
         log_info("reconcile_scheduled", "endpoint=%s provider=%s interval_s=%.0f first_in_s=%.0f", name,
                  j->ep.api->name, j->interval, j->interval < FIRST_S ? j->interval : FIRST_S);

@@ -1,7 +1,7 @@
 /* test_metrics.c - the Prometheus rendering of the process counters: label values escaped,
  * at most WI_METRICS_MAX_TYPES event types then "other", histograms cumulative with
- * le="+Inf" equal to _count, the inbox and outbox gauges only when they were read, and
- * the deliverer's counters. */
+ * le="+Inf" equal to _count, the inbox and outbox gauges only when they were read, the
+ * deliverer's counters, and the reconcile walks per endpoint. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +18,14 @@ static char *render(const struct wi_metrics_gauges *g)
     wi_metrics_render(f, g);
     fclose(f);
     return buf;
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (; (hay = strstr(hay, needle)) != NULL; hay++)
+        n++;
+    return n;
 }
 
 int main(void)
@@ -95,8 +103,52 @@ int main(void)
     CHECK(strstr(out, "# TYPE webhook_inbox_reconnects_total counter\nwebhook_inbox_reconnects_total 0\n") != NULL);
     free(out);
 
+    /* Reconcile walks: HELP and TYPE before any endpoint; a declared endpoint at 0 for every
+     * result; walks and recovered events counted; past WI_METRICS_MAX_ENDPOINTS, or a name
+     * that cannot be a label, "other". */
+    out = render(NULL);
+    CHECK(strstr(out, "# TYPE webhook_inbox_reconcile_walks_total counter\n# HELP") != NULL);
+    CHECK(strstr(out, "webhook_inbox_reconcile_walks_total{") == NULL);
+    CHECK(strstr(out, "# TYPE webhook_inbox_reconcile_recovered_total counter\n") != NULL);
+    free(out);
+    wi_metrics_reconcile_endpoint("billing");
+    out = render(NULL);
+    CHECK(strstr(out, "webhook_inbox_reconcile_walks_total{endpoint=\"billing\",result=\"complete\"} 0\n"
+                      "webhook_inbox_reconcile_walks_total{endpoint=\"billing\",result=\"failed\"} 0\n"
+                      "webhook_inbox_reconcile_walks_total{endpoint=\"billing\",result=\"locked\"} 0\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_reconcile_recovered_total{endpoint=\"billing\"} 0\n") != NULL);
+    free(out);
+    wi_metrics_reconcile_endpoint("billing"); /* declared twice: one row */
+    wi_metrics_reconcile("billing", WI_M_RC_COMPLETE, 3);
+    wi_metrics_reconcile("billing", WI_M_RC_FAILED, 2); /* the pages committed before the failure count */
+    wi_metrics_reconcile("billing", WI_M_RC_FAILED, 0);
+    wi_metrics_reconcile("gh", WI_M_RC_LOCKED, 0);
+    wi_metrics_reconcile("billing", WI_M_RC_RESULTS, 9); /* not a result: ignored */
+    out = render(NULL);
+    CHECK(strstr(out, "{endpoint=\"billing\",result=\"complete\"} 1\n") != NULL);
+    CHECK(strstr(out, "{endpoint=\"billing\",result=\"failed\"} 2\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_reconcile_recovered_total{endpoint=\"billing\"} 5\n") != NULL);
+    CHECK(strstr(out, "{endpoint=\"gh\",result=\"locked\"} 1\n") != NULL);
+    CHECK(strstr(out, "endpoint=\"other\"") == NULL);
+    CHECK(count(out, "endpoint=\"billing\"") == 4); /* declared twice: one row (3 results, recovered) */
+    free(out);
+    for (i = 0; i < WI_METRICS_MAX_ENDPOINTS; i++) {
+        snprintf(type, sizeof type, "e%d", i);
+        wi_metrics_reconcile(type, WI_M_RC_COMPLETE, 1);
+    }
+    wi_metrics_reconcile("bad\nname", WI_M_RC_FAILED, 4);
+    out = render(NULL);
+    CHECK(strstr(out, "{endpoint=\"e61\",result=\"complete\"} 1\n") != NULL); /* billing, gh, e0..e61 fill 64 */
+    CHECK(strstr(out, "endpoint=\"e62\"") == NULL);
+    CHECK(strstr(out, "{endpoint=\"other\",result=\"complete\"} 2\n") != NULL);
+    CHECK(strstr(out, "{endpoint=\"other\",result=\"failed\"} 1\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_reconcile_recovered_total{endpoint=\"other\"} 6\n") != NULL);
+    CHECK(strstr(out, "bad") == NULL);
+    free(out);
+
     wi_metrics_reset();
     out = render(NULL);
+    CHECK(strstr(out, "webhook_inbox_reconcile_walks_total{") == NULL);
     CHECK(strstr(out, "webhook_inbox_stats_up") == NULL);
     CHECK(strstr(out, "webhook_inbox_effects_stats_up") == NULL);
     CHECK(strstr(out, "webhook_inbox_effects_total{outcome=\"retry\"} 0\n") != NULL);

@@ -21,9 +21,7 @@ RSpec.describe "webhook-inbox-sidecar /metrics", :sidecar do
   def start(*extra, url: db.url)
     pid, log = spawn_sidecar("run", "--database-url", url, "--metrics-listen", "127.0.0.1:0", "--poll-interval", "200ms",
                              *extra)
-    addr = wait_for(20, 0.05, "metrics_listening") { File.read(log)[/msg=metrics_listening address=(\S+)/, 1] }
-    host, port = addr.split(":")
-    [pid, log, host, port.to_i]
+    [pid, log, *metrics_address(log)]
   end
 
   def get(host, port, path = "/metrics")

@@ -258,18 +258,42 @@ RSpec.describe "webhook-inbox-sidecar reconcile", :sidecar do
       expect(err).not_to include(STRIPE_KEY)
     end
 
-    it "runs on a schedule with run --reconcile NAME=INTERVAL, one sidecar of two walking it at a time" do
+    def reconcile_counts(logs)
+      fams = logs.map { |l| scrape_sidecar(l) }
+      sum = lambda do |name, labels|
+        fams.sum { |f| PrometheusText.value(f, name, labels) or raise "#{name}#{labels} not served" }
+      end
+      { recovered: sum.call("webhook_inbox_reconcile_recovered_total", "endpoint" => "billing"),
+        **%w[complete failed locked].to_h do |r|
+          [r.to_sym, sum.call("webhook_inbox_reconcile_walks_total", "endpoint" => "billing", "result" => r)]
+        end }
+    end
+
+    it "runs on a schedule with run --reconcile NAME=INTERVAL, one sidecar of two walking it at a time, counted in /metrics" do
       events = seed_stripe(120, "sch#{SecureRandom.hex(3)}")
       events.drop(20).each { |e| db.insert_event(e["id"], e["type"], e, scope: scope) }
       logs = Array.new(2) do
-        spawn_sidecar("run", "--database-url", db.url, "--endpoint", "billing=stripe:#{scope}",
-                      "--reconcile", "billing=1m", "--unrouted", "wait", env: env)[1]
+        spawn_sidecar("run", "--database-url", db.url, "--endpoint", "billing=stripe:#{scope}", "--reconcile", "billing=1m",
+                      "--unrouted", "wait", "--metrics-listen", "127.0.0.1:0", env: env)[1]
       end
+      # Declared at 0 before the first walk (so the first one is an increase).
+      expect(reconcile_counts(logs)).to eq(recovered: 0, complete: 0, failed: 0, locked: 0)
       wait_for(30, 0.2, "the scheduled walk") { logs.any? { |l| File.read(l).include?("msg=reconcile endpoint=billing") } }
       expect(rows("recovered_at IS NOT NULL")).to eq(20)
       expect(rows).to eq(120)
       walks = logs.sum { |l| File.read(l).scan(/msg=reconcile endpoint=billing .*recovered=(\d+)/).flatten.map(&:to_i).sum }
       expect(walks).to eq(20) # whoever walked, each event once
+      counts = reconcile_counts(logs)
+      expect(counts).to include(recovered: 20, failed: 0)
+      expect(counts[:complete]).to be >= 1
+    end
+
+    it "counts a scheduled walk the provider refuses as failed in /metrics" do
+      log = spawn_sidecar("run", "--database-url", db.url, "--endpoint", "billing=stripe:#{scope}", "--reconcile", "billing=1m",
+                          "--unrouted", "wait", "--metrics-listen", "127.0.0.1:0",
+                          env: env.merge("WEBHOOK_INBOX_BILLING_API_KEY" => "sk_test_wrong"))[1]
+      wait_for(30, 0.2, "the refused walk") { File.read(log).include?("msg=reconcile_failed endpoint=billing") }
+      expect(reconcile_counts([log])).to eq(recovered: 0, complete: 0, failed: 1, locked: 0)
     end
   end
 

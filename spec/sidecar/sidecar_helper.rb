@@ -136,6 +136,24 @@ module SidecarHelper
     [pid, log]
   end
 
+  # [host, port] of a sidecar spawned with --metrics-listen (log: its log file).
+  def metrics_address(log)
+    addr = wait_for(20, 0.05, "metrics_listening") { File.read(log)[/msg=metrics_listening address=(\S+)/, 1] }
+    host, port = addr.split(":")
+    [host, port.to_i]
+  end
+
+  # The metric families (PrometheusText) that sidecar's GET /metrics answers with.
+  def scrape_sidecar(log)
+    require "net/http"
+    require_relative "../support/prometheus_text"
+    host, port = metrics_address(log)
+    res = Net::HTTP.start(host, port, open_timeout: 5, read_timeout: 10) { |h| h.get("/metrics") }
+    raise "GET /metrics answered #{res.code}" unless res.code == "200"
+
+    PrometheusText.parse(res.body)
+  end
+
   def wait_for(timeout = 20, step = 0.05, message = "condition")
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
     loop do
