@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "dashboard_check"
+
 module WebhookInbox
   module Rails
     # Doctor - `bin/rails webhook_inbox:doctor`: what is configured and what is missing, read
@@ -157,6 +159,10 @@ module WebhookInbox
 
       # DashboardCheck's line: a problem when the mounted dashboard has no protection chosen.
       def dashboard
+        unless defined?(::Rails) && ::Rails.respond_to?(:application) && ::Rails.application
+          return "dashboard: not checked (no Rails application loaded)"
+        end
+
         line, problem = DashboardCheck.doctor_line
         problem! if problem
         line
