@@ -173,7 +173,13 @@ RSpec.describe "webhook-inbox-sidecar run --retain", :sidecar do
     plans = [
       "SELECT 1 FROM webhook_inbox WHERE status = 'done' AND pruned_at IS NULL AND received_at < now() - interval '30 days' LIMIT 5000",
       "SELECT 1 FROM webhook_inbox WHERE pruned_at IS NOT NULL AND pruned_at < now() - interval '30 days' LIMIT 5000"
-    ].map { |q| db.value("SET enable_seqscan = off; EXPLAIN #{q}") }
+    ].map do |q|
+      # webhook_inbox_done_idx serves the first query too and, on a table this small, costs the
+      # same: which one the planner takes depends on what earlier examples left in it. Left out
+      # here (BEGIN without COMMIT: the drop goes with the session), so the plan shows that the
+      # partial index serves the prune.
+      db.value("BEGIN; DROP INDEX webhook_inbox_done_idx; SET LOCAL enable_seqscan = off; EXPLAIN #{q}")
+    end
     expect(plans[0]).to include("webhook_inbox_prunable_idx")
     expect(plans[1]).to include("webhook_inbox_pruned_idx")
   end
