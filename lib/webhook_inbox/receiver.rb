@@ -230,13 +230,10 @@ module WebhookInbox
       too_long = oversized_key(event)
       return reject(400, too_long) if too_long
 
-      headers = @keep_headers ? { headers: RequestHeaders.from_env(env) } : NO_HEADERS
-      headers = headers.merge(ordering: @ordering.for(event.event_type)) if @ordering
       # The stored payload is what the signature covers: the raw body, or (a signature over a
       # few fields only, Didit's X-Signature-Simple) the signed fields alone.
       payload = event.body_signed == false ? event.body : body
-      receipt = @inbox.insert(source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s,
-                              payload: payload, raw: form, **headers)
+      receipt = @inbox.insert(**row(event, payload, form, kept_headers(env)))
       Result.new(http_status: 200, status: receipt.status, receipt: receipt, event: event)
     rescue VerificationError => e
       status = if e.reason == :payload_too_large then 413
@@ -260,18 +257,23 @@ module WebhookInbox
       too_long = items.lazy.filter_map { |item| oversized_key(item) }.first
       return reject(400, too_long) if too_long
 
-      headers = @keep_headers ? RequestHeaders.from_env(env) : nil
-      rows = items.map do |item|
-        row = { source_scope: @source_scope, event_id: item.event_id, event_type: item.event_type.to_s,
-                payload: item.body, raw: form }
-        row[:headers] = headers if @keep_headers
-        row[:ordering] = @ordering.for(item.event_type) if @ordering
-        row
-      end
+      headers = kept_headers(env)
+      rows = items.map { |item| row(item, item.body, form, headers) }
       receipts = @inbox.respond_to?(:insert_all) ? @inbox.insert_all(rows) : rows.map { |row| @inbox.insert(**row) }
       event = event.dup.tap { |e| e.items = items.freeze } if items.each_with_index.any? { |item, i| !item.equal?(event.items[i]) }
       Result.new(http_status: 200, status: receipts.any? { |r| r.status == :accepted } ? :accepted : :duplicate, receipt: receipts.first,
                  receipts: receipts, event: event)
+    end
+
+    # { headers: the delivery's headers as kept } when this receiver keeps them, else NO_HEADERS.
+    def kept_headers(env) = @keep_headers ? { headers: RequestHeaders.from_env(env) } : NO_HEADERS
+
+    # The insert's arguments for one event: the same for a delivery and for each of its items.
+    def row(event, payload, form, headers)
+      row = { source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s,
+              payload: payload, raw: form, **headers }
+      row[:ordering] = @ordering.for(event.event_type) if @ordering
+      row
     end
 
     # An event id past Inbox::MAX_TEXT_BYTES that the signature covers is stored (and seen by
