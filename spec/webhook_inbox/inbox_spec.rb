@@ -152,6 +152,7 @@ RSpec.describe WebhookInbox::Inbox do
     # The connection survived the SQL error and is reused.
     expect(slow.insert(source_scope: scope, event_id: "evt_locked", payload: "{}").status).to eq(:accepted)
   ensure
+    trap("USR1", previous_trap || "DEFAULT") # later examples (and their forked children) get no stale handler
     blocker&.close
     slow&.close
   end
@@ -209,7 +210,7 @@ RSpec.describe WebhookInbox::Inbox do
     blocker.exec("BEGIN")
     blocker.exec_params("INSERT INTO webhook_inbox (source_scope, event_id) VALUES ($1, 'evt_trap')", [scope])
     trapped = []
-    trap("USR1") { trapped << blocker.exec("ROLLBACK").cmd_status if trapped.empty? }
+    previous_trap = trap("USR1") { trapped << blocker.exec("ROLLBACK").cmd_status if trapped.empty? }
     # A separate process (not a Ruby thread) signals once the insert waits on the row lock.
     sender = Process.spawn("sh", "-c", <<~SH)
       for i in $(seq 1 400); do
