@@ -152,7 +152,6 @@ RSpec.describe WebhookInbox::Inbox do
     # The connection survived the SQL error and is reused.
     expect(slow.insert(source_scope: scope, event_id: "evt_locked", payload: "{}").status).to eq(:accepted)
   ensure
-    trap("USR1", previous_trap || "DEFAULT") # later examples (and their forked children) get no stale handler
     blocker&.close
     slow&.close
   end
@@ -228,6 +227,7 @@ RSpec.describe WebhookInbox::Inbox do
   rescue StandardError => e
     { threads: threads, trapped: trapped, error: "#{e.class}: #{e.message}" }
   ensure
+    trap("USR1", previous_trap || "DEFAULT") # later examples (and their forked children) get no stale handler
     blocker&.close
     slow&.close
   end
