@@ -24,7 +24,7 @@ Gem::Specification.new do |spec|
     "lib/**/*.rb", "lib/**/*.rake", "lib/**/templates/**/*", "lib/**/*.erb",
     "app/**/*.{rb,erb}", "config/routes.rb",
     "ext/webhook_inbox/*.{c,h,rb}",
-    "sidecar/extconf.rb", "sidecar/src/*.{c,h}",
+    "sidecar/extconf.rb", "sidecar/src/**/*.{c,h}",
     "db/**/*.sql", "exe/*", "README.md", "CHANGELOG.md", "UPGRADING.md", "docs/*.md", "LICENSE"
   ]
   spec.bindir = "exe"

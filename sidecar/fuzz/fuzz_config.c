@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "core/config.h"
 
 #define MAX_ARGS 16
 

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "destination.h"
-#include "http_client.h"
-#include "outbox.h"
+#include "delivery/destination.h"
+#include "delivery/http_client.h"
+#include "delivery/outbox.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "audit.h"
+#include "admin/audit.h"
 #include "minitest.h"
 
 int main(void)

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "minitest.h"
-#include "retry.h"
+#include "claim/retry.h"
 
 int main(void)
 {

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
+#include "core/config.h"
+#include "core/log.h"
 #include "minitest.h"
 
 static int load(struct wi_config *c, struct wi_err *e, int argc, char **argv)

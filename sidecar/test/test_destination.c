@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "destination.h"
-#include "http_client.h"
+#include "delivery/destination.h"
+#include "delivery/http_client.h"
 #include "minitest.h"
-#include "outbox.h"
+#include "delivery/outbox.h"
 
 static int parses(const char *spec, int secrets)
 {

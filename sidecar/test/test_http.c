@@ -3,7 +3,7 @@
  * every length that shows the fault, and the slices point into the buffer. */
 #include <string.h>
 
-#include "http.h"
+#include "observability/http.h"
 #include "minitest.h"
 
 static const char *const valid[] = {

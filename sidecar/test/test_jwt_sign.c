@@ -11,7 +11,7 @@
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
 
-#include "jwt_sign.h"
+#include "reconcile/jwt_sign.h"
 #include "minitest.h"
 
 /* The key of the known-key checks, made at start (no key is committed): PKCS#1 ("BEGIN RSA

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "metrics.h"
+#include "observability/metrics.h"
 #include "minitest.h"
 
 static char *render(const struct wi_metrics_gauges *g)

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "minitest.h"
-#include "pgarray.h"
-#include "pgw.h"
+#include "pg/pgarray.h"
+#include "pg/pgw.h"
 
 static const char *const tricky[] = {
     "plain", "", "with space", "a,b", "{braces}", "\"quoted\"", "back\\slash", "\\\"", "NULL", "null",

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "minitest.h"
-#include "pgw.h"
+#include "pg/pgw.h"
 
 int main(void)
 {

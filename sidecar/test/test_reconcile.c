@@ -5,9 +5,9 @@
 
 #include "event_id.h"
 #include "minitest.h"
-#include "pgarray.h"
-#include "reconcile.h"
-#include "reconcile_http.h"
+#include "pg/pgarray.h"
+#include "reconcile/reconcile.h"
+#include "reconcile/reconcile_http.h"
 
 static int parses(const char *spec)
 {

@@ -8,9 +8,9 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "clock.h"
+#include "core/clock.h"
 #include "minitest.h"
-#include "wake.h"
+#include "claim/wake.h"
 
 static struct wi_wake shared;
 

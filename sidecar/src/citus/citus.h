@@ -1,0 +1,64 @@
+/* citus.h - the sidecar on a Citus cluster: finding the layout of db/citus/ and the claim
+ * statements that keep each transaction on one shard (docs/capacity.md, "Citus"). */
+#ifndef WI_CITUS_H
+#define WI_CITUS_H
+
+#include "claim/dispatch.h"
+#include "pg/pgw.h"
+
+/* 1 when this database has the Citus layout (webhook_inbox_citus_claim() exists), 0 when
+ * not, -1 with *err. Prepares its own statement. */
+int wi_citus_layout(struct wi_pg *pg, struct wi_err *err);
+
+/* 1 when the citus extension is installed in this database, 0 when not, -1 with *err. */
+int wi_citus_installed(struct wi_pg *pg, struct wi_err *err);
+
+/* Replaces, in stmts[0..n), the statements named wi_claim and wi_dispatch_batch by their
+ * Citus forms (same parameters and columns: webhook_inbox_citus_claim() and
+ * webhook_inbox_citus_dispatch_batch(), one source_scope per transaction), and prune.c's
+ * retention batches (wi_prune, wi_prune_keep, wi_forget, wi_prune_effects) by
+ * webhook_inbox_citus_prune() (db/citus/003: the same batch, one scope at a time). */
+void wi_citus_stmts(struct wi_pg_stmt *stmts, int n);
+
+/* wi_pg_prepare() of stmts[0..n), each in its Citus form (wi_citus_stmts: the same name,
+ * parameters and columns) when this database has the Citus layout. Returns 0 or -1 with *err. */
+int wi_citus_prepare(struct wi_pg *pg, const struct wi_pg_stmt *stmts, int n, struct wi_err *err);
+
+/* The shards a worker cycles through on the Citus layout, one batch per shard in turn, each
+ * pushed down to the node holding the shard (db/citus/001: webhook_inbox_citus_shard_keys(),
+ * webhook_inbox_citus_dispatch_shard()). Invariant: 0 <= next < n, or n == 0 (not Citus, or
+ * a layout without the shard dispatch: the sidecar then uses wi_citus_stmts' forms alone). */
+struct wi_citus_shards {
+    char **key; /* n distribution values, one hashing into each shard; owned */
+    int n;
+    int next;   /* the shard of the next batch */
+    char lock_timeout[32]; /* the sessions' lock_timeout, set in each batch on the worker */
+};
+
+/* Loads the shard keys (previous ones freed) and prepares the shard batch statement, the cycle
+ * starting at shard start mod n; each batch runs under lock_timeout (a PostgreSQL value,
+ * "500ms"; copied). Returns 0 (s->n == 0 when the layout has no shard dispatch) or -1 with
+ * *err. */
+int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start, const char *lock_timeout,
+                         struct wi_err *err);
+
+/* Frees the keys; s is left empty (n == 0). Accepts an empty s. */
+void wi_citus_shards_free(struct wi_citus_shards *s);
+
+/* One batch on the next shard in the cycle that has due events, each shard tried at most once:
+ * webhook_inbox_citus_dispatch_shard() outside a transaction block, so the worker holding the
+ * shard runs claim, handlers and results as one transaction of its own. Fills *b (previous
+ * content freed). Returns the events committed, 0 when no shard had any (the keys are then
+ * loaded again: shards may have been split or added; s->n may become 0), or -1 with *err
+ * (that batch rolled back, *b empty). Needs s->n > 0. */
+int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int limit, const struct wi_policy *p,
+                      struct wi_batch *b, struct wi_err *err);
+
+/* Runs a static script (an embedded migration) one statement at a time: Citus refuses
+ * CREATE TRIGGER on a distributed table inside a multi-statement query string ("cannot
+ * insert multiple commands into a prepared statement"). Splits at top-level semicolons,
+ * outside quotes, quoted identifiers, dollar-quoted bodies and comments. Returns 0 or -1
+ * with *err (out of memory, or the failing statement's error). */
+int wi_citus_script(struct wi_pg *pg, const char *sql, struct wi_err *err);
+
+#endif
