@@ -1,8 +1,10 @@
 # frozen_string_literal: true
 
 # rakelib/sidecar.rake - builds the C sidecar into lib/webhook_inbox/ with `rake compile`,
-# and adds its unit tests, sanitizer build and valgrind run to `rake c_tests`.
+# and adds its unit tests, include-cycle check, sanitizer build and valgrind run to `rake c_tests`.
 # The black-box specs (spec/sidecar/*_spec.rb) run with `rake spec`.
+require "tmpdir"
+
 SIDECAR_BIN = "sidecar/build/webhook-inbox-sidecar"
 SIDECAR_LIB_BIN = "lib/webhook_inbox/webhook-inbox-sidecar"
 
@@ -20,6 +22,20 @@ namespace :sidecar do
   desc "Sidecar C unit tests"
   task :test do
     sh "make", "-C", "sidecar", "-j2", "--no-print-directory", "-s", "test"
+  end
+
+  desc "No include cycles among sidecar/src's modules (and the check still catches one: a planted pair must fail)"
+  task :include_cycles do
+    check = "sidecar/tools/include_cycles.rb"
+    sh RbConfig.ruby, check
+    Dir.mktmpdir("wi-cycles-") do |dir|
+      mkdir_p ["#{dir}/a", "#{dir}/b"], verbose: false
+      File.write("#{dir}/a/one.h", %(#include "b/two.h"\n))
+      File.write("#{dir}/b/two.h", "/* two.h */\n")
+      File.write("#{dir}/b/two.c", %(#include "b/two.h"\n#include "a/one.h"\n))
+      ok = system(RbConfig.ruby, check, dir, err: File::NULL)
+      abort "sidecar:include_cycles: #{check} passed a planted cycle (a/one.h -> b/two.h, b/two.c -> a/one.h)" if ok
+    end
   end
 
   desc "Sidecar built and unit-tested under ASan + UBSan, then run against a throwaway PostgreSQL"
@@ -41,4 +57,4 @@ namespace :sidecar do
 end
 
 task compile: "sidecar:build"
-task c_tests: ["sidecar:test", "sidecar:asan", "sidecar:valgrind", "sidecar:fuzz"]
+task c_tests: ["sidecar:test", "sidecar:include_cycles", "sidecar:asan", "sidecar:valgrind", "sidecar:fuzz"]

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/duration.h"
 
 #define MAX_ARGS 16
 
@@ -29,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *line = buf, *next = strchr(line, '\n');
     if (next)
         *next++ = '\0';
-    (void)wi_config_parse_duration(line, &seconds);
+    (void)wi_duration_parse(line, &seconds);
 
     for (line = next; line && argc < MAX_ARGS; line = next) {
         next = strchr(line, '\n');

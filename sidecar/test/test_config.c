@@ -1,4 +1,4 @@
-/* test_config.c - the configuration table: defaults, durations, env/file/flag precedence,
+/* test_config.c - the configuration table: defaults, env/file/flag precedence,
  * validation errors, reload of reloadable fields only, log value quoting. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -19,7 +19,6 @@ int main(void)
 {
     struct wi_config c, d;
     struct wi_err e;
-    double s;
     char buf[64];
     char path[] = "/tmp/wi-test-config-XXXXXX";
     int fd;
@@ -28,20 +27,6 @@ int main(void)
     unsetenv("DATABASE_URL");
     unsetenv("WEBHOOK_INBOX_CONFIG");
     unsetenv("WEBHOOK_INBOX_BATCH_SIZE");
-
-    /* Durations. */
-    CHECK(wi_config_parse_duration("250ms", &s) == 0 && s > 0.2499 && s < 0.2501);
-    CHECK(wi_config_parse_duration("2s", &s) == 0 && s == 2.0);
-    CHECK(wi_config_parse_duration("1.5", &s) == 0 && s == 1.5);
-    CHECK(wi_config_parse_duration("5m", &s) == 0 && s == 300.0);
-    CHECK(wi_config_parse_duration("1h", &s) == 0 && s == 3600.0);
-    CHECK(wi_config_parse_duration("", &s) < 0);
-    CHECK(wi_config_parse_duration("-1s", &s) < 0);
-    CHECK(wi_config_parse_duration("3 s", &s) < 0);
-    CHECK(wi_config_parse_duration("30d", &s) == 0 && s == 30 * 86400.0);
-    CHECK(wi_config_parse_duration("10w", &s) < 0);
-    CHECK(wi_config_parse_duration("nan", &s) < 0);
-    CHECK(wi_config_parse_duration("inf", &s) < 0);
 
     /* Defaults. */
     CHECK(load(&c, &e, 0, NULL) == 0);
@@ -159,31 +144,6 @@ int main(void)
         setenv("WEBHOOK_INBOX_DESTINATION", "alpha", 1); /* the bare form is a flag only */
         CHECK(load(&c, &e, 0, NULL) < 0 && strstr(e.msg, "NAME=URL"));
         unsetenv("WEBHOOK_INBOX_DESTINATION");
-    }
-
-    /* --print-config's URLs: query values and fragment masked, names and path kept. */
-    {
-        static const char *const cases[][2] = {
-            {"https://api.example/hook?api_key=k3y&v=2", "https://api.example/hook?api_key=*****&v=*****"},
-            {"https://api.example/x?token#frag", "https://api.example/x?*****#*****"},
-            {"https://api.example:8443/a/b", "https://api.example:8443/a/b"},
-            {"https://api.example?a=1&&b", "https://api.example?a=*****&&*****"},
-            {"http://127.0.0.1:9/x?", "http://127.0.0.1:9/x?"},
-            {"https://u:pw@api.example/x", "https://*****@api.example/x"},
-            {"https://api.example/x#a?b=1", "https://api.example/x#*****"},
-        };
-        size_t i;
-        for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            char *got = NULL;
-            size_t len = 0;
-            FILE *m = open_memstream(&got, &len);
-            wi_config_print_masked_url(cases[i][0], m);
-            fclose(m);
-            CHECK(strcmp(got, cases[i][1]) == 0);
-            if (strcmp(got, cases[i][1]) != 0)
-                fprintf(stderr, "  %s -> %s\n", cases[i][0], got);
-            free(got);
-        }
     }
 
     /* Log values: bare when safe, quoted and escaped otherwise, bounded. */

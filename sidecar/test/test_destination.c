@@ -1,6 +1,6 @@
 /* test_destination.c - the --destination spec parser (every truncation point, options,
  * credentials only from the file or the environment), the list, Retry-After, and the
- * answer-text sanitizer. */
+ * answer-text sanitizer, the masked URLs --print-config shows. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +8,8 @@
 
 #include "delivery/destination.h"
 #include "delivery/http_client.h"
-#include "minitest.h"
 #include "delivery/outbox.h"
+#include "minitest.h"
 
 static int parses(const char *spec, int secrets)
 {
@@ -121,6 +121,30 @@ int main(void)
     memcpy(text, "\xf0\x9f\x98\x80\xf0\x9f\x98", 7); /* an emoji, then a truncated one */
     wi_outbox_text_sanitize(text, 7);
     CHECK(memcmp(text, "\xf0\x9f\x98\x80???", 7) == 0);
+
+    /* Printed URLs (--print-config): query values and fragment masked, names and path kept. */
+    {
+        static const char *const cases[][2] = {
+            {"https://api.example/hook?api_key=k3y&v=2", "https://api.example/hook?api_key=*****&v=*****"},
+            {"https://api.example/x?token#frag", "https://api.example/x?*****#*****"},
+            {"https://api.example:8443/a/b", "https://api.example:8443/a/b"},
+            {"https://api.example?a=1&&b", "https://api.example?a=*****&&*****"},
+            {"http://127.0.0.1:9/x?", "http://127.0.0.1:9/x?"},
+            {"https://u:pw@api.example/x", "https://*****@api.example/x"},
+            {"https://api.example/x#a?b=1", "https://api.example/x#*****"},
+        };
+        for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            char *got = NULL;
+            size_t len = 0;
+            FILE *m = open_memstream(&got, &len);
+            wi_dest_print_masked_url(cases[i][0], m);
+            fclose(m);
+            CHECK(strcmp(got, cases[i][1]) == 0);
+            if (strcmp(got, cases[i][1]) != 0)
+                fprintf(stderr, "  %s -> %s\n", cases[i][0], got);
+            free(got);
+        }
+    }
 
     DONE("test_destination");
 }

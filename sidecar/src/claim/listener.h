@@ -3,7 +3,7 @@
 #ifndef WI_LISTENER_H
 #define WI_LISTENER_H
 
-#include "claim/worker.h"
+#include "core/runtime.h"
 
 struct wi_listener;
 

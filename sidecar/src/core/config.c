@@ -4,13 +4,13 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <libpq-fe.h>
 
+#include "core/duration.h"
 #include "core/log.h"
 #include "retention/prune.h"
 #include "redact.h"
@@ -139,33 +139,6 @@ static const struct cf_entry *find(const char *name, size_t len)
     return NULL;
 }
 
-int wi_config_parse_duration(const char *s, double *seconds)
-{
-    char *end;
-    double v, mult = 1.0;
-
-    if (!s || !*s)
-        return -1;
-    errno = 0;
-    v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0)
-        return -1;
-    if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
-        mult = 1.0;
-    else if (strcmp(end, "ms") == 0)
-        mult = 0.001;
-    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        mult = 60.0;
-    else if (strcmp(end, "h") == 0)
-        mult = 3600.0;
-    else if (strcmp(end, "d") == 0)
-        mult = 86400.0;
-    else
-        return -1;
-    *seconds = v * mult;
-    return 0;
-}
-
 static int set(struct wi_config *cfg, const struct cf_entry *e, const char *val, const char *src, struct wi_err *err)
 {
     char *p = (char *)cfg + e->offset;
@@ -191,7 +164,7 @@ static int set(struct wi_config *cfg, const struct cf_entry *e, const char *val,
     }
     case CF_DURATION: {
         double d;
-        if (wi_config_parse_duration(val, &d) < 0 || d <= 0)
+        if (wi_duration_parse(val, &d) < 0 || d <= 0)
             return wi_err_set(err, WI_ERR_ARG, "%s: %s must be a positive duration (250ms, 2s, 5m, 1h, 3d)", src, e->name);
         if (e->max && d > (double)e->max) /* keeps every later ms/int conversion in range */
             return wi_err_set(err, WI_ERR_ARG, "%s: %s must be at most %ldd", src, e->name, e->max / 86400);
@@ -523,42 +496,6 @@ static void print_url(const char *url, FILE *out)
         first = 0;
     }
     PQconninfoFree(opts);
-}
-
-void wi_config_print_masked_url(const char *url, FILE *out)
-{
-    const char *auth = strstr(url, "://"), *p, *at;
-    size_t alen;
-
-    if (!auth) {
-        fputs("(hidden: not a URL)", out);
-        return;
-    }
-    auth += 3;
-    alen = strcspn(auth, "/?#");
-    at = memchr(auth, '@', alen);
-    fwrite(url, 1, (size_t)(auth - url), out);
-    if (at) { /* userinfo: wi_dest_parse refuses it; never printed all the same */
-        fputs("*****@", out);
-        alen -= (size_t)(at + 1 - auth);
-        auth = at + 1;
-    }
-    p = auth + alen + strcspn(auth + alen, "?#"); /* the path is printed */
-    fwrite(auth, 1, (size_t)(p - auth), out);
-    if (*p == '?') {
-        for (p++, fputc('?', out); *p && *p != '#';) {
-            size_t n = strcspn(p, "&#"), k = strcspn(p, "=&#");
-            if (k < n)
-                fwrite(p, 1, k + 1, out); /* name= */
-            if (n)
-                fputs("*****", out);
-            p += n;
-            if (*p == '&')
-                fputc(*p++, out);
-        }
-    }
-    if (*p == '#')
-        fputs("#*****", out);
 }
 
 void wi_config_print(const struct wi_config *cfg, FILE *out)

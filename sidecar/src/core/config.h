@@ -81,19 +81,10 @@ void wi_config_free(struct wi_config *cfg);
  * database_url and the destinations' query strings and credentials are masked. */
 void wi_config_print(const struct wi_config *cfg, FILE *out);
 
-/* Writes url ("scheme://host/path?query#fragment") with every query value and the fragment
- * as "*****" (names kept: "?api_key=*****&v=*****"), and any userinfo as "*****@"; the
- * path is printed as is (credentials belong in a destination's token= or secret=). */
-void wi_config_print_masked_url(const char *url, FILE *out);
-
 /* The name of a WI_UNROUTED_* value ("wait", "ignore", "quarantine", "retry"). */
 const char *wi_config_unrouted_name(int unrouted);
 
 /* Writes the option list for --help. */
 void wi_config_usage(FILE *out);
-
-/* Parses a duration: "250ms", "2s", "1.5" (seconds), "5m", "1h". Returns 0 and sets
- * *seconds, or -1 on syntax errors and negative values. */
-int wi_config_parse_duration(const char *s, double *seconds);
 
 #endif

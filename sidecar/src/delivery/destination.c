@@ -9,7 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/config.h"
+#include "core/duration.h"
 #include "hmac.h"
 
 #define CONCURRENCY_MAX 1024
@@ -114,7 +114,7 @@ static int duration(const char *v, size_t n, double *out)
         return -1;
     memcpy(buf, v, n);
     buf[n] = '\0';
-    if (wi_config_parse_duration(buf, out) < 0 || *out <= 0 || *out > TIMEOUT_MAX_S)
+    if (wi_duration_parse(buf, out) < 0 || *out <= 0 || *out > TIMEOUT_MAX_S)
         return -1;
     return 0;
 }
@@ -361,13 +361,49 @@ void wi_dest_list_free(struct wi_dest_list *l)
     l->n = 0;
 }
 
+void wi_dest_print_masked_url(const char *url, FILE *out)
+{
+    const char *auth = strstr(url, "://"), *p, *at;
+    size_t alen;
+
+    if (!auth) {
+        fputs("(hidden: not a URL)", out);
+        return;
+    }
+    auth += 3;
+    alen = strcspn(auth, "/?#");
+    at = memchr(auth, '@', alen);
+    fwrite(url, 1, (size_t)(auth - url), out);
+    if (at) { /* userinfo: wi_dest_parse refuses it; never printed all the same */
+        fputs("*****@", out);
+        alen -= (size_t)(at + 1 - auth);
+        auth = at + 1;
+    }
+    p = auth + alen + strcspn(auth + alen, "?#"); /* the path is printed */
+    fwrite(auth, 1, (size_t)(p - auth), out);
+    if (*p == '?') {
+        for (p++, fputc('?', out); *p && *p != '#';) {
+            size_t n = strcspn(p, "&#"), k = strcspn(p, "=&#");
+            if (k < n)
+                fwrite(p, 1, k + 1, out); /* name= */
+            if (n)
+                fputs("*****", out);
+            p += n;
+            if (*p == '&')
+                fputc(*p++, out);
+        }
+    }
+    if (*p == '#')
+        fputs("#*****", out);
+}
+
 void wi_dest_list_print(const struct wi_dest_list *l, FILE *out)
 {
     int i;
     for (i = 0; l && i < l->n; i++) {
         const struct wi_dest *d = &l->v[i];
         fprintf(out, "destination = %s=", d->name);
-        wi_config_print_masked_url(d->url, out);
+        wi_dest_print_masked_url(d->url, out);
         if (d->concurrency)
             fprintf(out, " concurrency=%d", d->concurrency);
         if (d->timeout > 0)

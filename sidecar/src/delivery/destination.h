@@ -73,8 +73,13 @@ int wi_dest_list_equal(const struct wi_dest_list *a, const struct wi_dest_list *
 /* Frees every destination; leaves *l empty. Accepts NULL. */
 void wi_dest_list_free(struct wi_dest_list *l);
 
+/* Writes url ("scheme://host/path?query#fragment") with every query value and the fragment
+ * as "*****" (names kept: "?api_key=*****&v=*****"), and any userinfo as "*****@"; the
+ * path is printed as is (credentials belong in a destination's token= or secret=). */
+void wi_dest_print_masked_url(const char *url, FILE *out);
+
 /* Writes one "destination = ..." line per destination; the URL's query values, fragment
- * and userinfo (wi_config_print_masked_url) and the credentials are masked. */
+ * and userinfo (wi_dest_print_masked_url) and the credentials are masked. */
 void wi_dest_list_print(const struct wi_dest_list *l, FILE *out);
 
 #endif

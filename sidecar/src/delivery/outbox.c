@@ -27,7 +27,7 @@
 #include "pg/pgarray.h"
 #include "claim/retry.h"
 #include "pg/schema.h"
-#include "claim/worker.h"
+#include "core/runtime.h"
 
 #define SCHEMA_RETRY_S 3.0
 #define DONE_MAX 64                  /* answers held unsaved at most (the database away: more are dropped) */

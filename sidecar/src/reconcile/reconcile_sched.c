@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "core/duration.h"
 #include "core/log.h"
 #include "observability/metrics.h"
 
@@ -93,7 +94,7 @@ struct wi_rc_sched *wi_rc_sched_start(const struct wi_config *cfg, struct wi_err
         const char *spec = cfg->reconciles.v[i], *eq = strchr(spec, '=');
         char name[64];
         struct job *j = &s->jobs[s->n];
-        if (!eq || eq - spec >= (long)sizeof name || wi_config_parse_duration(eq + 1, &j->interval) < 0 ||
+        if (!eq || eq - spec >= (long)sizeof name || wi_duration_parse(eq + 1, &j->interval) < 0 ||
             j->interval < MIN_INTERVAL_S) {
             wi_err_set(err, WI_ERR_ARG, "--reconcile: expected NAME=INTERVAL with an interval of at least 1m");
             sched_free(s);
