@@ -2,7 +2,7 @@
 
 require_relative "sidecar_helper"
 
-# The sidecar's array literals (sidecar/src/pgarray.c), through its C test run against the
+# The sidecar's array literals (sidecar/src/pg/pgarray.c), through its C test run against the
 # throwaway cluster: every element the deliverer's batched save sends (answer bodies with
 # quotes, backslashes, braces, commas; NULLs) must come out of PostgreSQL's array parser as
 # it went in.

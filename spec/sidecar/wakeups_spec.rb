@@ -4,7 +4,7 @@ require "net/http"
 require_relative "sidecar_helper"
 require_relative "../support/prometheus_text"
 
-# Wake-ups (sidecar/src/wake.h, listener.c): one connection per process LISTENs and hands
+# Wake-ups (sidecar/src/claim/wake.h, listener.c): one connection per process LISTENs and hands
 # each notification to one idle worker, so a receipt costs one claim whatever --concurrency;
 # a worker whose batch took every due row waits for the next notification instead of
 # claiming again to find nothing. A full batch wakes one more worker, so a backlog brings
