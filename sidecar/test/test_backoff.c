@@ -5,8 +5,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 
-#include "minitest.h"
 #include "claim/retry.h"
+#include "minitest.h"
 
 int main(void)
 {

@@ -3,8 +3,8 @@
  * every length that shows the fault, and the slices point into the buffer. */
 #include <string.h>
 
-#include "observability/http.h"
 #include "minitest.h"
+#include "observability/http.h"
 
 static const char *const valid[] = {
     "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9394\r\nAccept: text/plain;version=0.0.4\r\n\r\n",

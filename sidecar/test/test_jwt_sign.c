@@ -11,8 +11,8 @@
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
 
-#include "reconcile/jwt_sign.h"
 #include "minitest.h"
+#include "reconcile/jwt_sign.h"
 
 /* The key of the known-key checks, made at start (no key is committed): PKCS#1 ("BEGIN RSA
  * PRIVATE KEY", the form GitHub hands out) and its public half. */

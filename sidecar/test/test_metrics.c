@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "observability/metrics.h"
 #include "minitest.h"
+#include "observability/metrics.h"
 
 static char *render(const struct wi_metrics_gauges *g)
 {

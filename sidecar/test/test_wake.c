@@ -8,9 +8,9 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "claim/wake.h"
 #include "core/clock.h"
 #include "minitest.h"
-#include "claim/wake.h"
 
 static struct wi_wake shared;
 

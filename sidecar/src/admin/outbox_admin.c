@@ -5,8 +5,8 @@
 
 #include <stdlib.h>
 
-#include "delivery/destination.h"
 #include "core/log.h"
+#include "delivery/destination.h"
 
 static const struct wi_pg_stmt stats_stmt = {
     "wi_outbox_stats", "SELECT destination, pending, retrying, leased, round(oldest_pending_age_s::numeric, 1),"

@@ -3,8 +3,8 @@
  * jittered, doubling delays, and a fresh one counts as a notification (some may have been
  * missed meanwhile). */
 #define _POSIX_C_SOURCE 200809L
-#include "core/clock.h"
 #include "claim/listener.h"
+#include "core/clock.h"
 
 #include <poll.h>
 #include <stdint.h>
@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "claim/retry.h"
 #include "core/log.h"
 #include "pg/pgw.h"
-#include "claim/retry.h"
 
 struct wi_listener {
     struct wi_runtime *rt;

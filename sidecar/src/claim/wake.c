@@ -1,7 +1,7 @@
 /* wake.c - the NOTIFY hand-off from the listener to one idle worker (see wake.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "core/clock.h"
 #include "claim/wake.h"
+#include "core/clock.h"
 
 #include <math.h>
 #include <string.h>

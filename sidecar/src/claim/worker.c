@@ -3,8 +3,8 @@
  * polling fallback, reconnection with backoff (a lost connection never ends the
  * loop), and careful mode: one event per transaction after a connection died under a batch. */
 #define _POSIX_C_SOURCE 200809L
-#include "core/clock.h"
 #include "claim/worker.h"
+#include "core/clock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -19,10 +19,10 @@
 #include "citus/citus.h"
 #include "claim/claim.h"
 #include "claim/dispatch.h"
+#include "claim/retry.h"
 #include "core/log.h"
 #include "observability/metrics.h"
 #include "pg/pgw.h"
-#include "claim/retry.h"
 #include "pg/schema.h"
 
 /* Statements that name no inbox object: prepared at connect, before the schema check. */

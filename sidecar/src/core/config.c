@@ -12,8 +12,8 @@
 
 #include "core/duration.h"
 #include "core/log.h"
-#include "retention/prune.h"
 #include "redact.h"
+#include "retention/prune.h"
 
 enum cf_type { CF_STR, CF_INT, CF_DURATION, CF_ENUM, CF_BOOL, CF_DEST, CF_LIST }; /* CF_DEST: repeatable, destination.h;
                                                                              * CF_LIST: repeatable strings */

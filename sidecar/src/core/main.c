@@ -14,21 +14,21 @@
 #include <libpq-fe.h>
 
 #include "admin/audit.h"
-#include "core/config.h"
-#include "observability/exporter.h"
 #include "admin/flow_admin.h"
-#include "claim/listener.h"
-#include "core/log.h"
-#include "observability/metrics.h"
 #include "admin/migrate.h"
-#include "delivery/outbox.h"
 #include "admin/outbox_admin.h"
-#include "retention/prune.h"
-#include "reconcile/reconcile.h"
 #include "admin/requeue.h"
-#include "retention/retention.h"
-#include "pg/schema.h"
+#include "claim/listener.h"
 #include "claim/worker.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "delivery/outbox.h"
+#include "observability/exporter.h"
+#include "observability/metrics.h"
+#include "pg/schema.h"
+#include "reconcile/reconcile.h"
+#include "retention/prune.h"
+#include "retention/retention.h"
 
 static volatile sig_atomic_t got_term, got_hup;
 static int sig_pipe[2] = {-1, -1};

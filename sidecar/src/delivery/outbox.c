@@ -20,14 +20,14 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include "delivery/destination.h"
-#include "hmac.h"
-#include "delivery/http_client.h"
-#include "core/log.h"
-#include "pg/pgarray.h"
 #include "claim/retry.h"
-#include "pg/schema.h"
+#include "core/log.h"
 #include "core/runtime.h"
+#include "delivery/destination.h"
+#include "delivery/http_client.h"
+#include "hmac.h"
+#include "pg/pgarray.h"
+#include "pg/schema.h"
 
 #define SCHEMA_RETRY_S 3.0
 #define DONE_MAX 64                  /* answers held unsaved at most (the database away: more are dropped) */

@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "observability/http.h"
 #include "core/log.h"
+#include "observability/http.h"
 #include "observability/metrics.h"
 #include "pg/pgw.h"
 #include "pg/schema.h"

@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "admin/flow_admin.h"
+#include "admin/outbox_admin.h"
 #include "core/log.h"
 #include "delivery/outbox.h"
-#include "admin/outbox_admin.h"
 #include "pg/schema.h"
 
 static atomic_long counters[WI_M_COUNT];

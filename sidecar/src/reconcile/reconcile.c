@@ -14,12 +14,12 @@
 #include <libpq-fe.h>
 
 #include "core/clock.h"
-#include "reconcile/jwt_sign.h"
 #include "core/log.h"
 #include "pg/pgarray.h"
 #include "pg/pgw.h"
-#include "reconcile/reconcile_http.h"
 #include "pg/schema.h"
+#include "reconcile/jwt_sign.h"
+#include "reconcile/reconcile_http.h"
 
 #define DEFAULT_REACH_S (72 * 3600.0) /* a scheduled walk with no complete walk before it */
 #define OVERLAP_S 60.0                /* a scheduled walk starts this long before the last one ended */

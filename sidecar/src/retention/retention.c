@@ -19,8 +19,8 @@
 #include "core/log.h"
 #include "observability/metrics.h"
 #include "pg/pgw.h"
-#include "retention/prune.h"
 #include "pg/schema.h"
+#include "retention/prune.h"
 
 /* Invariant: leader == 1 only while pg is open and its session holds the lock. */
 struct wi_retention {
