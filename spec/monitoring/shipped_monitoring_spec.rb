@@ -3,6 +3,7 @@
 require "json"
 require "yaml"
 require "net/http"
+require "socket"
 require "rack/mock"
 require "active_support"
 require "active_support/notifications"
@@ -10,13 +11,16 @@ require "webhook_inbox/test_helpers"
 require_relative "../sidecar/sidecar_helper"
 require_relative "../support/prometheus_text"
 require_relative "../support/promql_selectors"
+require_relative "../support/prometheus_server"
 
 # The alert rules and the Grafana dashboard shipped in lib/webhook_inbox/monitoring (issue 31
 # item 2), held to what is really served: every metric they read is a family of a real scrape
 # of a running sidecar (`run --metrics-listen`) or of the app's metrics route
 # (WebhookInbox::Metrics, as docs/operations.md mounts it); every label they match or group by
 # is on that family; every value they match is one the scrape shows or the code can emit.
-# promtool checks their syntax and the rules' unit tests (rake monitoring:check).
+# Then a real Prometheus scrapes both, evaluates the rules (none may fail) and answers every
+# dashboard query with series. promtool checks their syntax and the rules' unit tests (rake
+# monitoring:check).
 RSpec.describe "the shipped alert rules and Grafana dashboard", :sidecar do
   include SidecarHelper::Payloads
 
@@ -83,20 +87,20 @@ RSpec.describe "the shipped alert rules and Grafana dashboard", :sidecar do
   describe "against real scrapes" do
     before(:all) do
       @db = SidecarHelper::DB.new(TestDatabase.cluster)
+      @db.psql("CREATE FUNCTION t_flaky(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'flaky'; END $$")
       @scope = "stripe:acct_shipped:test"
     end
 
-    after { WebhookInbox::Metrics.uninstall }
-
     let(:db) { @db }
 
-    # A sidecar with something in every family the rules read: events done, quarantined,
-    # retrying, unrouted and held by a paused route; effects of a configured destination and
-    # of the Ruby worker ("ruby"); a scheduled reconcile endpoint (its walk fails: no API).
-    def sidecar_families
+    # Something in every family the rules read: events done, quarantined, retrying, unrouted
+    # and held by a paused route; a pending run of the Ruby worker (destination "ruby");
+    # deliveries accepted, duplicate and refused counted by WebhookInbox::Metrics.
+    before do
+      db.reset!
       db.add_order("t1", "o1", 2000, "jpy")
       db.psql(<<~SQL)
-        CREATE FUNCTION t_flaky(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'flaky'; END $$;
+        TRUNCATE webhook_inbox_outbox, webhook_inbox_flow;
         INSERT INTO webhook_inbox_routes VALUES ('test.flaky', 't_flaky'), ('test.held', 'webhook_inbox_ignore');
         SELECT webhook_inbox_emit('op_ruby_1', 'ruby', '{}'::jsonb);
       SQL
@@ -106,24 +110,16 @@ RSpec.describe "the shipped alert rules and Grafana dashboard", :sidecar do
       db.insert_event("s3", "test.flaky", {})
       db.insert_event("s4", "no.route.here", {})
       db.insert_event("s5", "test.held", {})
-      _pid, log = spawn_sidecar("run", "--database-url", db.url, "--metrics-listen", "127.0.0.1:0", "--poll-interval", "200ms",
-                                "--backoff-base", "1h", "--backoff-cap", "1h", "--destination", "receipts=http://127.0.0.1:1/r",
-                                "--endpoint", "billing=stripe:#{@scope}", "--reconcile", "billing=1h", "--unrouted", "wait",
-                                env: { "WEBHOOK_INBOX_BILLING_API_KEY" => "sk_test_shipped",
-                                       "WEBHOOK_INBOX_TEST_STRIPE_API" => "http://127.0.0.1:1" })
-      wait_for(30, 0.2, "every family with samples") do
-        f = scrape_sidecar(log)
-        f if %w[done quarantined retry].all? { |o| f["webhook_inbox_handled_total"]&.samples&.any? { |s| s.labels["outcome"] == o } } &&
-             PrometheusText.value(f, "webhook_inbox_paused_pending", { "kind" => "route", "target" => "test.held" }) == 1.0 &&
-             PrometheusText.value(f, "webhook_inbox_effects_pending", { "destination" => "ruby" }) == 1.0
-      end
+      receive_deliveries
     end
 
-    # The app's route of docs/operations.md, after accepted, duplicate and refused deliveries.
-    def app_families
+    after { WebhookInbox::Metrics.uninstall }
+
+    def receive_deliveries
+      WebhookInbox::Metrics.reset!
+      WebhookInbox::Metrics.install
       inbox = WebhookInbox::Inbox.new(database_url: db.url, pool_size: 1)
       endpoint = WebhookInbox::Endpoint.new(provider: :stripe, secrets: [SHIPPED_SECRET], source_scope: @scope, inbox: inbox)
-      WebhookInbox::Metrics.install
       body = %({"id":"evt_shipped_1","object":"event","type":"charge.succeeded","data":{"object":{}}})
       signed = WebhookInbox::TestHelpers.stripe_headers(body, secret: SHIPPED_SECRET)
       [signed, signed, { "Stripe-Signature" => "t=#{Time.now.to_i},v1=#{'0' * 64}" }].each do |headers|
@@ -131,12 +127,59 @@ RSpec.describe "the shipped alert rules and Grafana dashboard", :sidecar do
         headers.each { |k, v| env["HTTP_#{k.upcase.tr('-', '_')}"] = v }
         endpoint.call(env)
       end
-      route = ->(_env) { [200, { "content-type" => WebhookInbox::Metrics::CONTENT_TYPE }, [WebhookInbox::Metrics.to_prometheus]] }
-      res = Rack::MockRequest.new(route).get("/internal/webhook_metrics")
-      expect(res.status).to eq(200)
-      PrometheusText.parse(res.body)
     ensure
       inbox&.close
+    end
+
+    # A sidecar serving /metrics, with a configured destination and a scheduled reconcile
+    # endpoint (its walk fails: no API there); returns its log once every family has samples.
+    def start_sidecar
+      _pid, log = spawn_sidecar("run", "--database-url", db.url, "--metrics-listen", "127.0.0.1:0", "--poll-interval", "200ms",
+                                "--backoff-base", "1h", "--backoff-cap", "1h", "--destination", "receipts=http://127.0.0.1:1/r",
+                                "--endpoint", "billing=stripe:#{@scope}", "--reconcile", "billing=1h", "--unrouted", "wait",
+                                env: { "WEBHOOK_INBOX_BILLING_API_KEY" => "sk_test_shipped",
+                                       "WEBHOOK_INBOX_TEST_STRIPE_API" => "http://127.0.0.1:1" })
+      wait_for(30, 0.2, "every family with samples") do
+        f = scrape_sidecar(log)
+        %w[done quarantined retry].all? { |o| f["webhook_inbox_handled_total"]&.samples&.any? { |s| s.labels["outcome"] == o } } &&
+          PrometheusText.value(f, "webhook_inbox_paused_pending", { "kind" => "route", "target" => "test.held" }) == 1.0 &&
+          PrometheusText.value(f, "webhook_inbox_effects_pending", { "destination" => "ruby" }) == 1.0
+      end
+      log
+    end
+
+    # The app's metrics route, as docs/operations.md mounts it.
+    def app_route
+      ->(_env) { [200, { "content-type" => WebhookInbox::Metrics::CONTENT_TYPE }, [WebhookInbox::Metrics.to_prometheus]] }
+    end
+
+    def app_families
+      res = Rack::MockRequest.new(app_route).get("/internal/webhook_metrics")
+      expect(res.status).to eq(200)
+      PrometheusText.parse(res.body)
+    end
+
+    # Serves app_route over HTTP on 127.0.0.1 (one request per connection) until the block
+    # returns; yields "host:port".
+    def serve_app_route
+      server = TCPServer.new("127.0.0.1", 0)
+      thread = Thread.new do
+        loop do
+          client = server.accept
+          nil until ["\r\n", "\n", nil].include?(client.gets)
+          status, headers, body = app_route.call({})
+          text = body.join
+          client.write("HTTP/1.1 #{status} OK\r\ncontent-type: #{headers['content-type']}\r\n" \
+                       "content-length: #{text.bytesize}\r\nconnection: close\r\n\r\n#{text}")
+          client.close
+        rescue IOError, SystemCallError
+          nil
+        end
+      end
+      yield "127.0.0.1:#{server.addr[1]}"
+    ensure
+      thread&.kill
+      server&.close
     end
 
     # Values a label can take beyond those the scrape shows: the receiver's other statuses and reasons.
@@ -147,7 +190,7 @@ RSpec.describe "the shipped alert rules and Grafana dashboard", :sidecar do
     end
 
     it "reads only metrics, labels and label values that the sidecar and the app serve" do
-      families = sidecar_families.merge(app_families) { |name| raise "#{name} served by both" }
+      families = scrape_sidecar(start_sidecar).merge(app_families) { |name| raise "#{name} served by both" }
       seen = Hash.new { |h, k| h[k] = [] }
       families.each_value { |f| f.samples.each { |s| s.labels.each { |k, v| seen[k] << v } } }
       problems = []
@@ -179,6 +222,34 @@ RSpec.describe "the shipped alert rules and Grafana dashboard", :sidecar do
       # every family the rules and the dashboard read, served with samples, so the checks above had labels to see
       used = PromqlSelectors.metric_names(exprs.map(&:last)) - ["up"]
       expect(used.reject { |n| (families[n] || families[n.sub(/_bucket\z/, "")])&.samples&.any? }).to eq([])
+    end
+
+    it "evaluates every rule without an error and answers every dashboard query with series, in a real Prometheus" do
+      sidecar_address = metrics_address(start_sidecar).join(":")
+      serve_app_route do |app_address|
+        prom = PrometheusServer.new(jobs: { "webhook-inbox-sidecar" => [sidecar_address, "/metrics"],
+                                            "webhook-inbox-app" => [app_address, "/internal/webhook_metrics"] },
+                                    rule_files: [WebhookInbox::Monitoring.rules_path]).start
+        wait_for(30, 0.5, "both targets up and scraped three times") do
+          prom.query("count_over_time(up[1m]) >= 3 and up == 1").size == 2
+        end
+        # Grafana's $__rate_interval is at least four scrape intervals: 4 s here, 15 s to be safe.
+        pending = queries.map { |where, expr| [where, expr.gsub("$__rate_interval", "15s")] }
+        unhealthy = nil
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+        loop do
+          pending.reject! { |_where, expr| prom.query(expr).any? }
+          unhealthy = prom.rules.reject { |r| r["health"] == "ok" }.map { |r| "#{r['name']}: #{r['health']} #{r['lastError']}" }
+          break if (pending.empty? && unhealthy.empty?) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+          sleep 0.5
+        end
+        expect(pending.map { |where, expr| "#{where}: #{expr}" }).to eq([])
+        expect(unhealthy).to eq([])
+        expect(prom.rules.size).to eq(rules.size)
+      ensure
+        prom&.stop
+      end
     end
   end
 end
