@@ -21,6 +21,7 @@ RSpec.describe "README commands" do
     "bin/test" => ".ci/run", "bin/setup" => "bin/test", "bundle install" => "bin/setup and spec/integration/readme_quick_start_spec.rb",
     "bundle exec rake compile" => "bin/setup", "bundle exec rake c_tests" => "rake test_all",
     "bundle exec rspec" => "rake test_all (rake spec)", "bin/demo" => "spec/bin_demo_spec.rb",
+    "bundle exec rake monitoring:check" => "rake test_all",
     # In a freshly generated Rails app, with the gem built and installed as users get it:
     "bin/rails generate webhook_inbox:install" => "spec/integration/readme_quick_start_spec.rb",
     "bin/rails db:migrate" => "spec/integration/readme_quick_start_spec.rb",
