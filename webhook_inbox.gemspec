@@ -22,6 +22,7 @@ Gem::Specification.new do |spec|
 
   spec.files = Dir[
     "lib/**/*.rb", "lib/**/*.rake", "lib/**/templates/**/*", "lib/**/*.erb",
+    "lib/webhook_inbox/monitoring/*.{yml,json}",
     "app/**/*.{rb,erb}", "config/routes.rb",
     "ext/webhook_inbox/*.{c,h,rb}",
     "sidecar/extconf.rb", "sidecar/src/**/*.{c,h}",

@@ -41,6 +41,7 @@ RSpec.describe "the built gem" do
     expect(packed).to include("lib/webhook_inbox.rb", "ext/webhook_inbox/extconf.rb", "sidecar/extconf.rb",
                               "db/001_inbox.sql", "exe/webhook-inbox-sidecar", "README.md", "docs/providers.md",
                               "docs/architecture.md")
+    expect(packed).to include("lib/webhook_inbox/monitoring/alerts.yml", "lib/webhook_inbox/monitoring/dashboard.json")
     expect(@build_output).not_to match(/open-ended dependency/i)
   end
 

@@ -18,12 +18,13 @@ RSpec.describe "README commands" do
 
   # Run by bin/test itself (CI's command): bin/setup installs and compiles, then rake test_all.
   run_by_bin_test = {
-    "bin/test" => ".ci/run", "bin/setup" => "bin/test", "bundle install" => "bin/setup",
+    "bin/test" => ".ci/run", "bin/setup" => "bin/test", "bundle install" => "bin/setup and spec/integration/readme_quick_start_spec.rb",
     "bundle exec rake compile" => "bin/setup", "bundle exec rake c_tests" => "rake test_all",
     "bundle exec rspec" => "rake test_all (rake spec)", "bin/demo" => "spec/bin_demo_spec.rb",
+    "bundle exec rake monitoring:check" => "rake test_all",
     # In a freshly generated Rails app, with the gem built and installed as users get it:
-    "bin/rails generate webhook_inbox:install" => "spec/integration/rails_lifecycle_spec.rb",
-    "bin/rails db:migrate" => "spec/integration/rails_lifecycle_spec.rb",
+    "bin/rails generate webhook_inbox:install" => "spec/integration/readme_quick_start_spec.rb",
+    "bin/rails db:migrate" => "spec/integration/readme_quick_start_spec.rb",
     "bin/failover --events 5000" => "spec/integration/failover_spec.rb",
     "webhook-inbox-sidecar migrate --citus --database-url postgres://app@coordinator/app" => "spec/citus/citus_spec.rb",
     # Against the fake provider APIs (their own endpoints, scopes and keys):

@@ -271,6 +271,9 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
     # Issue 28.6: its one attempt is charged on the run, and the event's page counts it (not 0).
     body = admin.get("/webhook_inbox/event?scope=dash:fx&id=evt_fx_ruby").last
     expect(body[%r{<th>attempts charged</th><td[^>]*>([^<]*)</td>}, 1]).to eq("1 (Ruby handler dash_receipt: 1)")
+    # and the events list shows it too (the event's own attempts are 0)
+    row = admin.get("/webhook_inbox/events?scope=dash:fx&event_id=evt_fx_ruby").last[%r{<tr>(?:(?!</tr>).)*evt_fx_ruby.*?</tr>}m]
+    expect(row.scan(%r{<td class="num">(\d+)</td>}).flatten).to eq(["1"])
     body = admin.get("/webhook_inbox/effects?status=quarantined").last
     expect(body).to include("Ruby handler dash_receipt", "no email on file")
     op = op_ids(body).first

@@ -30,6 +30,8 @@ module WebhookInbox
       to_char(w.processed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS processed_at
     SQL
 
+    TEXT_ARRAY = PG::TextEncoder::Array.new # text[] parameters (ids with commas or quotes stay values)
+
     attr_reader :filter
 
     # params: a Hash-like of strings; unknown keys are ignored, empty values are no filter.
@@ -129,7 +131,7 @@ module WebhookInbox
       rows = connection.select_all(sql, "WebhookInbox events", binds).to_a
       more = rows.size > limit
       rows = rows.first(limit)
-      [rows, more ? encode_cursor(rows.last) : nil]
+      [charge_ruby_runs(connection, rows), more ? encode_cursor(rows.last) : nil]
     end
 
     # The filter for webhook_inbox_requeue / _count (status left out: the action decides it).
@@ -163,6 +165,23 @@ module WebhookInbox
     end
 
     private
+
+    # Adds to each row's attempts those of its Ruby handler runs (charged on the run, in the
+    # outbox, not on the event: an event handed to Ruby handlers keeps 0 itself). One query for
+    # the page; ANY over scopes and ids (not a correlated subquery) so Citus plans it too.
+    def charge_ruby_runs(connection, rows)
+      return rows if rows.empty?
+
+      runs = connection.select_rows(<<~SQL.squish, "WebhookInbox event runs' attempts",
+        SELECT source_scope, source_event_id, sum(attempts) FROM webhook_inbox_outbox
+         WHERE destination = 'ruby' AND source_scope = ANY($1::text[]) AND source_event_id = ANY($2::text[])
+         GROUP BY 1, 2
+      SQL
+                                    [TEXT_ARRAY.encode(rows.map { |r| r["source_scope"] }.uniq),
+                                     TEXT_ARRAY.encode(rows.map { |r| r["event_id"] })])
+      charged = runs.to_h { |scope, id, n| [[scope, id], n.to_i] }
+      rows.each { |r| r["attempts"] = r["attempts"].to_i + charged.fetch([r["source_scope"], r["event_id"]], 0) }
+    end
 
     # [SQL fragments with $n placeholders, their values] (sql_conditions).
     def conditions
