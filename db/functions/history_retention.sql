@@ -1,4 +1,4 @@
--- functions/history_retention.sql - each event's attempt log, requeue (and its trigger), the filters of bulk actions.
+-- functions/history_retention.sql - each event's attempt log, requeue, the filters of bulk actions.
 -- Repeatable: every migrate applies it after the numbered files (CREATE OR REPLACE; a signature
 -- that changes is dropped here first). The only definition of each function below.
 -- Bodies are checked when called, so the files may go in any order (a runner applies each
@@ -25,33 +25,6 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 COMMENT ON FUNCTION webhook_inbox_log_append(jsonb, jsonb) IS
     'attempt_log with one entry appended, keeping the last 50.';
-
--- Back to pending from done or quarantined, by whatever means (webhook_inbox_requeue, the
--- sidecar's `requeue`, a hand-written UPDATE): stamp requeued_at, so latency counts from
--- here, and log it. The WHEN clause keeps every other update free of the trigger.
-CREATE OR REPLACE FUNCTION webhook_inbox_on_requeue() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    NEW.requeued_at := now();
-    NEW.attempt_log := webhook_inbox_log_append(NEW.attempt_log,
-        webhook_inbox_log_entry('requeued', 'from ' || OLD.status, NULL));
-    RETURN NEW;
-END
-$$;
-COMMENT ON FUNCTION webhook_inbox_on_requeue() IS
-    'Row trigger: a row moved back to pending from done or quarantined gets requeued_at = now() and a ''requeued'' attempt_log entry.';
-
--- Created when missing (also on Citus: it changes only the row, on its shard).
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'webhook_inbox'::regclass AND tgname = 'webhook_inbox_requeued') THEN
-        CREATE TRIGGER webhook_inbox_requeued
-            BEFORE UPDATE OF status ON webhook_inbox
-            FOR EACH ROW WHEN (OLD.status <> 'pending' AND NEW.status = 'pending')
-            EXECUTE FUNCTION webhook_inbox_on_requeue();
-    END IF;
-END
-$$;
 
 -- How many rows a requeue ('quarantined' rows) or replay ('done' rows) with p_filter would
 -- move now: what the dashboard shows before the operator confirms.

@@ -12,8 +12,8 @@ RSpec.describe "the schema's layout (db/)", :sidecar do
   db_dir = WebhookInbox::Schema::DIR
   create = /^CREATE (?:OR REPLACE )?FUNCTION ([a-z_.]+)\(/
 
-  # [name/argument count, where] of every CREATE FUNCTION in the files (arguments counted at
-  # the top level of the parentheses: the overloads the core keeps differ in their count).
+  # [name/input argument count, where] of every CREATE FUNCTION in the files (counted at the
+  # top level of the parentheses: the overloads the core keeps differ in their count).
   define_method(:definitions) do |files|
     files.flat_map do |f|
       text = File.read(f)
@@ -22,7 +22,8 @@ RSpec.describe "the schema's layout (db/)", :sidecar do
         rest = text[Regexp.last_match.end(0)..]
         depth = 1
         args = rest.each_char.take_while { |c| (depth += { "(" => 1, ")" => -1 }.fetch(c, 0)).positive? }.join
-        count = args.strip.empty? ? 0 : args.gsub(/\([^()]*\)/, "").count(",") + 1
+        inputs = args.gsub(/--[^\n]*/, "").gsub(/\([^()]*\)/, "").split(",").map(&:strip)
+        count = inputs.count { |a| !a.empty? && !a.match?(/\AOUT\s/i) } # OUT parameters are no part of the signature
         ["#{name}/#{count}", File.basename(f)]
       end
     end
