@@ -405,39 +405,6 @@ COMMENT ON FUNCTION webhook_inbox_citus_dispatch_shard(text, text, integer, text
 SELECT create_distributed_function('webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint)',
                                    'p_key', colocate_with := 'webhook_inbox');
 
--- db/005's charge of a failed run, the outcome and its time in variables: Citus refuses a
--- non-IMMUTABLE function (the STABLE clock above) inside a CASE of an UPDATE ("non-IMMUTABLE
--- functions are not allowed in CASE or COALESCE statements"), so db/005's form failed every
--- handler error, on the worker and on the coordinator. The row's attempts are known
--- (p_seen_attempts, in the WHERE), so the new status is known before the UPDATE. Same
--- signature, same effect and results.
-CREATE OR REPLACE FUNCTION webhook_inbox_charge_attempt(
-        p_scope text, p_event_id text, p_seen_attempts integer, p_error text, p_max_attempts integer,
-        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_duration_ms double precision,
-        OUT new_status text, OUT new_attempts integer, OUT retry_in_ms bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-    delay_ms bigint := webhook_inbox_retry_delay_ms(p_seen_attempts, p_backoff_base_ms, p_backoff_cap_ms);
-    v_last    boolean := p_seen_attempts + 1 >= p_max_attempts;
-    v_at      timestamptz := clock_timestamp();
-    v_outcome text := CASE WHEN v_last THEN 'quarantined' ELSE 'retry' END;
-BEGIN
-    UPDATE webhook_inbox w
-       SET attempts = w.attempts + 1,
-           last_error = left(p_error, 1000),
-           next_attempt_at = v_at + delay_ms * interval '1 millisecond',
-           status = CASE WHEN v_last THEN 'quarantined' ELSE 'pending' END,
-           processed_at = CASE WHEN v_last THEN v_at END,
-           attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry(v_outcome, p_error, p_duration_ms))
-     WHERE w.source_scope = p_scope AND w.event_id = p_event_id
-       AND w.status = 'pending' AND w.attempts = p_seen_attempts
-    RETURNING w.status, w.attempts INTO new_status, new_attempts;
-    IF new_status = 'pending' THEN
-        retry_in_ms := delay_ms;
-    END IF;
-END
-$$;
-
 -- Every gem function but triggers (they run on the shards) and the STABLE SQL ones that
 -- are inlined (a SET would stop that) runs with the shadowed clock first. A SET stays in
 -- force in the functions and handlers it calls.

@@ -198,6 +198,9 @@ COMMENT ON FUNCTION webhook_inbox_retry_delay_ms(integer, bigint, bigint) IS
 -- webhook_inbox_charge_failure() with the run's duration for the log (NULL when unknown).
 -- The v4 signature below calls it with NULL: a sidecar calls that one on its own only when
 -- the run's transaction was lost, so the run's duration is not known.
+-- The outcome and its time are variables: Citus refuses a non-IMMUTABLE function (its
+-- STABLE clock, db/citus/001) inside a CASE of an UPDATE; the row's attempts are known
+-- (p_seen_attempts, in the WHERE), so the new status is known before the UPDATE.
 CREATE OR REPLACE FUNCTION webhook_inbox_charge_attempt(
         p_scope text, p_event_id text, p_seen_attempts integer, p_error text, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_duration_ms double precision,
@@ -205,17 +208,17 @@ CREATE OR REPLACE FUNCTION webhook_inbox_charge_attempt(
 LANGUAGE plpgsql AS $$
 DECLARE
     delay_ms bigint := webhook_inbox_retry_delay_ms(p_seen_attempts, p_backoff_base_ms, p_backoff_cap_ms);
-    last     boolean;
+    v_last    boolean := p_seen_attempts + 1 >= p_max_attempts;
+    v_at      timestamptz := clock_timestamp();
+    v_outcome text := CASE WHEN v_last THEN 'quarantined' ELSE 'retry' END;
 BEGIN
     UPDATE webhook_inbox w
        SET attempts = w.attempts + 1,
            last_error = left(p_error, 1000),
-           next_attempt_at = clock_timestamp() + delay_ms * interval '1 millisecond',
-           status = CASE WHEN w.attempts + 1 >= p_max_attempts THEN 'quarantined' ELSE 'pending' END,
-           processed_at = CASE WHEN w.attempts + 1 >= p_max_attempts THEN clock_timestamp() END,
-           attempt_log = webhook_inbox_log_append(w.attempt_log,
-               webhook_inbox_log_entry(CASE WHEN w.attempts + 1 >= p_max_attempts THEN 'quarantined' ELSE 'retry' END,
-                                       p_error, p_duration_ms))
+           next_attempt_at = v_at + delay_ms * interval '1 millisecond',
+           status = CASE WHEN v_last THEN 'quarantined' ELSE 'pending' END,
+           processed_at = CASE WHEN v_last THEN v_at END,
+           attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry(v_outcome, p_error, p_duration_ms))
      WHERE w.source_scope = p_scope AND w.event_id = p_event_id
        AND w.status = 'pending' AND w.attempts = p_seen_attempts
     RETURNING w.status, w.attempts INTO new_status, new_attempts;

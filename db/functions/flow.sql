@@ -31,19 +31,27 @@ COMMENT ON FUNCTION webhook_inbox_flow_paused(text, text) IS
 -- tat moved 1/rate past it. Returns the slot: <= now() means "go now". The event path locks
 -- every rate-limited route row at its first need in a transaction, in (kind, target) order,
 -- so two dispatch batches that meet several rules never wait for each other in a cycle.
+-- The slot is computed in variables, then one UPDATE (Citus refuses a STABLE function or
+-- operator over a column in an UPDATE).
 CREATE OR REPLACE FUNCTION webhook_inbox_flow_take(p_kind text, p_target text) RETURNS timestamptz
 LANGUAGE plpgsql AS $$
 DECLARE
     slot timestamptz;
+    r    double precision;
+    nxt  timestamptz;
 BEGIN
     IF p_kind = 'route' AND current_setting('webhook_inbox.flow_locked', true) IS DISTINCT FROM 'y' THEN
         PERFORM 1 FROM webhook_inbox_flow f WHERE f.kind = 'route' AND f.rate IS NOT NULL ORDER BY f.target FOR UPDATE;
         PERFORM set_config('webhook_inbox.flow_locked', 'y', true);
     END IF;
-    UPDATE webhook_inbox_flow f
-       SET tat = greatest(f.tat, now()) + interval '1 second' / f.rate
+    SELECT greatest(f.tat, now()), f.rate INTO slot, r FROM webhook_inbox_flow f
      WHERE f.kind = p_kind AND f.target = p_target AND f.rate IS NOT NULL
-    RETURNING f.tat - interval '1 second' / f.rate INTO slot;
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    nxt := slot + interval '1 second' / r;
+    UPDATE webhook_inbox_flow f SET tat = nxt WHERE f.kind = p_kind AND f.target = p_target;
     RETURN slot;
 END
 $$;
@@ -54,7 +62,8 @@ COMMENT ON FUNCTION webhook_inbox_flow_take(text, text) IS
 -- row held: due in the year 9999 until resume, held_at set, uncharged). A rate-limited route
 -- (the longest pattern that matches) -> the event runs in a slot: the one it holds once that
 -- is due (rate_slot_at, cleared), else a new one; a slot still ahead -> 'throttled', the row
--- due at its slot. NULL result: go on and run it.
+-- due at its slot. NULL result: go on and run it. The hold time is a variable (Citus refuses
+-- a non-IMMUTABLE function in COALESCE in an UPDATE).
 CREATE OR REPLACE FUNCTION webhook_inbox_flow_gate(ev webhook_inbox, OUT result text, OUT detail text,
         OUT retry_in_ms bigint)
 LANGUAGE plpgsql AS $$
@@ -62,12 +71,13 @@ DECLARE
     rule text := webhook_inbox_flow_paused(ev.source_scope, ev.event_type);
     pat  text;
     slot timestamptz;
+    held timestamptz := coalesce(ev.held_at, clock_timestamp());
 BEGIN
     IF rule IS NOT NULL THEN
         result := 'paused';
         detail := 'paused (' || rule || ')';
         UPDATE webhook_inbox w
-           SET held_at = coalesce(w.held_at, clock_timestamp()), rate_slot_at = NULL,
+           SET held_at = held, rate_slot_at = NULL,
                next_attempt_at = '9999-01-01 00:00:00+00',
                attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('paused', detail, 0))
          WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
@@ -118,29 +128,33 @@ BEGIN
 END
 $$;
 
--- Whether a paused rule other than (p_kind, p_target) holds events of this scope and type.
-CREATE OR REPLACE FUNCTION webhook_inbox_flow_held_by_other(p_kind text, p_target text, p_scope text, p_event_type text)
-RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM webhook_inbox_flow f
-                    WHERE f.paused AND NOT (f.kind = p_kind AND f.target = p_target)
-                      AND ((f.kind = 'scope' AND f.target = p_scope)
-                           OR (f.kind = 'route' AND webhook_inbox_flow_matches(f.target, p_event_type))))
+-- Whether any of the route patterns matches an event type (webhook_inbox_flow_matches over an
+-- array): resume reads the other paused rules first, then tests each event against them, so
+-- its UPDATE calls only IMMUTABLE functions (as Citus requires of a multi-shard UPDATE).
+-- Replaces webhook_inbox_flow_held_by_other() (v15), which read the rules inside the UPDATE.
+DROP FUNCTION IF EXISTS webhook_inbox_flow_held_by_other(text, text, text, text);
+CREATE OR REPLACE FUNCTION webhook_inbox_flow_matches_any(p_patterns text[], p_event_type text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM unnest(p_patterns) p WHERE webhook_inbox_flow_matches(p, p_event_type))
 $$;
+COMMENT ON FUNCTION webhook_inbox_flow_matches_any(text[], text) IS
+    'Whether one of these webhook_inbox_flow route patterns matches the event type.';
 
 -- Pauses a route, scope or destination: its events (effects) stay pending, uncharged, until
 -- resume. A rate set before stays on the rule until a resume sets or removes it. Audited (action pause, filter {kind,
 -- target}, count = pending events or effects held now). Pausing what is paused is recorded too.
+-- The time is a variable (Citus allows only IMMUTABLE functions in ON CONFLICT DO UPDATE).
 CREATE OR REPLACE FUNCTION webhook_inbox_pause(p_kind text, p_target text, p_actor text,
         OUT held bigint, OUT action_id bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     who text := coalesce(nullif(p_actor, ''), 'unknown');
+    t   timestamptz := now();
 BEGIN
     PERFORM webhook_inbox_flow_check(p_kind, p_target);
     INSERT INTO webhook_inbox_flow AS f (kind, target, paused, changed_by)
     VALUES (p_kind, p_target, true, who)
-    ON CONFLICT (kind, target) DO UPDATE SET paused = true, changed_at = now(), changed_by = who;
+    ON CONFLICT (kind, target) DO UPDATE SET paused = true, changed_at = t, changed_by = who;
     SELECT p.pending INTO held FROM webhook_inbox_flow_stats() p WHERE p.kind = p_kind AND p.target = p_target;
     INSERT INTO webhook_inbox_actions (actor, action, filter, count)
     VALUES (who, 'pause', jsonb_build_object('kind', p_kind, 'target', p_target), coalesce(held, 0))
@@ -159,7 +173,10 @@ CREATE OR REPLACE FUNCTION webhook_inbox_resume(p_kind text, p_target text, p_ra
         OUT released bigint, OUT action_id bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    who text := coalesce(nullif(p_actor, ''), 'unknown');
+    who    text := coalesce(nullif(p_actor, ''), 'unknown');
+    t      timestamptz := now(); -- a variable: Citus allows only IMMUTABLE functions in DO UPDATE
+    scopes text[];
+    routes text[];
 BEGIN
     PERFORM webhook_inbox_flow_check(p_kind, p_target);
     IF p_rate IS NOT NULL AND (p_rate <= 0 OR p_rate > 100000 OR p_rate = 'NaN') THEN
@@ -171,20 +188,21 @@ BEGIN
     IF p_rate IS NOT NULL AND p_kind = 'destination' AND p_target = 'ruby' THEN
         RAISE EXCEPTION 'webhook_inbox: the Ruby handlers'' runs take no rate (pause and resume them)' USING ERRCODE = '22023';
     END IF;
-    -- The events first, then the rule: the order a dispatch takes them in (the claimed event,
-    -- then the rate rows), so the two never wait for each other in a cycle. Rows another
-    -- paused rule holds stay held.
+    scopes := ARRAY(SELECT f.target FROM webhook_inbox_flow f
+                     WHERE f.paused AND f.kind = 'scope' AND NOT (f.kind = p_kind AND f.target = p_target));
+    routes := ARRAY(SELECT f.target FROM webhook_inbox_flow f
+                     WHERE f.paused AND f.kind = 'route' AND NOT (f.kind = p_kind AND f.target = p_target));
     released := 0;
     IF p_kind = 'route' THEN
         UPDATE webhook_inbox w SET next_attempt_at = now(), held_at = NULL, rate_slot_at = NULL
          WHERE w.status = 'pending' AND (w.held_at IS NOT NULL OR w.rate_slot_at IS NOT NULL)
            AND webhook_inbox_flow_matches(p_target, w.event_type)
-           AND NOT webhook_inbox_flow_held_by_other(p_kind, p_target, w.source_scope, w.event_type);
+           AND w.source_scope <> ALL (scopes) AND NOT webhook_inbox_flow_matches_any(routes, w.event_type);
         GET DIAGNOSTICS released = ROW_COUNT;
     ELSIF p_kind = 'scope' THEN
         UPDATE webhook_inbox w SET next_attempt_at = now(), held_at = NULL
          WHERE w.status = 'pending' AND w.held_at IS NOT NULL AND w.source_scope = p_target
-           AND NOT webhook_inbox_flow_held_by_other(p_kind, p_target, w.source_scope, w.event_type);
+           AND NOT webhook_inbox_flow_matches_any(routes, w.event_type);
         GET DIAGNOSTICS released = ROW_COUNT;
     ELSE
         SELECT count(*) INTO released FROM webhook_inbox_outbox o
@@ -195,9 +213,8 @@ BEGIN
         DELETE FROM webhook_inbox_flow f WHERE f.kind = p_kind AND f.target = p_target;
     ELSE
         INSERT INTO webhook_inbox_flow AS f (kind, target, paused, rate, tat, changed_by)
-        VALUES (p_kind, p_target, false, p_rate, now(), who)
-        ON CONFLICT (kind, target) DO UPDATE SET paused = false, rate = p_rate, tat = now(), changed_at = now(),
-                                                 changed_by = who;
+        VALUES (p_kind, p_target, false, p_rate, t, who)
+        ON CONFLICT (kind, target) DO UPDATE SET paused = false, rate = p_rate, tat = t, changed_at = t, changed_by = who;
     END IF;
     INSERT INTO webhook_inbox_actions (actor, action, filter, count)
     VALUES (who, 'resume', jsonb_build_object('kind', p_kind, 'target', p_target, 'rate', p_rate), released)
@@ -210,23 +227,34 @@ COMMENT ON FUNCTION webhook_inbox_resume(text, text, double precision, text) IS
 
 -- Monitoring, one row per rule: paused, rate, and its pending events (a route or scope: the
 -- pending events it matches, claimed yet or not; a destination: its pending effects).
--- Reads the pending rows only (claim indexes).
+-- Reads the pending rows only (claim indexes), one count per rule (on Citus a router or
+-- multi-shard count each: no correlated subquery from a reference table into a distributed one).
 CREATE OR REPLACE FUNCTION webhook_inbox_flow_stats(
         OUT kind text, OUT target text, OUT paused boolean, OUT rate double precision, OUT pending bigint,
         OUT changed_at timestamptz, OUT changed_by text)
 RETURNS SETOF record
-LANGUAGE sql STABLE AS $$
-    SELECT f.kind, f.target, f.paused, f.rate,
-           CASE f.kind
-               WHEN 'route' THEN (SELECT count(*) FROM webhook_inbox w
-                                   WHERE w.status = 'pending' AND webhook_inbox_flow_matches(f.target, w.event_type))
-               WHEN 'scope' THEN (SELECT count(*) FROM webhook_inbox w
-                                   WHERE w.status = 'pending' AND w.source_scope = f.target)
-               ELSE (SELECT count(*) FROM webhook_inbox_outbox o WHERE o.status = 'pending' AND o.destination = f.target)
-           END,
-           f.changed_at, f.changed_by
-      FROM webhook_inbox_flow f
-     ORDER BY f.kind, f.target
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    f webhook_inbox_flow;
+BEGIN
+    FOR f IN SELECT * FROM webhook_inbox_flow r ORDER BY r.kind, r.target LOOP
+        kind := f.kind;
+        target := f.target;
+        paused := f.paused;
+        rate := f.rate;
+        changed_at := f.changed_at;
+        changed_by := f.changed_by;
+        IF f.kind = 'route' THEN
+            SELECT count(*) INTO pending FROM webhook_inbox w
+             WHERE w.status = 'pending' AND webhook_inbox_flow_matches(f.target, w.event_type);
+        ELSIF f.kind = 'scope' THEN
+            SELECT count(*) INTO pending FROM webhook_inbox w WHERE w.status = 'pending' AND w.source_scope = f.target;
+        ELSE
+            SELECT count(*) INTO pending FROM webhook_inbox_outbox o WHERE o.status = 'pending' AND o.destination = f.target;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_flow_stats() IS
     'Pause and rate rules with their pending events (route, scope) or effects (destination): stats, metrics and the dashboard.';

@@ -235,6 +235,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     ev   webhook_inbox;
     what text := (run.payload->>'handler') || ': ' || coalesce(run.last_error, '');
+    handlers text[];
 BEGIN
     SELECT * INTO ev FROM webhook_inbox w
      WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id
@@ -243,6 +244,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    -- In a variable: inside the shard's query it would read the reference table from the
+    -- worker, a distributed query Citus refuses there.
+    handlers := coalesce(webhook_inbox_ruby_handlers_for(ev.event_type), '{}');
     IF run.status = 'quarantined' THEN
         UPDATE webhook_inbox w
            SET status = 'quarantined', last_error = left('Ruby handler ' || what, 1000), processed_at = clock_timestamp(),
@@ -256,10 +260,10 @@ BEGIN
     ELSIF NOT EXISTS (SELECT 1 FROM webhook_inbox_outbox o
                        WHERE o.source_scope = ev.source_scope AND o.source_event_id = ev.event_id
                          AND o.destination = 'ruby' AND o.status <> 'delivered'
-                         AND o.payload->>'handler' = ANY (coalesce(webhook_inbox_ruby_handlers_for(ev.event_type), '{}'))) THEN
+                         AND o.payload->>'handler' = ANY (handlers)) THEN
         UPDATE webhook_inbox w
            SET status = 'done', processed_at = clock_timestamp(), last_error = NULL,
-               outcome = CASE WHEN w.outcome IS NULL THEN 'Ruby handlers done' ELSE w.outcome || '; Ruby handlers done' END,
+               outcome = coalesce(w.outcome || '; ', '') || 'Ruby handlers done', -- concat_ws is STABLE: refused over a column
                attempt_log = webhook_inbox_log_append(w.attempt_log,
                    webhook_inbox_log_entry('done', 'Ruby handler ' || (run.payload->>'handler') || ' done; all done', p_duration_ms))
          WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
