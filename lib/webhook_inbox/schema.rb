@@ -17,7 +17,8 @@ module WebhookInbox
     FILES = Dir[File.join(DIR, "[0-9][0-9][0-9]_*.sql")].sort.freeze
     FUNCTION_FILES = Dir[File.join(DIR, "functions", "*.sql")].sort.freeze
     # webhook_inbox_schema_version()'s body says it (the sidecar's WI_SCHEMA_VERSION too).
-    VERSION = Integer(File.read(File.join(DIR, "functions", "schema_version.sql"))[/schema_version\(\) RETURNS integer\s+LANGUAGE sql STABLE AS \$\$ SELECT (\d+) \$\$/, 1])
+    VERSION_LINE = /schema_version\(\) RETURNS integer\s+LANGUAGE sql STABLE AS \$\$ SELECT (\d+) \$\$/.freeze
+    VERSION = Integer(File.read(File.join(DIR, "functions", "schema_version.sql"))[VERSION_LINE, 1])
     # The session advisory lock `webhook-inbox-sidecar migrate` holds (WI_MIGRATE_LOCK_KEY in
     # sidecar/src/migrate.h): a Rails migration takes it for its transaction, so the two never
     # replace the same functions at once ("tuple concurrently updated").
@@ -54,7 +55,7 @@ module WebhookInbox
       FILES.select { |f| File.basename(f).to_i <= to }.map { |f| [File.basename(f), File.read(f)] }
     end
 
-    # [["functions/receipt.sql", SQL text], ...]: every function file, to apply after the
+    # [["functions/flow.sql", SQL text], ...]: every function file, to apply after the
     # migrations, each as one transaction (its SET LOCAL lets the files go in any order).
     def functions
       FUNCTION_FILES.map { |f| ["functions/#{File.basename(f)}", File.read(f)] }

@@ -63,6 +63,11 @@ RSpec.describe "the schema's layout (db/)", :sidecar do
     expect(WebhookInbox::Schema::VERSION).to be >= File.basename(WebhookInbox::Schema::FILES.last).to_i
   end
 
+  it "takes the sidecar's migrate lock in the Rails loader (one key)" do
+    header = File.read(File.expand_path("../../sidecar/src/migrate.h", __dir__))
+    expect(WebhookInbox::Schema::LOCK_SQL).to include("(#{header[/#define WI_MIGRATE_LOCK_KEY "(\d+)"/, 1]})")
+  end
+
   describe "on PostgreSQL" do
     let(:cluster) { TestDatabase.cluster }
 
