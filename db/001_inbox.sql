@@ -1,5 +1,6 @@
 -- 001_inbox.sql - the durable inbox shared by the receiver (gem) and the worker (sidecar).
 -- Idempotent: safe to re-run. Applied by `webhook-inbox-sidecar migrate` and the Rails generator.
+-- 1.0: the functions this file defined are in db/functions/ (their current form only).
 
 CREATE TABLE IF NOT EXISTS webhook_inbox (
     source_scope    text        NOT NULL,
@@ -42,18 +43,3 @@ CREATE INDEX IF NOT EXISTS webhook_inbox_claim_idx
     WHERE status = 'pending';
 COMMENT ON INDEX webhook_inbox_claim_idx IS
     'Partial index serving the worker''s SKIP LOCKED claim: only pending rows, ordered by due time.';
-
--- Wake the workers: one NOTIFY per inserting statement (NOTIFY also folds duplicates per transaction).
-CREATE OR REPLACE FUNCTION webhook_inbox_notify() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('webhook_inbox', '');
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION webhook_inbox_notify() IS 'Statement trigger: NOTIFY webhook_inbox so LISTENing sidecars wake up.';
-
-DROP TRIGGER IF EXISTS webhook_inbox_notify_insert ON webhook_inbox;
-CREATE TRIGGER webhook_inbox_notify_insert
-    AFTER INSERT ON webhook_inbox
-    FOR EACH STATEMENT EXECUTE FUNCTION webhook_inbox_notify();

@@ -18,11 +18,7 @@
 --     WHERE status = 'done' AND pruned_at IS NULL;
 -- and this file then skips it (the pruned index starts empty; the column is added without a
 -- table rewrite).
-
-CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 8 $$;
-COMMENT ON FUNCTION webhook_inbox_schema_version() IS
-    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+-- 1.0: the functions this file defined are in db/functions/ (their current form only).
 
 ALTER TABLE webhook_inbox ADD COLUMN IF NOT EXISTS pruned_at timestamptz;
 COMMENT ON COLUMN webhook_inbox.pruned_at IS
@@ -37,40 +33,6 @@ COMMENT ON INDEX webhook_inbox_prunable_idx IS
 CREATE INDEX IF NOT EXISTS webhook_inbox_pruned_idx ON webhook_inbox (pruned_at) WHERE pruned_at IS NOT NULL;
 COMMENT ON INDEX webhook_inbox_pruned_idx IS
     'Emptied rows by when they were emptied: what retention forgets (deletes) once --remember-pruned has passed.';
-
--- Requeue and replay (and their counts) never move an emptied row: it has no payload left
--- to run. Otherwise as in 005: the WHERE clause for a filter, values as $1..$7.
-CREATE OR REPLACE FUNCTION webhook_inbox_filter_sql(p_filter jsonb) RETURNS text
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    sql text := 'w.status = $1 AND w.pruned_at IS NULL';
-    k   text;
-BEGIN
-    IF p_filter IS NULL OR jsonb_typeof(p_filter) <> 'object' THEN
-        RAISE EXCEPTION 'webhook_inbox: the filter must be a JSON object' USING ERRCODE = '22023';
-    END IF;
-    FOR k IN SELECT jsonb_object_keys(p_filter) LOOP
-        IF k NOT IN ('scope', 'event_id', 'type', 'from', 'to', 'error') THEN
-            RAISE EXCEPTION 'webhook_inbox: unknown filter key %', k USING ERRCODE = '22023';
-        END IF;
-    END LOOP;
-    IF p_filter->>'scope' IS NOT NULL THEN sql := sql || ' AND w.source_scope = $2'; END IF;
-    IF p_filter->>'event_id' IS NOT NULL THEN sql := sql || ' AND w.event_id = $3'; END IF;
-    IF p_filter->>'type' LIKE '%*' THEN
-        sql := sql || ' AND starts_with(w.event_type, left($4, -1))';
-    ELSIF p_filter->>'type' IS NOT NULL THEN
-        sql := sql || ' AND w.event_type = $4';
-    END IF;
-    IF p_filter->>'from' IS NOT NULL THEN sql := sql || ' AND w.received_at >= $5'; END IF;
-    IF p_filter->>'to' IS NOT NULL THEN sql := sql || ' AND w.received_at < $6'; END IF;
-    IF p_filter->>'error' IS NOT NULL THEN
-        sql := sql || ' AND strpos(lower(w.last_error), lower($7)) > 0';
-    END IF;
-    RETURN sql;
-END
-$$;
-COMMENT ON FUNCTION webhook_inbox_filter_sql(jsonb) IS
-    'Internal: the WHERE clause (fixed text, values as $1..$7) for a requeue/replay filter; never an emptied (pruned) row.';
 
 -- The audit trail takes the CLI's and rake's prunes beside requeues and replays (they come
 -- with the actor: --actor, else $USER@host). Widened, never narrowed:

@@ -11,11 +11,7 @@
 -- Additive: webhook_inbox_schema_min_worker() stays 4 (nothing older sidecars call changes).
 -- The trigger below runs only for rows whose request headers hold x-github-delivery (its
 -- WHEN clause), one index lookup each.
-
-CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 10 $$;
-COMMENT ON FUNCTION webhook_inbox_schema_version() IS
-    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+-- 1.0: the functions this file defined are in db/functions/ (their current form only).
 
 ALTER TABLE webhook_inbox ADD COLUMN IF NOT EXISTS recovered_at timestamptz;
 COMMENT ON COLUMN webhook_inbox.recovered_at IS
@@ -54,23 +50,3 @@ COMMENT ON TABLE webhook_inbox_redeliveries IS
     'Redeliveries reconcile asked a provider for (GitHub: POST .../deliveries/{id}/attempts), by the delivery''s GUID: the stored row is marked recovered_at when it arrives, and a failed delivery is asked for again only when it is newer than the last request.';
 COMMENT ON COLUMN webhook_inbox_redeliveries.requested_id IS 'The provider''s id of the failed attempt last asked for (GitHub numbers each attempt); written before the call, so a redelivery that arrives while it is made is marked.';
 COMMENT ON COLUMN webhook_inbox_redeliveries.delivery_id IS 'The newest attempt whose redelivery the provider accepted (202); NULL: none yet. A failed attempt up to this id is not asked for again; a newer one (the redelivery failed too) is.';
-
--- Marks a delivery that reconcile asked for as recovered, as the receiver stores it.
-CREATE OR REPLACE FUNCTION webhook_inbox_mark_redelivered() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM webhook_inbox_redeliveries r
-                WHERE r.source_scope = NEW.source_scope AND r.delivery_guid = NEW.request_headers->>'x-github-delivery') THEN
-        NEW.recovered_at := now();
-    END IF;
-    RETURN NEW;
-END
-$$;
-COMMENT ON FUNCTION webhook_inbox_mark_redelivered() IS
-    'Row trigger: a delivery whose x-github-delivery GUID reconcile asked GitHub to redeliver gets recovered_at.';
-
-DROP TRIGGER IF EXISTS webhook_inbox_mark_redelivered ON webhook_inbox;
-CREATE TRIGGER webhook_inbox_mark_redelivered
-    BEFORE INSERT ON webhook_inbox
-    FOR EACH ROW WHEN (NEW.request_headers ? 'x-github-delivery' AND NEW.recovered_at IS NULL)
-    EXECUTE FUNCTION webhook_inbox_mark_redelivered();

@@ -8,11 +8,7 @@
 -- Idempotent: safe to re-run. Applied after 001..010.
 --
 -- Additive: webhook_inbox_schema_min_worker() stays 4 (the sidecar never reads this table).
-
-CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 11 $$;
-COMMENT ON FUNCTION webhook_inbox_schema_version() IS
-    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+-- 1.0: the functions this file defined are in db/functions/ (their current form only).
 
 CREATE TABLE IF NOT EXISTS webhook_inbox_refused (
     id              bigserial   PRIMARY KEY,
@@ -40,51 +36,6 @@ COMMENT ON COLUMN webhook_inbox_refused.received_at IS 'When the receiver answer
 
 CREATE INDEX IF NOT EXISTS webhook_inbox_refused_endpoint_idx ON webhook_inbox_refused (endpoint, id);
 COMMENT ON INDEX webhook_inbox_refused_endpoint_idx IS 'Per-endpoint bounds, lists and reverify pages.';
-
--- Keeps refused deliveries within their endpoint's bounds. rows: a JSON array of objects
--- {endpoint, source_scope, provider, reason, body (hex), request_headers (object or null),
--- request_env (object), received_at, max_count, max_bytes, max_age_s}. Per row, under a
--- transaction-scoped advisory lock of its endpoint (concurrent writers cannot pass a bound
--- together): rows older than max_age_s go, then the row is kept only if the endpoint holds
--- fewer than max_count rows and the bytes fit max_bytes. Past a bound new rows are not kept
--- (the oldest are the ones a provider stops retrying first; a flood of forged deliveries
--- cannot push out the real ones kept before it). Returns one row per endpoint: kept, and
--- not kept because a bound was reached.
-CREATE OR REPLACE FUNCTION webhook_inbox_keep_refused(p_rows jsonb)
-RETURNS TABLE (endpoint text, kept integer, full_count integer)
-LANGUAGE plpgsql AS $$
-DECLARE
-    r       jsonb;
-    n       bigint;
-    b       bigint;
-    v_body  bytea;
-    ep      text;
-    did     jsonb := '{}';
-BEGIN
-    FOR r IN SELECT value FROM jsonb_array_elements(p_rows) LOOP
-        ep := r->>'endpoint';
-        v_body := decode(r->>'body', 'hex');
-        PERFORM pg_advisory_xact_lock(hashtextextended('webhook_inbox_refused:' || ep, 0));
-        DELETE FROM webhook_inbox_refused f
-         WHERE f.endpoint = ep AND f.received_at < now() - make_interval(secs => (r->>'max_age_s')::double precision);
-        SELECT count(*), coalesce(sum(octet_length(f.body)), 0) INTO n, b FROM webhook_inbox_refused f WHERE f.endpoint = ep;
-        IF n < (r->>'max_count')::bigint AND b + octet_length(v_body) <= (r->>'max_bytes')::bigint THEN
-            INSERT INTO webhook_inbox_refused (endpoint, source_scope, provider, reason, body, request_headers, request_env, received_at)
-            VALUES (ep, r->>'source_scope', r->>'provider', r->>'reason', v_body,
-                    CASE WHEN jsonb_typeof(r->'request_headers') = 'object' THEN r->'request_headers' END,
-                    coalesce(r->'request_env', '{}'), (r->>'received_at')::timestamptz);
-            did := jsonb_set(did, ARRAY[ep], jsonb_build_array(coalesce((did#>>ARRAY[ep, '0'])::int, 0) + 1,
-                                                               coalesce((did#>>ARRAY[ep, '1'])::int, 0)));
-        ELSE
-            did := jsonb_set(did, ARRAY[ep], jsonb_build_array(coalesce((did#>>ARRAY[ep, '0'])::int, 0),
-                                                               coalesce((did#>>ARRAY[ep, '1'])::int, 0) + 1));
-        END IF;
-    END LOOP;
-    RETURN QUERY SELECT d.key, (d.value->>0)::int, (d.value->>1)::int FROM jsonb_each(did) d;
-END
-$$;
-COMMENT ON FUNCTION webhook_inbox_keep_refused(jsonb) IS
-    'Keeps a batch of refused deliveries within each endpoint''s bounds (count, bytes, age; past a bound new ones are not kept); returns per endpoint how many were kept and how many found it full.';
 
 -- The audit trail takes reverifies (dashboard button and rake webhook_inbox:reverify, with the
 -- actor). Widened, never narrowed:

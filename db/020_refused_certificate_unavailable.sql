@@ -9,11 +9,7 @@
 --
 -- Redefines no function. Additive: webhook_inbox_schema_min_worker() stays 4 (the sidecar
 -- never reads this table).
-
-CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 20 $$;
-COMMENT ON FUNCTION webhook_inbox_schema_version() IS
-    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+-- 1.0: the functions this file defined are in db/functions/ (their current form only).
 
 -- Widened, never narrowed: a constraint that takes certificate_unavailable already (this file
 -- re-run, or a later one widened it further) is left alone. Dropped and added in one ALTER

@@ -9,11 +9,7 @@
 -- Redefines no function. New: webhook_inbox_workers, webhook_inbox_worker_beat(...),
 -- webhook_inbox_worker_stopped(text). Additive: webhook_inbox_schema_min_worker() stays 4
 -- (the sidecar never reads this table). On a Citus coordinator it stays a local table.
-
-CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 22 $$;
-COMMENT ON FUNCTION webhook_inbox_schema_version() IS
-    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+-- 1.0: the functions this file defined are in db/functions/ (their current form only).
 
 CREATE TABLE IF NOT EXISTS webhook_inbox_workers (
     worker_id    text        PRIMARY KEY
@@ -33,25 +29,3 @@ COMMENT ON COLUMN webhook_inbox_workers.worker_id IS 'ruby:<host>:<pid>:<random>
 COMMENT ON COLUMN webhook_inbox_workers.handlers IS 'How many Ruby handlers the worker loaded.';
 COMMENT ON COLUMN webhook_inbox_workers.heartbeat_at IS 'Last sign of life: refreshed at most every 10 s while the worker runs rounds; older than a minute means stopped, hung, or a handler batch running that long.';
 COMMENT ON COLUMN webhook_inbox_workers.stopped_at IS 'When it exited cleanly (SIGTERM/SIGINT); NULL while running, or after a kill.';
-
--- Upserts the caller's row with heartbeat now (started_at set on its first beat), and deletes
--- the rows of workers silent for a day. Returns nothing.
-CREATE OR REPLACE FUNCTION webhook_inbox_worker_beat(p_worker_id text, p_kind text, p_host text, p_pid integer,
-                                                     p_handlers integer) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO webhook_inbox_workers AS w (worker_id, kind, host, pid, handlers)
-    VALUES (p_worker_id, p_kind, left(p_host, 255), p_pid, coalesce(p_handlers, 0))
-    ON CONFLICT (worker_id) DO UPDATE
-       SET heartbeat_at = now(), handlers = coalesce(p_handlers, w.handlers), stopped_at = NULL;
-    DELETE FROM webhook_inbox_workers w WHERE w.heartbeat_at < now() - interval '1 day';
-END
-$$;
-COMMENT ON FUNCTION webhook_inbox_worker_beat(text, text, text, integer, integer) IS
-    'A worker''s heartbeat (worker id, kind, host, pid, handlers loaded): its row upserted with heartbeat_at now; rows silent for a day deleted.';
-
-CREATE OR REPLACE FUNCTION webhook_inbox_worker_stopped(p_worker_id text) RETURNS void
-LANGUAGE sql AS $$
-    UPDATE webhook_inbox_workers SET stopped_at = now() WHERE worker_id = p_worker_id
-$$;
-COMMENT ON FUNCTION webhook_inbox_worker_stopped(text) IS 'A worker''s clean exit: stopped_at set on its row.';

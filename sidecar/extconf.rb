@@ -2,8 +2,8 @@
 
 # sidecar/extconf.rb - lets `gem install` build webhook-inbox-sidecar. RubyGems runs this
 # file, then `make` and `make install sitearchdir=... sitelibdir=...`. Self-contained (it
-# needs sidecar/src, db/ and ext/webhook_inbox's wi_err.h, redact.c, hmac.c and event_id.c): it embeds db/NNN_*.sql into
-# migrations.c like sidecar/tools/embed_sql.sh, and writes a Makefile that compiles
+# needs sidecar/src, db/ and ext/webhook_inbox's wi_err.h, redact.c, hmac.c and event_id.c): it embeds db/NNN_*.sql,
+# db/functions/ and db/citus/ into C files like sidecar/tools/embed_sql.sh, and writes a Makefile that compiles
 # sidecar/src/*/*.c (the rooms by job; C11 + libpq) and moves the binary to the gem's own
 # lib/webhook_inbox/webhook-inbox-sidecar, where WebhookInbox::Sidecar looks first. Not through
 # $(sitearchdir): RubyGems keeps what lands there twice (the extension directory and a copy in
@@ -44,6 +44,8 @@ end
 sql = Dir[File.join(top, "db", "[0-9][0-9][0-9]_*.sql")].sort
 abort "webhook-inbox-sidecar: no db/NNN_*.sql migrations found under #{top}" if sql.empty?
 embed_sql("migrations.c", "wi_migrations", sql, "db/NNN_*.sql")
+# db/functions/*.sql: every function's one definition, applied by every `migrate`.
+embed_sql("function_files.c", "wi_function_files", Dir[File.join(top, "db", "functions", "*.sql")].sort, "db/functions")
 # db/citus/NNN_*.sql: the Citus layout (`migrate --citus`).
 embed_sql("citus_migrations.c", "wi_citus_migrations", Dir[File.join(top, "db", "citus", "[0-9][0-9][0-9]_*.sql")].sort,
           "db/citus/NNN_*.sql")
@@ -53,7 +55,7 @@ embed_sql("citus_migrations.c", "wi_citus_migrations", Dir[File.join(top, "db", 
 sources = Dir[File.join(src, "**", "*.c")].sort + %w[redact.c hmac.c event_id.c].map { |f| File.join(top, "ext", "webhook_inbox", f) }
 twice = sources.group_by { |s| File.basename(s) }.select { |_, v| v.size > 1 }.keys
 abort "webhook-inbox-sidecar: source file names must be unique across sidecar/src: #{twice.join(', ')}" unless twice.empty?
-objs = sources.map { |s| File.basename(s, ".c") + ".o" } + ["migrations.o", "citus_migrations.o"]
+objs = sources.map { |s| File.basename(s, ".c") + ".o" } + ["migrations.o", "function_files.o", "citus_migrations.o"]
 rules = sources.map { |s| "#{File.basename(s, '.c')}.o: #{s}\n\t$(CC) $(SC_CFLAGS) -c -o $@ #{s}\n" }.join("\n")
 
 File.write("Makefile", <<~MAKE)
@@ -73,6 +75,9 @@ File.write("Makefile", <<~MAKE)
 
   migrations.o: migrations.c
   \t$(CC) $(SC_CFLAGS) -c -o $@ migrations.c
+
+  function_files.o: function_files.c
+  \t$(CC) $(SC_CFLAGS) -c -o $@ function_files.c
 
   citus_migrations.o: citus_migrations.c
   \t$(CC) $(SC_CFLAGS) -c -o $@ citus_migrations.c

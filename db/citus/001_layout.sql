@@ -24,7 +24,7 @@
 -- Claiming: webhook_inbox_citus_dispatch_shard() below, a batch pushed down to the node of one
 -- shard; webhook_inbox_citus_claim() and webhook_inbox_citus_dispatch_batch() (one scope
 -- through the coordinator) for the one-event-per-statement path; a sidecar uses them when it
--- finds them (sidecar/src/citus.c).
+-- finds them (sidecar/src/citus/citus.c).
 
 DO $$
 BEGIN
@@ -153,7 +153,7 @@ ALTER FUNCTION webhook_inbox_log_entry(text, text, double precision) IMMUTABLE;
 -- oldest due first, FOR UPDATE SKIP LOCKED in the caller's transaction. Citus refuses
 -- FOR UPDATE across shards; scoped, it is one router query. Order is per scope: there is
 -- no global oldest-first across scopes any more (it never mattered across tenants).
--- Per-object ordering (db/014, as webhook_inbox_dispatch_batch and sidecar/src/claim.c): a
+-- Per-object ordering (db/014, as webhook_inbox_dispatch_batch and sidecar/src/claim/claim.c): a
 -- keyed event is not claimed while an earlier event of its (source_scope, ordering_key) is
 -- pending, nor while one is quarantined and the event's route is strict. A key lives in one
 -- scope, so the predecessor probes run on the scope's shard. The strict flag is read on the
@@ -304,7 +304,7 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_citus_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS
     'Citus: webhook_inbox_dispatch_batch() kept on one shard - claim up to p_limit due events of one scope, webhook_inbox_dispatch() each; same arguments and rows.';
 
--- The sidecar's batch delegated to a worker (sidecar/src/citus.c): one key per shard of
+-- The sidecar's batch delegated to a worker (sidecar/src/citus/citus.c): one key per shard of
 -- webhook_inbox, a distribution value that hashes into it ('shard:N'), ordered by hash range.
 -- The sidecar cycles through them and names one in each call of
 -- webhook_inbox_citus_dispatch_shard() below, which Citus then runs on that shard's node.
@@ -404,39 +404,6 @@ COMMENT ON FUNCTION webhook_inbox_citus_dispatch_shard(text, text, integer, text
     'Citus: webhook_inbox_dispatch_batch() on the shard p_key hashes to, pushed down to its node (lock_timeout p_lock_timeout) - claim up to p_limit due events of that shard, webhook_inbox_dispatch() each; same rows.';
 SELECT create_distributed_function('webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint)',
                                    'p_key', colocate_with := 'webhook_inbox');
-
--- db/005's charge of a failed run, the outcome and its time in variables: Citus refuses a
--- non-IMMUTABLE function (the STABLE clock above) inside a CASE of an UPDATE ("non-IMMUTABLE
--- functions are not allowed in CASE or COALESCE statements"), so db/005's form failed every
--- handler error, on the worker and on the coordinator. The row's attempts are known
--- (p_seen_attempts, in the WHERE), so the new status is known before the UPDATE. Same
--- signature, same effect and results.
-CREATE OR REPLACE FUNCTION webhook_inbox_charge_attempt(
-        p_scope text, p_event_id text, p_seen_attempts integer, p_error text, p_max_attempts integer,
-        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_duration_ms double precision,
-        OUT new_status text, OUT new_attempts integer, OUT retry_in_ms bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-    delay_ms bigint := webhook_inbox_retry_delay_ms(p_seen_attempts, p_backoff_base_ms, p_backoff_cap_ms);
-    v_last    boolean := p_seen_attempts + 1 >= p_max_attempts;
-    v_at      timestamptz := clock_timestamp();
-    v_outcome text := CASE WHEN v_last THEN 'quarantined' ELSE 'retry' END;
-BEGIN
-    UPDATE webhook_inbox w
-       SET attempts = w.attempts + 1,
-           last_error = left(p_error, 1000),
-           next_attempt_at = v_at + delay_ms * interval '1 millisecond',
-           status = CASE WHEN v_last THEN 'quarantined' ELSE 'pending' END,
-           processed_at = CASE WHEN v_last THEN v_at END,
-           attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry(v_outcome, p_error, p_duration_ms))
-     WHERE w.source_scope = p_scope AND w.event_id = p_event_id
-       AND w.status = 'pending' AND w.attempts = p_seen_attempts
-    RETURNING w.status, w.attempts INTO new_status, new_attempts;
-    IF new_status = 'pending' THEN
-        retry_in_ms := delay_ms;
-    END IF;
-END
-$$;
 
 -- Every gem function but triggers (they run on the shards) and the STABLE SQL ones that
 -- are inlined (a SET would stop that) runs with the shadowed clock first. A SET stays in

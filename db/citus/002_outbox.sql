@@ -27,9 +27,10 @@
 --
 -- Redefines, with the same signatures and results (Citus refuses FOR UPDATE over several
 -- shards and ON CONFLICT (operation_id) has no unique key any more), re-applied after every
--- migrate so that a db/NNN redefinition is overridden again here:
--- Each is the latest db/NNN body (named above it) in its Citus form: a db/NNN that changes one
--- of these must change its form here too.
+-- migrate so that db/functions/ is overridden again here. Each is the core body (db/functions/
+-- outbox.sql, ruby_handlers.sql; the version named above it) in its Citus form: a change to
+-- one of these must change its form here too, until the core is written for this layout
+-- (issue 29; spec/webhook_inbox/schema_layout_spec.rb lists them).
 --   webhook_inbox_emit                 ON CONFLICT (source_scope, operation_id)
 --   webhook_inbox_run_ruby             (013) the same, and its runs read on the event's shard
 --   webhook_inbox_outbox_claim         (015) one scope at a time (router queries), up to p_limit
@@ -41,7 +42,6 @@
 --   webhook_inbox_ruby_start           (015) one scope at a time, as ruby_claim
 --   webhook_inbox_ruby_lock,           (013) the run locked on its shard (scope and operation id)
 --   webhook_inbox_ruby_finish
---   webhook_inbox_ruby_settle          (013) the type's Ruby handlers read before the shard's query
 --   webhook_inbox_ruby_start_batch,    (016) the batch steps: starts one scope at a time as
 --   webhook_inbox_ruby_lock_batch,     ruby_start, the runs found once and locked on their shards,
 --   webhook_inbox_ruby_finish_batch    their scopes read once for ruby_finish
@@ -763,57 +763,6 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_finish_batch(text[], integer[], text[], text[], double precision[], integer, bigint, bigint) IS
     'Ruby worker v16, step 3 (Citus: each run on its shard): webhook_inbox_ruby_finish for each run of the batch in one call; each run''s new status (NULL: not that pending run).';
-
--- db/013's settle (|| rather than concat_ws, which Citus refuses over a column), the event
--- type's handlers read before the shard's query.
-CREATE OR REPLACE FUNCTION webhook_inbox_ruby_settle(run webhook_inbox_outbox, p_duration_ms double precision)
-RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    ev   webhook_inbox;
-    what text := (run.payload->>'handler') || ': ' || coalesce(run.last_error, '');
-    handlers text[];
-BEGIN
-    SELECT * INTO ev FROM webhook_inbox w
-     WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id
-       AND w.status IN ('pending', 'quarantined')
-       FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    -- In a variable: inside the shard's query it would read the reference table from the
-    -- worker, a distributed query Citus refuses there.
-    handlers := coalesce(webhook_inbox_ruby_handlers_for(ev.event_type), '{}');
-    IF run.status = 'quarantined' THEN
-        UPDATE webhook_inbox w
-           SET status = 'quarantined', last_error = left('Ruby handler ' || what, 1000), processed_at = clock_timestamp(),
-               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('quarantined', 'Ruby handler ' || what, p_duration_ms))
-         WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
-    ELSIF run.status = 'pending' THEN
-        UPDATE webhook_inbox w
-           SET last_error = left('Ruby handler ' || what, 1000),
-               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('retry', 'Ruby handler ' || what, p_duration_ms))
-         WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
-    ELSIF NOT EXISTS (SELECT 1 FROM webhook_inbox_outbox o
-                       WHERE o.source_scope = ev.source_scope AND o.source_event_id = ev.event_id
-                         AND o.destination = 'ruby' AND o.status <> 'delivered'
-                         AND o.payload->>'handler' = ANY (handlers)) THEN
-        UPDATE webhook_inbox w
-           SET status = 'done', processed_at = clock_timestamp(), last_error = NULL,
-               outcome = coalesce(w.outcome || '; ', '') || 'Ruby handlers done', -- concat_ws is STABLE: refused over a column
-               attempt_log = webhook_inbox_log_append(w.attempt_log,
-                   webhook_inbox_log_entry('done', 'Ruby handler ' || (run.payload->>'handler') || ' done; all done', p_duration_ms))
-         WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
-    ELSE
-        UPDATE webhook_inbox w
-           SET attempt_log = webhook_inbox_log_append(w.attempt_log,
-                   webhook_inbox_log_entry('handler_done', 'Ruby handler ' || (run.payload->>'handler') || ' done', p_duration_ms))
-         WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION webhook_inbox_ruby_settle(webhook_inbox_outbox, double precision) IS
-    'Ruby worker: after a run changed, lock its event and mark it done (every run delivered), quarantined (the run quarantined) or note the run''s error (Citus: the handlers read on the coordinator).';
 
 DO $$
 BEGIN

@@ -1,10 +1,10 @@
 -- citus/003_retention.sql - retention on a Citus cluster (`prune`, `run --retain`).
 -- Idempotent: safe to re-run.
 --
--- The sidecar's batch statements (sidecar/src/prune.c) lock their rows FOR UPDATE SKIP
+-- The sidecar's batch statements (sidecar/src/retention/prune.c) lock their rows FOR UPDATE SKIP
 -- LOCKED over the whole table, which Citus refuses across shards. On a Citus layout the
 -- sidecar calls webhook_inbox_citus_prune() under the same statement names instead
--- (sidecar/src/citus.c): the same batch, one source_scope (one shard) at a time.
+-- (sidecar/src/citus/citus.c): the same batch, one source_scope (one shard) at a time.
 
 -- The SQL routes' once-markers (db/013: webhook_inbox_effects_received rows keyed by their
 -- event) of these events of scope p_scope, deleted with them (a reference table: every

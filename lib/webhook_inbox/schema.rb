@@ -2,17 +2,27 @@
 
 module WebhookInbox
   # Schema - the inbox's versioned SQL, shared by the Rails migrations and the sidecar's
-  # `migrate`: db/NNN_*.sql in the gem, applied in order. File NNN brings the database to
-  # schema version NNN; released files never change (a change is a new file), so applying
-  # 001..N from any later gem version yields the same schema N. Every file is idempotent.
+  # `migrate` (db/README.md): db/NNN_*.sql, the tables, indexes and constraints, in numbered
+  # migrations (file NNN brings the tables to version NNN; a released file never changes), then
+  # db/functions/*.sql, every function in its one current definition, applied by every migrate
+  # (repeatable: CREATE OR REPLACE). Functions exist only in their current form, so this gem
+  # builds its own VERSION and no older one; every file is idempotent.
   #
   #   WebhookInbox::Schema::VERSION                    # what this gem (and its sidecar) expects
-  #   WebhookInbox::Schema.statements(to: 4)           # [[file name, SQL], ...] to apply
+  #   WebhookInbox::Schema.migrations(to: 4)           # [[file name, SQL], ...]: the tables as of v4
+  #   WebhookInbox::Schema.statements(after: 20)       # what brings a v20 database to VERSION
   #   WebhookInbox::Schema.installed_version(select)   # select: ->(sql) { first value or nil }
   module Schema
     DIR = File.expand_path("../../db", __dir__)
     FILES = Dir[File.join(DIR, "[0-9][0-9][0-9]_*.sql")].sort.freeze
-    VERSION = File.basename(FILES.last).to_i
+    FUNCTION_FILES = Dir[File.join(DIR, "functions", "*.sql")].sort.freeze
+    # webhook_inbox_schema_version()'s body says it (the sidecar's WI_SCHEMA_VERSION too).
+    VERSION_LINE = /schema_version\(\) RETURNS integer\s+LANGUAGE sql STABLE AS \$\$ SELECT (\d+) \$\$/.freeze
+    VERSION = Integer(File.read(File.join(DIR, "functions", "schema_version.sql"))[VERSION_LINE, 1])
+    # The session advisory lock `webhook-inbox-sidecar migrate` holds (WI_MIGRATE_LOCK_KEY in
+    # sidecar/src/admin/migrate.h): a Rails migration takes it for its transaction, so the two never
+    # replace the same functions at once ("tuple concurrently updated").
+    LOCK_SQL = "SELECT pg_advisory_xact_lock(7310582026110401)"
     # The version a database built before versioning (001-003, no version function) reports.
     UNVERSIONED = 3
     # Objects the gem owns: recreated from this SQL, so Rails' dumps leave them out.
@@ -32,9 +42,10 @@ module WebhookInbox
 
     module_function
 
-    # [[file name, SQL text], ...] for versions 1..to. Raises ArgumentError for a version this
-    # gem does not have (a schema.rb written by a newer gem: upgrade the gem first).
-    def statements(to: VERSION)
+    # [[file name, SQL text], ...]: the numbered migrations up to version to (tables only; a
+    # database of an older version for specs, or the first step of statements). Raises
+    # ArgumentError for a version this gem does not have (a newer gem wrote it: upgrade the gem).
+    def migrations(to: VERSION)
       to = Integer(to)
       unless to.between?(1, VERSION)
         raise ArgumentError, "webhook_inbox schema version #{to} is unknown to this gem (it has 1..#{VERSION}); " \
@@ -42,6 +53,21 @@ module WebhookInbox
       end
 
       FILES.select { |f| File.basename(f).to_i <= to }.map { |f| [File.basename(f), File.read(f)] }
+    end
+
+    # [["functions/flow.sql", SQL text], ...]: every function file, to apply after the
+    # migrations, each as one transaction (its SET LOCAL lets the files go in any order).
+    def functions
+      FUNCTION_FILES.map { |f| ["functions/#{File.basename(f)}", File.read(f)] }
+    end
+
+    # What brings a database at version after (0: none) to VERSION: the migrations newer than
+    # after, then every function file. Empty for a database newer than this gem (never put
+    # older bodies back under a newer version).
+    def statements(after: 0)
+      return [] if Integer(after) > VERSION
+
+      migrations.reject { |name, _| name.to_i <= after } + functions
     end
 
     # The database's schema version: 0 when the inbox is missing. select runs one SQL query

@@ -1,6 +1,6 @@
 #!/bin/sh
 # embed_sql.sh [-a ARRAY] OUT.c FILE.sql... - writes a C file defining ARRAY[] (default
-# wi_migrations; wi_citus_migrations for db/citus/) with each file's text as a string
+# wi_migrations; wi_function_files for db/functions/, wi_citus_migrations for db/citus/) with each file's text as a string
 # literal, in the order given, so `migrate` needs no files at run time.
 set -eu
 array=wi_migrations

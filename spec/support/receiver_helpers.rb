@@ -10,11 +10,12 @@ require "tmpdir"
 module ReceiverHelpers
   ROOT = File.expand_path("../..", __dir__)
 
-  # The gem's migrations, in order, as its own loader finds them (WebhookInbox::Schema):
-  # the same files from a git checkout, a gem or a tarball.
+  # The gem's schema files, in order, as its own loader finds them (WebhookInbox::Schema):
+  # the numbered migrations, then the function files; the same from a git checkout, a gem or a
+  # tarball. Each is applied as one psql -c string (one transaction).
   def self.schema_files
     require "webhook_inbox/schema"
-    WebhookInbox::Schema::FILES
+    WebhookInbox::Schema::FILES + WebhookInbox::Schema::FUNCTION_FILES
   end
 
   # Applies the gem's schema to db (the cluster's own database by default).

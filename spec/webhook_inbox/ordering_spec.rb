@@ -105,10 +105,11 @@ RSpec.describe WebhookInbox::Ordering do
   end
 
   it "derives the same keys and times as 014's SQL definitions, edge cases included" do
-    old = File.read(ReceiverHelpers.schema_files.find { |f| File.basename(f).start_with?("014_") })
+    # 014's definitions as a v20 database holds them (pg_dump's form; db/ keeps only today's).
+    old = File.read(File.expand_path("../fixtures/schema_v20.sql", __dir__))
     defs = %w[key time].map do |what|
-      old[/CREATE OR REPLACE FUNCTION webhook_inbox_ordering_#{what}\(.*?\$\$;/m]
-        .sub("CREATE OR REPLACE FUNCTION webhook_inbox_ordering_#{what}(", "CREATE FUNCTION pg_temp.ordering_#{what}_014(")
+      old[/CREATE FUNCTION public\.webhook_inbox_ordering_#{what}\(.*?\$\$;/m]
+        .sub("CREATE FUNCTION public.webhook_inbox_ordering_#{what}(", "CREATE FUNCTION pg_temp.ordering_#{what}_014(")
     end
     long = "x" * 300
     payloads = [%({"data":{"object":{"id":"cus_1","n":5,"f":1.5,"o":{"a":[1,"b"]},"arr":[10,20],"nul":null,"e":""}},) +

@@ -155,7 +155,7 @@ RSpec.describe WebhookInbox::RequestHeaders do
     pg.psql("CREATE DATABASE #{db}", db: "postgres")
     # The schema as it was before request_headers came (v5); later versions build on the
     # column (a trigger of v10 reads it), so dropping it from a current schema is no such inbox.
-    WebhookInbox::Schema.statements(to: 4).each { |_name, sql| pg.psql(sql, db: db) }
+    WebhookInbox::Schema.migrations(to: 4).each { |_name, sql| pg.psql(sql, db: db) }
     old = WebhookInbox::Inbox.new(database_url: pg.url(db), pool_size: 1)
     expect(old.insert(source_scope: scope, event_id: "evt_old", payload: "{}", headers: { "a" => "b" }).status).to eq(:accepted)
     expect(old.with_connection { |c| c.insert_batch([[scope, "evt_o1", "t", "{}", false, false, nil, "{}"]] * 2) }).to eq([1, 0])

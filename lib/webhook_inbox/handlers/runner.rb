@@ -9,7 +9,7 @@ module WebhookInbox
   module Handlers
     # Runner - one round of the Ruby worker on an ActiveRecord connection: up to limit runs
     # (in the caller's transaction, as savepoints, when there is one: drain_webhook_inbox runs
-    # in the test's). Per round, three calls (db/016_ruby_batch.sql):
+    # in the test's). Per round, three calls (db/functions/ruby_handlers.sql, v16):
     #  1. webhook_inbox_ruby_start_batch, one statement committed alone: up to limit due first
     #     attempts, each charged and leased for its backoff, before any handler runs, so a
     #     handler that kills its process (exit!, kill -9, a segfault, OOM) has spent that

@@ -6,7 +6,7 @@ module WebhookInbox
     # ActiveRecord's connection adapters, so `load_webhook_inbox_schema version: 4` works in
     # both, like fx's create_function):
     #
-    #   load_webhook_inbox_schema version: 4           # the gem's db/001..004, never echoed
+    #   load_webhook_inbox_schema version: 4           # the gem's db/ (at its own version), never echoed
     #   add_webhook_inbox_route "payment_intent.succeeded", "orders_on_payment_succeeded"
     #   add_webhook_inbox_route "status.*", destination: :app_identity  # v7: to an outbox destination
     #   add_webhook_inbox_route "customer.*", "app_on_customer", strict: true  # v14: see ordering
@@ -76,12 +76,17 @@ module WebhookInbox
          ORDER BY n.nspname, c.relname, t.tgname
       SQL
 
-      # Brings the inbox schema up to version (1..WebhookInbox::Schema::VERSION) by running the
-      # gem's files the database does not have yet. Never goes down; prints nothing itself.
+      # Brings the inbox schema to WebhookInbox::Schema::VERSION: the gem's numbered files the
+      # database does not have yet, then every function file (db/README.md), in one transaction
+      # under the migrate lock. version is what the migration was written for (1..VERSION); the
+      # functions exist only in their current form, so an older one builds VERSION too. A newer
+      # schema is left as it is. Never goes down; prints nothing itself.
       def load_webhook_inbox_schema(version: WebhookInbox::Schema::VERSION)
-        installed = webhook_inbox_schema_version
-        WebhookInbox::Schema.statements(to: version).each do |name, sql|
-          execute(sql, "webhook_inbox #{name}") if name.to_i > installed
+        WebhookInbox::Schema.migrations(to: version) # raises for a version newer than the gem
+        transaction(requires_new: true) do
+          execute(WebhookInbox::Schema::LOCK_SQL, "webhook_inbox migrate lock")
+          steps = WebhookInbox::Schema.statements(after: webhook_inbox_schema_version)
+          steps.each { |name, sql| execute(sql, "webhook_inbox #{name}") }
         end
         nil
       end

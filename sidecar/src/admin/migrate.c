@@ -1,7 +1,6 @@
 /* migrate.c - `migrate`: the embedded db/NNN_*.sql files newer than the database's version,
- * in order (all of them when a function they define is missing), one transaction each,
- * serialized across processes by a session advisory lock;
- * never over a newer schema; then,
+ * in order, then every file of db/functions/ (repeatable), one transaction each,
+ * serialized across processes by a session advisory lock; never over a newer schema; then,
  * on a Citus cluster (`--citus`, or a layout already there), db/citus/NNN_*.sql. */
 #define _POSIX_C_SOURCE 200809L
 #include "admin/migrate.h"
@@ -33,13 +32,12 @@ static const struct wi_pg_stmt stmts[] = {
                              " WHERE p.proname = n AND pg_function_is_visible(p.oid)) ORDER BY n"},
 };
 
-/* A PostgreSQL name is at most NAMEDATALEN - 1 (63) bytes; the chain defines ~100 functions. */
+/* A PostgreSQL name is at most NAMEDATALEN - 1 (63) bytes; db/functions/ defines ~80 functions. */
 #define FN_MAX 64
 #define FNS_MAX 512
 
-/* The functions the chain leaves defined: the name after each "CREATE OR REPLACE FUNCTION "
- * that starts a line of files[0..n), less those a later "DROP FUNCTION IF EXISTS " names,
- * added to *a. Returns 0, or -1 when out of memory or past FNS_MAX names. */
+/* The functions files[0..n) leave defined: the name after each "CREATE OR REPLACE FUNCTION "
+ * that starts a line, less those a later "DROP FUNCTION IF EXISTS " names, added to *a. Returns 0, or -1 when out of memory or past FNS_MAX names. */
 static int chain_functions(const struct wi_migration *files, int n, struct wi_pgarray *a)
 {
     static const char create[] = "CREATE OR REPLACE FUNCTION ", drop[] = "DROP FUNCTION IF EXISTS ";
@@ -84,8 +82,7 @@ done:
     return rc;
 }
 
-/* On a database at the current version: the first function (by name) the chain defines that
- * it lacks (dropped by hand, or by a restore that left them out), copied into name[FN_MAX];
+/* The first function (by name) db/functions/ defines that the database lacks (dropped by hand, or by a restore that left them out), copied into name[FN_MAX];
  * "" when none is missing. Returns the number missing, or -1 with *err. */
 static int missing_functions(struct wi_pg *pg, char *name, struct wi_err *err)
 {
@@ -95,7 +92,7 @@ static int missing_functions(struct wi_pg *pg, char *name, struct wi_err *err)
     int n = -1;
 
     name[0] = '\0';
-    if (chain_functions(wi_migrations, wi_migrations_count, &a) < 0 || !(params[0] = wi_pgarray_end(&a))) {
+    if (chain_functions(wi_function_files, wi_function_files_count, &a) < 0 || !(params[0] = wi_pgarray_end(&a))) {
         wi_err_set(err, WI_ERR_NOMEM, "out of memory listing the schema's functions");
         goto done;
     }
@@ -160,7 +157,8 @@ int wi_migrate(const char *conninfo, int citus, FILE *out, struct wi_err *err)
     struct wi_pg *pg = wi_pg_connect(conninfo, stmts, (int)(sizeof stmts / sizeof stmts[0]), err);
     struct wi_err ignore;
     struct wi_schema found;
-    int rc = -1, layout, installed, from;
+    char fn[FN_MAX];
+    int rc = -1, layout, installed, from, missing, functions, before;
 
     if (!pg)
         return -1;
@@ -189,24 +187,24 @@ int wi_migrate(const char *conninfo, int citus, FILE *out, struct wi_err *err)
     if (citus && (wi_pg_cmd(pg, "wi_citus_triggers", 0, NULL, err) < 0 || wi_pg_cmd(pg, "wi_citus_quiet", 0, NULL, err) < 0 ||
                   wi_pg_cmd(pg, "wi_citus_sequential", 0, NULL, err) < 0))
         goto unlock;
-    /* Only the files newer than the database. Applying the older ones again took strong
-     * locks on the inbox (ALTER TABLE, DROP TRIGGER: ACCESS EXCLUSIVE) even when nothing
-     * changed, so every sidecar start queued the receipts behind any open transaction, and it
-     * put older function bodies back live until the newer files committed. A database that
-     * says no version (functions dropped, an old dump) gets every file. */
+    /* Only the numbered files newer than the database. Applying the older ones again took
+     * strong locks on the inbox (ALTER TABLE: ACCESS EXCLUSIVE) even when nothing changed,
+     * so every sidecar start queued the receipts behind any open transaction. A database that
+     * says no version (an old dump) gets every file. The function files replace functions
+     * only (no lock on a table): every migrate applies them, which also puts back a function
+     * dropped under a current version; on Citus (where each replace goes to every node and
+     * the layout then re-labels them) only when the version is older or one is missing. */
+    before = found.version;
     from = first_newer(found.version);
-    if (from == wi_migrations_count) { /* current: a function dropped under it is put back */
-        char fn[FN_MAX];
-        int missing = missing_functions(pg, fn, err);
-        if (missing < 0)
-            goto unlock;
-        if (missing > 0) {
-            log_warnx("schema_function_missing", "function=%s missing=%d schema=%d note=\"re-applying every schema file\"",
-                      fn, missing, found.version);
-            from = 0;
-        }
-    }
+    if ((missing = missing_functions(pg, fn, err)) < 0)
+        goto unlock;
+    if (missing > 0 && found.version >= WI_SCHEMA_VERSION)
+        log_warnx("schema_function_missing", "function=%s missing=%d schema=%d note=\"re-applying db/functions/\"",
+                  fn, missing, found.version);
+    functions = !citus || from < wi_migrations_count || found.version < WI_SCHEMA_VERSION || missing > 0;
     if (apply(pg, wi_migrations + from, wi_migrations_count - from, "", citus, err) < 0)
+        goto unlock;
+    if (functions && apply(pg, wi_function_files, wi_function_files_count, "functions/", citus, err) < 0)
         goto unlock;
     if (citus && apply(pg, wi_citus_migrations, wi_citus_migrations_count, "citus/", citus, err) < 0)
         goto unlock;
@@ -217,8 +215,11 @@ int wi_migrate(const char *conninfo, int citus, FILE *out, struct wi_err *err)
         goto unlock;
     }
     if (from < wi_migrations_count)
-        fprintf(out, "inbox schema v%d: applied %s .. %s%s\n", found.version, wi_migrations[from].name,
+        fprintf(out, "inbox schema v%d: applied %s .. %s and db/functions/%s\n", found.version, wi_migrations[from].name,
                 wi_migrations[wi_migrations_count - 1].name,
+                citus ? " and the Citus layout (db/citus/; wake-ups by polling: --poll-interval)" : "");
+    else if (before < WI_SCHEMA_VERSION)
+        fprintf(out, "inbox schema v%d: applied db/functions/%s\n", found.version,
                 citus ? " and the Citus layout (db/citus/; wake-ups by polling: --poll-interval)" : "");
     else
         fprintf(out, "inbox schema v%d: up to date%s\n", found.version,

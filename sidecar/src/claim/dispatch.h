@@ -1,5 +1,5 @@
 /* dispatch.h - running claimed events' handlers through the v4 dispatch functions
- * (db/004_schema_version.sql): the route lookup, a subtransaction (savepoint) around each
+ * (db/functions/claim_dispatch.sql): the route lookup, a subtransaction (savepoint) around each
  * handler, and every result recorded in the claiming transaction. */
 #ifndef WI_DISPATCH_H
 #define WI_DISPATCH_H

@@ -1,5 +1,5 @@
 /* schema.c - the inbox schema version check: webhook_inbox_schema_version() and
- * webhook_inbox_schema_min_worker() (db/004_schema_version.sql) against WI_SCHEMA_VERSION. */
+ * webhook_inbox_schema_min_worker() (db/functions/schema_version.sql) against WI_SCHEMA_VERSION. */
 #define _POSIX_C_SOURCE 200809L
 #include "pg/schema.h"
 

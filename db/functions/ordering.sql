@@ -1,23 +1,21 @@
--- 023_receipt_ordering_key.sql - schema version 23: the receipt derives its ordering key
--- without planning a query per row. 014's webhook_inbox_ordering_key and _ordering_time were
--- SQL functions that PostgreSQL cannot inline (a FROM clause, aggregates; STRICT with a
--- CASE), so every call ran the function's body through the SQL-function executor, planned
--- anew at each call site and statement: bench/pipeline (Stripe, keyed by data.object.id)
--- measured the receipt INSERT at 502 us of PostgreSQL time per receipt against 35 us before
--- v14, and the pipeline's sustained rate halved. Now the key is PL/pgSQL (its statements
--- planned once per session; a spec of one path, the common case, is a single expression)
--- and the time an inlinable SQL expression (no FROM, not STRICT: a NULL argument gives NULL
--- all the same). Same results for every spec, payload and path as 014's.
--- Idempotent: safe to re-run. Applied after the files before it; it depends on none of 015..022.
---
--- Redefines: webhook_inbox_ordering_key(jsonb, text), webhook_inbox_ordering_time(jsonb, text)
--- (014's). Additive: webhook_inbox_schema_min_worker() stays 4 (the sidecar's reconcile calls
--- both with the same arguments and results).
+-- functions/ordering.sql - per-object ordering: the key and time a receipt derives, strict routes, the key lock.
+-- Repeatable: every migrate applies it after the numbered files (CREATE OR REPLACE; a signature
+-- that changes is dropped here first). The only definition of each function below.
+-- Bodies are checked when called, so the files may go in any order (a runner applies each
+-- file as one transaction: one string, or inside BEGIN; `psql -1 -f` works too).
+SET LOCAL check_function_bodies = off;
 
-CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 23 $$;
-COMMENT ON FUNCTION webhook_inbox_schema_version() IS
-    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+CREATE OR REPLACE FUNCTION webhook_inbox_route_strict(p_event_type text) RETURNS boolean
+LANGUAGE sql STABLE AS $$ SELECT coalesce((webhook_inbox_route_match(p_event_type)).strict, false) $$;
+COMMENT ON FUNCTION webhook_inbox_route_strict(text) IS
+    'Whether the route an event type takes is strict (a quarantined predecessor holds the event); false when unrouted.';
+
+-- The advisory lock id of one (source_scope, ordering_key): 64 bits of hash (two keys that
+-- share one only take turns). Inlined into the claims' statements.
+CREATE OR REPLACE FUNCTION webhook_inbox_ordering_lock_id(p_scope text, p_key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT hashtextextended(p_scope || E'\n' || p_key, 21) $$;
+COMMENT ON FUNCTION webhook_inbox_ordering_lock_id(text, text) IS
+    'Per-object ordering: the transaction-level advisory lock id a transaction holds while it runs an event of this (source_scope, ordering_key) (db/021).';
 
 -- 014's contract: the spec is paths separated by ',', each "a.b.c" or alternatives "a.b|c.d"
 -- (the first present wins); the key is the one value, or for several paths a JSON array of

@@ -1,0 +1,718 @@
+-- functions/claim_dispatch.sql - routing, the claim and the dispatch of SQL handlers, failures and their backoff.
+-- Repeatable: every migrate applies it after the numbered files (CREATE OR REPLACE; a signature
+-- that changes is dropped here first). The only definition of each function below.
+-- Bodies are checked when called, so the files may go in any order (a runner applies each
+-- file as one transaction: one string, or inside BEGIN; `psql -1 -f` works too).
+SET LOCAL check_function_bodies = off;
+
+-- Called by a handler to fail the event permanently: the sidecar marks it quarantined with the reason.
+CREATE OR REPLACE FUNCTION webhook_inbox_quarantine(reason text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'WIQ01', MESSAGE = coalesce(reason, 'quarantined by handler');
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_quarantine(text) IS
+    'Raise SQLSTATE WIQ01: the sidecar quarantines the event with this reason instead of retrying it.';
+
+-- Runs one handler on one claimed event and says what should happen to the event; changes
+-- nothing in webhook_inbox itself. The handler runs inside BEGIN ... EXCEPTION, which is a
+-- savepoint: a failing handler's business work is rolled back alone, the caller's
+-- transaction (and the other events of its batch) stays usable. The handler is called
+-- through its regproc, which PostgreSQL prints as a quoted (and, if needed,
+-- schema-qualified) identifier, so no value is ever spliced into SQL text.
+--   result 'done'        -> detail = the handler's outcome ('ignored: no route' when unrouted + ignore)
+--   result 'quarantined' -> handler raised WIQ01 (or unrouted + quarantine), detail = reason
+--   result 'retry'       -> transient failure, detail = 'SQLSTATE: message' (or unrouted + retry)
+-- p_handler NULL means unrouted; p_unrouted is 'ignore', 'quarantine' or 'retry'.
+CREATE OR REPLACE FUNCTION webhook_inbox_run_handler(
+        ev webhook_inbox, p_handler regproc, p_unrouted text, OUT result text, OUT detail text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    outcome text;
+BEGIN
+    IF p_handler IS NULL THEN
+        IF p_unrouted = 'quarantine' THEN
+            result := 'quarantined';
+            detail := 'no route for event type';
+        ELSIF p_unrouted = 'retry' THEN
+            result := 'retry';
+            detail := 'no route for event type';
+        ELSE
+            result := 'done';
+            detail := 'ignored: no route';
+        END IF;
+        RETURN;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT %s($1)', p_handler) INTO outcome USING ev;
+        result := 'done';
+        detail := coalesce(outcome, 'done');
+    EXCEPTION
+        WHEN SQLSTATE 'WIQ01' THEN
+            result := 'quarantined';
+            detail := SQLERRM;
+        WHEN OTHERS THEN
+            result := 'retry';
+            detail := SQLSTATE || ': ' || SQLERRM;
+    END;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_run_handler(webhook_inbox, regproc, text) IS
+    'Sidecar: run one handler in a subtransaction (savepoint); returns done/quarantined/retry and the outcome, reason or error. Changes no inbox row.';
+
+-- One claimed event, by key (the sidecar's one-statement-per-event path): lock, route, run,
+-- mark done or quarantined. 'retry' leaves the row untouched for the caller to record;
+-- 'skipped' when the row is no longer pending.
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch(
+        p_scope text, p_event_id text, p_unrouted text DEFAULT 'ignore',
+        OUT result text, OUT detail text, OUT event_type text, OUT attempts integer,
+        OUT latency_ms double precision)
+LANGUAGE plpgsql AS $$
+DECLARE
+    ev webhook_inbox;
+BEGIN
+    SELECT * INTO ev FROM webhook_inbox w
+     WHERE w.source_scope = p_scope AND w.event_id = p_event_id AND w.status = 'pending'
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        result := 'skipped';
+        RETURN;
+    END IF;
+    event_type := ev.event_type;
+    attempts := ev.attempts;
+    latency_ms := extract(epoch FROM clock_timestamp() - ev.received_at) * 1000;
+    SELECT h.result, h.detail INTO result, detail
+      FROM webhook_inbox_run_handler(ev, webhook_inbox_route(ev.event_type), p_unrouted) h;
+    IF result = 'done' THEN
+        UPDATE webhook_inbox w
+           SET status = 'done', outcome = detail, processed_at = clock_timestamp(), last_error = NULL
+         WHERE w.source_scope = p_scope AND w.event_id = p_event_id;
+    ELSIF result = 'quarantined' THEN
+        UPDATE webhook_inbox w
+           SET status = 'quarantined', last_error = detail, processed_at = clock_timestamp()
+         WHERE w.source_scope = p_scope AND w.event_id = p_event_id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_dispatch(text, text, text) IS
+    'Sidecar: route and run the handler of one claimed pending event in a subtransaction, mark it done or quarantined; ''retry'' leaves the row untouched for the caller to record.';
+
+-- processed_at is clock_timestamp(), not now(): now() is when the batch's transaction began,
+-- which would hide the handlers' run time from the receipt-to-done latency in stats.
+
+-- The sidecar's batch (its usual path, also for --batch-size 1): claim up to p_limit due
+-- pending rows with FOR UPDATE SKIP LOCKED, oldest due first, run each one's handler in
+-- its own subtransaction, and mark them done / quarantined in the caller's transaction
+-- (done rows with one UPDATE at the end). Returns one row per claimed event; 'retry'
+-- rows are left untouched for the caller to record after COMMIT.
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(p_limit integer, p_unrouted text DEFAULT 'ignore')
+RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
+               attempts integer, latency_ms double precision)
+LANGUAGE plpgsql AS $$
+DECLARE
+    ev         webhook_inbox;
+    handler    regproc;
+    routed     text;           -- event type whose route is in handler (batches are often one type)
+    done_scope text[] := '{}';
+    done_id    text[] := '{}';
+    done_what  text[] := '{}';
+BEGIN
+    FOR ev IN
+        SELECT * FROM webhook_inbox w
+         WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+         ORDER BY w.next_attempt_at, w.received_at
+         LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        source_scope := ev.source_scope;
+        event_id := ev.event_id;
+        event_type := ev.event_type;
+        attempts := ev.attempts;
+        latency_ms := extract(epoch FROM clock_timestamp() - ev.received_at) * 1000;
+        IF routed IS DISTINCT FROM ev.event_type THEN
+            handler := webhook_inbox_route(ev.event_type);
+            routed := ev.event_type;
+        END IF;
+        SELECT h.result, h.detail INTO result, detail FROM webhook_inbox_run_handler(ev, handler, p_unrouted) h;
+        IF result = 'done' THEN
+            done_scope := done_scope || ev.source_scope;
+            done_id := done_id || ev.event_id;
+            done_what := done_what || detail;
+        ELSIF result = 'quarantined' THEN
+            UPDATE webhook_inbox w
+               SET status = 'quarantined', last_error = detail, processed_at = clock_timestamp()
+             WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    UPDATE webhook_inbox w
+       SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL
+      FROM unnest(done_scope, done_id, done_what) AS d(scope, id, outcome)
+     WHERE w.source_scope = d.scope AND w.event_id = d.id;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_dispatch_batch(integer, text) IS
+    'Sidecar: claim up to p_limit due events (FOR UPDATE SKIP LOCKED), run each handler in its own subtransaction, mark done/quarantined; one row per event, ''retry'' rows left for the caller.';
+
+-- Transient failure bookkeeping, run by the sidecar in its own transaction after the
+-- business work was rolled back. Applies only if nobody moved the row meanwhile
+-- (still pending with the attempts the worker saw). Quarantines at p_max_attempts.
+CREATE OR REPLACE FUNCTION webhook_inbox_record_failure(
+        p_scope text, p_event_id text, p_seen_attempts integer, p_delay_ms bigint,
+        p_error text, p_max_attempts integer) RETURNS text
+LANGUAGE sql AS $$
+    UPDATE webhook_inbox w
+       SET attempts = w.attempts + 1,
+           last_error = left(p_error, 1000),
+           next_attempt_at = now() + p_delay_ms * interval '1 millisecond',
+           status = CASE WHEN w.attempts + 1 >= p_max_attempts THEN 'quarantined' ELSE 'pending' END,
+           processed_at = CASE WHEN w.attempts + 1 >= p_max_attempts THEN now() END
+     WHERE w.source_scope = p_scope AND w.event_id = p_event_id
+       AND w.status = 'pending' AND w.attempts = p_seen_attempts
+    RETURNING w.status
+$$;
+COMMENT ON FUNCTION webhook_inbox_record_failure(text, text, integer, bigint, text, integer) IS
+    'Sidecar: attempts+1, backoff and last_error after a transient failure; quarantined at the maximum. Returns the new status, NULL if the row moved meanwhile.';
+
+-- The ignore route: route event types to it on purpose, and they become done with outcome
+-- 'ignored'. With no route at all an event waits (pending) instead.
+--   INSERT INTO webhook_inbox_routes VALUES ('customer.*', 'webhook_inbox_ignore');
+CREATE OR REPLACE FUNCTION webhook_inbox_ignore(ev webhook_inbox) RETURNS text
+LANGUAGE sql STABLE AS $$ SELECT 'ignored'::text $$;
+COMMENT ON FUNCTION webhook_inbox_ignore(webhook_inbox) IS
+    'A handler that does nothing and returns ''ignored'': route event types to it to ignore them explicitly (unrouted types wait for a route by default).';
+
+-- Backoff after p_failures earlier transient failures (0 for the first): d = min(cap,
+-- base * 2^p_failures), then "equal jitter", uniform in [d/2, d]. Milliseconds.
+CREATE OR REPLACE FUNCTION webhook_inbox_retry_delay_ms(p_failures integer, p_base_ms bigint, p_cap_ms bigint)
+RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT (s.d / 2 + random() * s.d / 2)::bigint
+      FROM (SELECT least(greatest(p_cap_ms, 0)::float8,
+                         greatest(p_base_ms, 0) * power(2::float8, least(greatest(p_failures, 0), 62))) AS d) s
+$$;
+COMMENT ON FUNCTION webhook_inbox_retry_delay_ms(integer, bigint, bigint) IS
+    'Retry delay in ms after p_failures earlier failures: d = min(cap, base * 2^p_failures), uniform in [d/2, d] (equal jitter).';
+
+-- webhook_inbox_charge_failure() with the run's duration for the log (NULL when unknown).
+-- The v4 signature below calls it with NULL: a sidecar calls that one on its own only when
+-- the run's transaction was lost, so the run's duration is not known.
+-- The outcome and its time are variables: Citus refuses a non-IMMUTABLE function (its
+-- STABLE clock, db/citus/001) inside a CASE of an UPDATE; the row's attempts are known
+-- (p_seen_attempts, in the WHERE), so the new status is known before the UPDATE.
+CREATE OR REPLACE FUNCTION webhook_inbox_charge_attempt(
+        p_scope text, p_event_id text, p_seen_attempts integer, p_error text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_duration_ms double precision,
+        OUT new_status text, OUT new_attempts integer, OUT retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    delay_ms bigint := webhook_inbox_retry_delay_ms(p_seen_attempts, p_backoff_base_ms, p_backoff_cap_ms);
+    v_last    boolean := p_seen_attempts + 1 >= p_max_attempts;
+    v_at      timestamptz := clock_timestamp();
+    v_outcome text := CASE WHEN v_last THEN 'quarantined' ELSE 'retry' END;
+BEGIN
+    UPDATE webhook_inbox w
+       SET attempts = w.attempts + 1,
+           last_error = left(p_error, 1000),
+           next_attempt_at = v_at + delay_ms * interval '1 millisecond',
+           status = CASE WHEN v_last THEN 'quarantined' ELSE 'pending' END,
+           processed_at = CASE WHEN v_last THEN v_at END,
+           attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry(v_outcome, p_error, p_duration_ms))
+     WHERE w.source_scope = p_scope AND w.event_id = p_event_id
+       AND w.status = 'pending' AND w.attempts = p_seen_attempts
+    RETURNING w.status, w.attempts INTO new_status, new_attempts;
+    IF new_status = 'pending' THEN
+        retry_in_ms := delay_ms;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_charge_attempt(text, text, integer, text, integer, bigint, bigint, double precision) IS
+    'webhook_inbox_charge_failure plus an attempt_log entry (retry, or quarantined at the last attempt) with the run''s duration in ms (NULL: unknown).';
+
+CREATE OR REPLACE FUNCTION webhook_inbox_charge_failure(
+        p_scope text, p_event_id text, p_seen_attempts integer, p_error text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint,
+        OUT new_status text, OUT new_attempts integer, OUT retry_in_ms bigint)
+LANGUAGE sql AS $$
+    SELECT c.new_status, c.new_attempts, c.retry_in_ms
+      FROM webhook_inbox_charge_attempt(p_scope, p_event_id, p_seen_attempts, p_error, p_max_attempts,
+                                        p_backoff_base_ms, p_backoff_cap_ms, NULL) c
+$$;
+COMMENT ON FUNCTION webhook_inbox_charge_failure(text, text, integer, text, integer, bigint, bigint) IS
+    'Charge one transient failure (attempts+1, backoff from webhook_inbox_retry_delay_ms, last_error, an attempt_log entry without duration; quarantined at p_max_attempts) if the row is still pending with p_seen_attempts; returns the new status and attempts, and the delay when still pending; NULLs if the row moved.';
+
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch(
+        p_scope text, p_event_id text, p_unrouted text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint,
+        OUT result text, OUT detail text, OUT event_type text, OUT attempts integer,
+        OUT latency_ms double precision, OUT charged boolean, OUT retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    ev webhook_inbox;
+    t0 timestamptz;
+BEGIN
+    SELECT * INTO ev FROM webhook_inbox w
+     WHERE w.source_scope = p_scope AND w.event_id = p_event_id AND w.status = 'pending'
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        result := 'skipped';
+        charged := false;
+        RETURN;
+    END IF;
+    event_type := ev.event_type;
+    attempts := ev.attempts;
+    t0 := clock_timestamp();
+    latency_ms := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
+    SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO result, detail, charged, retry_in_ms
+      FROM webhook_inbox_run_event(ev, webhook_inbox_route(ev.event_type), p_unrouted, p_max_attempts,
+                                   p_backoff_base_ms, p_backoff_cap_ms, p_unrouted_delay_ms) r;
+    IF result = 'done' THEN
+        UPDATE webhook_inbox w
+           SET status = 'done', outcome = detail, processed_at = clock_timestamp(), last_error = NULL,
+               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', detail,
+                   extract(epoch FROM clock_timestamp() - t0) * 1000))
+         WHERE w.source_scope = p_scope AND w.event_id = p_event_id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_dispatch(text, text, text, integer, bigint, bigint, bigint) IS
+    'Sidecar v4: route and run one pending event''s handler in a subtransaction and record the result (done/quarantined/retry charged/waiting, with an attempt_log entry) in the caller''s transaction; ''skipped'' if no longer pending.';
+
+-- Same signature and results as 004's body; also tells webhook_inbox_emit() which event is
+-- being handled (transaction-local settings, cleared after the handler; a failing handler's
+-- savepoint rollback restores them).
+CREATE OR REPLACE FUNCTION webhook_inbox_run_handler(
+        ev webhook_inbox, p_handler regproc, OUT result text, OUT detail text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    outcome text;
+BEGIN
+    PERFORM set_config('webhook_inbox.source_scope', ev.source_scope, true),
+            set_config('webhook_inbox.source_event_id', ev.event_id, true);
+    EXECUTE format('SELECT %s($1)', p_handler) INTO outcome USING ev;
+    PERFORM set_config('webhook_inbox.source_scope', '', true),
+            set_config('webhook_inbox.source_event_id', '', true);
+    result := 'done';
+    detail := coalesce(outcome, 'done');
+EXCEPTION
+    WHEN SQLSTATE 'WIQ01' THEN
+        result := 'quarantined';
+        detail := SQLERRM;
+    WHEN OTHERS THEN
+        result := 'retry';
+        detail := SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_run_handler(webhook_inbox, regproc) IS
+    'Sidecar v4: run one handler in a subtransaction (savepoint); returns done/quarantined/retry with the outcome, reason or error. Changes no inbox row. (v6: webhook_inbox_emit() inside the handler records this event as the effect''s source.)';
+
+-- The route an event type takes, whole: exact match first, else the longest 'prefix*'
+-- pattern, '*' last. The one definition of matching: webhook_inbox_route() (003's, with the
+-- same result) and webhook_inbox_route_destination() read its columns.
+CREATE OR REPLACE FUNCTION webhook_inbox_route_match(p_event_type text) RETURNS webhook_inbox_routes
+LANGUAGE sql STABLE AS $$
+    SELECT r
+      FROM webhook_inbox_routes r
+     WHERE r.event_type = p_event_type
+        OR (right(r.event_type, 1) = '*'
+            AND starts_with(p_event_type, left(r.event_type, -1)))
+     ORDER BY (r.event_type = p_event_type) DESC, length(r.event_type) DESC
+     LIMIT 1
+$$;
+COMMENT ON FUNCTION webhook_inbox_route_match(text) IS
+    'The routes row an event type takes: exact match, else the longest matching ''prefix*'' pattern (''*'' matches all); NULL when unrouted.';
+
+CREATE OR REPLACE FUNCTION webhook_inbox_route(p_event_type text) RETURNS regproc
+LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).handler $$;
+COMMENT ON FUNCTION webhook_inbox_route(text) IS
+    'The handler for an event type (webhook_inbox_route_match''s); NULL when unrouted.';
+
+CREATE OR REPLACE FUNCTION webhook_inbox_route_destination(p_event_type text) RETURNS text
+LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).destination $$;
+COMMENT ON FUNCTION webhook_inbox_route_destination(text) IS
+    'The destination named by the route an event type takes (webhook_inbox_route_match''s), or NULL.';
+
+-- Types with Ruby handlers are routed even without a SQL route.
+CREATE OR REPLACE FUNCTION webhook_inbox_unrouted(OUT event_type text, OUT pending bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE AS $$
+    SELECT t.event_type, t.n
+      FROM (SELECT w.event_type, count(*) AS n FROM webhook_inbox w
+             WHERE w.status = 'pending' GROUP BY w.event_type) t
+     WHERE webhook_inbox_route(t.event_type) IS NULL AND webhook_inbox_ruby_handlers_for(t.event_type) IS NULL
+     ORDER BY t.n DESC, t.event_type
+$$;
+COMMENT ON FUNCTION webhook_inbox_unrouted() IS
+    'Pending events whose event type has neither a route nor a Ruby handler, counted by type (what `webhook-inbox-sidecar stats` reports as waiting_for_route).';
+
+-- As in 009, plus the gate first: 'paused' and 'throttled' leave the row pending, uncharged
+-- (charged false, retry_in_ms: when a throttled row is due). With no rule at all the gate
+-- costs one scan of an empty table.
+CREATE OR REPLACE FUNCTION webhook_inbox_run_event(
+        ev webhook_inbox, p_handler regproc, p_unrouted text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint,
+        OUT result text, OUT detail text, OUT charged boolean, OUT retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    st   text;
+    t0   timestamptz := clock_timestamp();
+    ms   double precision;
+    ruby text[];
+BEGIN
+    IF p_unrouted IS NULL OR p_unrouted NOT IN ('wait', 'ignore', 'quarantine', 'retry') THEN
+        RAISE EXCEPTION 'webhook_inbox: p_unrouted must be wait, ignore, quarantine or retry, not %', p_unrouted
+              USING ERRCODE = '22023';
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 OR p_backoff_base_ms IS NULL OR p_backoff_cap_ms IS NULL
+       OR p_unrouted_delay_ms IS NULL OR p_unrouted_delay_ms < 0 THEN
+        RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
+              USING ERRCODE = '22023';
+    END IF;
+    charged := false;
+    IF EXISTS (SELECT 1 FROM webhook_inbox_flow) OR ev.held_at IS NOT NULL OR ev.rate_slot_at IS NOT NULL THEN
+        SELECT g.result, g.detail, g.retry_in_ms INTO result, detail, retry_in_ms FROM webhook_inbox_flow_gate(ev) g;
+        IF result IS NOT NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+    ruby := webhook_inbox_ruby_handlers_for(ev.event_type);
+    IF ruby IS NOT NULL THEN
+        SELECT r.result, r.detail INTO result, detail FROM webhook_inbox_run_ruby(ev, p_handler, ruby) r;
+    ELSIF p_handler IS NULL THEN
+        detail := 'no route for event type';
+        IF p_unrouted = 'wait' THEN
+            result := 'waiting';
+            retry_in_ms := p_unrouted_delay_ms;
+            UPDATE webhook_inbox w
+               SET last_error = detail,
+                   next_attempt_at = clock_timestamp() + p_unrouted_delay_ms * interval '1 millisecond',
+                   attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('waiting', detail, 0))
+             WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
+            RETURN;
+        ELSIF p_unrouted = 'ignore' THEN
+            result := 'done';
+            detail := 'ignored: no route';
+            RETURN;
+        ELSIF p_unrouted = 'quarantine' THEN
+            result := 'quarantined';
+        ELSE
+            result := 'retry';
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM webhook_inbox_effects_received r
+                   WHERE r.operation_id = webhook_inbox_handler_operation_id(ev.source_scope, ev.event_id, 'sql:' || p_handler::text)) THEN
+        -- The route already ran for this event while its type had Ruby handlers (the marker
+        -- webhook_inbox_run_ruby wrote): a requeue after the last one was retired does not run it again.
+        result := 'done';
+        detail := 'SQL route ' || p_handler::text || ' already ran for this event';
+        RETURN;
+    ELSE
+        SELECT h.result, h.detail INTO result, detail FROM webhook_inbox_run_handler(ev, p_handler) h;
+    END IF;
+    ms := extract(epoch FROM clock_timestamp() - t0) * 1000;
+    IF result = 'quarantined' THEN
+        UPDATE webhook_inbox w
+           SET status = 'quarantined', last_error = detail, processed_at = clock_timestamp(),
+               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('quarantined', detail, ms))
+         WHERE w.source_scope = ev.source_scope AND w.event_id = ev.event_id;
+    ELSIF result = 'retry' THEN
+        SELECT c.new_status, c.retry_in_ms INTO st, retry_in_ms
+          FROM webhook_inbox_charge_attempt(ev.source_scope, ev.event_id, ev.attempts, detail, p_max_attempts,
+                                            p_backoff_base_ms, p_backoff_cap_ms, ms) c;
+        charged := st IS NOT NULL;
+        IF st = 'quarantined' THEN
+            result := 'quarantined';
+        END IF;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_run_event(webhook_inbox, regproc, text, integer, bigint, bigint, bigint) IS
+    'Sidecar v4: run one claimed (locked) event''s handler, its Ruby hand-over (v9: ''handed'' leaves it pending for the Ruby worker) or unrouted policy and record quarantined/retry/waiting on its row (with an attempt_log entry) in the caller''s transaction; ''done'' is left to the caller. v15: a paused route or scope -> ''paused'', over its rate -> ''throttled'' (pending, uncharged).';
+
+-- The handler that stands in, in the redo, for the one that raised in the batch's first run:
+-- raises that error again (SQLSTATE and message from transaction-local settings), so
+-- webhook_inbox_run_event records it (retry with backoff, or quarantined for WIQ01) without
+-- running the handler a second time.
+CREATE OR REPLACE FUNCTION webhook_inbox_batch_failure(ev webhook_inbox) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = current_setting('webhook_inbox.batch_error_state'),
+                          MESSAGE = current_setting('webhook_inbox.batch_error_text');
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_batch_failure(webhook_inbox) IS
+    'webhook_inbox_dispatch_batch only: raises again the error a handler raised in the batch''s first run (its SQLSTATE and message).';
+
+CREATE OR REPLACE FUNCTION webhook_inbox_route_batch_handler(p_event_type text) RETURNS regproc
+LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).batch_handler $$;
+COMMENT ON FUNCTION webhook_inbox_route_batch_handler(text) IS
+    'The batch handler named by the route an event type takes (webhook_inbox_route_match''s), or NULL.';
+
+-- Called by a batch handler: "not these, not all at once". Its events go to the row handler.
+CREATE OR REPLACE FUNCTION webhook_inbox_batch_defer(reason text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'WIB01', MESSAGE = coalesce(reason, 'deferred to the row handler');
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_batch_defer(text) IS
+    'Raise SQLSTATE WIB01 in a batch handler: its events are run again by the route''s row handler, one by one (no warning).';
+
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(
+        p_limit integer, p_unrouted text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
+RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
+               attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    evs      webhook_inbox[];
+    tids     tid[];            -- their row versions as claimed (the done UPDATE's TID scan)
+    ev       webhook_inbox;
+    marked   integer;          -- rows the done UPDATE by row version marked
+    n        integer;
+    types    text[];           -- the batch's event types, each once
+    handlers regproc[];        -- their routes (NULL: none)
+    batchers regproc[];        -- their batch handlers (NULL: none)
+    plain    boolean[];        -- per type: SQL route, no Ruby handlers
+    calls    text[];           -- per type: the statement that calls its route
+    bcalls   text[];           -- per type: the statement that calls its batch handler
+    k        integer[];        -- per event: its type's index in types
+    fast     boolean[];        -- per event: its handler called directly (the plain path)
+    i        integer;
+    j        integer;          -- the last event of a batch handler's run i .. j
+    running  integer;          -- the event whose handler runs now in the one subtransaction
+    run_end  integer;          -- with running: the last event of the batch handler's run
+    failed   integer;          -- the event whose handler raised there
+    batch_failed boolean := false; -- a batch handler raised there
+    err_state text;
+    err_text text;
+    outcome  text;
+    outcomes text[];
+    t0       timestamptz;
+    t1       timestamptz;
+    res      text;             -- one webhook_inbox_run_event row
+    det      text;
+    chg      boolean;
+    rty      bigint;
+    scopes   text[];
+    ids      text[];
+    ts       timestamptz[];    -- ts[i]: event i's run starts; ts[i + 1]: it ends
+    r_result text[];
+    r_detail text[];
+    r_charge boolean[];
+    r_retry  bigint[];
+BEGIN
+    -- webhook_inbox_run_event's checks, which the plain path does not call; before the claim.
+    IF p_unrouted IS NULL OR p_unrouted NOT IN ('wait', 'ignore', 'quarantine', 'retry') THEN
+        RAISE EXCEPTION 'webhook_inbox: p_unrouted must be wait, ignore, quarantine or retry, not %', p_unrouted
+              USING ERRCODE = '22023';
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 OR p_backoff_base_ms IS NULL OR p_backoff_cap_ms IS NULL
+       OR p_unrouted_delay_ms IS NULL OR p_unrouted_delay_ms < 0 THEN
+        RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
+              USING ERRCODE = '22023';
+    END IF;
+    -- The claim (019's), then each keyed row's key lock, tried only on the rows the claim
+    -- locked (outside the subquery: its LIMIT keeps the filter out of the scan, which would
+    -- otherwise take keys for rows it then skips or sorts away). A row whose key another
+    -- transaction holds is left out of the batch, still pending (locked until this commits).
+    SELECT array_agg(c.w ORDER BY c.next_attempt_at, c.received_at), array_agg(c.tid ORDER BY c.next_attempt_at, c.received_at)
+      INTO evs, tids
+      FROM (SELECT w, w.ctid AS tid, w.next_attempt_at, w.received_at, w.source_scope AS scope, w.ordering_key AS okey
+              FROM webhook_inbox w
+             WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+               AND (w.ordering_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM webhook_inbox p
+                     WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
+                       AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
+                       AND (p.status = 'pending' OR webhook_inbox_route_strict(w.event_type))))
+             ORDER BY w.next_attempt_at, w.received_at
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED) c
+     WHERE c.okey IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.scope, c.okey));
+    n := coalesce(cardinality(evs), 0);
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    scopes := ARRAY(SELECT e.source_scope FROM unnest(evs) e);
+    ids := ARRAY(SELECT e.event_id FROM unnest(evs) e);
+    IF n = 1 THEN
+        -- One event (--batch-size 1, a trickle): 014's path, its handler in a savepoint (one
+        -- subxid); the reads once per batch below would cost more than they save.
+        ev := evs[1];
+        ts[1] := clock_timestamp();
+        SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
+          FROM webhook_inbox_run_event(ev, webhook_inbox_route(ev.event_type), p_unrouted, p_max_attempts,
+                                       p_backoff_base_ms, p_backoff_cap_ms, p_unrouted_delay_ms) r;
+        ts[2] := clock_timestamp();
+        r_result[1] := res;
+        r_detail[1] := det;
+        r_charge[1] := chg;
+        r_retry[1] := rty;
+    ELSE
+        -- Once per batch: each type's route, batch handler and Ruby handlers, the route
+        -- markers, the pause and rate rules (015's gate): fast[i] when event i's route is SQL,
+        -- it has no Ruby handlers, no once-marker (db/009), and no paused scope, paused route
+        -- or rate-limited route matches it, nor does it hold a slot or was it held. The others
+        -- go through webhook_inbox_run_event.
+        types := ARRAY(SELECT DISTINCT e.event_type FROM unnest(evs) e);
+        SELECT array_agg(m.handler ORDER BY t.i), array_agg(m.batch_handler ORDER BY t.i) INTO handlers, batchers
+          FROM unnest(types) WITH ORDINALITY AS t(event_type, i)
+          LEFT JOIN LATERAL webhook_inbox_route_match(t.event_type) AS m ON true;
+        calls := ARRAY(SELECT format('SELECT %s($1)', h) FROM unnest(handlers) h);
+        bcalls := ARRAY(SELECT format('SELECT %s($1)', b) FROM unnest(batchers) b);
+        plain := ARRAY(SELECT h IS NOT NULL AND webhook_inbox_ruby_handlers_for(t) IS NULL
+                         FROM unnest(types, handlers) AS x(t, h));
+        k := ARRAY(SELECT array_position(types, e.event_type) FROM unnest(evs) e);
+        fast := ARRAY(
+            SELECT plain[k[x.ordinality::int]] AND x.held_at IS NULL AND x.rate_slot_at IS NULL
+                   AND NOT EXISTS (
+                       SELECT 1 FROM webhook_inbox_effects_received r
+                        WHERE r.operation_id = webhook_inbox_handler_operation_id(x.source_scope, x.event_id,
+                                                                                  'sql:' || handlers[k[x.ordinality::int]]::text))
+                   AND NOT EXISTS (
+                       SELECT 1 FROM webhook_inbox_flow f
+                        WHERE (f.kind = 'scope' AND f.paused AND f.target = x.source_scope)
+                           OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
+                               AND webhook_inbox_flow_matches(f.target, x.event_type)))
+              FROM unnest(evs) WITH ORDINALITY AS x
+             ORDER BY x.ordinality);
+        -- The plain events' results, filled before the loop (the loop then writes only their outcome).
+        r_result := ARRAY(SELECT CASE WHEN f THEN 'done' END FROM unnest(fast) f);
+        r_charge := array_fill(false, ARRAY[n]);
+        r_retry := array_fill(NULL::bigint, ARRAY[n]);
+        <<optimistic>>
+        BEGIN
+            i := 1;
+            WHILE i <= n LOOP
+                ts[i] := clock_timestamp();
+                running := i;
+                j := i;
+                IF fast[i] AND batchers[k[i]] IS NOT NULL THEN
+                    WHILE j < n AND fast[j + 1] AND k[j + 1] = k[i] LOOP
+                        j := j + 1;
+                    END LOOP;
+                END IF;
+                IF j > i THEN
+                    -- A run of events for the type's batch handler: one call, one outcome each.
+                    run_end := j;
+                    PERFORM set_config('webhook_inbox.source_scope', '', true),
+                            set_config('webhook_inbox.source_event_id', '', true);
+                    t0 := ts[i];
+                    EXECUTE bcalls[k[i]] INTO outcomes USING evs[i:j];
+                    IF cardinality(outcomes) IS DISTINCT FROM j - i + 1 THEN
+                        RAISE EXCEPTION USING ERRCODE = 'WIB02',
+                              MESSAGE = format('batch handler %s returned %s outcomes for %s events', batchers[k[i]],
+                                               coalesce(cardinality(outcomes), 0), j - i + 1);
+                    END IF;
+                    t1 := clock_timestamp();
+                    -- Events i .. j: their outcomes, and start times sharing the call's time. Whole
+                    -- arrays, not a loop (a PL/pgSQL assignment costs microseconds per event).
+                    -- r_detail and ts hold exactly i - 1 and i elements here.
+                    r_detail := r_detail[1:i - 1] || ARRAY(SELECT coalesce(o, 'done') FROM unnest(outcomes) o);
+                    ts := ts[1:i] || ARRAY(SELECT t0 + (t1 - t0) * m / (j - i + 1) FROM generate_series(1, j - i) m);
+                    run_end := NULL;
+                ELSIF fast[i] THEN
+                    -- 006's webhook_inbox_run_handler without its savepoint: a raise leaves the loop.
+                    PERFORM set_config('webhook_inbox.source_scope', evs[i].source_scope, true),
+                            set_config('webhook_inbox.source_event_id', evs[i].event_id, true);
+                    EXECUTE calls[k[i]] INTO outcome USING evs[i];
+                    r_detail[i] := coalesce(outcome, 'done');
+                ELSE
+                    SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
+                      FROM webhook_inbox_run_event(evs[i], handlers[k[i]], p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                                   p_backoff_cap_ms, p_unrouted_delay_ms) r;
+                    r_result[i] := res;
+                    r_detail[i] := det;
+                    r_charge[i] := chg;
+                    r_retry[i] := rty;
+                END IF;
+                i := j + 1;
+            END LOOP;
+            ts[n + 1] := clock_timestamp();
+            running := NULL;
+            PERFORM set_config('webhook_inbox.source_scope', '', true),
+                    set_config('webhook_inbox.source_event_id', '', true);
+        EXCEPTION
+            WHEN OTHERS THEN
+                IF running IS NULL OR NOT fast[running] THEN
+                    RAISE; -- not a handler's error (webhook_inbox_run_event records those): the statement fails, as in 014
+                END IF;
+                GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_text = MESSAGE_TEXT;
+                IF run_end IS NOT NULL THEN
+                    batch_failed := true;
+                    IF err_state NOT IN ('WIB01', 'WIQ01', 'WIR01') THEN -- a defer, a quarantine, a "not yet": on purpose
+                        RAISE WARNING USING ERRCODE = 'WIB03',
+                              MESSAGE = format('webhook_inbox: batch handler %s raised SQLSTATE %s for type %s; the row handler %s ran its events',
+                                               batchers[k[running]], err_state, types[k[running]], handlers[k[running]]);
+                    ELSE
+                        RAISE NOTICE USING ERRCODE = 'WIB04',
+                              MESSAGE = format('webhook_inbox: batch handler %s deferred its events of type %s to the row handler %s',
+                                               batchers[k[running]], types[k[running]], handlers[k[running]]);
+                    END IF;
+                ELSE
+                    failed := running;
+                END IF;
+        END;
+        IF failed IS NOT NULL OR batch_failed THEN
+            -- A handler raised: everything above rolled back. Each event again in its own
+            -- savepoint (webhook_inbox_run_event) by its row handler; a row handler that raised is
+            -- not run again: its error is raised in its place (webhook_inbox_batch_failure), so it
+            -- is recorded as it was. After a batch handler's error every event of its run is
+            -- given to the row handler.
+            IF failed IS NOT NULL THEN
+                PERFORM set_config('webhook_inbox.batch_error_state', err_state, true),
+                        set_config('webhook_inbox.batch_error_text', err_text, true);
+            END IF;
+            FOR i IN 1 .. n LOOP
+                ts[i] := clock_timestamp();
+                SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
+                  FROM webhook_inbox_run_event(evs[i], CASE WHEN i = failed THEN 'webhook_inbox_batch_failure'::regproc
+                                                           ELSE handlers[k[i]] END,
+                                               p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                               p_unrouted_delay_ms) r;
+                r_result[i] := res;
+                r_detail[i] := det;
+                r_charge[i] := chg;
+                r_retry[i] := rty;
+            END LOOP;
+            ts[n + 1] := clock_timestamp();
+        END IF;
+    END IF;
+    -- The done marks: one static statement for the batch (its plan cached for the session),
+    -- the attempt_log entry's duration from ts. By the row versions the claim locked (a TID
+    -- scan: a third of the cost of 017's primary key probes); a row some statement of this
+    -- transaction updated since (a handler writing the inbox, a held row) has a new version:
+    -- those the first statement did not mark, the second marks by primary key.
+    IF 'done' = ANY (r_result) THEN
+        UPDATE webhook_inbox w
+           SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
+               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+          FROM (SELECT e.tid, e.source_scope, e.event_id, e.outcome,
+                       (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
+                  FROM unnest(tids, scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1])
+                       AS e(tid, source_scope, event_id, outcome, result, t0, t1)
+                 WHERE e.result = 'done') d
+         WHERE w.ctid = d.tid AND w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending';
+        GET DIAGNOSTICS marked = ROW_COUNT;
+        IF marked < (SELECT count(*) FROM unnest(r_result) r WHERE r = 'done') THEN
+            UPDATE webhook_inbox w
+               SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
+                   attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+              FROM (SELECT e.source_scope, e.event_id, e.outcome,
+                           (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
+                      FROM unnest(scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1])
+                           AS e(source_scope, event_id, outcome, result, t0, t1)
+                     WHERE e.result = 'done') d
+             WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending';
+        END IF;
+    END IF;
+    RETURN QUERY
+        SELECT x.source_scope, x.event_id, x.event_type, r_result[x.ordinality::int], r_detail[x.ordinality::int],
+               x.attempts, (extract(epoch FROM ts[x.ordinality::int] - coalesce(x.requeued_at, x.received_at)) * 1000)::float8,
+               r_charge[x.ordinality::int], r_retry[x.ordinality::int]
+          FROM unnest(evs) WITH ORDINALITY AS x;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS
+    'Sidecar v4: claim up to p_limit due events (FOR UPDATE SKIP LOCKED; a keyed event only when no earlier event of its key must run first), run each handler, record done/quarantined/retry (charged, with backoff)/waiting and an attempt_log entry in the same transaction; one row per event; latency from requeued_at or received_at. v17: the batch runs in one subtransaction; when a handler raises, it is rolled back and redone with each handler in its own savepoint and the raising one not run again (only the failing event rolls back). v19: a run of consecutive events whose route names a batch handler is one call of it; when it raises, the batch is redone with the row handlers. v21: a keyed event only while no other transaction holds its key (webhook_inbox_ordering_lock_id, a transaction-level advisory lock taken at the claim). Args: limit, unrouted policy (wait|ignore|quarantine|retry), max attempts, backoff base ms, backoff cap ms, unrouted delay ms.';

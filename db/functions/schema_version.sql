@@ -1,0 +1,25 @@
+-- functions/schema_version.sql - the schema's version and the oldest sidecar it accepts.
+-- Repeatable: every migrate applies it after the numbered files (CREATE OR REPLACE; a signature
+-- that changes is dropped here first). The only definition of each function below.
+-- Bodies are checked when called, so the files may go in any order (a runner applies each
+-- file as one transaction: one string, or inside BEGIN; `psql -1 -f` works too).
+SET LOCAL check_function_bodies = off;
+
+-- The version of the inbox schema in this database: every db/NNN file up to this number and
+-- every db/functions/ file of this version have been applied. The number is this gem's
+-- WebhookInbox::Schema::VERSION (read from this line) and the sidecar's WI_SCHEMA_VERSION
+-- (sidecar/src/pg/schema.h); the sidecar refuses a database without it or with an older one.
+-- 24: the 1.0 layout (db/README.md); no table changed.
+CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
+LANGUAGE sql STABLE AS $$ SELECT 24 $$;
+COMMENT ON FUNCTION webhook_inbox_schema_version() IS
+    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN, db/functions/ of this version). Sidecars older or newer check it at start and after every reconnect.';
+
+-- The oldest sidecar schema version that still works against this database. A sidecar whose
+-- own version is below this refuses to run ("upgrade it"); one whose version is at least this,
+-- even if older than webhook_inbox_schema_version(), works. Raised only when a change breaks
+-- what older sidecars call.
+CREATE OR REPLACE FUNCTION webhook_inbox_schema_min_worker() RETURNS integer
+LANGUAGE sql STABLE AS $$ SELECT 4 $$;
+COMMENT ON FUNCTION webhook_inbox_schema_min_worker() IS
+    'Oldest sidecar schema version (WI_SCHEMA_VERSION) that works against this database; an older sidecar refuses to run.';

@@ -1,0 +1,75 @@
+-- functions/triggers.sql - the triggers on the gem's tables and their functions: the wake-ups
+-- of sidecars and deliverers (NOTIFY) and the requeue stamp.
+-- Repeatable: every migrate applies it after the numbered files (CREATE OR REPLACE; a signature
+-- that changes is dropped here first). The only definition of each function below.
+-- Bodies are checked when called, so the files may go in any order (a runner applies each
+-- file as one transaction: one string, or inside BEGIN; `psql -1 -f` works too).
+SET LOCAL check_function_bodies = off;
+
+-- Wake the workers: one NOTIFY per inserting statement (NOTIFY also folds duplicates per transaction).
+CREATE OR REPLACE FUNCTION webhook_inbox_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('webhook_inbox', '');
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_notify() IS 'Statement trigger: NOTIFY webhook_inbox so LISTENing sidecars wake up.';
+
+-- Wake the sidecars' deliverers: one NOTIFY per inserting statement.
+CREATE OR REPLACE FUNCTION webhook_inbox_outbox_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('webhook_inbox_outbox', '');
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_outbox_notify() IS 'Statement trigger: NOTIFY webhook_inbox_outbox so LISTENing deliverers wake up.';
+
+-- Back to pending from done or quarantined, by whatever means (webhook_inbox_requeue, the
+-- sidecar's `requeue`, a hand-written UPDATE): stamp requeued_at, so latency counts from
+-- here, and log it. The WHEN clause keeps every other update free of the trigger.
+CREATE OR REPLACE FUNCTION webhook_inbox_on_requeue() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.requeued_at := now();
+    NEW.attempt_log := webhook_inbox_log_append(NEW.attempt_log,
+        webhook_inbox_log_entry('requeued', 'from ' || OLD.status, NULL));
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_on_requeue() IS
+    'Row trigger: a row moved back to pending from done or quarantined gets requeued_at = now() and a ''requeued'' attempt_log entry.';
+
+-- The triggers, each created when missing (never dropped and created again: a current
+-- database takes no lock here). The NOTIFY ones never on a table Citus distributes:
+-- db/citus/ drops them there (on a worker a NOTIFY fails the two-phase commit, and no sidecar
+-- listens there: they poll). The requeue stamp changes only its row, so it stays on Citus.
+DO $$
+DECLARE
+    distributed regclass[] := '{}';
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT coalesce(array_agg(logicalrelid), ''{}'') FROM pg_catalog.pg_dist_partition' INTO distributed;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'webhook_inbox'::regclass AND tgname = 'webhook_inbox_notify_insert')
+       AND NOT 'webhook_inbox'::regclass = ANY (distributed) THEN
+        CREATE TRIGGER webhook_inbox_notify_insert
+            AFTER INSERT ON webhook_inbox
+            FOR EACH STATEMENT EXECUTE FUNCTION webhook_inbox_notify();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'webhook_inbox_outbox'::regclass
+                                              AND tgname = 'webhook_inbox_outbox_notify_insert')
+       AND NOT 'webhook_inbox_outbox'::regclass = ANY (distributed) THEN
+        CREATE TRIGGER webhook_inbox_outbox_notify_insert
+            AFTER INSERT ON webhook_inbox_outbox
+            FOR EACH STATEMENT EXECUTE FUNCTION webhook_inbox_outbox_notify();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'webhook_inbox'::regclass AND tgname = 'webhook_inbox_requeued') THEN
+        CREATE TRIGGER webhook_inbox_requeued
+            BEFORE UPDATE OF status ON webhook_inbox
+            FOR EACH ROW WHEN (OLD.status <> 'pending' AND NEW.status = 'pending')
+            EXECUTE FUNCTION webhook_inbox_on_requeue();
+    END IF;
+END
+$$;
