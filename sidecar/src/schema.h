@@ -6,12 +6,12 @@
 #include "pgw.h"
 
 /* The schema version this binary speaks: db/NNN files up to this number, embedded for
- * `migrate`; equal to what the last embedded file (db/023_receipt_ordering_key.sql) makes
+ * `migrate`; equal to what the last embedded file (db/024_backlog_claim.sql) makes
  * webhook_inbox_schema_version() return. Required even with no --destination or --retain
  * configured: one version for `migrate` and for the check (the deploy runs the migration
- * first, as for every upgrade), and a database at v23 still accepts v4 sidecars (min_worker
+ * first, as for every upgrade), and a database at v24 still accepts v4 sidecars (min_worker
  * stays 4). */
-#define WI_SCHEMA_VERSION 23
+#define WI_SCHEMA_VERSION 24
 
 /* Outcomes of wi_schema_check(). */
 enum {

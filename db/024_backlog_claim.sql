@@ -1,0 +1,420 @@
+-- 024_backlog_claim.sql - schema version 24: a backlog drains at full speed while a long-open
+-- snapshot holds back VACUUM (issue 33).
+-- Every processed event leaves its pending row version behind, with its entry in
+-- webhook_inbox_claim_idx (the partial index of pending rows: the done UPDATE changes status,
+-- so it is never HOT). VACUUM removes them, and an index scan marks their entries dead as it
+-- passes, only once no snapshot can see them. While one can (a report, pg_dump, a console left
+-- idle in transaction, a replica with hot_standby_feedback, a long writing transaction), the
+-- claim, which reads the pending index from its head, walks over every event processed since
+-- that snapshot at every batch: bench/backlog measured 200,050 entries walked per claim in a
+-- 400,000-event backlog (half of it on average) and 0.22x the drain rate without a snapshot.
+--
+-- The claim now resumes where this session's last claim ended: a cursor (next_attempt_at,
+-- received_at), kept in the session (a custom setting, webhook_inbox.claim_cursor: nothing
+-- written, no row versions of its own), and reads from the head of the index only
+--   - when the session has no cursor (its first claim, a new connection),
+--   - when the claim from the cursor comes up short: then for the rest of the batch, the rows
+--     before the cursor (so a batch smaller than its limit still means "nothing else is due",
+--     which the sidecar's idle wait relies on), and
+--   - when the time since its last read from the head is at least 9 times what that read cost
+--     (webhook_inbox.claim_head): at most a tenth of the time goes to walking from the head,
+--     and on a healthy table (a read from the head costs what a read from the cursor costs)
+--     every claim still reads from the head, as before.
+-- The cursor is a hint, never a filter on what may be claimed: every pending row is claimable
+-- by a read from the head, which happens at the latest when the cursor's claims come up short
+-- or the time above has passed. So rows that appear before the cursor - a receipt with an
+-- earlier due time (a keyed event starts at its event time, db/014), one whose transaction
+-- committed late, a requeue, a resume, a rolled-back batch - wait at most that long, and only
+-- while the cursor is in use (a backlog under a long-open snapshot). A garbage or foreign
+-- setting (a pooler sharing sessions) is ignored or costs a read from the head.
+-- Where the cursor goes: to the first row in the range this claim covered (from the old
+-- cursor, or its first row, to its last row) that is still pending and not claimed here - a
+-- keyed row its predecessor or a busy key held back, a row another worker has locked - else
+-- to the claim's last row. A row the claim passed over is never left behind the cursor, so
+-- per-object ordering's held rows are met again at the next claim, not at the next read from
+-- the head. The range walked is that of one or two batches, whatever the backlog's size.
+-- Ties in (next_attempt_at, received_at) (one receipt transaction's rows) are read again from
+-- the cursor (it is inclusive): a cost of the tie's size, never a skipped row.
+-- Unchanged: what a claim may take (due, pending, not locked, its key's earlier events done,
+-- its key's lock free), the locks, the done marks, exactly once; the Ruby worker's claims, the
+-- sidecar's one-event claim (careful mode) and next-due probe (sidecar/src/claim.c), and the
+-- Citus layout's claims (db/citus) read from the head as before.
+-- Idempotent: safe to re-run. Applied after 001..023.
+--
+-- Redefines: webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint)
+-- (021's, its claim statement replaced by a call of webhook_inbox_claim_due; same arguments
+-- and rows). New: webhook_inbox_claim_due(integer). No table or index change. Additive:
+-- webhook_inbox_schema_min_worker() stays 4.
+
+CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
+LANGUAGE sql STABLE AS $$ SELECT 24 $$;
+COMMENT ON FUNCTION webhook_inbox_schema_version() IS
+    'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN = this number). Sidecars older or newer check it at start and after every reconnect.';
+
+-- Claims up to p_limit due events for the caller's transaction (021's claim: FOR UPDATE SKIP
+-- LOCKED, a keyed event only when no earlier event of its key must run first and its key's
+-- advisory lock is free), reading from this session's cursor or the head of the pending index
+-- as the header says. evs: the rows as locked, tids their row versions (the done UPDATE's TID
+-- scan); both NULL when none. Updates the session's cursor settings (rolled back with the
+-- transaction, which only makes the next claim read from further back).
+-- Its statements' plans are generic, made once per session: with the cursor's bounds as
+-- parameters PostgreSQL would otherwise plan them anew at every call (~0.3-0.6 ms a claim);
+-- the generic plan is the same index scan of webhook_inbox_claim_idx from the lower bound.
+CREATE OR REPLACE FUNCTION webhook_inbox_claim_due(p_limit integer, OUT evs webhook_inbox[], OUT tids tid[])
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    cursor_text text := current_setting('webhook_inbox.claim_cursor', true); -- 'us us' since the epoch
+    head_text   text := current_setting('webhook_inbox.claim_head', true);   -- 'end_s cost_s' of the last read from the head
+    c_at      timestamptz;      -- the cursor (NULL: none)
+    c_rcv     timestamptz;
+    head_end  double precision := 0;
+    head_cost double precision := 0;
+    lo_at     timestamptz;      -- this pass reads keys >= lo and < hi
+    lo_rcv    timestamptz;
+    hi_at     timestamptz := 'infinity';
+    hi_rcv    timestamptz := 'infinity';
+    more      webhook_inbox[];
+    more_tids tid[];
+    k_at      timestamptz;      -- a pass's first and last claimed rows' keys
+    k_rcv     timestamptz;
+    l_at      timestamptz;
+    l_rcv     timestamptz;
+    first_at  timestamptz;      -- the first pass's first and last claimed rows' keys
+    first_rcv timestamptz;
+    last_at   timestamptz;
+    last_rcv  timestamptz;
+    t0        timestamptz := clock_timestamp();
+    from_head boolean;
+    n         integer;
+BEGIN
+    IF cursor_text ~ '^-?[0-9]{1,17} -?[0-9]{1,17}$' THEN
+        c_at := 'epoch'::timestamptz + split_part(cursor_text, ' ', 1)::bigint * interval '1 microsecond';
+        c_rcv := 'epoch'::timestamptz + split_part(cursor_text, ' ', 2)::bigint * interval '1 microsecond';
+    END IF;
+    IF head_text ~ '^[0-9]{1,12}(\.[0-9]{1,9})? [0-9]{1,9}(\.[0-9]{1,9})?$' THEN
+        head_end := split_part(head_text, ' ', 1)::double precision;
+        head_cost := split_part(head_text, ' ', 2)::double precision;
+    END IF;
+    from_head := c_at IS NULL OR extract(epoch FROM t0) - head_end >= 9 * head_cost;
+    lo_at := CASE WHEN from_head THEN '-infinity' ELSE c_at END;
+    lo_rcv := CASE WHEN from_head THEN '-infinity' ELSE c_rcv END;
+    FOR pass IN 1 .. 2 LOOP
+        -- 021's claim between lo (inclusive) and hi (exclusive), then each keyed row's key lock
+        -- tried only on the rows the claim locked (outside the subquery: its LIMIT keeps the
+        -- filter out of the scan). A row whose key another transaction holds is left out of
+        -- the batch, still pending (locked until this commits).
+        SELECT array_agg(c.w ORDER BY c.next_attempt_at, c.received_at), array_agg(c.tid ORDER BY c.next_attempt_at, c.received_at),
+               (array_agg(c.next_attempt_at ORDER BY c.next_attempt_at, c.received_at))[1],
+               (array_agg(c.received_at ORDER BY c.next_attempt_at, c.received_at))[1],
+               (array_agg(c.next_attempt_at ORDER BY c.next_attempt_at DESC, c.received_at DESC))[1],
+               (array_agg(c.received_at ORDER BY c.next_attempt_at DESC, c.received_at DESC))[1]
+          INTO more, more_tids, k_at, k_rcv, l_at, l_rcv
+          FROM (SELECT w, w.ctid AS tid, w.next_attempt_at, w.received_at, w.source_scope AS scope, w.ordering_key AS okey
+                  FROM webhook_inbox w
+                 WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+                   AND (w.next_attempt_at, w.received_at) >= (lo_at, lo_rcv)
+                   AND (w.next_attempt_at, w.received_at) < (hi_at, hi_rcv)
+                   AND (w.ordering_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM webhook_inbox p
+                         WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
+                           AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
+                           AND (p.status = 'pending' OR webhook_inbox_route_strict(w.event_type))))
+                 ORDER BY w.next_attempt_at, w.received_at
+                 LIMIT p_limit - coalesce(cardinality(evs), 0)
+                   FOR UPDATE SKIP LOCKED) c
+         WHERE c.okey IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.scope, c.okey));
+        IF pass = 1 THEN
+            evs := more;
+            tids := more_tids;
+            first_at := k_at;
+            first_rcv := k_rcv;
+            last_at := l_at;
+            last_rcv := l_rcv;
+        ELSIF more IS NOT NULL THEN
+            evs := more || coalesce(evs, '{}');   -- the older rows first, as a read from the head orders them
+            tids := more_tids || coalesce(tids, '{}');
+        END IF;
+        n := coalesce(cardinality(evs), 0);
+        -- Short from the cursor: the rest from the rows before it.
+        EXIT WHEN from_head OR n >= p_limit;
+        from_head := true;
+        lo_at := '-infinity';
+        lo_rcv := '-infinity';
+        hi_at := c_at;
+        hi_rcv := c_rcv;
+    END LOOP;
+    -- The cursor: the first row between the old cursor (else this claim's first row) and the
+    -- last row of the first pass that is still pending and not claimed here; else that last row.
+    IF last_at IS NOT NULL THEN
+        lo_at := coalesce(c_at, first_at);
+        lo_rcv := coalesce(c_rcv, first_rcv);
+        IF (last_at, last_rcv) >= (lo_at, lo_rcv) THEN
+            SELECT w.next_attempt_at, w.received_at INTO lo_at, lo_rcv
+              FROM webhook_inbox w
+             WHERE w.status = 'pending' AND (w.next_attempt_at, w.received_at) >= (lo_at, lo_rcv)
+               AND (w.next_attempt_at, w.received_at) <= (last_at, last_rcv) AND w.ctid <> ALL (tids)
+             ORDER BY w.next_attempt_at, w.received_at
+             LIMIT 1;
+            IF NOT FOUND THEN
+                lo_at := last_at;
+                lo_rcv := last_rcv;
+            END IF;
+            PERFORM set_config('webhook_inbox.claim_cursor',
+                               (extract(epoch FROM lo_at) * 1000000)::bigint || ' ' ||
+                               (extract(epoch FROM lo_rcv) * 1000000)::bigint, false);
+        END IF;
+    END IF;
+    IF from_head THEN
+        PERFORM set_config('webhook_inbox.claim_head',
+                           round(extract(epoch FROM clock_timestamp()), 6) || ' ' ||
+                           round(extract(epoch FROM clock_timestamp() - t0), 6), false);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_claim_due(integer) IS
+    'Sidecar claim (db/024): up to p_limit due events locked FOR UPDATE SKIP LOCKED for the caller''s transaction, a keyed one only when no earlier event of its key must run first and its key''s lock is free; read from this session''s cursor (webhook_inbox.claim_cursor) while reading from the head of the pending index costs more than a tenth of the time, else from the head. evs, tids: the rows and their row versions, oldest due first (NULL when none).';
+
+-- 021's, its claim replaced by webhook_inbox_claim_due; the rest unchanged.
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(
+        p_limit integer, p_unrouted text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
+RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
+               attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    evs      webhook_inbox[];
+    tids     tid[];            -- their row versions as claimed (the done UPDATE's TID scan)
+    ev       webhook_inbox;
+    marked   integer;          -- rows the done UPDATE by row version marked
+    n        integer;
+    types    text[];           -- the batch's event types, each once
+    handlers regproc[];        -- their routes (NULL: none)
+    batchers regproc[];        -- their batch handlers (NULL: none)
+    plain    boolean[];        -- per type: SQL route, no Ruby handlers
+    calls    text[];           -- per type: the statement that calls its route
+    bcalls   text[];           -- per type: the statement that calls its batch handler
+    k        integer[];        -- per event: its type's index in types
+    fast     boolean[];        -- per event: its handler called directly (the plain path)
+    i        integer;
+    j        integer;          -- the last event of a batch handler's run i .. j
+    running  integer;          -- the event whose handler runs now in the one subtransaction
+    run_end  integer;          -- with running: the last event of the batch handler's run
+    failed   integer;          -- the event whose handler raised there
+    batch_failed boolean := false; -- a batch handler raised there
+    err_state text;
+    err_text text;
+    outcome  text;
+    outcomes text[];
+    t0       timestamptz;
+    t1       timestamptz;
+    res      text;             -- one webhook_inbox_run_event row
+    det      text;
+    chg      boolean;
+    rty      bigint;
+    scopes   text[];
+    ids      text[];
+    ts       timestamptz[];    -- ts[i]: event i's run starts; ts[i + 1]: it ends
+    r_result text[];
+    r_detail text[];
+    r_charge boolean[];
+    r_retry  bigint[];
+BEGIN
+    -- webhook_inbox_run_event's checks, which the plain path does not call; before the claim.
+    IF p_unrouted IS NULL OR p_unrouted NOT IN ('wait', 'ignore', 'quarantine', 'retry') THEN
+        RAISE EXCEPTION 'webhook_inbox: p_unrouted must be wait, ignore, quarantine or retry, not %', p_unrouted
+              USING ERRCODE = '22023';
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 OR p_backoff_base_ms IS NULL OR p_backoff_cap_ms IS NULL
+       OR p_unrouted_delay_ms IS NULL OR p_unrouted_delay_ms < 0 THEN
+        RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
+              USING ERRCODE = '22023';
+    END IF;
+    -- The claim: webhook_inbox_claim_due (above), 021's claim resumed from this session's
+    -- cursor when walking from the head of the pending index has become expensive.
+    SELECT c.evs, c.tids INTO evs, tids FROM webhook_inbox_claim_due(p_limit) c;
+    n := coalesce(cardinality(evs), 0);
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    scopes := ARRAY(SELECT e.source_scope FROM unnest(evs) e);
+    ids := ARRAY(SELECT e.event_id FROM unnest(evs) e);
+    IF n = 1 THEN
+        -- One event (--batch-size 1, a trickle): 014's path, its handler in a savepoint (one
+        -- subxid); the reads once per batch below would cost more than they save.
+        ev := evs[1];
+        ts[1] := clock_timestamp();
+        SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
+          FROM webhook_inbox_run_event(ev, webhook_inbox_route(ev.event_type), p_unrouted, p_max_attempts,
+                                       p_backoff_base_ms, p_backoff_cap_ms, p_unrouted_delay_ms) r;
+        ts[2] := clock_timestamp();
+        r_result[1] := res;
+        r_detail[1] := det;
+        r_charge[1] := chg;
+        r_retry[1] := rty;
+    ELSE
+        -- Once per batch: each type's route, batch handler and Ruby handlers, the route
+        -- markers, the pause and rate rules (015's gate): fast[i] when event i's route is SQL,
+        -- it has no Ruby handlers, no once-marker (db/009), and no paused scope, paused route
+        -- or rate-limited route matches it, nor does it hold a slot or was it held. The others
+        -- go through webhook_inbox_run_event.
+        types := ARRAY(SELECT DISTINCT e.event_type FROM unnest(evs) e);
+        SELECT array_agg(m.handler ORDER BY t.i), array_agg(m.batch_handler ORDER BY t.i) INTO handlers, batchers
+          FROM unnest(types) WITH ORDINALITY AS t(event_type, i)
+          LEFT JOIN LATERAL webhook_inbox_route_match(t.event_type) AS m ON true;
+        calls := ARRAY(SELECT format('SELECT %s($1)', h) FROM unnest(handlers) h);
+        bcalls := ARRAY(SELECT format('SELECT %s($1)', b) FROM unnest(batchers) b);
+        plain := ARRAY(SELECT h IS NOT NULL AND webhook_inbox_ruby_handlers_for(t) IS NULL
+                         FROM unnest(types, handlers) AS x(t, h));
+        k := ARRAY(SELECT array_position(types, e.event_type) FROM unnest(evs) e);
+        fast := ARRAY(
+            SELECT plain[k[x.ordinality::int]] AND x.held_at IS NULL AND x.rate_slot_at IS NULL
+                   AND NOT EXISTS (
+                       SELECT 1 FROM webhook_inbox_effects_received r
+                        WHERE r.operation_id = webhook_inbox_handler_operation_id(x.source_scope, x.event_id,
+                                                                                  'sql:' || handlers[k[x.ordinality::int]]::text))
+                   AND NOT EXISTS (
+                       SELECT 1 FROM webhook_inbox_flow f
+                        WHERE (f.kind = 'scope' AND f.paused AND f.target = x.source_scope)
+                           OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
+                               AND webhook_inbox_flow_matches(f.target, x.event_type)))
+              FROM unnest(evs) WITH ORDINALITY AS x
+             ORDER BY x.ordinality);
+        -- The plain events' results, filled before the loop (the loop then writes only their outcome).
+        r_result := ARRAY(SELECT CASE WHEN f THEN 'done' END FROM unnest(fast) f);
+        r_charge := array_fill(false, ARRAY[n]);
+        r_retry := array_fill(NULL::bigint, ARRAY[n]);
+        <<optimistic>>
+        BEGIN
+            i := 1;
+            WHILE i <= n LOOP
+                ts[i] := clock_timestamp();
+                running := i;
+                j := i;
+                IF fast[i] AND batchers[k[i]] IS NOT NULL THEN
+                    WHILE j < n AND fast[j + 1] AND k[j + 1] = k[i] LOOP
+                        j := j + 1;
+                    END LOOP;
+                END IF;
+                IF j > i THEN
+                    -- A run of events for the type's batch handler: one call, one outcome each.
+                    run_end := j;
+                    PERFORM set_config('webhook_inbox.source_scope', '', true),
+                            set_config('webhook_inbox.source_event_id', '', true);
+                    t0 := ts[i];
+                    EXECUTE bcalls[k[i]] INTO outcomes USING evs[i:j];
+                    IF cardinality(outcomes) IS DISTINCT FROM j - i + 1 THEN
+                        RAISE EXCEPTION USING ERRCODE = 'WIB02',
+                              MESSAGE = format('batch handler %s returned %s outcomes for %s events', batchers[k[i]],
+                                               coalesce(cardinality(outcomes), 0), j - i + 1);
+                    END IF;
+                    t1 := clock_timestamp();
+                    -- Events i .. j: their outcomes, and start times sharing the call's time. Whole
+                    -- arrays, not a loop (a PL/pgSQL assignment costs microseconds per event).
+                    -- r_detail and ts hold exactly i - 1 and i elements here.
+                    r_detail := r_detail[1:i - 1] || ARRAY(SELECT coalesce(o, 'done') FROM unnest(outcomes) o);
+                    ts := ts[1:i] || ARRAY(SELECT t0 + (t1 - t0) * m / (j - i + 1) FROM generate_series(1, j - i) m);
+                    run_end := NULL;
+                ELSIF fast[i] THEN
+                    -- 006's webhook_inbox_run_handler without its savepoint: a raise leaves the loop.
+                    PERFORM set_config('webhook_inbox.source_scope', evs[i].source_scope, true),
+                            set_config('webhook_inbox.source_event_id', evs[i].event_id, true);
+                    EXECUTE calls[k[i]] INTO outcome USING evs[i];
+                    r_detail[i] := coalesce(outcome, 'done');
+                ELSE
+                    SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
+                      FROM webhook_inbox_run_event(evs[i], handlers[k[i]], p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                                   p_backoff_cap_ms, p_unrouted_delay_ms) r;
+                    r_result[i] := res;
+                    r_detail[i] := det;
+                    r_charge[i] := chg;
+                    r_retry[i] := rty;
+                END IF;
+                i := j + 1;
+            END LOOP;
+            ts[n + 1] := clock_timestamp();
+            running := NULL;
+            PERFORM set_config('webhook_inbox.source_scope', '', true),
+                    set_config('webhook_inbox.source_event_id', '', true);
+        EXCEPTION
+            WHEN OTHERS THEN
+                IF running IS NULL OR NOT fast[running] THEN
+                    RAISE; -- not a handler's error (webhook_inbox_run_event records those): the statement fails, as in 014
+                END IF;
+                GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_text = MESSAGE_TEXT;
+                IF run_end IS NOT NULL THEN
+                    batch_failed := true;
+                    IF err_state NOT IN ('WIB01', 'WIQ01', 'WIR01') THEN -- a defer, a quarantine, a "not yet": on purpose
+                        RAISE WARNING USING ERRCODE = 'WIB03',
+                              MESSAGE = format('webhook_inbox: batch handler %s raised SQLSTATE %s for type %s; the row handler %s ran its events',
+                                               batchers[k[running]], err_state, types[k[running]], handlers[k[running]]);
+                    ELSE
+                        RAISE NOTICE USING ERRCODE = 'WIB04',
+                              MESSAGE = format('webhook_inbox: batch handler %s deferred its events of type %s to the row handler %s',
+                                               batchers[k[running]], types[k[running]], handlers[k[running]]);
+                    END IF;
+                ELSE
+                    failed := running;
+                END IF;
+        END;
+        IF failed IS NOT NULL OR batch_failed THEN
+            -- A handler raised: everything above rolled back. Each event again in its own
+            -- savepoint (webhook_inbox_run_event) by its row handler; a row handler that raised is
+            -- not run again: its error is raised in its place (webhook_inbox_batch_failure), so it
+            -- is recorded as it was. After a batch handler's error every event of its run is
+            -- given to the row handler.
+            IF failed IS NOT NULL THEN
+                PERFORM set_config('webhook_inbox.batch_error_state', err_state, true),
+                        set_config('webhook_inbox.batch_error_text', err_text, true);
+            END IF;
+            FOR i IN 1 .. n LOOP
+                ts[i] := clock_timestamp();
+                SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
+                  FROM webhook_inbox_run_event(evs[i], CASE WHEN i = failed THEN 'webhook_inbox_batch_failure'::regproc
+                                                           ELSE handlers[k[i]] END,
+                                               p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                               p_unrouted_delay_ms) r;
+                r_result[i] := res;
+                r_detail[i] := det;
+                r_charge[i] := chg;
+                r_retry[i] := rty;
+            END LOOP;
+            ts[n + 1] := clock_timestamp();
+        END IF;
+    END IF;
+    -- The done marks: one static statement for the batch (its plan cached for the session),
+    -- the attempt_log entry's duration from ts. By the row versions the claim locked (a TID
+    -- scan: a third of the cost of 017's primary key probes); a row some statement of this
+    -- transaction updated since (a handler writing the inbox, a held row) has a new version:
+    -- those the first statement did not mark, the second marks by primary key.
+    IF 'done' = ANY (r_result) THEN
+        UPDATE webhook_inbox w
+           SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
+               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+          FROM (SELECT e.tid, e.source_scope, e.event_id, e.outcome,
+                       (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
+                  FROM unnest(tids, scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1])
+                       AS e(tid, source_scope, event_id, outcome, result, t0, t1)
+                 WHERE e.result = 'done') d
+         WHERE w.ctid = d.tid AND w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending';
+        GET DIAGNOSTICS marked = ROW_COUNT;
+        IF marked < (SELECT count(*) FROM unnest(r_result) r WHERE r = 'done') THEN
+            UPDATE webhook_inbox w
+               SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
+                   attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+              FROM (SELECT e.source_scope, e.event_id, e.outcome,
+                           (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
+                      FROM unnest(scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1])
+                           AS e(source_scope, event_id, outcome, result, t0, t1)
+                     WHERE e.result = 'done') d
+             WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending';
+        END IF;
+    END IF;
+    RETURN QUERY
+        SELECT x.source_scope, x.event_id, x.event_type, r_result[x.ordinality::int], r_detail[x.ordinality::int],
+               x.attempts, (extract(epoch FROM ts[x.ordinality::int] - coalesce(x.requeued_at, x.received_at)) * 1000)::float8,
+               r_charge[x.ordinality::int], r_retry[x.ordinality::int]
+          FROM unnest(evs) WITH ORDINALITY AS x;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS
+    'Sidecar v4: claim up to p_limit due events (FOR UPDATE SKIP LOCKED; a keyed event only when no earlier event of its key must run first), run each handler, record done/quarantined/retry (charged, with backoff)/waiting and an attempt_log entry in the same transaction; one row per event; latency from requeued_at or received_at. v17: the batch runs in one subtransaction; when a handler raises, it is rolled back and redone with each handler in its own savepoint and the raising one not run again (only the failing event rolls back). v19: a run of consecutive events whose route names a batch handler is one call of it; when it raises, the batch is redone with the row handlers. v21: a keyed event only while no other transaction holds its key (webhook_inbox_ordering_lock_id, a transaction-level advisory lock taken at the claim). v24: claims through webhook_inbox_claim_due (a cursor under a long-open snapshot). Args: limit, unrouted policy (wait|ignore|quarantine|retry), max attempts, backoff base ms, backoff cap ms, unrouted delay ms.';
