@@ -30,9 +30,13 @@
 -- Where the cursor goes: to the first row in the range this claim covered (from the old
 -- cursor, or its first row, to its last row) that is still pending and not claimed here - a
 -- keyed row its predecessor or a busy key held back, a row another worker has locked - else
--- to the claim's last row. A row the claim passed over is never left behind the cursor, so
+-- to the claim's last row. A row the claim passed over is not left behind the cursor, so
 -- per-object ordering's held rows are met again at the next claim, not at the next read from
--- the head. The range walked is that of one or two batches, whatever the backlog's size.
+-- the head. The range walked is that of one or two batches, whatever the backlog's size. A row
+-- that has held the cursor for 10 claims in a row (a key behind a quarantined event on a strict
+-- route, a key or row some transaction holds for long) no longer does: the cursor moves to the
+-- claim's last row and the reads from the head meet that row, so it cannot bring back the walk
+-- over everything processed since.
 -- Ties in (next_attempt_at, received_at) (one receipt transaction's rows) are read again from
 -- the cursor (it is inclusive): a cost of the tie's size, never a skipped row.
 -- Unchanged: what a claim may take (due, pending, not locked, its key's earlier events done,
@@ -63,7 +67,8 @@ COMMENT ON FUNCTION webhook_inbox_schema_version() IS
 CREATE OR REPLACE FUNCTION webhook_inbox_claim_due(p_limit integer, OUT evs webhook_inbox[], OUT tids tid[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-    cursor_text text := current_setting('webhook_inbox.claim_cursor', true); -- 'us us' since the epoch
+    cursor_text text := current_setting('webhook_inbox.claim_cursor', true); -- 'us us held': us since the epoch
+    held      integer := 0;     -- claims in a row the cursor stayed on the same pending row
     head_text   text := current_setting('webhook_inbox.claim_head', true);   -- 'end_s cost_s' of the last read from the head
     c_at      timestamptz;      -- the cursor (NULL: none)
     c_rcv     timestamptz;
@@ -87,9 +92,10 @@ DECLARE
     from_head boolean;
     n         integer;
 BEGIN
-    IF cursor_text ~ '^-?[0-9]{1,17} -?[0-9]{1,17}$' THEN
+    IF cursor_text ~ '^-?[0-9]{1,17} -?[0-9]{1,17} [0-9]{1,6}$' THEN
         c_at := 'epoch'::timestamptz + split_part(cursor_text, ' ', 1)::bigint * interval '1 microsecond';
         c_rcv := 'epoch'::timestamptz + split_part(cursor_text, ' ', 2)::bigint * interval '1 microsecond';
+        held := split_part(cursor_text, ' ', 3)::integer;
     END IF;
     IF head_text ~ '^[0-9]{1,12}(\.[0-9]{1,9})? [0-9]{1,9}(\.[0-9]{1,9})?$' THEN
         head_end := split_part(head_text, ' ', 1)::double precision;
@@ -158,10 +164,20 @@ BEGIN
             IF NOT FOUND THEN
                 lo_at := last_at;
                 lo_rcv := last_rcv;
+                held := 0;
+            ELSIF (lo_at, lo_rcv) IS NOT DISTINCT FROM (c_at, c_rcv) THEN
+                held := held + 1;
+                IF held >= 10 THEN
+                    lo_at := last_at;
+                    lo_rcv := last_rcv;
+                    held := 0;
+                END IF;
+            ELSE
+                held := 0;
             END IF;
             PERFORM set_config('webhook_inbox.claim_cursor',
                                (extract(epoch FROM lo_at) * 1000000)::bigint || ' ' ||
-                               (extract(epoch FROM lo_rcv) * 1000000)::bigint, false);
+                               (extract(epoch FROM lo_rcv) * 1000000)::bigint || ' ' || held, false);
         END IF;
     END IF;
     IF from_head THEN

@@ -23,6 +23,9 @@ RSpec.describe "webhook-inbox-sidecar claims under a long-open snapshot", :sidec
           IF ev.payload ->> 'fail' = 'once' AND ev.attempts = 0 THEN
               RAISE EXCEPTION 'not yet';
           END IF;
+          IF ev.payload ->> 'fail' = 'quarantine' THEN
+              PERFORM webhook_inbox_quarantine('told to');
+          END IF;
           INSERT INTO bk_applied (event_id, k) VALUES (ev.event_id, ev.ordering_key);
           RETURN 'applied';
       END
@@ -76,13 +79,15 @@ RSpec.describe "webhook-inbox-sidecar claims under a long-open snapshot", :sidec
     handled
   end
 
+  def cursor = @worker.exec("SELECT current_setting('webhook_inbox.claim_cursor', true)").getvalue(0, 0)
+
   def status(id) = db.value("SELECT status || '/' || attempts FROM webhook_inbox WHERE event_id = '#{id}'")
 
   it "claims a late receipt due before the cursor, and a retry once it falls due behind it, each exactly once" do
     insert((1..30).map { |i| "e#{i}" })
     insert(["f1"], payload: { fail: "once" }, at: "now() - interval '50 minutes'")
     expect(claim).to eq((1..10).map { |i| "e#{i}" })
-    expect(@worker.exec("SELECT current_setting('webhook_inbox.claim_cursor', true)").getvalue(0, 0)).to match(/\A\d+ \d+\z/)
+    expect(cursor).to match(/\A\d+ \d+ \d+\z/)
     insert(["late"], at: "now() - interval '2 hours'") # due before everything claimed so far
     handled = drain
     expect(handled).to include("late", "f1")
@@ -106,6 +111,23 @@ RSpec.describe "webhook-inbox-sidecar claims under a long-open snapshot", :sidec
     db.psql("UPDATE webhook_inbox SET next_attempt_at = now() - interval '2 hours' WHERE event_id = 'k1'")
     drain
     expect(db.psql("SELECT string_agg(event_id, ',' ORDER BY seq) FROM bk_applied WHERE k = 'cus_1'").strip).to eq("k1,k2,k3")
+    expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status <> 'done'")).to eq(0)
+  end
+
+  it "lets the cursor move past a key held behind a quarantined event on a strict route, and runs it after the requeue" do
+    db.psql("UPDATE webhook_inbox_routes SET strict = true")
+    insert(["s1"], key: "cus_9", payload: { fail: "quarantine" })
+    insert(["s2"], key: "cus_9", at: "now() - interval '1 hour' + interval '1 ms'")
+    insert((1..150).map { |i| "v#{i}" }, at: "now() - interval '59 minutes'")
+    handled = drain
+    expect(handled.size).to eq(151) # s1 (quarantined) and every v; s2 held
+    expect([status("s1"), status("s2")]).to eq(%w[quarantined/0 pending/0])
+    held_at = db.value("SELECT (extract(epoch FROM next_attempt_at) * 1000000)::bigint FROM webhook_inbox WHERE event_id = 's2'").to_i
+    expect(cursor.split.first.to_i).to be > held_at # no longer held at s2
+    db.psql("UPDATE webhook_inbox SET payload = '{}', status = 'pending', attempts = 0, next_attempt_at = now() - interval '3 hours' " \
+            "WHERE event_id = 's1'") # fixed and requeued, due far behind the cursor
+    drain
+    expect(db.psql("SELECT string_agg(event_id, ',' ORDER BY seq) FROM bk_applied WHERE k = 'cus_9'").strip).to eq("s1,s2")
     expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status <> 'done'")).to eq(0)
   end
 
