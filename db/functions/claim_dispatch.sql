@@ -458,6 +458,186 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_batch_defer(text) IS
     'Raise SQLSTATE WIB01 in a batch handler: its events are run again by the route''s row handler, one by one (no warning).';
 
+-- A backlog under a long-open snapshot (issue 33; bench/backlog, docs/capacity.md).
+-- Every processed event leaves its pending row version behind, with its entry in
+-- webhook_inbox_claim_idx (the partial index of pending rows: the done UPDATE changes status,
+-- so it is never HOT). VACUUM removes them, and an index scan marks their entries dead as it
+-- passes, only once no snapshot can see them. While one can (a report, pg_dump, a console left
+-- idle in transaction, a replica with hot_standby_feedback, a long writing transaction), the
+-- claim, which reads the pending index from its head, walks over every event processed since
+-- that snapshot at every batch: bench/backlog measured 200,050 entries walked per claim in a
+-- 400,000-event backlog (half of it on average) and 0.22x the drain rate without a snapshot.
+--
+-- The batch claim (webhook_inbox_claim_due) resumes where this session's last claim ended: a cursor (next_attempt_at,
+-- received_at), kept in the session (a custom setting, webhook_inbox.claim_cursor: nothing
+-- written, no row versions of its own), and reads from the head of the index only
+--   - when the session has no cursor (its first claim, a new connection),
+--   - when the claim from the cursor comes up short: then for the rest of the batch, the rows
+--     before the cursor (so a batch smaller than its limit still means "nothing else is due",
+--     which the sidecar's idle wait relies on), and
+--   - when the time since its last read from the head is at least 9 times what that read cost
+--     (webhook_inbox.claim_head): at most a tenth of the time goes to walking from the head,
+--     and on a healthy table (a read from the head costs what a read from the cursor costs)
+--     every claim still reads from the head, as before.
+-- The cursor is a hint, never a filter on what may be claimed: every pending row is claimable
+-- by a read from the head, which happens at the latest when the cursor's claims come up short
+-- or the time above has passed. So rows that appear before the cursor - a receipt with an
+-- earlier due time (a keyed event starts at its event time: functions/ordering.sql), one whose transaction
+-- committed late, a requeue, a resume, a rolled-back batch - wait at most that long, and only
+-- while the cursor is in use (a backlog under a long-open snapshot). A garbage or foreign
+-- setting (a pooler sharing sessions) is ignored or costs a read from the head.
+-- Where the cursor goes: to the first row in the range this claim covered (from the old
+-- cursor, or its first row, to its last row) that is still pending and not claimed here - a
+-- keyed row its predecessor or a busy key held back, a row another worker has locked - else
+-- to the claim's last row. A row the claim passed over is not left behind the cursor, so
+-- per-object ordering's held rows are met again at the next claim, not at the next read from
+-- the head. The range walked is that of one or two batches, whatever the backlog's size. A row
+-- that has held the cursor for 10 claims in a row (a key behind a quarantined event on a strict
+-- route, a key or row some transaction holds for long) no longer does: the cursor moves to the
+-- claim's last row and the reads from the head meet that row, so it cannot bring back the walk
+-- over everything processed since.
+-- Ties in (next_attempt_at, received_at) (one receipt transaction's rows) are read again from
+-- the cursor (it is inclusive): a cost of the tie's size, never a skipped row.
+-- Unchanged: what a claim may take (due, pending, not locked, its key's earlier events done,
+-- its key's lock free), the locks, the done marks, exactly once; the Ruby worker's claims, the
+-- sidecar's one-event claim (careful mode) and next-due probe (sidecar/src/claim/claim.c), and the
+-- Citus layout's claims (db/citus) read from the head as before.
+
+-- Claims up to p_limit due events for the caller's transaction (021's claim: FOR UPDATE SKIP
+-- LOCKED, a keyed event only when no earlier event of its key must run first and its key's
+-- advisory lock is free), reading from this session's cursor or the head of the pending index
+-- as the header says. evs: the rows as locked, tids their row versions (the done UPDATE's TID
+-- scan); both NULL when none. Updates the session's cursor settings (rolled back with the
+-- transaction, which only makes the next claim read from further back).
+-- Its statements' plans are generic, made once per session: with the cursor's bounds as
+-- parameters PostgreSQL would otherwise plan them anew at every call (~0.3-0.6 ms a claim);
+-- the generic plan is the same index scan of webhook_inbox_claim_idx from the lower bound.
+CREATE OR REPLACE FUNCTION webhook_inbox_claim_due(p_limit integer, OUT evs webhook_inbox[], OUT tids tid[])
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    cursor_text text := current_setting('webhook_inbox.claim_cursor', true); -- 'us us held': us since the epoch
+    held      integer := 0;     -- claims in a row the cursor stayed on the same pending row
+    head_text   text := current_setting('webhook_inbox.claim_head', true);   -- 'end_s cost_s' of the last read from the head
+    c_at      timestamptz;      -- the cursor (NULL: none)
+    c_rcv     timestamptz;
+    head_end  double precision := 0;
+    head_cost double precision := 0;
+    lo_at     timestamptz;      -- this pass reads keys >= lo and < hi
+    lo_rcv    timestamptz;
+    hi_at     timestamptz := 'infinity';
+    hi_rcv    timestamptz := 'infinity';
+    more      webhook_inbox[];
+    more_tids tid[];
+    k_at      timestamptz;      -- a pass's first and last claimed rows' keys
+    k_rcv     timestamptz;
+    l_at      timestamptz;
+    l_rcv     timestamptz;
+    first_at  timestamptz;      -- the first pass's first and last claimed rows' keys
+    first_rcv timestamptz;
+    last_at   timestamptz;
+    last_rcv  timestamptz;
+    t0        timestamptz := clock_timestamp();
+    from_head boolean;
+    n         integer;
+BEGIN
+    IF cursor_text ~ '^-?[0-9]{1,17} -?[0-9]{1,17} [0-9]{1,6}$' THEN
+        c_at := 'epoch'::timestamptz + split_part(cursor_text, ' ', 1)::bigint * interval '1 microsecond';
+        c_rcv := 'epoch'::timestamptz + split_part(cursor_text, ' ', 2)::bigint * interval '1 microsecond';
+        held := split_part(cursor_text, ' ', 3)::integer;
+    END IF;
+    IF head_text ~ '^[0-9]{1,12}(\.[0-9]{1,9})? [0-9]{1,9}(\.[0-9]{1,9})?$' THEN
+        head_end := split_part(head_text, ' ', 1)::double precision;
+        head_cost := split_part(head_text, ' ', 2)::double precision;
+    END IF;
+    from_head := c_at IS NULL OR extract(epoch FROM t0) - head_end >= 9 * head_cost;
+    lo_at := CASE WHEN from_head THEN '-infinity' ELSE c_at END;
+    lo_rcv := CASE WHEN from_head THEN '-infinity' ELSE c_rcv END;
+    FOR pass IN 1 .. 2 LOOP
+        -- 021's claim between lo (inclusive) and hi (exclusive), then each keyed row's key lock
+        -- tried only on the rows the claim locked (outside the subquery: its LIMIT keeps the
+        -- filter out of the scan). A row whose key another transaction holds is left out of
+        -- the batch, still pending (locked until this commits).
+        SELECT array_agg(c.w ORDER BY c.next_attempt_at, c.received_at), array_agg(c.tid ORDER BY c.next_attempt_at, c.received_at),
+               (array_agg(c.next_attempt_at ORDER BY c.next_attempt_at, c.received_at))[1],
+               (array_agg(c.received_at ORDER BY c.next_attempt_at, c.received_at))[1],
+               (array_agg(c.next_attempt_at ORDER BY c.next_attempt_at DESC, c.received_at DESC))[1],
+               (array_agg(c.received_at ORDER BY c.next_attempt_at DESC, c.received_at DESC))[1]
+          INTO more, more_tids, k_at, k_rcv, l_at, l_rcv
+          FROM (SELECT w, w.ctid AS tid, w.next_attempt_at, w.received_at, w.source_scope AS scope, w.ordering_key AS okey
+                  FROM webhook_inbox w
+                 WHERE w.status = 'pending' AND w.next_attempt_at <= now()
+                   AND (w.next_attempt_at, w.received_at) >= (lo_at, lo_rcv)
+                   AND (w.next_attempt_at, w.received_at) < (hi_at, hi_rcv)
+                   AND (w.ordering_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM webhook_inbox p
+                         WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
+                           AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
+                           AND (p.status = 'pending' OR webhook_inbox_route_strict(w.event_type))))
+                 ORDER BY w.next_attempt_at, w.received_at
+                 LIMIT p_limit - coalesce(cardinality(evs), 0)
+                   FOR UPDATE SKIP LOCKED) c
+         WHERE c.okey IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.scope, c.okey));
+        IF pass = 1 THEN
+            evs := more;
+            tids := more_tids;
+            first_at := k_at;
+            first_rcv := k_rcv;
+            last_at := l_at;
+            last_rcv := l_rcv;
+        ELSIF more IS NOT NULL THEN
+            evs := more || coalesce(evs, '{}');   -- the older rows first, as a read from the head orders them
+            tids := more_tids || coalesce(tids, '{}');
+        END IF;
+        n := coalesce(cardinality(evs), 0);
+        -- Short from the cursor: the rest from the rows before it.
+        EXIT WHEN from_head OR n >= p_limit;
+        from_head := true;
+        lo_at := '-infinity';
+        lo_rcv := '-infinity';
+        hi_at := c_at;
+        hi_rcv := c_rcv;
+    END LOOP;
+    -- The cursor: the first row between the old cursor (else this claim's first row) and the
+    -- last row of the first pass that is still pending and not claimed here; else that last row.
+    IF last_at IS NOT NULL THEN
+        lo_at := coalesce(c_at, first_at);
+        lo_rcv := coalesce(c_rcv, first_rcv);
+        IF (last_at, last_rcv) >= (lo_at, lo_rcv) THEN
+            SELECT w.next_attempt_at, w.received_at INTO lo_at, lo_rcv
+              FROM webhook_inbox w
+             WHERE w.status = 'pending' AND (w.next_attempt_at, w.received_at) >= (lo_at, lo_rcv)
+               AND (w.next_attempt_at, w.received_at) <= (last_at, last_rcv) AND w.ctid <> ALL (tids)
+             ORDER BY w.next_attempt_at, w.received_at
+             LIMIT 1;
+            IF NOT FOUND THEN
+                lo_at := last_at;
+                lo_rcv := last_rcv;
+                held := 0;
+            ELSIF (lo_at, lo_rcv) IS NOT DISTINCT FROM (c_at, c_rcv) THEN
+                held := held + 1;
+                IF held >= 10 THEN
+                    lo_at := last_at;
+                    lo_rcv := last_rcv;
+                    held := 0;
+                END IF;
+            ELSE
+                held := 0;
+            END IF;
+            PERFORM set_config('webhook_inbox.claim_cursor',
+                               (extract(epoch FROM lo_at) * 1000000)::bigint || ' ' ||
+                               (extract(epoch FROM lo_rcv) * 1000000)::bigint || ' ' || held, false);
+        END IF;
+    END IF;
+    IF from_head THEN
+        PERFORM set_config('webhook_inbox.claim_head',
+                           round(extract(epoch FROM clock_timestamp()), 6) || ' ' ||
+                           round(extract(epoch FROM clock_timestamp() - t0), 6), false);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_claim_due(integer) IS
+    'Sidecar batch claim: up to p_limit due events locked FOR UPDATE SKIP LOCKED for the caller''s transaction, a keyed one only when no earlier event of its key must run first and its key''s lock is free; read from this session''s cursor (webhook_inbox.claim_cursor) while reading from the head of the pending index costs more than a tenth of the time, else from the head. evs, tids: the rows and their row versions, oldest due first (NULL when none).';
+
 CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(
         p_limit integer, p_unrouted text, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
@@ -512,24 +692,9 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
               USING ERRCODE = '22023';
     END IF;
-    -- The claim (019's), then each keyed row's key lock, tried only on the rows the claim
-    -- locked (outside the subquery: its LIMIT keeps the filter out of the scan, which would
-    -- otherwise take keys for rows it then skips or sorts away). A row whose key another
-    -- transaction holds is left out of the batch, still pending (locked until this commits).
-    SELECT array_agg(c.w ORDER BY c.next_attempt_at, c.received_at), array_agg(c.tid ORDER BY c.next_attempt_at, c.received_at)
-      INTO evs, tids
-      FROM (SELECT w, w.ctid AS tid, w.next_attempt_at, w.received_at, w.source_scope AS scope, w.ordering_key AS okey
-              FROM webhook_inbox w
-             WHERE w.status = 'pending' AND w.next_attempt_at <= now()
-               AND (w.ordering_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM webhook_inbox p
-                     WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
-                       AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
-                       AND (p.status = 'pending' OR webhook_inbox_route_strict(w.event_type))))
-             ORDER BY w.next_attempt_at, w.received_at
-             LIMIT p_limit
-               FOR UPDATE SKIP LOCKED) c
-     WHERE c.okey IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.scope, c.okey));
+    -- The claim: webhook_inbox_claim_due (above), from this session's cursor when walking from
+    -- the head of the pending index has become expensive.
+    SELECT c.evs, c.tids INTO evs, tids FROM webhook_inbox_claim_due(p_limit) c;
     n := coalesce(cardinality(evs), 0);
     IF n = 0 THEN
         RETURN;

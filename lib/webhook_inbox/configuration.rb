@@ -41,6 +41,11 @@ module WebhookInbox
     #   answers 401 to every request outside dashboard_open_environments;
     # - dashboard_open_environments: where no choice leaves it open, with a banner
     #   (%w[development test]).
+    # - cleanup_held_seconds, cleanup_held_transactions: the dashboard's notice and the doctor
+    #   say VACUUM is held back when the oldest snapshot or transaction that holds back cleanup
+    #   has been open this long (300), or its xmin is this many transactions old (1,000,000; a
+    #   replica's or slot's, which have no start time) (CleanupHorizon).
+    attr_accessor :cleanup_held_seconds, :cleanup_held_transactions
     attr_accessor :dashboard_base_controller, :dashboard_actor, :dashboard_redact_keys, :dashboard_page_size,
                   :dashboard_chart_hours, :dashboard_open_environments
     attr_reader :dashboard_auth
@@ -81,6 +86,8 @@ module WebhookInbox
       @dashboard_chart_hours = 12
       @dashboard_auth = nil
       @dashboard_open_environments = %w[development test]
+      @cleanup_held_seconds = 300
+      @cleanup_held_transactions = 1_000_000
       @endpoints = {}
       @receivers = {}
       @mutex = Mutex.new

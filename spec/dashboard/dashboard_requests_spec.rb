@@ -28,7 +28,7 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
                                    "STRIPE_WEBHOOK_SECRET" => DASHBOARD_SECRET, "STRIPE_SCOPE" => SCOPE,
                                    "ADMIN_USER" => "ops", "ADMIN_PASSWORD" => "correct horse",
                                    "WI_DASHBOARD_PAGE_SIZE" => "3", "WI_REJECTIONS_FLUSH" => "0.5",
-                                   "WI_LOG_NOTIFICATIONS" => "1" }).start
+                                   "WI_LOG_NOTIFICATIONS" => "1", "WI_CLEANUP_HELD_TRANSACTIONS" => "3" }).start
   end
   after(:all) { @puma&.stop }
 
@@ -304,5 +304,23 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
     expect(page).to include("Signature or timestamp failures")
     expect(page).to match(%r{<p class="muted" id="process-rejections">This process since it started: #{SCOPE} signature_mismatch: 3</p>})
     expect(db_psql("SELECT count(*) FROM webhook_inbox_rejections WHERE source_scope || reason LIKE '%do-not-store%'").to_i).to eq(0)
+  end
+
+  # Issue 33: a real long-open snapshot in the dashboard's database; held back past 3
+  # transactions here (WI_CLEANUP_HELD_TRANSACTIONS: counted, no clock), named by pid and
+  # application_name, never by its query; gone once it ends.
+  it "says on the overview when VACUUM is held back, and by whom" do
+    holder = PG.connect(@pg.url(@db))
+    holder.exec("SET application_name = 'nightly_export'")
+    holder.exec("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.exec("SELECT 'query-text-never-shown', count(*) FROM webhook_inbox")
+    3.times { db_psql("SELECT txid_current()") }
+    page = admin.get("/webhook_inbox").last
+    expect(page).to match(%r{<p class="warn" id="vacuum-held"><strong>VACUUM is held back</strong> by session pid #{holder.backend_pid} \(application_name &quot;nightly_export&quot;, idle in transaction, open \d+s, xmin \d+ transactions old\)})
+    expect(page).not_to include("query-text-never-shown")
+    holder.exec("COMMIT")
+    expect(admin.get("/webhook_inbox").last).not_to include("vacuum-held")
+  ensure
+    holder&.close
   end
 end

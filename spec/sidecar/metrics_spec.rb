@@ -296,6 +296,35 @@ RSpec.describe "webhook-inbox-sidecar /metrics", :sidecar do
     wait_for(10, 0.1, "the warning") { File.read(log).include?("msg=metrics_stats_failed") }
   end
 
+  # Issue 33: a long-open snapshot keeps VACUUM from removing processed rows; the gauge says
+  # how far back it holds (in transactions: counted, not timed) and drops when it ends.
+  it "reports the cleanup horizon a long-open REPEATABLE READ snapshot holds, and its release" do
+    holder = PG.connect(db.url)
+    holder.exec("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.exec("SELECT count(*) FROM webhook_inbox") # takes the snapshot
+    5.times { db.psql("SELECT txid_current()") } # five transactions that took an id since
+    session = { "holder" => "session" }
+    _pid, _log, host, port = start
+    fams = wait_for(20, 0.3, "the held horizon") do
+      f = scrape(host, port)
+      f if PrometheusText.value(f, "webhook_inbox_cleanup_horizon_xid_age", session).to_f >= 5
+    end
+    expect(PrometheusText.value(fams, "webhook_inbox_cleanup_horizon_up")).to eq(1)
+    expect(fams["webhook_inbox_cleanup_horizon_xid_age"].type).to eq("gauge")
+    expect(PrometheusText.value(fams, "webhook_inbox_cleanup_horizon_age_seconds")).not_to be_nil
+    %w[replica slot prepared].each do |h|
+      expect(PrometheusText.value(fams, "webhook_inbox_cleanup_horizon_xid_age", { "holder" => h })).not_to be_nil
+    end
+    held = PrometheusText.value(fams, "webhook_inbox_cleanup_horizon_xid_age", session)
+    holder.exec("COMMIT")
+    5.times { db.psql("SELECT txid_current()") }
+    wait_for(20, 0.3, "the horizon released") do
+      PrometheusText.value(scrape(host, port), "webhook_inbox_cleanup_horizon_xid_age", session).to_f < held
+    end
+  ensure
+    holder&.close
+  end
+
   it "refuses a bad --metrics-listen address, and takes it from the config file" do
     status, _, err = sidecar("run", "--once", "--database-url", db.url, "--metrics-listen", "nonsense")
     expect(status.exitstatus).to eq(2)

@@ -5,8 +5,8 @@ module WebhookInbox
   # per-hour charts (webhook_inbox_hourly), rejected deliveries by scope and reason, refused
   # deliveries kept aside per endpoint (webhook_inbox_refused), the
   # outbox by destination (webhook_inbox_outbox_stats), types waiting for a route, the latest
-  # actions. Every query reads pending, quarantined or
-  # recent rows only (see db/005_history.sql).
+  # actions; a notice when VACUUM is held back (CleanupHorizon). Every query reads pending,
+  # quarantined or recent rows only (see db/005_history.sql).
   class DashboardController < ApplicationController
     PROCESS_REJECTIONS_SHOWN = 20
 
@@ -30,6 +30,7 @@ module WebhookInbox
             LEFT JOIN webhook_inbox_rejections r ON r.minute >= h AND r.minute < h + interval '1 hour'
            GROUP BY h ORDER BY h
         SQL
+        @horizon = WebhookInbox::CleanupHorizon.oldest(c)
         @outbox = c.select_all("SELECT * FROM webhook_inbox_outbox_stats()", "WebhookInbox outbox stats").to_a
         @refused = c.select_all(<<~SQL.squish, "WebhookInbox refused").to_a
           SELECT endpoint, count(*) AS count, sum(octet_length(body))::bigint AS bytes,

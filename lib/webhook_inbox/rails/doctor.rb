@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "dashboard_check"
+require_relative "../cleanup_horizon"
 
 module WebhookInbox
   module Rails
@@ -14,7 +15,10 @@ module WebhookInbox
     # whether everything needed is there, so a deploy can run it as a check (exit 1 if not):
     # a problem is a missing or stale schema, an endpoint that cannot receive, Ruby handlers
     # registered with no Ruby worker alive, pending types nothing handles, or events pending
-    # for over 5 minutes with no sidecar connected.
+    # for over 5 minutes with no sidecar connected. The cleanup horizon line names the session
+    # (pid, application_name, state, ages; never its query) or replica holding back VACUUM of
+    # processed rows, HELD BACK past the configured cleanup_held_* thresholds: a warning, not a problem (a
+    # long report is no reason to fail a deploy; the backlog line says when it matters).
     class Doctor
       SIDECAR_APP = "webhook-inbox-sidecar" # the sidecar's fallback_application_name (pgw.c)
       ALIVE_S = 60 # a heartbeat older than this: the worker is gone or stuck (it beats every 10 s)
@@ -23,13 +27,14 @@ module WebhookInbox
       def initialize(connection:, config: WebhookInbox.configuration)
         @conn = connection
         @config = config
+        @held = { held_s: config.cleanup_held_seconds, held_xids: config.cleanup_held_transactions }
         @problems = 0
       end
 
       # [lines, ok]: ok is false when something above is wrong (the mounted dashboard not
       # protected included: DashboardCheck).
       def report
-        lines = [*schema, *routes, *ruby_handlers, *ruby_workers, *jobs, *backlog, *sidecar, *endpoints, dashboard,
+        lines = [*schema, *routes, *ruby_handlers, *ruby_workers, *jobs, *backlog, horizon, *sidecar, *endpoints, dashboard,
                  "effect destinations: not checked here (they are the sidecar's --destination flags)"]
         [lines, @problems.zero?]
       end
@@ -127,6 +132,17 @@ module WebhookInbox
         lines
       rescue ::ActiveRecord::StatementInvalid => e
         ["backlog: could not be read (#{e.cause&.class || e.class})"]
+      end
+
+      def horizon
+        holder = CleanupHorizon.oldest(@conn)
+        return "cleanup horizon: nothing holds back VACUUM" unless holder
+        return "cleanup horizon: oldest held by #{holder}" unless holder.held?(**@held)
+
+        "cleanup horizon: HELD BACK by #{holder}: VACUUM cannot remove processed events' old row versions, so claims " \
+          "walk over them and a backlog drains slower the longer it lasts; end that transaction (or the replica's feedback)"
+      rescue ::ActiveRecord::StatementInvalid => e
+        "cleanup horizon: could not be read (#{e.cause&.class || e.class})"
       end
 
       def sidecar

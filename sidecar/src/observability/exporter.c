@@ -227,6 +227,46 @@ static int read_flows(struct wi_pg *pg, struct wi_metrics_gauges *g, struct wi_e
     return 0;
 }
 
+/* The cleanup horizon (issue 33): the oldest xmin each kind of holder keeps, as an age in
+ * transactions, and how long the oldest holding transaction has been open. This session's own
+ * statement and autovacuum are left out; a session counts by its snapshot (backend_xmin) or its
+ * transaction id (backend_xid: an idle transaction that wrote). Other roles' sessions show
+ * their xmin only to a role with pg_read_all_stats (pg_monitor); never reads query texts. */
+static const struct wi_pg_stmt horizon_stmt = {
+    "wi_metrics_horizon",
+    "WITH s AS (SELECT greatest(age(backend_xmin), age(backend_xid)) AS age, xact_start FROM pg_stat_activity"
+    "            WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    "              AND backend_type <> 'autovacuum worker'"
+    "              AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL))"
+    " SELECT (SELECT coalesce(max(age), 0) FROM s),"
+    "        (SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_stat_replication),"
+    "        (SELECT coalesce(max(age(xmin)), 0) FROM pg_replication_slots),"
+    "        (SELECT coalesce(max(age(transaction)), 0) FROM pg_prepared_xacts),"
+    "        coalesce(extract(epoch FROM now() - least((SELECT min(xact_start) FROM s),"
+    "                                                  (SELECT min(prepared) FROM pg_prepared_xacts))), 0)"};
+
+/* Reads the cleanup horizon into *g (horizon_valid set on success). Returns 0, or -1 with *err. */
+static int read_horizon(struct wi_pg *pg, struct wi_metrics_gauges *g, struct wi_err *err)
+{
+    PGresult *res;
+    int i;
+
+    if (wi_pg_prepare(pg, &horizon_stmt, 1, err) < 0 ||
+        !(res = wi_pg_exec(pg, horizon_stmt.name, 0, NULL, PGRES_TUPLES_OK, err)))
+        return -1;
+    if (PQntuples(res) != 1 || PQnfields(res) != WI_M_HOLD_COUNT + 1) {
+        wi_err_set(err, WI_ERR_PG, "the cleanup horizon read returned %d rows", PQntuples(res));
+        PQclear(res);
+        return -1;
+    }
+    for (i = 0; i < WI_M_HOLD_COUNT; i++)
+        g->horizon_xid_age[i] = atof(PQgetvalue(res, 0, i));
+    g->horizon_age_s = atof(PQgetvalue(res, 0, WI_M_HOLD_COUNT));
+    PQclear(res);
+    g->horizon_valid = 1;
+    return 0;
+}
+
 /* One read of the gauges into *g; *pg is (re)connected as needed and freed on a connection
  * error. Returns 0, or -1 with *err (g->valid is then 0). */
 static int read_gauges(struct wi_exporter *ex, struct wi_pg **pg, struct wi_metrics_gauges *g, struct wi_err *err)
@@ -265,6 +305,15 @@ static int read_gauges(struct wi_exporter *ex, struct wi_pg **pg, struct wi_metr
     if (read_flows(*pg, g, err) < 0) {
         if (wi_log_every("metrics_flow_failed", 60))
             log_warnx("metrics_flow_failed", "error=%s", WI_LOG_Q(err->msg));
+        if (!wi_pg_ok(*pg)) {
+            wi_pg_free(*pg);
+            *pg = NULL;
+            return 0;
+        }
+    }
+    if (read_horizon(*pg, g, err) < 0) {
+        if (wi_log_every("metrics_horizon_failed", 60))
+            log_warnx("metrics_horizon_failed", "error=%s", WI_LOG_Q(err->msg));
         if (!wi_pg_ok(*pg)) {
             wi_pg_free(*pg);
             *pg = NULL;

@@ -391,6 +391,28 @@ static void effect_counters(FILE *out)
         fprintf(out, "webhook_inbox_effects_total{outcome=\"%s\"} %ld\n", names[i], v[i]);
 }
 
+/* The cleanup horizon (exporter.c's read_horizon): what keeps VACUUM from removing the row
+ * versions processed events leave behind, so claims walk over them (issue 33). */
+static void horizon_gauges(FILE *out, const struct wi_metrics_gauges *g)
+{
+    static const char *const holders[WI_M_HOLD_COUNT] = {"session", "replica", "slot", "prepared"};
+    int i;
+
+    gauge(out, "webhook_inbox_cleanup_horizon_up", "1 if the last read of the cleanup horizon (pg_stat_activity, "
+          "pg_stat_replication, pg_replication_slots, pg_prepared_xacts) succeeded, else 0", g->horizon_valid);
+    if (!g->horizon_valid)
+        return;
+    head(out, "webhook_inbox_cleanup_horizon_xid_age", "gauge",
+         "Transactions since the oldest xmin that keeps VACUUM from removing processed rows, by holder: a session of "
+         "this database (snapshot or transaction id), a replica with hot_standby_feedback, a replication slot, a "
+         "prepared transaction; 0 when none holds one");
+    for (i = 0; i < WI_M_HOLD_COUNT; i++)
+        fprintf(out, "webhook_inbox_cleanup_horizon_xid_age{holder=\"%s\"} %.15g\n", holders[i], g->horizon_xid_age[i]);
+    gauge(out, "webhook_inbox_cleanup_horizon_age_seconds",
+          "Seconds the oldest transaction holding back cleanup (a session of this database or a prepared transaction) "
+          "has been open; 0 when none", g->horizon_age_s);
+}
+
 void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
 {
     int i, o;
@@ -416,6 +438,8 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
         }
     }
 
+    if (g && g->valid)
+        horizon_gauges(out, g);
     if (g) {
         outbox_gauges(out, g);
         flow_gauges(out, g);

@@ -87,6 +87,11 @@ struct wi_metrics_flow {
     long pending;
 };
 
+/* What the cleanup (VACUUM) of the inbox's processed rows waits for, by holder: a session of
+ * this database (its snapshot or its transaction id), a replica's hot_standby_feedback (its
+ * walsender's xmin), a replication slot's xmin, a prepared transaction. */
+enum { WI_M_HOLD_SESSION, WI_M_HOLD_REPLICA, WI_M_HOLD_SLOT, WI_M_HOLD_PREPARED, WI_M_HOLD_COUNT };
+
 /* Inbox gauges read from the database by the exporter; valid = 0: the last read failed.
  * The outbox's are read after them, on the same connection: outbox_valid = 0 when that
  * read failed (or the inbox's did), whatever valid says. */
@@ -101,6 +106,9 @@ struct wi_metrics_gauges {
     int flow_valid;               /* the rules were read (schema v15 and on) */
     int nflows;                   /* flows[0..nflows) */
     struct wi_metrics_flow flows[WI_METRICS_MAX_FLOWS];
+    int horizon_valid;            /* the cleanup horizon was read (see WI_M_HOLD_*) */
+    double horizon_xid_age[WI_M_HOLD_COUNT]; /* transactions since the oldest xmin each holds; 0: none */
+    double horizon_age_s;         /* seconds the oldest holding session's (or prepared) transaction is open */
 };
 
 /* Writes every metric in Prometheus text format 0.0.4 (HELP and TYPE lines, then samples)

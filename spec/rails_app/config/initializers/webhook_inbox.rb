@@ -17,6 +17,7 @@ WebhookInbox.configure do |c|
   else c.dashboard_auth = ENV["WI_DASHBOARD_AUTH"].to_sym
   end
   c.dashboard_page_size = Integer(ENV.fetch("WI_DASHBOARD_PAGE_SIZE", "50"))
+  c.cleanup_held_transactions = Integer(ENV.fetch("WI_CLEANUP_HELD_TRANSACTIONS", "1000000"))
   c.endpoint(:stripe, secrets: [ENV.fetch("STRIPE_WEBHOOK_SECRET")], scope: ENV.fetch("STRIPE_SCOPE"), tolerance: 300,
                       keep_refused: ENV["WI_KEEP_REFUSED"] == "1")
   if ENV["DIDIT_WEBHOOK_SECRET"]
