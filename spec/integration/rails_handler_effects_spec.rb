@@ -21,9 +21,7 @@ RSpec.describe "a generated Rails app: effects from Ruby handlers" do
 
   before(:all) do
     create_generated_app
-    # `rails new --minimal` leaves ActiveJob and ActionMailer out; a stock app has them.
-    application = File.read(File.join(@app, "config/application.rb"))
-    write("config/application.rb", application.gsub(%r{^# (require "(active_job|action_mailer)/railtie")}, '\1'))
+    enable_jobs_and_mailers
     sh("bin/rails", "generate", "webhook_inbox:install")
     sh("bin/rails", "generate", "webhook_inbox:handler", "payment_intent.succeeded", "--ruby")
     expect(File.read(File.join(@app, "app/webhooks/payment_intent_succeeded_handler.rb"))).to include("deliver_later")

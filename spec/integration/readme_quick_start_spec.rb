@@ -74,7 +74,7 @@ RSpec.describe "README quick start, verbatim in a generated Rails app" do
       command += " -p #{port}" if name == "web" # foreman passes PORT; bin/rails server reads -p
       log = name == "handlers" ? (@worker_log = File.join(@work, "worker.log")) : File.join(@work, "#{name}.log")
       @sidecar_log = log if name == "sidecar"
-      spawn_procfile_line(command, log)
+      start_app_command(*command.split, log: log)
     end
     wait_for("the server listening") { Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/up")) }
     wait_for("the worker registered its handler") { File.read(@worker_log).include?("event=ruby_worker_starting") }
@@ -109,8 +109,7 @@ RSpec.describe "README quick start, verbatim in a generated Rails app" do
   # development (one line each, as an SMTP server would count them), the Stripe secret in the
   # app's credentials.
   define_method(:shop_of_its_own) do
-    application = File.read(File.join(@app, "config/application.rb"))
-    write("config/application.rb", application.gsub(%r{^# (require "(active_job|action_mailer)/railtie")}, '\1'))
+    enable_jobs_and_mailers
     write("db/migrate/#{(Time.now.utc - 3600).strftime('%Y%m%d%H%M%S')}_create_orders.rb", <<~'RUBY')
       class CreateOrders < ActiveRecord::Migration[7.2]
         def change
@@ -151,12 +150,6 @@ RSpec.describe "README quick start, verbatim in a generated Rails app" do
     RUBY
     sh("bin/rails", "db:create")
     sh("bin/rails", "runner", "Rails.application.credentials.write({ 'stripe' => { 'webhook_secret' => #{secret.inspect} } }.to_yaml)")
-  end
-
-  define_method(:spawn_procfile_line) do |command, log|
-    Bundler.with_unbundled_env do
-      Process.spawn(@env, *command.split, chdir: @app, out: [log, "a"], err: [log, "a"], pgroup: true)
-    end.tap { |pid| @spawned << pid }
   end
 
   define_method(:post) do |port, body|

@@ -52,10 +52,19 @@ module GeneratedRailsApp
   # Starts bin/webhook-inbox-sidecar ARGS (run, ruby, ...) in the app, in a process group of
   # its own, appending its output to log; returns its pid. Every one started (also by an
   # example: @spawned is the group's array, shared) is stopped by stop_app_processes.
-  def start_app_process(*args, log:)
+  def start_app_process(*args, log:) = start_app_command("bin/webhook-inbox-sidecar", *args, log: log)
+
+  # Starts any command in the app the same way (a Procfile line, `bin/rails server`).
+  def start_app_command(*command, log:)
     Bundler.with_unbundled_env do
-      Process.spawn(@env, "bin/webhook-inbox-sidecar", *args, chdir: @app, out: [log, "a"], err: [log, "a"], pgroup: true)
+      Process.spawn(@env, *command, chdir: @app, out: [log, "a"], err: [log, "a"], pgroup: true)
     end.tap { |pid| @spawned << pid }
+  end
+
+  # `rails new --minimal` leaves ActiveJob and ActionMailer out; a stock app has them.
+  def enable_jobs_and_mailers
+    application = File.read(File.join(@app, "config/application.rb"))
+    write("config/application.rb", application.gsub(%r{^# (require "(active_job|action_mailer)/railtie")}, '\1'))
   end
 
   def stop_app_processes
