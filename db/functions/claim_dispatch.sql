@@ -498,10 +498,12 @@ COMMENT ON FUNCTION webhook_inbox_batch_defer(text) IS
 -- over everything processed since.
 -- Ties in (next_attempt_at, received_at) (one receipt transaction's rows) are read again from
 -- the cursor (it is inclusive): a cost of the tie's size, never a skipped row.
+-- The idle worker's probe for the next due time (webhook_inbox_next_due) reads from the cursor
+-- too: it follows a claim that came up short, which has just read the rows before the cursor.
 -- Unchanged: what a claim may take (due, pending, not locked, its key's earlier events done,
 -- its key's lock free), the locks, the done marks, exactly once; the Ruby worker's claims, the
--- sidecar's one-event claim (careful mode) and next-due probe (sidecar/src/claim/claim.c), and the
--- Citus layout's claims (db/citus) read from the head as before.
+-- sidecar's one-event claim (careful mode, sidecar/src/claim/claim.c) and the Citus layout's
+-- claims and probe (db/citus, citus.c) read from the head as before.
 
 -- Claims up to p_limit due events for the caller's transaction (021's claim: FOR UPDATE SKIP
 -- LOCKED, a keyed event only when no earlier event of its key must run first and its key's
@@ -637,6 +639,42 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_claim_due(integer) IS
     'Sidecar batch claim: up to p_limit due events locked FOR UPDATE SKIP LOCKED for the caller''s transaction, a keyed one only when no earlier event of its key must run first and its key''s lock is free; read from this session''s cursor (webhook_inbox.claim_cursor) while reading from the head of the pending index costs more than a tenth of the time, else from the head. evs, tids: the rows and their row versions, oldest due first (NULL when none).';
+
+-- The idle worker's probe (sidecar/src/claim/claim.c): seconds until the first pending event a
+-- claim could take is due (0: due now), NULL when none; the claim's filter, due or not. The
+-- sidecar calls it only after a claim came up short in this session, which read every row
+-- before the session's cursor, so it reads from the cursor when there is one: from the head,
+-- under a long-open snapshot, it walked every event processed since after every batch (a
+-- steady flow's batches are short). What it does not see: a row before the cursor that another
+-- transaction had locked when the claim passed it (due again only if that transaction rolls
+-- back: met by the next claim, on a notification or the poll interval).
+CREATE OR REPLACE FUNCTION webhook_inbox_next_due() RETURNS double precision
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    c      text := current_setting('webhook_inbox.claim_cursor', true);
+    lo_at  timestamptz := '-infinity';
+    lo_rcv timestamptz := '-infinity';
+    due    timestamptz;
+BEGIN
+    IF c ~ '^-?[0-9]{1,17} -?[0-9]{1,17} [0-9]{1,6}$' THEN
+        lo_at := 'epoch'::timestamptz + split_part(c, ' ', 1)::bigint * interval '1 microsecond';
+        lo_rcv := 'epoch'::timestamptz + split_part(c, ' ', 2)::bigint * interval '1 microsecond';
+    END IF;
+    SELECT w.next_attempt_at INTO due
+      FROM webhook_inbox w
+     WHERE w.status = 'pending' AND (w.next_attempt_at, w.received_at) >= (lo_at, lo_rcv)
+       AND (w.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM webhook_inbox p
+             WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
+               AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
+               AND (p.status = 'pending' OR webhook_inbox_route_strict(w.event_type))))
+     ORDER BY w.next_attempt_at, w.received_at
+     LIMIT 1;
+    RETURN CASE WHEN due IS NOT NULL THEN greatest(extract(epoch FROM due - clock_timestamp()), 0) END;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_next_due() IS
+    'Sidecar idle probe after a short claim: seconds until the first pending event a claim could take is due (0: now; NULL: none), read from this session''s claim cursor (webhook_inbox.claim_cursor) when it has one, else from the head.';
 
 CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(
         p_limit integer, p_unrouted text, p_max_attempts integer,

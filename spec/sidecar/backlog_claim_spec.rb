@@ -81,6 +81,15 @@ RSpec.describe "webhook-inbox-sidecar claims under a long-open snapshot", :sidec
 
   def cursor = @worker.exec("SELECT current_setting('webhook_inbox.claim_cursor', true)").getvalue(0, 0)
 
+  # The idle worker's probe in the worker's session: seconds until something is due, or nil.
+  def probe = @worker.exec("SELECT webhook_inbox_next_due()").getvalue(0, 0)&.to_f
+
+  # Index entries webhook_inbox_claim_idx returned to scans so far (the worker's counts flushed).
+  def entries_read
+    @worker.exec("SELECT pg_stat_force_next_flush()")
+    db.int("SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'webhook_inbox_claim_idx'")
+  end
+
   def status(id) = db.value("SELECT status || '/' || attempts FROM webhook_inbox WHERE event_id = '#{id}'")
 
   it "claims a late receipt due before the cursor, and a retry once it falls due behind it, each exactly once" do
@@ -98,6 +107,22 @@ RSpec.describe "webhook-inbox-sidecar claims under a long-open snapshot", :sidec
     expect(status("f1")).to eq("done/1")
     expect(db.int("SELECT count(*) FROM bk_applied")).to eq(32)
     expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status = 'done'")).to eq(32)
+  end
+
+  it "probes from the cursor after a short claim: the next due time without walking what was processed" do
+    db.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, received_at, next_attempt_at) " \
+            "SELECT '#{SidecarHelper::SCOPE}', 'd' || i, 'bk.one', '{}', now() - interval '1 hour' + i * interval '1 ms', " \
+            "now() - interval '1 hour' + i * interval '1 ms' FROM generate_series(1, 2000) i")
+    expect(drain(500).size).to eq(2000) # 2,000 pending row versions left behind, still visible to the snapshot
+    before = entries_read
+    expect(probe).to be_nil
+    insert(["soon"], at: "now() + interval '1 hour'")
+    expect(probe).to be_within(60).of(3600)
+    insert(["next"], at: "now() - interval '1 minute'")
+    expect(probe).to eq(0.0)
+    expect(entries_read - before).to be < 100 # 2,000+ per probe from the head
+    expect(claim).to eq(["next"])
+    expect(probe).to be_within(60).of(3600)
   end
 
   it "keeps a key's later event behind its earlier one that retries, and runs them in order once it is due" do

@@ -32,8 +32,14 @@ const struct wi_pg_stmt wi_claim_stmt = {
     " OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.source_scope, c.ordering_key))"};
 
 /* A row that waits for its key's predecessor is not due: the predecessor is (or holds it for
- * good, strict), so the idle worker sleeps until the predecessor's time, not 0.1 s. */
-const struct wi_pg_stmt wi_next_due_stmt = {
+ * good, strict), so the idle worker sleeps until the predecessor's time, not 0.1 s. Read from
+ * the session's claim cursor (webhook_inbox_next_due, db/functions/claim_dispatch.sql): under a
+ * long-open snapshot a probe from the head walked every event processed since, after every
+ * batch. */
+const struct wi_pg_stmt wi_next_due_stmt = {"wi_next_due", "SELECT webhook_inbox_next_due()"};
+
+/* The probe from the head, for the Citus layout, whose claims keep no cursor (worker.c). */
+const struct wi_pg_stmt wi_next_due_from_head_stmt = {
     "wi_next_due",
     "SELECT extract(epoch FROM w.next_attempt_at - clock_timestamp())::float8 FROM webhook_inbox w"
     " WHERE status = 'pending'" NOT_BLOCKED " ORDER BY next_attempt_at, received_at LIMIT 1"};

@@ -440,8 +440,12 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, int *r
         wi_pg_free(pg);
         return NULL;
     }
-    if (citus) /* one source_scope, so one shard, per transaction (citus.h) */
+    if (citus) { /* one source_scope, so one shard, per transaction (citus.h); no claim cursor */
         wi_citus_stmts(inbox_stmts, (int)(sizeof inbox_stmts / sizeof inbox_stmts[0]));
+        for (i = 0; i < sizeof inbox_stmts / sizeof inbox_stmts[0]; i++)
+            if (!strcmp(inbox_stmts[i].name, wi_next_due_stmt.name))
+                inbox_stmts[i] = wi_next_due_from_head_stmt;
+    }
     wi_citus_shards_free(&w->shards);
     snprintf(lock_timeout, sizeof lock_timeout, "%ldms", (long)(w->rt->cfg.lock_timeout * 1000));
     if (wi_pg_prepare(pg, inbox_stmts, (int)(sizeof inbox_stmts / sizeof inbox_stmts[0]), err) < 0 ||
