@@ -183,6 +183,17 @@ RSpec.describe WebhookInbox::Handlers::Reporting do
     ActiveSupport::Notifications.unsubscribe(bad) if bad
   end
 
+  it "keeps the round going when Rails.error itself raises (a tracker's own reporter): the failure is logged" do
+    broken = Object.new.tap { |o| o.define_singleton_method(:report) { |*, **| raise IOError, "tracker down" } }
+    stub_const("Rails", Module.new.tap { |m| m.define_singleton_method(:error) { broken } })
+    out = StringIO.new
+    w = worker(registry("mark_paid") { |_e| raise "boom" }, out)
+    store("evt_1")
+    expect(round(w).map(&:status)).to eq(["pending"])
+    expect(round(w).map(&:status)).to eq(["pending"]) # the worker goes on
+    expect(out.string.lines.grep(/level=error event=ruby_worker_report_failed event_id=evt_1 error="IOError"/).size).to eq(2)
+  end
+
   it "publishes requeue when the quarantined run is requeued (rake requeue_effects and the dashboard's EffectList)" do
     calls = 0
     w = worker(registry("mark_paid") { |_e| raise WebhookInbox::Permanent, "amount mismatch" if (calls += 1) == 1 })

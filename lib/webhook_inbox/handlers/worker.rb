@@ -2,6 +2,7 @@
 
 require "optparse"
 require_relative "../effects/job_runner"
+require_relative "../effects/reporting"
 require_relative "heartbeat"
 require_relative "reporting"
 
@@ -202,10 +203,15 @@ module WebhookInbox
         log("ruby_worker_report_failed", %(event_id=#{r.event_id} error="#{e.class}"), level: "error")
       end
 
+      # A performed job: its log line, then the app's notification and, for a job quarantined
+      # for good, its error report (Effects::Reporting); a subscriber that raises is logged.
       def log_job(r)
-        outcome = { "delivered" => "done", "pending" => "retry", "quarantined" => "quarantined" }.fetch(r.status.to_s, "lease_lost")
         err = r.error ? %( error="#{r.error.lines.first.to_s.strip[0, 200].delete('"')}") : ""
-        log("job", "key=#{r.key} job=#{r.job_class} outcome=#{outcome} attempt=#{r.attempt} duration_ms=#{r.duration_ms.round(1)}#{err}")
+        log("job", "key=#{r.key} job=#{r.job_class} outcome=#{Effects::Reporting.outcome(r)} attempt=#{r.attempt} " \
+                   "duration_ms=#{r.duration_ms.round(1)}#{err}")
+        Effects::Reporting.call(r)
+      rescue StandardError => e
+        log("ruby_worker_report_failed", %(key=#{r.key} error="#{e.class}"), level: "error")
       end
 
       def log(event, fields, level: "info")
