@@ -59,6 +59,20 @@ module WebhookInbox
       ::Rails.error
     end
 
+    # One line through logger (Rails.logger by default; nil: none) at level, tagged with tags
+    # where the logger takes tags (ActiveSupport::TaggedLogging).
+    def log(level, line, tags:, logger: rails_logger)
+      return unless logger
+
+      if logger.respond_to?(:tagged)
+        logger.tagged(*tags) { logger.public_send(level, line) }
+      else
+        logger.public_send(level, line)
+      end
+    end
+
+    def rails_logger = defined?(::Rails) && ::Rails.respond_to?(:logger) ? ::Rails.logger : nil
+
     # The provider part of a scope ("stripe:acct_1:live" -> "stripe"): by convention a scope
     # starts with its provider; the inbox stores no provider column.
     def provider_of(scope) = scope.to_s.split(":", 2).first

@@ -7,6 +7,8 @@ require "stringio"
 require "active_record"
 require "active_support/error_reporter"
 require "active_support/notifications"
+require "active_support/tagged_logging"
+require "logger"
 require "webhook_inbox/handlers"
 require "webhook_inbox/handlers/worker"
 require_relative "../sidecar/sidecar_helper"
@@ -66,10 +68,15 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
 
   def conn = ActiveRecord::Base.connection
 
-  # Rails with a real ErrorReporter, tracker subscribed (inherited by forked workers).
-  def rails_with(tracker)
+  # Rails with a real ErrorReporter, tracker subscribed (inherited by forked workers), and a
+  # tagged logger into log.
+  def rails_with(tracker, log = StringIO.new)
     reporter = ActiveSupport::ErrorReporter.new.tap { |r| r.subscribe(tracker) }
-    stub_const("Rails", Module.new.tap { |m| m.define_singleton_method(:error) { reporter } })
+    logger = ActiveSupport::TaggedLogging.new(Logger.new(log))
+    stub_const("Rails", Module.new.tap do |m|
+      m.define_singleton_method(:error) { reporter }
+      m.define_singleton_method(:logger) { logger }
+    end)
   end
 
   # n amount mismatches, quarantined by the real sidecar's example SQL handler.
@@ -112,14 +119,18 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
     status, _out, err = sidecar("run", "--once", "--database-url", db.url, "--max-attempts", "1")
     expect(status.exitstatus).to eq(0), err
     tracker = QuarantineSpecTracker.new
-    rails_with(tracker)
+    log = StringIO.new
+    rails_with(tracker, log)
     seen = []
     sub = ActiveSupport::Notifications.subscribe("quarantine.webhook_inbox") { |*, p| seen << p }
     expect(described_class.new.run(conn).map { |row| row["event_id"] }).to eq(["evt_card"])
     expect(tracker.reports.map { |r| r["message"] }).to eq(["22P02: database error at the last attempt (its text is in the dashboard)"])
     expect(seen.map(&:keys)).to eq([WebhookInbox::Instrumentation::KEYS["quarantine.webhook_inbox"]])
     expect(seen.first).to include(event_id: "evt_card", event_type: "test.card", handler: nil, attempt: 1, error: a_string_starting_with("22P02: "))
-    expect((tracker.reports + seen).inspect).not_to include("4242")
+    expect(log.string.lines.size).to eq(1)
+    expect(log.string).to include("[event_id=evt_card] [type=test.card] [attempt=1] webhook_inbox event=quarantine_reported " \
+                                  "event_id=evt_card type=test.card attempt=1 scope=#{SidecarHelper::SCOPE}")
+    expect((tracker.reports + seen).inspect + log.string).not_to include("4242")
   ensure
     ActiveSupport::Notifications.unsubscribe(sub) if sub
   end

@@ -13,7 +13,8 @@ module WebhookInbox
     # dies before its commit leaves them to the next poll of any worker: at least once toward
     # the tracker, exactly once when nothing crashes. Quarantines from before the v25
     # migration are never reported. A Ruby handler's quarantine is not one of these: the
-    # worker reports it when the run commits (Reporting). Never the payload.
+    # worker reports it when the run commits (Reporting). Each one also logs a line through
+    # Rails.logger tagged with the event id, type and attempt. Never the payload.
     class QuarantineReports
       PROC = "webhook_inbox_error_reports_take(integer)" # db/025: this class's schema
       TAKE_SQL = "SELECT * FROM webhook_inbox_error_reports_take($1::int)"
@@ -76,6 +77,9 @@ module WebhookInbox
         message = self.class.message(row["last_error"])
         Instrumentation.instrument("quarantine.webhook_inbox", context.merge(error: message))
         Instrumentation.report_error(Quarantined.new(message), handled: false, severity: :error, context: context)
+        Instrumentation.log(:error, "webhook_inbox event=quarantine_reported event_id=#{row['event_id']} type=#{row['event_type']} " \
+                                    "attempt=#{row['attempts']} scope=#{row['source_scope']}",
+                            tags: ["event_id=#{row['event_id']}", "type=#{row['event_type']}", "attempt=#{row['attempts']}"])
       rescue StandardError => e
         @on_failure&.call(row, e)
       end
