@@ -10,6 +10,7 @@ module WebhookInbox
   module Instrumentation
     SOURCE = "webhook_inbox" # Rails.error's source:, for trackers to group and filter on
     KEYS = {
+      "run.webhook_inbox" => %i[provider scope event_id event_type handler attempt outcome],
       "handle.webhook_inbox" => %i[provider scope event_id event_type handler attempt outcome duration_ms error_class],
       "quarantine.webhook_inbox" => %i[provider scope event_id event_type handler attempt error],
       "effect.webhook_inbox" => %i[provider scope event_id effect_key job_class attempt outcome duration_ms error_class],
