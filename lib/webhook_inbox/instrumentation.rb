@@ -3,7 +3,7 @@
 module WebhookInbox
   # Instrumentation - what the Ruby side publishes where a Rails team already looks:
   # ActiveSupport::Notifications events (their payload keys are KEYS, a contract: documented in
-  # docs/operations.md, checked by spec/webhook_inbox/instrumentation_spec.rb) and reports to
+  # docs/operations.md, checked by the specs of each publisher) and reports to
   # Rails.error (Rails 7.0+). Outside Rails, or without a subscriber, each is a no-op. Payloads
   # carry ids, names, counts and the stored error text only: never an event's payload,
   # headers or a secret.
