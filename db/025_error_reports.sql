@@ -4,7 +4,8 @@
 -- processed_at (one quarantine: a requeued event quarantined again is a new one), in the
 -- transaction that reported it, so two workers never both report one (the second's INSERT
 -- waits for the first's commit, then conflicts). Only quarantines since this migration are
--- reported (webhook_inbox_error_reporter.since): an upgrade never floods the tracker with history.
+-- reported (webhook_inbox_error_reporter.since, a watermark from then on): an upgrade never
+-- floods the tracker with history.
 -- Idempotent: safe to re-run. On a Citus coordinator both stay local tables.
 --
 -- Redefines no function. New functions in db/functions/error_reports.sql
@@ -32,7 +33,7 @@ CREATE TABLE IF NOT EXISTS webhook_inbox_error_reporter (
     since timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE webhook_inbox_error_reporter IS
-    'One row: since when quarantines are reported to Rails.error (the time this table was created; older ones are history, never reported).';
+    'One row: where the scan for quarantines to report to Rails.error starts (first the time this table was created: older ones are history, never reported; then moved on by webhook_inbox_error_reports_take).';
 INSERT INTO webhook_inbox_error_reporter (id) VALUES (true) ON CONFLICT DO NOTHING;
 
 -- The reporter's scan: quarantined events by processed_at, from since.

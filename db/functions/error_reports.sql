@@ -10,14 +10,16 @@ SET LOCAL check_function_bodies = off;
 -- commits. Another worker's call that picks the same quarantine waits on its row until this
 -- transaction ends, then skips it (committed) or takes it (rolled back: a worker that died
 -- before its commit; so at least once toward the tracker, once when nothing crashes).
--- Only quarantines since webhook_inbox_error_reporter.since (the table's creation; the first
--- call after that row was emptied starts it again from now), and
--- never one a Ruby handler's run caused: the worker reported that one when it ran.
--- The scan reads the events quarantined since then and not requeued, oldest first (an index
--- range, each checked against the reports' key) until p_limit new ones: its cost grows with
--- the quarantines already reported and still quarantined.
---   BEGIN; SELECT * FROM webhook_inbox_error_reports_take(100); -- report each --; COMMIT;
-CREATE OR REPLACE FUNCTION webhook_inbox_error_reports_take(p_limit integer)
+-- A Ruby handler's quarantine is recorded too but not returned: the worker reported it when
+-- its run committed. The scan starts at webhook_inbox_error_reporter.since, a watermark: the
+-- table's creation (no history is reported; the first call after that row was emptied starts
+-- it again from now), moved on by each scan that saw every quarantine to
+-- p_grace_s seconds before now. So a poll rereads the last p_grace_s seconds of quarantines (one
+-- index probe each), and a quarantine whose transaction commits more than p_grace_s after it
+-- set processed_at (a sidecar batch stuck that long) is never reported.
+--   BEGIN; SELECT * FROM webhook_inbox_error_reports_take(100, 3600); -- report each --; COMMIT;
+DROP FUNCTION IF EXISTS webhook_inbox_error_reports_take(integer);
+CREATE OR REPLACE FUNCTION webhook_inbox_error_reports_take(p_limit integer, p_grace_s double precision)
 RETURNS TABLE (source_scope text, event_id text, event_type text, attempts integer, last_error text,
                processed_at timestamptz)
 LANGUAGE plpgsql AS $$
@@ -27,8 +29,8 @@ DECLARE
     q       record;
     n       integer := 0;
 BEGIN
-    IF p_limit IS NULL OR p_limit < 1 THEN
-        RAISE EXCEPTION 'webhook_inbox: limit must be >= 1' USING ERRCODE = '22023';
+    IF p_limit IS NULL OR p_limit < 1 OR p_grace_s IS NULL OR p_grace_s < 0 THEN
+        RAISE EXCEPTION 'webhook_inbox: limit must be >= 1, grace >= 0' USING ERRCODE = '22023';
     END IF;
     SELECT s.since INTO v_since FROM webhook_inbox_error_reporter s;
     IF v_since IS NULL THEN -- emptied (a test suite's truncation): report from now on
@@ -42,17 +44,14 @@ BEGIN
               WHERE w.status = 'quarantined' AND w.processed_at >= v_since
               ORDER BY w.processed_at
     LOOP
-        CONTINUE WHEN EXISTS (SELECT 1 FROM webhook_inbox_error_reports r
-                               WHERE r.source_scope = q.source_scope AND r.event_id = q.event_id
-                                 AND r.processed_at = q.processed_at);
-        CONTINUE WHEN EXISTS (SELECT 1 FROM webhook_inbox_outbox o
-                               WHERE o.destination = 'ruby' AND o.source_scope = q.source_scope
-                                 AND o.source_event_id = q.event_id AND o.status = 'quarantined');
-        -- Waits for another worker's uncommitted row of this quarantine, then skips it.
+        -- Skips one already recorded; waits for another worker's uncommitted row of it.
         INSERT INTO webhook_inbox_error_reports AS r (source_scope, event_id, processed_at)
         VALUES (q.source_scope, q.event_id, q.processed_at)
         ON CONFLICT DO NOTHING;
         CONTINUE WHEN NOT FOUND;
+        CONTINUE WHEN EXISTS (SELECT 1 FROM webhook_inbox_outbox o
+                               WHERE o.destination = 'ruby' AND o.source_scope = q.source_scope
+                                 AND o.source_event_id = q.event_id AND o.status = 'quarantined');
         source_scope := q.source_scope;
         event_id := q.event_id;
         event_type := q.event_type;
@@ -63,7 +62,11 @@ BEGIN
         n := n + 1;
         EXIT WHEN n >= p_limit;
     END LOOP;
+    IF n < p_limit THEN -- every quarantine seen: the next scan starts p_grace_s before now
+        UPDATE webhook_inbox_error_reporter s SET since = now() - p_grace_s * interval '1 second'
+         WHERE s.since < now() - p_grace_s * interval '1 second';
+    END IF;
 END
 $$;
-COMMENT ON FUNCTION webhook_inbox_error_reports_take(integer) IS
-    'Ruby worker: up to p_limit quarantines (since webhook_inbox_error_reporter.since, not a Ruby handler''s) not reported to Rails.error yet, recorded as reported in the caller''s transaction; commit after reporting them. Once each across workers.';
+COMMENT ON FUNCTION webhook_inbox_error_reports_take(integer, double precision) IS
+    'Ruby worker: up to p_limit quarantines (since the watermark webhook_inbox_error_reporter.since, moved to p_grace_s before now by a complete scan; not a Ruby handler''s) not reported to Rails.error yet, recorded as reported in the caller''s transaction; commit after reporting them. Once each across workers.';

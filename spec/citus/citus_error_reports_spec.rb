@@ -18,11 +18,11 @@ RSpec.describe "Quarantine reports on Citus" do
         "('s3', 'e3', 't.x', '{}', 'quarantined', clock_timestamp())")
     sql("INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, status, source_scope, source_event_id) " \
         "VALUES ('op_ruby', 'ruby', '{}', 'quarantined', 's3', 'e3')")
-    expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox_error_reports_take(100)")).to eq("e1,e2")
-    expect(sql("SELECT count(*) FROM webhook_inbox_error_reports_take(100)")).to eq("0")
+    expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox_error_reports_take(100, 3600)")).to eq("e1,e2")
+    expect(sql("SELECT count(*) FROM webhook_inbox_error_reports_take(100, 3600)")).to eq("0")
     expect(sql("SELECT webhook_inbox_error_reports_prune(100)")).to eq("0")
     sql("UPDATE webhook_inbox SET status = 'done' WHERE event_id = 'e1'")
     expect(sql("SELECT webhook_inbox_error_reports_prune(100)")).to eq("1")
-    expect(sql("SELECT string_agg(event_id, ',') FROM webhook_inbox_error_reports")).to eq("e2")
+    expect(sql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox_error_reports")).to eq("e2,e3") # e3: recorded, never returned
   end
 end

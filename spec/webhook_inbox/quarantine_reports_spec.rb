@@ -156,6 +156,22 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
     expect(tracker.reports.map { |r| [r["context"]["event_id"], r["handled"]] }).to eq([["evt_sql", false], ["evt_sql", false]])
   end
 
+  it "moves its watermark on after a complete scan, and still reports a quarantine committed late within the grace" do
+    db.psql("UPDATE webhook_inbox_error_reporter SET since = now() - interval '1 day'")
+    quarantine_by_sidecar(["evt_1"])
+    rails_with(QuarantineSpecTracker.new)
+    expect(described_class.new(grace_s: 60).run(conn).size).to eq(1)
+    expect(db.value("SELECT since > now() - interval '2 minutes' AND since < now() - interval '50 seconds' " \
+                    "FROM webhook_inbox_error_reporter")).to eq("t")
+    # Quarantines whose transactions committed 30 s and 90 s after they set processed_at (a
+    # slow batch): within the grace, reported; beyond it, behind the watermark (documented).
+    db.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, processed_at) VALUES " \
+            "('s', 'evt_late', 't', '{}', 'quarantined', now() - interval '30 seconds'), " \
+            "('s', 'evt_too_late', 't', '{}', 'quarantined', now() - interval '90 seconds')")
+    expect(described_class.new(grace_s: 60).run(conn).map { |row| row["event_id"] }).to eq(["evt_late"])
+    expect(described_class.new(grace_s: 60).run(conn)).to eq([])
+  end
+
   it "reports a requeued event's new quarantine, and prunes the report of a quarantine that is over" do
     quarantine_by_sidecar(["evt_1"])
     tracker = QuarantineSpecTracker.new
@@ -182,11 +198,11 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
   end
 
   it "exits 1 in report-only mode on a schema without the reporter (fail closed)" do
-    db.psql("ALTER FUNCTION webhook_inbox_error_reports_take(integer) RENAME TO webhook_inbox_error_reports_take_gone")
+    db.psql("ALTER FUNCTION webhook_inbox_error_reports_take(integer, double precision) RENAME TO webhook_inbox_error_reports_take_gone")
     out = StringIO.new
     expect(WebhookInbox::Handlers::Worker.cli(["--report-only"], out: out)).to eq(1)
     expect(out.string).to include("level=error event=ruby_worker_schema_old")
   ensure
-    db.psql("ALTER FUNCTION webhook_inbox_error_reports_take_gone(integer) RENAME TO webhook_inbox_error_reports_take")
+    db.psql("ALTER FUNCTION webhook_inbox_error_reports_take_gone(integer, double precision) RENAME TO webhook_inbox_error_reports_take")
   end
 end

@@ -16,10 +16,13 @@ module WebhookInbox
     # worker reports it when the run commits (Reporting). Each one also logs a line through
     # Rails.logger tagged with the event id, type and attempt. Never the payload.
     class QuarantineReports
-      PROC = "webhook_inbox_error_reports_take(integer)" # db/025: this class's schema
-      TAKE_SQL = "SELECT * FROM webhook_inbox_error_reports_take($1::int)"
+      PROC = "webhook_inbox_error_reports_take(integer,double precision)" # db/025: this class's schema
+      TAKE_SQL = "SELECT * FROM webhook_inbox_error_reports_take($1::int, $2::float8)"
       PRUNE_SQL = "SELECT webhook_inbox_error_reports_prune($1::int)"
       LIMIT = 100
+      # How long after it set processed_at a quarantine's transaction may commit and still be
+      # reported; each poll rereads the quarantines of this last hour (one index probe each).
+      GRACE_S = 3600
       PRUNE_EVERY_S = 60
 
       # What Rails.error gets for a sidecar's quarantine, its message the stored reason (message).
@@ -40,8 +43,9 @@ module WebhookInbox
 
       # on_failure: called with (row, exception) when the notification or Rails.error raised
       # for one row (the others are still reported; the row stays reported).
-      def initialize(limit: LIMIT, on_failure: nil)
+      def initialize(limit: LIMIT, grace_s: GRACE_S, on_failure: nil)
         @limit = Integer(limit)
+        @grace_s = Float(grace_s)
         @on_failure = on_failure
         @pruned_at = nil
       end
@@ -57,7 +61,7 @@ module WebhookInbox
       def run(connection)
         prune(connection)
         connection.transaction(requires_new: true) do
-          rows = connection.select_all(TAKE_SQL, "webhook_inbox quarantine reports", [@limit]).to_a
+          rows = connection.select_all(TAKE_SQL, "webhook_inbox quarantine reports", [@limit, @grace_s]).to_a
           rows.each { |row| report(row) }
           rows
         end

@@ -245,11 +245,16 @@ module WebhookInbox
 
       # A performed job: its log line, then the app's notification and, for a job quarantined
       # for good, its error report (Effects::Reporting); a subscriber that raises is logged.
-      # One poll of QuarantineReports: one log line per quarantine reported; the number reported.
+      # One poll of QuarantineReports when due (at most every poll interval, unless the last one
+      # was full): one log line per quarantine reported; the number reported.
       # Its failure (its transaction rolled back: reported again later) is logged and never
       # keeps the round's handlers from running; a lost connection fails them next anyway.
       def report_quarantines(connection)
+        now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        return 0 if @next_report_at && now < @next_report_at
+
         rows = @quarantines.run(connection)
+        @next_report_at = rows.size >= QuarantineReports::LIMIT ? nil : now + @opts[:poll_interval]
         rows.each do |row|
           log("quarantine_reported", "event_id=#{row['event_id']} type=#{row['event_type']} attempt=#{row['attempts']} " \
                                      "scope=#{row['source_scope']}")
