@@ -12,7 +12,8 @@ module WebhookInbox
     # quarantines taken (recorded as reported), each reported, then the commit. A worker that
     # dies before its commit leaves them to the next poll of any worker: at least once toward
     # the tracker, exactly once when nothing crashes. Quarantines from before the v25
-    # migration are never reported. A Ruby handler's quarantine is not one of these: the
+    # migration are never reported, nor one committed more than grace_s after it set
+    # processed_at (the scan's watermark follows an hour behind). A Ruby handler's quarantine is not one of these: the
     # worker reports it when the run commits (Reporting). Each one also logs a line through
     # Rails.logger tagged with the event id, type and attempt. Never the payload.
     class QuarantineReports
@@ -25,7 +26,7 @@ module WebhookInbox
       GRACE_S = 3600
       PRUNE_EVERY_S = 60
 
-      # What Rails.error gets for a sidecar's quarantine, its message the stored reason (message).
+      # What Rails.error gets for a sidecar's quarantine; its message says why (QuarantineReports.message).
       class Quarantined < Error; end
 
       # A database error's stored text ("22P02: invalid input syntax ... \"4242...\"") can
@@ -79,8 +80,8 @@ module WebhookInbox
       def report(row)
         context = self.class.context(row)
         message = self.class.message(row["last_error"])
-        Instrumentation.instrument("quarantine.webhook_inbox", context.merge(error: message))
         Instrumentation.report_error(Quarantined.new(message), handled: false, severity: :error, context: context)
+        Instrumentation.instrument("quarantine.webhook_inbox", context.merge(error: message))
         Instrumentation.log(:error, "webhook_inbox event=quarantine_reported event_id=#{row['event_id']} type=#{row['event_type']} " \
                                     "attempt=#{row['attempts']} scope=#{row['source_scope']}",
                             tags: ["event_id=#{row['event_id']}", "type=#{row['event_type']}", "attempt=#{row['attempts']}"])
