@@ -110,3 +110,32 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_filter_sql(jsonb) IS
     'Internal: the WHERE clause (fixed text, values as $1..$7) for a requeue/replay filter; never an emptied (pruned) row.';
+
+-- Deletes up to p_limit rows of webhook_inbox_error_reports whose quarantine is over: the
+-- event is gone (retention), or no longer quarantined at that processed_at (requeued, then
+-- done or quarantined again: a new quarantine, with a new key). So reports live as long as
+-- their quarantine. The Ruby worker calls it about once a minute; returns the rows deleted.
+CREATE OR REPLACE FUNCTION webhook_inbox_error_reports_prune(p_limit integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    r    record;
+    gone bigint := 0;
+BEGIN
+    -- Report by report, each statement on one table (on Citus the inbox is distributed, the
+    -- reports are not). Another pruner's rows are skipped, not waited for.
+    FOR r IN SELECT e.source_scope, e.event_id, e.processed_at FROM webhook_inbox_error_reports e
+              ORDER BY e.reported_at FOR UPDATE SKIP LOCKED
+    LOOP
+        EXIT WHEN gone >= p_limit;
+        CONTINUE WHEN EXISTS (SELECT 1 FROM webhook_inbox w
+                               WHERE w.source_scope = r.source_scope AND w.event_id = r.event_id
+                                 AND w.status = 'quarantined' AND w.processed_at = r.processed_at);
+        DELETE FROM webhook_inbox_error_reports e
+         WHERE e.source_scope = r.source_scope AND e.event_id = r.event_id AND e.processed_at = r.processed_at;
+        gone := gone + 1;
+    END LOOP;
+    RETURN gone;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_error_reports_prune(integer) IS
+    'Deletes up to p_limit Rails.error report rows whose quarantine is over (event gone, or no longer quarantined at that processed_at); returns how many.';

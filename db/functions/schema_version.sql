@@ -10,8 +10,9 @@ SET LOCAL check_function_bodies = off;
 -- WebhookInbox::Schema::VERSION (read from this line) and the sidecar's WI_SCHEMA_VERSION
 -- (sidecar/src/pg/schema.h); the sidecar refuses a database without it or with an older one.
 -- 24: the 1.0 layout (db/README.md); no table changed.
+-- 25: webhook_inbox_error_reports (db/025): quarantines reported to Rails.error once each.
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 24 $$;
+LANGUAGE sql STABLE AS $$ SELECT 25 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN, db/functions/ of this version). Sidecars older or newer check it at start and after every reconnect.';
 

@@ -3,17 +3,21 @@
 module WebhookInbox
   # Instrumentation - what the Ruby side publishes where a Rails team already looks:
   # ActiveSupport::Notifications events (their payload keys are KEYS, a contract: documented in
-  # docs/operations.md, checked by spec/webhook_inbox/instrumentation_spec.rb) and reports to
+  # docs/operations.md, checked by the specs of each publisher) and reports to
   # Rails.error (Rails 7.0+). Outside Rails, or without a subscriber, each is a no-op. Payloads
   # carry ids, names, counts and the stored error text only: never an event's payload,
   # headers or a secret.
   module Instrumentation
     SOURCE = "webhook_inbox" # Rails.error's source:, for trackers to group and filter on
     KEYS = {
+      "run.webhook_inbox" => %i[provider scope event_id event_type handler attempt outcome],
       "handle.webhook_inbox" => %i[provider scope event_id event_type handler attempt outcome duration_ms error_class],
       "quarantine.webhook_inbox" => %i[provider scope event_id event_type handler attempt error],
+      "effect.webhook_inbox" => %i[provider scope event_id effect_key job_class attempt outcome duration_ms error_class],
       "requeue.webhook_inbox" => %i[kind filter moved action_id actor],
-      "reverify.webhook_inbox" => %i[endpoint admitted still_refused expired action_id actor]
+      "reverify.webhook_inbox" => %i[endpoint admitted still_refused expired action_id actor],
+      "pause.webhook_inbox" => %i[kind target held action_id actor],
+      "resume.webhook_inbox" => %i[kind target rate released action_id actor]
     }.freeze
 
     module_function
@@ -55,6 +59,20 @@ module WebhookInbox
 
       ::Rails.error
     end
+
+    # One line through logger (Rails.logger by default; nil: none) at level, tagged with tags
+    # where the logger takes tags (ActiveSupport::TaggedLogging).
+    def log(level, line, tags:, logger: rails_logger)
+      return unless logger
+
+      if logger.respond_to?(:tagged)
+        logger.tagged(*tags) { logger.public_send(level, line) }
+      else
+        logger.public_send(level, line)
+      end
+    end
+
+    def rails_logger = defined?(::Rails) && ::Rails.respond_to?(:logger) ? ::Rails.logger : nil
 
     # The provider part of a scope ("stripe:acct_1:live" -> "stripe"): by convention a scope
     # starts with its provider; the inbox stores no provider column.

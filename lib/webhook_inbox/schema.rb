@@ -29,7 +29,8 @@ module WebhookInbox
     TABLES = %w[webhook_inbox webhook_inbox_routes webhook_inbox_actions webhook_inbox_rejections
                 webhook_inbox_outbox webhook_inbox_effects_received webhook_inbox_ruby_handlers
                 webhook_inbox_reconcile_cursors webhook_inbox_redeliveries webhook_inbox_refused
-                webhook_inbox_flow webhook_inbox_workers].freeze
+                webhook_inbox_flow webhook_inbox_workers webhook_inbox_error_reports
+                webhook_inbox_error_reporter].freeze
     FUNCTION_PREFIX = "webhook_inbox_"
 
     # 2: versioned, 1: the inbox predates versioning, 0: no inbox. (A CASE cannot call a

@@ -13,6 +13,9 @@ require_relative "../support/dashboard_client"
 # kill -9 of the worker mid-handler and a PostgreSQL restart mid-handler; a raise is retried
 # and then succeeds; WebhookInbox::Permanent quarantines, the run shows on the dashboard's
 # effects page (the engine mounted, as the README says) and its requeue there runs it again.
+# Issue 32: a tracker subscribed to Rails.error (as Sentry's is) gets one report per failed
+# attempt and one unhandled per quarantine, a Ruby handler's and a SQL handler's (the real
+# sidecar's, reported once with a second, --report-only worker running).
 RSpec.describe "a generated Rails app: Ruby handlers" do
   include GeneratedRailsApp
 
@@ -30,6 +33,19 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
       WebhookInbox.configure do |c|
         c.endpoint(:stripe, secrets: [#{secret.inspect}], scope: #{scope.inspect})
       end
+    RUBY
+    # A tracker as Sentry's: subscribed to Rails.error, one JSON line per report of the gem.
+    write("config/initializers/error_tracker.rb", <<~'RUBY')
+      class SpecErrorTracker
+        def report(error, handled:, severity:, context:, source: nil)
+          return unless source == "webhook_inbox"
+
+          line = JSON.generate(error: error.class.name, message: error.message, handled: handled, severity: severity,
+                               context: context.to_h { |k, v| [k, v.is_a?(Integer) || v.nil? ? v : v.to_s] }, pid: Process.pid)
+          File.open(Rails.root.join("tmp", "error_reports.jsonl"), "a") { |f| f.write("#{line}\n") }
+        end
+      end
+      Rails.error.subscribe(SpecErrorTracker.new)
     RUBY
     # The generated class, written: behaviour comes from the payment's metadata.
     write("app/webhooks/payment_intent_succeeded_handler.rb", <<~'RUBY')
@@ -202,6 +218,48 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
     expect([ran("evt_refund_2"), ran("evt_customer_1")]).to eq(%w[v2 new])
   ensure
     write("app/webhooks/charge_refunded_handler.rb", self.class.refund_handler("v1"))
+  end
+
+  define_method(:error_reports) do |*ids|
+    path = File.join(@app, "tmp", "error_reports.jsonl")
+    (File.exist?(path) ? File.readlines(path) : []).map { |l| JSON.parse(l) }.select { |r| ids.include?(r["context"]["event_id"]) }
+  end
+
+  it "reports to Rails.error each failed attempt, each Ruby quarantine, and a SQL handler's quarantine once across two workers" do
+    psql(<<~SQL)
+      CREATE OR REPLACE FUNCTION spec_refuses(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+      BEGIN PERFORM webhook_inbox_quarantine('refused by the SQL handler'); RETURN 'unreachable'; END $$;
+      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('order.flagged', 'spec_refuses') ON CONFLICT DO NOTHING;
+    SQL
+    reporter_log = File.join(@work, "reporter.log")
+    reporter = start_app_process("ruby", "--report-only", "--poll-interval", "200ms", log: reporter_log)
+    wait_for("the report-only worker started", timeout: 300) { File.read(reporter_log).include?("event=ruby_worker_starting report_only=true") }
+    flaky = order!
+    refused = order!
+    expect(pay("evt_rep_flaky", flaky, "fail_once")).to eq("accepted")
+    expect(pay("evt_rep_refused", refused, "permanent")).to eq("accepted")
+    expect(deliver("evt_rep_sql", "order.flagged", { id: "ord_1", card: "card_4242_secret" })).to eq("accepted")
+    wait_for("evt_rep_flaky done") { event_status("evt_rep_flaky") == "done" }
+    wait_for("all three reported") { error_reports("evt_rep_flaky", "evt_rep_refused", "evt_rep_sql").size >= 3 }
+    sleep 1 # a second report of one, if any, would land meanwhile
+    reports = error_reports("evt_rep_flaky", "evt_rep_refused", "evt_rep_sql").sort_by { |r| r["context"]["event_id"] }
+    expect(reports.map { |r| [r["context"]["event_id"], r["error"], r["handled"], r["severity"], r["context"]["attempt"]] }).to eq(
+      [["evt_rep_flaky", "RuntimeError", true, "warning", 1],
+       ["evt_rep_refused", "WebhookInbox::Permanent", false, "error", 1],
+       ["evt_rep_sql", "WebhookInbox::Handlers::QuarantineReports::Quarantined", false, "error", 0]]
+    )
+    expect(reports.last["message"]).to eq("refused by the SQL handler")
+    expect(reports.first["context"]).to include("provider" => "stripe", "scope" => scope, "event_type" => "payment_intent.succeeded",
+                                                "handler" => "PaymentIntentSucceededHandler")
+    expect(reports.to_s).not_to include("card_4242")
+    expect(File.read(@worker_log).lines.grep(/event=quarantine_reported event_id=evt_rep_sql/).size +
+           File.read(reporter_log).lines.grep(/event=quarantine_reported event_id=evt_rep_sql/).size).to eq(1)
+  ensure
+    if reporter
+      (Process.kill("TERM", -reporter) rescue nil) # rubocop:disable Style/RescueModifier
+      (Process.wait(reporter) rescue nil) # rubocop:disable Style/RescueModifier
+      @spawned.delete(reporter)
+    end
   end
 
   it "applies the payment once across a kill -9 of the worker mid-handler" do

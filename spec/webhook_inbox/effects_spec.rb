@@ -6,6 +6,9 @@ require "tmpdir"
 require "logger"
 require "active_record"
 require "active_job"
+require "stringio"
+require "active_support/error_reporter"
+require "active_support/notifications"
 require "webhook_inbox/handlers"
 require "webhook_inbox/handlers/worker"
 require "webhook_inbox/effects/job_runner"
@@ -153,6 +156,40 @@ RSpec.describe WebhookInbox::Effects do
     runner = jobs(max_attempts: 2)
     statuses = Array.new(3) { runner.run_batch(conn, 10).map(&:status) }
     expect(statuses).to eq([["pending"], ["quarantined"], []])
+  end
+
+  # A tracker as Sentry's: subscribed to a real ActiveSupport::ErrorReporter behind Rails.error.
+  class EffectsSpecTracker
+    def reports = @reports ||= []
+    def report(error, **kw) = reports << kw.merge(error: error)
+  end
+
+  it "reports a job quarantined for good to Rails.error once, unhandled, and publishes effect.webhook_inbox per attempt" do
+    tracker = EffectsSpecTracker.new
+    reporter = ActiveSupport::ErrorReporter.new.tap { |r| r.subscribe(tracker) }
+    stub_const("Rails", Module.new.tap { |m| m.define_singleton_method(:error) { reporter } })
+    seen = []
+    sub = ActiveSupport::Notifications.subscribe("effect.webhook_inbox") { |*, p| seen << p }
+    reg = registry { |_e| EffectsSpecJob.perform_later("/nonexistent/dir", "card_4242_secret_arg") }
+    store_and_dispatch(reg, "evt_5")
+    runner(reg).run_batch(conn, 10)
+    out = StringIO.new
+    worker = WebhookInbox::Handlers::Worker.new(registry: reg, out: out, max_attempts: 2, backoff_base_ms: 0, backoff_cap_ms: 0)
+    3.times { worker.instance_variable_get(:@jobs).run_batch(conn, 10) }
+
+    key = "#{op_id('evt_5')}/1"
+    expect(tracker.reports.size).to eq(1)
+    r = tracker.reports.first
+    expect([r[:error].class, r[:handled], r[:severity], r[:source]]).to eq([Errno::ENOENT, false, :error, "webhook_inbox"])
+    expect(r[:context]).to include(provider: "s", scope: "s", event_id: "evt_5", effect_key: key, job_class: "EffectsSpecJob",
+                                   attempt: 2)
+    expect(seen.map { |p| [p[:outcome], p[:attempt], p[:error_class]] }).to eq([["retry", 1, "Errno::ENOENT"],
+                                                                              ["quarantined", 2, "Errno::ENOENT"]])
+    seen.each { |p| expect(p.keys).to eq(WebhookInbox::Instrumentation::KEYS["effect.webhook_inbox"]) }
+    expect((tracker.reports + seen).inspect).not_to include("card_4242")
+    expect(out.string.lines.grep(/event=job /).size).to eq(2)
+  ensure
+    ActiveSupport::Notifications.unsubscribe(sub) if sub
   end
 
   it "records WebhookInbox.emit (an HTTP effect for the sidecar) with the handler's writes and its event as the source" do

@@ -58,6 +58,22 @@ RSpec.describe WebhookInbox::Flow do
     expect(described_class.rules(conn)).to eq([]) # neither paused nor limited: no rule left
   end
 
+  it "publishes pause.webhook_inbox and resume.webhook_inbox with exactly their documented keys" do
+    require "active_support/notifications"
+    seen = []
+    sub = ActiveSupport::Notifications.subscribe(/\A(pause|resume)\.webhook_inbox\z/) { |name, *, p| seen << [name, p] }
+    conn.execute("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES ('s', 'e1', 'invoice.paid', '{}')")
+    paused = described_class.pause(conn, "route", "invoice.*", actor: "ops@host")
+    resumed = described_class.resume(conn, "route", "invoice.*", rate: 2.5, actor: "ops@host")
+    expect(seen).to eq([["pause.webhook_inbox", { kind: "route", target: "invoice.*", held: 1, action_id: paused[:action_id],
+                                                  actor: "ops@host" }],
+                        ["resume.webhook_inbox", { kind: "route", target: "invoice.*", rate: 2.5, released: 0,
+                                                   action_id: resumed[:action_id], actor: "ops@host" }]])
+    seen.each { |name, p| expect(p.keys).to eq(WebhookInbox::Instrumentation::KEYS[name]) }
+  ensure
+    ActiveSupport::Notifications.unsubscribe(sub) if sub
+  end
+
   it "aborts without exactly one target, and with the database's reason for a refused one" do
     expect { task("pause", {}) }.to raise_error(SystemExit).and output(/needs one of TYPE=/).to_stderr
     expect { task("pause", "TYPE" => "a", "SCOPE" => "b") }.to raise_error(SystemExit).and output(/needs one of TYPE=/).to_stderr

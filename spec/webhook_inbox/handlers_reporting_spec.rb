@@ -146,6 +146,32 @@ RSpec.describe WebhookInbox::Handlers::Reporting do
     expect(notifications.inspect).not_to include(SECRETISH)
   end
 
+  it "publishes run.webhook_inbox around each handler call, its SQL inside it, with exactly the documented keys" do
+    w = worker(registry("mark_paid") do |e|
+      ActiveRecord::Base.connection.select_value("SELECT 'inside the handler'")
+      raise WebhookInbox::Permanent, "amount mismatch" if e.id == "evt_2"
+      raise "boom" if e.id == "evt_3"
+    end)
+    %w[evt_1 evt_2 evt_3].each { |id| store(id) }
+    order = []
+    sql = ActiveSupport::Notifications.subscribe("sql.active_record") { |*, p| order << :sql if p[:sql] == "SELECT 'inside the handler'" }
+    started = ActiveSupport::Notifications.subscribe("run.webhook_inbox", Class.new do
+      define_method(:initialize) { |log| @log = log }
+      define_method(:start) { |_name, _id, _payload| @log << :start }
+      define_method(:finish) { |_name, _id, _payload| @log << :finish }
+    end.new(order))
+    round(w)
+    runs = notifications.select { |n, _| n == "run.webhook_inbox" }.map(&:last)
+    expect(runs.map { |p| [p[:event_id], p[:outcome]] }.sort).to eq([%w[evt_1 done], %w[evt_2 quarantined], %w[evt_3 retry]])
+    runs.each { |p| expect(p.keys).to eq(WebhookInbox::Instrumentation::KEYS["run.webhook_inbox"]) }
+    expect(runs.first).to include(provider: "stripe", scope: "stripe:acct_1:live", event_type: "invoice.paid", handler: "mark_paid", attempt: 1)
+    expect(order).to eq(%i[start sql finish] * 3)
+    expect(notifications.inspect).not_to include(SECRETISH)
+  ensure
+    ActiveSupport::Notifications.unsubscribe(sql) if sql
+    ActiveSupport::Notifications.unsubscribe(started) if started
+  end
+
   it "logs one line per outcome through Rails.logger, tagged with the event id, type and attempt" do
     out = StringIO.new
     w = worker(registry("mark_paid") { |e| raise "boom" if e.attempt == 1 }, out)
@@ -168,7 +194,7 @@ RSpec.describe WebhookInbox::Handlers::Reporting do
     allow(runner).to receive(:finish).and_raise(ActiveRecord::StatementInvalid, "the commit failed")
     expect { ActiveRecord::Base.transaction(requires_new: true) { round(w) } }.to raise_error(ActiveRecord::StatementInvalid)
     expect(tracker.reports).to eq([])
-    expect(notifications).to eq([])
+    expect(notifications.map(&:first)).to eq(["run.webhook_inbox"]) # the handler ran; nothing of it committed
     expect(log.string).to eq("")
   end
 
@@ -181,6 +207,17 @@ RSpec.describe WebhookInbox::Handlers::Reporting do
     expect(out.string).to include("level=error event=ruby_worker_report_failed event_id=evt_1")
   ensure
     ActiveSupport::Notifications.unsubscribe(bad) if bad
+  end
+
+  it "keeps the round going when Rails.error itself raises (a tracker's own reporter): the failure is logged" do
+    broken = Object.new.tap { |o| o.define_singleton_method(:report) { |*, **| raise IOError, "tracker down" } }
+    stub_const("Rails", Module.new.tap { |m| m.define_singleton_method(:error) { broken } })
+    out = StringIO.new
+    w = worker(registry("mark_paid") { |_e| raise "boom" }, out)
+    store("evt_1")
+    expect(round(w).map(&:status)).to eq(["pending"])
+    expect(round(w).map(&:status)).to eq(["pending"]) # the worker goes on
+    expect(out.string.lines.grep(/level=error event=ruby_worker_report_failed event_id=evt_1 error="IOError"/).size).to eq(2)
   end
 
   it "publishes requeue when the quarantined run is requeued (rake requeue_effects and the dashboard's EffectList)" do

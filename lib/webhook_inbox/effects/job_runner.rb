@@ -27,9 +27,13 @@ module WebhookInbox
       LEASE_MS = 60_000 # the worker's --job-lease
       CLAIM_SQL = "SELECT operation_id, payload, attempts FROM webhook_inbox_outbox_claim($1, $2::int, $3, $4::bigint, $5::int)"
       SAVE_SQL = "SELECT new_status FROM webhook_inbox_outbox_save($1, $2, $3, $4, NULL, NULL, NULL, $5::int, $6::bigint, $7::bigint)"
+      SOURCE_SQL = "SELECT source_scope, source_event_id FROM webhook_inbox_outbox WHERE operation_id = $1"
 
       # status: "delivered", "pending" (retried later), "quarantined", or nil (the lease was lost).
-      Result = Struct.new(:key, :job_class, :attempt, :status, :error, :duration_ms, keyword_init: true)
+      # exception: what the job raised (nil when it succeeded). source_scope, source_event_id:
+      # the event whose handler enqueued it, read only for a quarantined job (for its report).
+      Result = Struct.new(:key, :job_class, :attempt, :status, :error, :duration_ms, :exception, :source_scope,
+                          :source_event_id, keyword_init: true)
 
       attr_reader :owner # the lease owner: also the worker's id in webhook_inbox_workers
 
@@ -68,16 +72,37 @@ module WebhookInbox
         raise if lost?(connection)
 
         error = "#{e.class}: #{e.message}"[0, 1000]
-        result(key, data, row, in_own_transaction(connection) { save(connection, key, "retry", error) }, error, t0)
+        status = in_own_transaction(connection) { save(connection, key, "retry", error) }
+        result(key, data, row, status, error, t0).tap do |r|
+          r.exception = e
+          source(connection, r) if status == "quarantined"
+        end
+      end
+
+      # The quarantined job's event (what Rails.error's context names); a failure to read it
+      # leaves them nil: the job is saved, its report only says less.
+      def source(connection, result)
+        row = connection.select_one(SOURCE_SQL, "webhook_inbox job source", [result.key]) or return
+        result.source_scope = row["source_scope"]
+        result.source_event_id = row["source_event_id"]
+      rescue StandardError
+        nil
       end
 
       # The job performed as its adapter would perform it, with enqueues captured under its key.
+      # ActiveJob leaves the job (its arguments with it) in ActiveSupport's execution context,
+      # which Rails.error adds to every later report of the round: it is put back as it was.
       def execute(connection, key, data)
         outer = Thread.current[CURRENT]
         Thread.current[CURRENT] = key
-        Effects.capture(connection, key) { ::ActiveJob::Base.execute(data) }
+        in_own_execution_context { Effects.capture(connection, key) { ::ActiveJob::Base.execute(data) } }
       ensure
         Thread.current[CURRENT] = outer
+      end
+
+      def in_own_execution_context(&block)
+        context = defined?(::ActiveSupport::ExecutionContext) && ::ActiveSupport::ExecutionContext
+        context.respond_to?(:set) ? context.set(job: nil, &block) : yield
       end
 
       def save(connection, key, outcome, error)

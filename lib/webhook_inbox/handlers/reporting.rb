@@ -29,7 +29,7 @@ module WebhookInbox
       end
 
       # Everything above for one committed Result. logger: Rails.logger by default (nil: none).
-      def call(result, logger: rails_logger)
+      def call(result, logger: Instrumentation.rails_logger)
         context = context(result)
         out = outcome(result)
         error = result.exception || (result.error && Failure.new(result.error))
@@ -52,20 +52,10 @@ module WebhookInbox
       end
 
       def log(logger, result, out)
-        return unless logger
-
         level = { "retry" => :warn, "quarantined" => :error }.fetch(out, :info)
-        line = "webhook_inbox event=handler #{fields(result)}"
-        if logger.respond_to?(:tagged)
-          logger.tagged("event_id=#{result.event_id}", "type=#{result.event_type}", "attempt=#{result.attempt}") do
-            logger.public_send(level, line)
-          end
-        else
-          logger.public_send(level, line)
-        end
+        tags = ["event_id=#{result.event_id}", "type=#{result.event_type}", "attempt=#{result.attempt}"]
+        Instrumentation.log(level, "webhook_inbox event=handler #{fields(result)}", tags: tags, logger: logger)
       end
-
-      def rails_logger = defined?(::Rails) && ::Rails.respond_to?(:logger) ? ::Rails.logger : nil
     end
   end
 end

@@ -4,6 +4,7 @@ require "time"
 require "base64"
 require "pg"
 require_relative "../effects"
+require_relative "../instrumentation"
 
 module WebhookInbox
   module Handlers
@@ -38,7 +39,9 @@ module WebhookInbox
     # the transaction itself (the connection, a signal) propagates: its transaction rolls
     # back (the whole batch, or the run alone), the attempts stay charged. Jobs and mails a
     # handler enqueues are captured into the outbox in its savepoint (Effects): they commit
-    # or roll back with its writes.
+    # or roll back with its writes. Each handler call is published as run.webhook_inbox around
+    # it (its SQL nested under it for an APM), with the handler's outcome, before the commit
+    # (handle.webhook_inbox, from the Worker, says what committed).
     class Runner
       START_BATCH_PROC = "webhook_inbox_ruby_start_batch(integer, integer, bigint, bigint)" # db/016: this Runner's schema
       START_BATCH_SQL = "SELECT * FROM webhook_inbox_ruby_start_batch($1::int, $2::int, $3::bigint, $4::bigint)"
@@ -47,6 +50,8 @@ module WebhookInbox
                          "$5::float8[], $6::int, $7::bigint, $8::bigint)"
       TEXT_ARRAY = PG::TextEncoder::Array.new
       FLOAT_ARRAY = PG::TextEncoder::Array.new(elements_type: PG::TextEncoder::Float.new)
+
+      RUN_OUTCOMES = { "done" => "done", "retry" => "retry", "quarantine" => "quarantined" }.freeze
 
       # status: the run's new status ("delivered", "pending" = will be retried, "quarantined").
       # exception: what the handler raised (nil when it raised nothing: error says why it failed).
@@ -124,13 +129,24 @@ module WebhookInbox
             ["quarantine", "attempt #{attempt} started and never finished (the worker was killed, crashed or lost its " \
                            "connection during the handler); it was the last of #{@max_attempts}"]
           else
-            call_handler(connection, row["handler"], event_for(row), statement)
+            instrumented_call(connection, row, attempt, statement)
           end
         ms = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000
         [Result.new(operation_id: row["operation_id"], handler: row["handler"], source_scope: row["source_scope"],
                     event_id: row["event_id"], event_type: row["event_type"], attempt: attempt, error: error, duration_ms: ms,
                     exception: exception),
          result]
+      end
+
+      # call_handler inside the run.webhook_inbox notification (ids and names only).
+      def instrumented_call(connection, row, attempt, statement)
+        payload = lambda do |(result, *)|
+          { provider: Instrumentation.provider_of(row["source_scope"]), scope: row["source_scope"], event_id: row["event_id"],
+            event_type: row["event_type"], handler: row["handler"], attempt: attempt, outcome: RUN_OUTCOMES.fetch(result) }
+        end
+        Instrumentation.instrument("run.webhook_inbox", payload) do
+          call_handler(connection, row["handler"], event_for(row), statement)
+        end
       end
 
       # Every run's outcome saved in one call: { operation_id => new status, or nil }.

@@ -2,8 +2,10 @@
 
 require "optparse"
 require_relative "../effects/job_runner"
+require_relative "../effects/reporting"
 require_relative "heartbeat"
 require_relative "reporting"
+require_relative "quarantine_reports"
 
 module WebhookInbox
   module Handlers
@@ -29,16 +31,22 @@ module WebhookInbox
     # (--handler-timeout, else the configuration's handler_timeout: 30 s) is interrupted and
     # charged a failure; its batch-mates commit. The outcome of each run (outcome=done, retry,
     # quarantined) is logged once its batch committed, and reported to the app (Reporting:
-    # notifications, Rails.error, Rails.logger).
+    # notifications, Rails.error, Rails.logger). Each round of its first thread also reports
+    # the sidecar's quarantines to Rails.error, once across workers (QuarantineReports, schema
+    # v25; off, with a log line, on an older schema). `--report-only` (or
+    # WEBHOOK_INBOX_REPORT_ONLY=1), for apps whose handlers are all SQL: only that, no
+    # handler needed, no heartbeat (doctor counts workers that run handlers).
     class Worker
       DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
-                   backoff_cap_ms: 3_600_000, handler_timeout: nil, job_lease_ms: 60_000 }.freeze
+                   backoff_cap_ms: 3_600_000, handler_timeout: nil, job_lease_ms: 60_000, report_only: nil }.freeze
+      REPORT_ONLY_ENV = "WEBHOOK_INBOX_REPORT_ONLY"
       RECONNECT_MIN_S = 0.1
       RECONNECT_MAX_S = 5.0
       CHANNEL = "webhook_inbox_outbox"
 
       # `ruby [--concurrency N] [--batch-size N] [--poll-interval 1s] [--max-attempts N]
-      # [--backoff-base 1s] [--backoff-cap 1h] [--handler-timeout 30s] [--job-lease 1m]`. Returns the exit status.
+      # [--backoff-base 1s] [--backoff-cap 1h] [--handler-timeout 30s] [--job-lease 1m] [--report-only]`.
+      # Returns the exit status.
       def self.cli(argv, out: $stderr)
         opts = DEFAULTS.dup
         OptionParser.new do |o|
@@ -55,6 +63,8 @@ module WebhookInbox
           o.on("--job-lease D", "a job from a handler taken by a worker that died runs again after this (1m)") do |v|
             opts[:job_lease_ms] = [(seconds(v) * 1000).round, 1].max
           end
+          o.on("--report-only", "only report the sidecar's quarantines to Rails.error (apps with SQL handlers only; " \
+                                "#{REPORT_ONLY_ENV}=1)") { opts[:report_only] = true }
         end.parse!(argv.dup)
         new(**opts, out: out).run
       rescue OptionParser::ParseError, ArgumentError => e
@@ -75,6 +85,8 @@ module WebhookInbox
         @registry = registry
         @out = out
         @stop = false
+        @report_only = @opts[:report_only].nil? ? %w[1 true yes].include?(ENV[REPORT_ONLY_ENV].to_s.downcase) : @opts[:report_only]
+        @quarantines = QuarantineReports.new(on_failure: method(:quarantine_report_failed))
         @runner = Runner.new(registry, max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
                                        backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:on_result),
                                        time_limit: @opts.fetch(:handler_timeout) || WebhookInbox.configuration.handler_timeout)
@@ -84,6 +96,8 @@ module WebhookInbox
       end
 
       def run
+        return run_report_only if @report_only
+
         Handlers.load_app_handlers
         if @registry.empty? # fail closed: a worker that loaded nothing must not run (nor register) anything
           log("ruby_worker_no_handlers", %(note="nothing subscribed: WebhookInbox.subscribe or app/webhooks/; exiting"), level: "error")
@@ -95,16 +109,22 @@ module WebhookInbox
         end
         n = ::ActiveRecord::Base.connection_pool.with_connection { |c| Handlers.register(c, @registry) }
         @heartbeat = Heartbeat.new(@jobs.owner, handlers: @registry.subscriptions.size)
+        reports = quarantine_reports?
         log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]} " \
-                                    "handler_timeout_s=#{@runner.time_limit || 'none'}")
-        trap_signals
-        worker = self # the callback runs in the reloader's instance
-        rails_app.reloader.after_class_unload { worker.code_reloaded! } if rails_app.respond_to?(:reloader)
-        threads = Array.new(@opts[:concurrency]) { |i| Thread.new { work(i) } }
-        threads.each(&:join)
-        (::ActiveRecord::Base.connection_pool.with_connection { |c| @heartbeat.stopped(c) } rescue nil) # rubocop:disable Style/RescueModifier
-        log("ruby_worker_stopped", "")
-        0
+                                    "handler_timeout_s=#{@runner.time_limit || 'none'} quarantine_reports=#{reports ? 'on' : 'off'}")
+        work_until_stopped
+      end
+
+      # --report-only: the sidecar's quarantines to Rails.error, nothing else; exits 1 on a
+      # schema without the reporter (fail closed: it would do nothing).
+      def run_report_only
+        unless quarantine_reports?
+          log("ruby_worker_schema_old", %(note="the inbox schema is older than v25 (no #{QuarantineReports::PROC}): run migrate; exiting"),
+              level: "error")
+          return 1
+        end
+        log("ruby_worker_starting", "report_only=true quarantine_reports=on")
+        work_until_stopped
       end
 
       def stop = @stop = true
@@ -113,6 +133,24 @@ module WebhookInbox
       def code_reloaded! = @reloaded = true
 
       private
+
+      # Whether this database has the quarantine reporter (v25); remembered for the rounds.
+      def quarantine_reports?
+        @reports = ::ActiveRecord::Base.connection_pool.with_connection { |c| QuarantineReports.available?(c) }
+        log("ruby_worker_quarantine_reports_off", %(note="schema older than v25: the sidecar's quarantines are not reported to Rails.error")) unless @reports
+        @reports
+      end
+
+      def work_until_stopped
+        trap_signals
+        worker = self # the callback runs in the reloader's instance
+        rails_app.reloader.after_class_unload { worker.code_reloaded! } if rails_app.respond_to?(:reloader)
+        threads = Array.new(@report_only ? 1 : @opts[:concurrency]) { |i| Thread.new { work(i) } }
+        threads.each(&:join)
+        (::ActiveRecord::Base.connection_pool.with_connection { |c| @heartbeat&.stopped(c) } rescue nil) # rubocop:disable Style/RescueModifier
+        log("ruby_worker_stopped", "")
+        0
+      end
 
       def trap_signals
         %w[TERM INT].each do |sig|
@@ -124,7 +162,7 @@ module WebhookInbox
         delay = RECONNECT_MIN_S
         until @stop
           begin
-            round
+            round(worker)
             delay = RECONNECT_MIN_S
           rescue StandardError => e
             log("ruby_worker_round_failed", %(worker=#{worker} error="#{e.class}: #{e.message.lines.first.to_s.strip[0, 200].delete('"')}" retry_in_s=#{delay.round(1)}))
@@ -137,14 +175,17 @@ module WebhookInbox
       # Up to batch size runs (Runner: first attempts in one transaction) and the jobs their
       # handlers enqueued (Effects::JobRunner), inside the app's reloader, then a wait when none
       # was due (outside it: a reload need not wait for it). The query cache stays off, as
-      # outside Rails' executor.
-      def round
+      # outside Rails' executor. The first thread also reports the sidecar's quarantines.
+      def round(worker = 0)
         n = in_app do
           on_connection do |c|
             c.uncached do
+              reported = worker.zero? && @reports ? report_quarantines(c) : 0
+              next reported if @report_only
+
               @heartbeat.beat(c)
               reregister(c)
-              @runner.run_batch(c, @opts[:batch_size]).size + @jobs.run_batch(c, @opts[:batch_size]).size
+              reported + @runner.run_batch(c, @opts[:batch_size]).size + @jobs.run_batch(c, @opts[:batch_size]).size
             end
           end
         end
@@ -202,10 +243,42 @@ module WebhookInbox
         log("ruby_worker_report_failed", %(event_id=#{r.event_id} error="#{e.class}"), level: "error")
       end
 
+      # A performed job: its log line, then the app's notification and, for a job quarantined
+      # for good, its error report (Effects::Reporting); a subscriber that raises is logged.
+      # One poll of QuarantineReports when due (at most every poll interval, unless the last one
+      # was full): one log line per quarantine reported; the number reported.
+      # Its failure (its transaction rolled back: reported again later) is logged and never
+      # keeps the round's handlers from running; a lost connection fails them next anyway.
+      def report_quarantines(connection)
+        now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        return 0 if @next_report_at && now < @next_report_at
+
+        rows = @quarantines.run(connection)
+        @next_report_at = rows.size >= QuarantineReports::LIMIT ? nil : now + @opts[:poll_interval]
+        rows.each do |row|
+          log("quarantine_reported", "event_id=#{row['event_id']} type=#{row['event_type']} attempt=#{row['attempts']} " \
+                                     "scope=#{row['source_scope']}")
+        end
+        rows.size
+      rescue StandardError => e
+        raise if @report_only
+
+        log("ruby_worker_quarantine_reports_failed", %(error="#{e.class}: #{e.message.lines.first.to_s.strip[0, 200].delete('"')}"),
+            level: "error")
+        0
+      end
+
+      def quarantine_report_failed(row, error)
+        log("ruby_worker_report_failed", %(event_id=#{row['event_id']} error="#{error.class}"), level: "error")
+      end
+
       def log_job(r)
-        outcome = { "delivered" => "done", "pending" => "retry", "quarantined" => "quarantined" }.fetch(r.status.to_s, "lease_lost")
         err = r.error ? %( error="#{r.error.lines.first.to_s.strip[0, 200].delete('"')}") : ""
-        log("job", "key=#{r.key} job=#{r.job_class} outcome=#{outcome} attempt=#{r.attempt} duration_ms=#{r.duration_ms.round(1)}#{err}")
+        log("job", "key=#{r.key} job=#{r.job_class} outcome=#{Effects::Reporting.outcome(r)} attempt=#{r.attempt} " \
+                   "duration_ms=#{r.duration_ms.round(1)}#{err}")
+        Effects::Reporting.call(r)
+      rescue StandardError => e
+        log("ruby_worker_report_failed", %(key=#{r.key} error="#{e.class}"), level: "error")
       end
 
       def log(event, fields, level: "info")

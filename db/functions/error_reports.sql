@@ -1,0 +1,72 @@
+-- functions/error_reports.sql - the C sidecar's quarantines, taken once each for the app's
+-- Rails.error by a Ruby worker (db/025). Repeatable: every migrate applies it after the
+-- numbered files (CREATE OR REPLACE; a signature that changes is dropped here first). The
+-- only definition of each function below. Bodies are checked when called, so the files may
+-- go in any order (a runner applies each file as one transaction).
+SET LOCAL check_function_bodies = off;
+
+-- Up to p_limit quarantines not reported yet, oldest first, each recorded in
+-- webhook_inbox_error_reports in the caller's transaction: the caller reports them and then
+-- commits. Another worker's call that picks the same quarantine waits on its row until this
+-- transaction ends, then skips it (committed) or takes it (rolled back: a worker that died
+-- before its commit; so at least once toward the tracker, once when nothing crashes).
+-- A Ruby handler's quarantine is recorded too but not returned: the worker reported it when
+-- its run committed. The scan starts at webhook_inbox_error_reporter.since, a watermark: the
+-- table's creation (no history is reported; the first call after that row was emptied starts
+-- it again from now), moved on by each scan that saw every quarantine to
+-- p_grace_s seconds before now. So a poll rereads the last p_grace_s seconds of quarantines (one
+-- index probe each), and a quarantine whose transaction commits more than p_grace_s after it
+-- set processed_at (a sidecar batch stuck that long) is never reported.
+--   BEGIN; SELECT * FROM webhook_inbox_error_reports_take(100, 3600); -- report each --; COMMIT;
+DROP FUNCTION IF EXISTS webhook_inbox_error_reports_take(integer);
+CREATE OR REPLACE FUNCTION webhook_inbox_error_reports_take(p_limit integer, p_grace_s double precision)
+RETURNS TABLE (source_scope text, event_id text, event_type text, attempts integer, last_error text,
+               processed_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_since timestamptz;
+    q       record;
+    n       integer := 0;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_grace_s IS NULL OR p_grace_s < 0 THEN
+        RAISE EXCEPTION 'webhook_inbox: limit must be >= 1, grace >= 0' USING ERRCODE = '22023';
+    END IF;
+    SELECT s.since INTO v_since FROM webhook_inbox_error_reporter s;
+    IF v_since IS NULL THEN -- emptied (a test suite's truncation): report from now on
+        INSERT INTO webhook_inbox_error_reporter (id) VALUES (true) ON CONFLICT DO NOTHING;
+        RETURN;
+    END IF;
+    -- Event by event, each statement on one table (no join of the inbox with the reports or
+    -- the outbox: on Citus the inbox is distributed and they are not).
+    FOR q IN SELECT w.source_scope, w.event_id, w.event_type, w.attempts, w.last_error, w.processed_at
+               FROM webhook_inbox w
+              WHERE w.status = 'quarantined' AND w.processed_at >= v_since
+              ORDER BY w.processed_at
+    LOOP
+        -- Skips one already recorded; waits for another worker's uncommitted row of it.
+        INSERT INTO webhook_inbox_error_reports AS r (source_scope, event_id, processed_at)
+        VALUES (q.source_scope, q.event_id, q.processed_at)
+        ON CONFLICT DO NOTHING;
+        CONTINUE WHEN NOT FOUND;
+        CONTINUE WHEN EXISTS (SELECT 1 FROM webhook_inbox_outbox o
+                               WHERE o.destination = 'ruby' AND o.source_scope = q.source_scope
+                                 AND o.source_event_id = q.event_id AND o.status = 'quarantined');
+        source_scope := q.source_scope;
+        event_id := q.event_id;
+        event_type := q.event_type;
+        attempts := q.attempts;
+        last_error := q.last_error;
+        processed_at := q.processed_at;
+        RETURN NEXT;
+        n := n + 1;
+        EXIT WHEN n >= p_limit;
+    END LOOP;
+    IF n < p_limit THEN -- every quarantine seen: the next scan starts p_grace_s before now
+        UPDATE webhook_inbox_error_reporter s SET since = now() - p_grace_s * interval '1 second'
+         WHERE s.since < now() - p_grace_s * interval '1 second';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_error_reports_take(integer, double precision) IS
+    'Ruby worker: up to p_limit quarantines (since the watermark webhook_inbox_error_reporter.since, moved to p_grace_s before now by a complete scan; not a Ruby handler''s) not reported to Rails.error yet, recorded as reported in the caller''s transaction; commit after reporting them. Once each across workers.';
