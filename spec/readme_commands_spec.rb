@@ -49,7 +49,7 @@ RSpec.describe "README commands" do
     "webhook-inbox-sidecar pause --scope stripe:acct_123:live", "webhook-inbox-sidecar pause --destination crm",
     "webhook-inbox-sidecar resume --type 'invoice.*' --rate 50", "bin/chaos --orders 2000 --db-restarts 3",
     "bench/verify", "bench/receive", "bench/sidecar", "bench/pipeline", "bench/stats", "bench/effects",
-    "bench/ruby_handlers", "bench/peers/run", "bench/peers/drain", "bench/backlog"
+    "bench/ruby_handlers", "bench/peers/run", "bench/peers/drain", "bench/backlog", "bench/snapshot_flow"
   ]
 
   it "links only to files and headings that exist (README.md and docs/*.md)" do
@@ -158,6 +158,7 @@ RSpec.describe "README commands" do
       ["bench/effects", "--effects", "200"] => %r{\(b\)/\(a\)},
       ["bench/ruby_handlers", "--runs", "50", "--rounds", "1", "--batch-sizes", "10"] => /ratio \d/,
       ["bench/backlog", "--events", "500"] => /snapshot .* [\d.]+x none .*\n.*claim index/,
+      ["bench/snapshot_flow", "--drained", "500", "--rounds", "3"] => /claim index entries read \d+ in \d+ claims/,
       # The peers' own bundle (bench/peers/Gemfile.lock, installed by bin/setup):
       ["bench/peers/run", "--quick", "--events", "30", "--sidecar-events", "200", "--rounds", "1"] => %r{\(c\)/peer = .*\(d\)/peer = },
       # A backlog the worker cannot finish before the draining phase is measured:

@@ -474,7 +474,12 @@ COMMENT ON FUNCTION webhook_inbox_batch_defer(text) IS
 --   - when the session has no cursor (its first claim, a new connection),
 --   - when the claim from the cursor comes up short: then for the rest of the batch, the rows
 --     before the cursor (so a batch smaller than its limit still means "nothing else is due",
---     which the sidecar's idle wait relies on), and
+--     which the sidecar's idle wait relies on) - unless that read costs a millisecond or more
+--     and the last one ended less than 9 times its cost ago (webhook_inbox.claim_before): a
+--     steady flow's batches all come up short, and under a long-open snapshot each such read
+--     walks everything processed since. A claim that puts it off says so in the setting; the
+--     idle probe then wakes the worker when it may be read (at most 9 times its cost away),
+--     and `run --once` has its last claim read it before it exits. And
 --   - when the time since its last read from the head is at least 9 times what that read cost
 --     (webhook_inbox.claim_head): at most a tenth of the time goes to walking from the head,
 --     and on a healthy table (a read from the head costs what a read from the cursor costs)
@@ -504,6 +509,20 @@ COMMENT ON FUNCTION webhook_inbox_batch_defer(text) IS
 -- its key's lock free), the locks, the done marks, exactly once; the Ruby worker's claims, the
 -- sidecar's one-event claim (careful mode, sidecar/src/claim/claim.c) and the Citus layout's
 -- claims and probe (db/citus, citus.c) read from the head as before.
+
+-- The session's last read of the rows before its cursor for a batch the cursor left short
+-- (webhook_inbox.claim_before: 'end_s cost_s skipped'): when it ended, what it cost, and
+-- whether a later claim put the next one off (1). Zeros when unset or not ours.
+CREATE OR REPLACE FUNCTION webhook_inbox_claim_before(
+        OUT before_end double precision, OUT before_cost double precision, OUT skipped boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(split_part(b, ' ', 1)::double precision, 0), coalesce(split_part(b, ' ', 2)::double precision, 0),
+           coalesce(split_part(b, ' ', 3) = '1', false)
+      FROM (SELECT CASE WHEN v ~ '^[0-9]{1,12}(\.[0-9]{1,9})? [0-9]{1,9}(\.[0-9]{1,9})? [01]$' THEN v END AS b
+              FROM current_setting('webhook_inbox.claim_before', true) AS v) x
+$$;
+COMMENT ON FUNCTION webhook_inbox_claim_before() IS
+    'The session''s last read of the rows before its claim cursor (webhook_inbox.claim_before): when it ended, what it cost, and whether a claim since put one off.';
 
 -- Claims up to p_limit due events for the caller's transaction (021's claim: FOR UPDATE SKIP
 -- LOCKED, a keyed event only when no earlier event of its key must run first and its key's
@@ -541,6 +560,9 @@ DECLARE
     t0        timestamptz := clock_timestamp();
     from_head boolean;
     n         integer;
+    before    record := webhook_inbox_claim_before(); -- the last read before the cursor: before_end, before_cost, skipped
+    t1        timestamptz;      -- when this claim's read before the cursor began (NULL: none)
+    skipped   boolean := false; -- this claim put that read off
 BEGIN
     IF cursor_text ~ '^-?[0-9]{1,17} -?[0-9]{1,17} [0-9]{1,6}$' THEN
         c_at := 'epoch'::timestamptz + split_part(cursor_text, ' ', 1)::bigint * interval '1 microsecond';
@@ -591,8 +613,14 @@ BEGIN
             tids := more_tids || coalesce(tids, '{}');
         END IF;
         n := coalesce(cardinality(evs), 0);
-        -- Short from the cursor: the rest from the rows before it.
+        -- Short from the cursor: the rest from the rows before it, unless that read costs a
+        -- millisecond or more and the last one ended less than 9 times its cost ago.
         EXIT WHEN from_head OR n >= p_limit;
+        IF before.before_cost >= 0.001 AND extract(epoch FROM clock_timestamp()) - before.before_end < 9 * before.before_cost THEN
+            skipped := true;
+            EXIT;
+        END IF;
+        t1 := clock_timestamp();
         from_head := true;
         lo_at := '-infinity';
         lo_rcv := '-infinity';
@@ -630,6 +658,13 @@ BEGIN
                                (extract(epoch FROM lo_rcv) * 1000000)::bigint || ' ' || held, false);
         END IF;
     END IF;
+    IF t1 IS NOT NULL OR skipped <> before.skipped THEN
+        PERFORM set_config('webhook_inbox.claim_before',
+                           CASE WHEN t1 IS NULL THEN round(before.before_end::numeric, 6) || ' ' || round(before.before_cost::numeric, 6)
+                                ELSE round(extract(epoch FROM clock_timestamp()), 6) || ' ' ||
+                                     round(extract(epoch FROM clock_timestamp() - t1), 6) END ||
+                           CASE WHEN skipped THEN ' 1' ELSE ' 0' END, false);
+    END IF;
     IF from_head THEN
         PERFORM set_config('webhook_inbox.claim_head',
                            round(extract(epoch FROM clock_timestamp()), 6) || ' ' ||
@@ -643,15 +678,17 @@ COMMENT ON FUNCTION webhook_inbox_claim_due(integer) IS
 -- The idle worker's probe (sidecar/src/claim/claim.c): seconds until the first pending event a
 -- claim could take is due (0: due now), NULL when none; the claim's filter, due or not. The
 -- sidecar calls it only after a claim came up short in this session, which read every row
--- before the session's cursor, so it reads from the cursor when there is one: from the head,
--- under a long-open snapshot, it walked every event processed since after every batch (a
--- steady flow's batches are short). What it does not see: a row before the cursor that another
--- transaction had locked when the claim passed it (due again only if that transaction rolls
--- back: met by the next claim, on a notification or the poll interval).
+-- before the session's cursor (or put that read off: then the answer is at the latest when it
+-- may be read), so it reads from the cursor when there is one: from the head, under a
+-- long-open snapshot, it walked every event processed since after every batch (a steady flow's
+-- batches are short). What it does not see: a row before the cursor that another transaction
+-- had locked when the claim passed it (due again only if that transaction rolls back: met by
+-- the next claim, on a notification or the poll interval).
 CREATE OR REPLACE FUNCTION webhook_inbox_next_due() RETURNS double precision
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     c      text := current_setting('webhook_inbox.claim_cursor', true);
+    before record := webhook_inbox_claim_before();
     lo_at  timestamptz := '-infinity';
     lo_rcv timestamptz := '-infinity';
     due    timestamptz;
@@ -670,6 +707,9 @@ BEGIN
                AND (p.status = 'pending' OR webhook_inbox_route_strict(w.event_type))))
      ORDER BY w.next_attempt_at, w.received_at
      LIMIT 1;
+    IF before.skipped THEN -- the last claim did not read before the cursor: once it may
+        due := least(due, to_timestamp(before.before_end + 9 * before.before_cost));
+    END IF;
     RETURN CASE WHEN due IS NOT NULL THEN greatest(extract(epoch FROM due - clock_timestamp()), 0) END;
 END
 $$;

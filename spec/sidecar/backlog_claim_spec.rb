@@ -81,6 +81,12 @@ RSpec.describe "webhook-inbox-sidecar claims under a long-open snapshot", :sidec
 
   def cursor = @worker.exec("SELECT current_setting('webhook_inbox.claim_cursor', true)").getvalue(0, 0)
 
+  # The read before the cursor priced out (the session's last one "cost" 1,000,000 s), or not.
+  def before_read(costly:)
+    value = costly ? "round(extract(epoch FROM clock_timestamp()), 6) || ' 1000000 0'" : "''"
+    @worker.exec("SELECT set_config('webhook_inbox.claim_before', #{value}, false)")
+  end
+
   # The idle worker's probe in the worker's session: seconds until something is due, or nil.
   def probe = @worker.exec("SELECT webhook_inbox_next_due()").getvalue(0, 0)&.to_f
 
@@ -123,6 +129,20 @@ RSpec.describe "webhook-inbox-sidecar claims under a long-open snapshot", :sidec
     expect(entries_read - before).to be < 100 # 2,000+ per probe from the head
     expect(claim).to eq(["next"])
     expect(probe).to be_within(60).of(3600)
+  end
+
+  it "puts off a short claim's read before the cursor while that read is costly, and the probe wakes the worker for it" do
+    insert((1..30).map { |i| "e#{i}" })
+    expect(claim).to eq((1..10).map { |i| "e#{i}" })
+    insert(["late"], at: "now() - interval '2 hours'") # before the cursor
+    before_read(costly: true)
+    expect(claim(100)).to eq((11..30).map { |i| "e#{i}" }) # short from the cursor; the rows before it put off
+    expect(probe).to be > 86_400 # nothing after the cursor: when the read before it is allowed (9 x its cost)
+    expect(claim(100)).to eq([])
+    before_read(costly: false)
+    expect(claim(100)).to eq(["late"])
+    expect(probe).to be_nil
+    expect(db.int("SELECT count(*) FROM webhook_inbox WHERE status <> 'done'")).to eq(0)
   end
 
   it "keeps a key's later event behind its earlier one that retries, and runs them in order once it is due" do

@@ -38,6 +38,11 @@ const struct wi_pg_stmt wi_claim_stmt = {
  * batch. */
 const struct wi_pg_stmt wi_next_due_stmt = {"wi_next_due", "SELECT webhook_inbox_next_due()"};
 
+/* Has the session's next claim read the rows before its cursor if it comes up short, whatever
+ * that read cost last time (claim_dispatch.sql): `run --once` claims so before it exits. */
+const struct wi_pg_stmt wi_claim_before_now_stmt = {"wi_claim_before_now",
+                                                     "SELECT set_config('webhook_inbox.claim_before', '', false)"};
+
 /* The probe from the head, for the Citus layout, whose claims keep no cursor (worker.c). */
 const struct wi_pg_stmt wi_next_due_from_head_stmt = {
     "wi_next_due",

@@ -8,6 +8,7 @@
 extern const struct wi_pg_stmt wi_claim_stmt;
 extern const struct wi_pg_stmt wi_next_due_stmt;
 extern const struct wi_pg_stmt wi_next_due_from_head_stmt;
+extern const struct wi_pg_stmt wi_claim_before_now_stmt;
 
 /* One claimed row. Strings are owned by the batch.
  * Invariant: once dispatched, the row in the database already says what result says (the

@@ -413,7 +413,7 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, int *r
                                     struct wi_err *err)
 {
     struct wi_pg_stmt inbox_stmts[] = {wi_claim_stmt, wi_next_due_stmt, wi_dispatch_stmt, wi_dispatch_batch_stmt,
-                                       wi_retry_stmt};
+                                       wi_retry_stmt, wi_claim_before_now_stmt};
     struct wi_pg_stmt stmts[sizeof tx_stmts / sizeof tx_stmts[0] + 4];
     struct wi_pg *pg;
     char lock_timeout[32];
@@ -547,6 +547,7 @@ void *wi_worker_main(void *arg)
     int careful = 0;             /* single-event transactions left in careful mode; 0 = batched */
     double careful_until = 0;    /* wi_clock_s() at which careful mode ends regardless */
     int active = 0;              /* this worker's flag in rt->claims: running a batch or lingering */
+    int once_checked = 0;        /* --once: the last empty claim was told to read before its cursor */
     const char *url = rt->cfg.database_url; /* not reloadable: stable for our lifetime */
 
     while (!atomic_load(&rt->stopping)) {
@@ -598,6 +599,7 @@ void *wi_worker_main(void *arg)
                 careful = 0;
                 log_info("careful_mode_end", "worker=%d reason=done", w->id);
             }
+            once_checked = 0;
             if (!took_all || rt->cfg.once) {
                 if (n >= s.batch_size)
                     wi_wake_more(&rt->claims); /* a backlog: one more worker joins */
@@ -633,8 +635,15 @@ void *wi_worker_main(void *arg)
             }
             continue;
         }
-        if (rt->cfg.once)
+        if (rt->cfg.once) {
+            /* Nothing more: a last claim that reads the rows before the claim cursor, which a
+             * claim may have put off (claim_dispatch.sql), so --once leaves nothing due. */
+            if (!once_checked && wi_pg_cmd(pg, wi_claim_before_now_stmt.name, 0, NULL, &err) == 0) {
+                once_checked = 1;
+                continue;
+            }
             break;
+        }
         if (wait_for_work(w, pg, &s, n > 0, &active) < 0) {
             log_warnx("connection_lost", "worker=%d in=idle", w->id);
             wi_pg_free(pg);
