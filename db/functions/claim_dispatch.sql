@@ -504,7 +504,8 @@ COMMENT ON FUNCTION webhook_inbox_batch_defer(text) IS
 -- Ties in (next_attempt_at, received_at) (one receipt transaction's rows) are read again from
 -- the cursor (it is inclusive): a cost of the tie's size, never a skipped row.
 -- The idle worker's probe for the next due time (webhook_inbox_next_due) reads from the cursor
--- too: it follows a claim that came up short, which has just read the rows before the cursor.
+-- too: it follows a claim that came up short, which has just read the rows before the cursor
+-- or put that read off (then it answers at the latest when that read is allowed).
 -- Unchanged: what a claim may take (due, pending, not locked, its key's earlier events done,
 -- its key's lock free), the locks, the done marks, exactly once; the Ruby worker's claims, the
 -- sidecar's one-event claim (careful mode, sidecar/src/claim/claim.c) and the Citus layout's
