@@ -516,11 +516,20 @@ COMMENT ON FUNCTION webhook_inbox_batch_defer(text) IS
 -- whether a later claim put the next one off (1). Zeros when unset or not ours.
 CREATE OR REPLACE FUNCTION webhook_inbox_claim_before(
         OUT before_end double precision, OUT before_cost double precision, OUT skipped boolean)
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(split_part(b, ' ', 1)::double precision, 0), coalesce(split_part(b, ' ', 2)::double precision, 0),
-           coalesce(split_part(b, ' ', 3) = '1', false)
-      FROM (SELECT CASE WHEN v ~ '^[0-9]{1,12}(\.[0-9]{1,9})? [0-9]{1,9}(\.[0-9]{1,9})? [01]$' THEN v END AS b
-              FROM current_setting('webhook_inbox.claim_before', true) AS v) x
+LANGUAGE plpgsql STABLE AS $$ -- PL/pgSQL: a SQL function of this form is planned at every call
+DECLARE
+    b text := current_setting('webhook_inbox.claim_before', true);
+BEGIN
+    IF b ~ '^[0-9]{1,12}(\.[0-9]{1,9})? [0-9]{1,9}(\.[0-9]{1,9})? [01]$' THEN
+        before_end := split_part(b, ' ', 1)::double precision;
+        before_cost := split_part(b, ' ', 2)::double precision;
+        skipped := split_part(b, ' ', 3) = '1';
+    ELSE
+        before_end := 0;
+        before_cost := 0;
+        skipped := false;
+    END IF;
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_claim_before() IS
     'The session''s last read of the rows before its claim cursor (webhook_inbox.claim_before): when it ended, what it cost, and whether a claim since put one off.';
