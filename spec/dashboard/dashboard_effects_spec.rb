@@ -256,6 +256,17 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
     expect(body).to include("Requeued 2 effects (action #", "3 were shown when you confirmed")
   end
 
+  it "lists a pending event whose Ruby handler run was charged an attempt under status=retrying, as its badge says" do
+    insert_event("evt_fx_retry", status: "pending")
+    insert_event("evt_fx_fresh", status: "pending")
+    effect("ruby:evt_fx_retry", handler: "dash_receipt", event: ["dash:fx", "evt_fx_retry"])
+    db_psql("UPDATE webhook_inbox_outbox SET attempts = 1 WHERE operation_id = 'ruby:evt_fx_retry'")
+    body = admin.get("/webhook_inbox/events?status=retrying&scope=dash:fx").last
+    expect(body).to include("evt_fx_retry")
+    expect(body).not_to include("evt_fx_fresh")
+    expect(body[%r{<tr>(?:(?!</tr>).)*evt_fx_retry.*?</tr>}m]).to include('badge retrying">retrying')
+  end
+
   it "a Ruby handler's permanent failure shows as a quarantined run; requeued from the dashboard, it runs and its event is done" do
     db_psql("INSERT INTO webhook_inbox_ruby_handlers VALUES ('invoice.paid', 'dash_receipt')")
     insert_event("evt_fx_ruby", status: "pending")

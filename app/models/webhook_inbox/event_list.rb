@@ -187,7 +187,12 @@ module WebhookInbox
     def conditions
       self.class.sql_conditions do |add|
         case @filter["status"]
-        when "retrying" then add.call("w.status = $%<n>s AND w.attempts > 0", "pending")
+        # pending with an attempt charged: on the event, or on one of its Ruby handler runs (as
+        # charge_ruby_runs counts them; a correlated EXISTS on the co-located outbox, which
+        # Citus pushes down with the scope)
+        when "retrying" then add.call("w.status = $%<n>s AND (w.attempts > 0 OR EXISTS (SELECT 1 FROM webhook_inbox_outbox o " \
+                                      "WHERE o.destination = 'ruby' AND o.source_scope = w.source_scope " \
+                                      "AND o.source_event_id = w.event_id AND o.attempts > 0))", "pending")
         when String then add.call("w.status = $%<n>s", @filter["status"])
         end
         add.call("w.source_scope = $%<n>s", @filter["scope"]) if @filter["scope"]
