@@ -163,6 +163,18 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
     expect(paid(order)).to eq("paid 1 1")
   end
 
+  it "keeps running after SIGHUP to its process group, saying it ignored it" do
+    seen = File.size(@worker_log)
+    Process.kill("HUP", -@worker)
+    wait_for("the worker logged the ignored SIGHUP") { File.read(@worker_log)[seen..].include?("event=ruby_worker_sighup_ignored") }
+    expect(Process.waitpid(@worker, Process::WNOHANG)).to be_nil # still running
+    order = order!
+    expect(pay("evt_after_hup", order)).to eq("accepted")
+    wait_for("evt_after_hup done") { event_status("evt_after_hup") == "done" }
+    expect(paid(order)).to eq("paid 1 1")
+    expect(File.read(@worker_log)[seen..]).not_to include("ruby_worker_stopped")
+  end
+
   it "retries a raising handler with its writes rolled back, then succeeds once" do
     order = order!
     expect(pay("evt_flaky", order, "fail_once")).to eq("accepted")

@@ -152,16 +152,29 @@ module WebhookInbox
         0
       end
 
+      # TERM and INT stop after the current round (a second one at once). HUP, which ends a
+      # process by default (a closed terminal, `kill -HUP` from a supervisor's reload), is
+      # ignored with a log line: handlers' code loads on a restart (or by the reloader in
+      # development), and the configuration is read at start.
       def trap_signals
         %w[TERM INT].each do |sig|
           Signal.trap(sig) { @stop ? exit!(1) : (@stop = true) }
         end
+        Signal.trap("HUP") { @hup = true }
+      end
+
+      def log_hup
+        return unless @hup
+
+        @hup = false
+        log("ruby_worker_sighup_ignored", %(note="restart the worker to load new code or configuration"))
       end
 
       def work(worker)
         delay = RECONNECT_MIN_S
         until @stop
           begin
+            log_hup if worker.zero?
             round(worker)
             delay = RECONNECT_MIN_S
           rescue StandardError => e
