@@ -6,9 +6,11 @@
 SET LOCAL check_function_bodies = off;
 
 -- Records an external side effect in the caller's transaction (a handler's: it commits or
--- rolls back with the handler's business change). Idempotent: the same operation id again is
--- the same effect; returns true when this call recorded it, false when it existed. The same
--- operation id for another destination is a bug in the caller: raises (22023).
+-- rolls back with the handler's business change). Idempotent: the same operation id again in
+-- the same source scope (the handler's event's, '' outside a handler: db/025's key) is the
+-- same effect; returns true when this call recorded it, false when it existed. The same
+-- operation id for another destination is a bug in the caller: raises (22023). On Citus the
+-- insert and the lookup name the key, so each is one router query to the scope's shard.
 --   PERFORM webhook_inbox_emit('receipt:' || payment_id, 'receipts', jsonb_build_object(...));
 --
 -- Retention (`prune --older-than`, `run --retain`) deletes delivered effects processed before
@@ -19,6 +21,8 @@ RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     existing text;
+    scope    text := coalesce(current_setting('webhook_inbox.source_scope', true), '');
+    event    text := nullif(current_setting('webhook_inbox.source_event_id', true), '');
 BEGIN
     IF p_operation_id IS NULL OR p_operation_id !~ '^[!-~]{1,200}$' THEN
         RAISE EXCEPTION 'webhook_inbox_emit: operation id must be 1..200 printable ASCII characters without spaces'
@@ -31,14 +35,13 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox_emit: payload must not be NULL' USING ERRCODE = '22023';
     END IF;
     INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, source_scope, source_event_id)
-    VALUES (p_operation_id, p_destination, p_payload,
-            nullif(current_setting('webhook_inbox.source_scope', true), ''),
-            nullif(current_setting('webhook_inbox.source_event_id', true), ''))
-    ON CONFLICT (operation_id) DO NOTHING;
+    VALUES (p_operation_id, p_destination, p_payload, scope, event)
+    ON CONFLICT (source_scope, operation_id) DO NOTHING;
     IF FOUND THEN
         RETURN true;
     END IF;
-    SELECT o.destination INTO existing FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id;
+    SELECT o.destination INTO existing FROM webhook_inbox_outbox o
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id;
     IF existing IS DISTINCT FROM p_destination THEN
         RAISE EXCEPTION 'webhook_inbox_emit: operation % was emitted to destination %, not %',
               p_operation_id, existing, p_destination USING ERRCODE = '22023';
@@ -47,7 +50,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_emit(text, text, jsonb) IS
-    'Record an external side effect (operation id, destination name, JSON payload) in the caller''s transaction; idempotent per operation id while the effect is kept (true = recorded now, false = already there). Retention deletes delivered effects after its window (`prune`, `run --retain`): the same operation id emitted after that is a new effect.';
+    'Record an external side effect (operation id, destination name, JSON payload) in the caller''s transaction; idempotent per (source scope, operation id) while the effect is kept (true = recorded now, false = already there). Retention deletes delivered effects after its window (`prune`, `run --retain`): the same operation id emitted after that is a new effect.';
 
 -- The provider's id in an answer: the top-level "id" of a JSON object body, else NULL.
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_provider_id(p_body text) RETURNS text
@@ -76,29 +79,54 @@ COMMENT ON FUNCTION webhook_inbox_outbox_provider_id(text) IS
 --                   whichever is later; quarantined when attempts reached p_max_attempts
 --   'quarantine' -> status quarantined (a 4xx other than 408/429), p_error says why
 -- p_status is the HTTP status (NULL: no answer), p_body the answer's body (bounded by the
--- caller); the first 1000 characters are kept, and a JSON "id" as provider_id. The row is
--- found by primary key only (with status and owner in the locking SELECT the planner took
--- the pending partial index, reading every pending effect at every save: 130 us per save
--- with a few thousand pending).
+-- caller); the first 1000 characters are kept, and a JSON "id" as provider_id. The effect is
+-- the one of that operation id this owner leases (an id is unique per source scope: db/025),
+-- its scope read unlocked by the key's first column, then saved by the whole key
+-- (webhook_inbox_outbox_save_scoped: on Citus one router query to the scope's shard).
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_save(
         p_operation_id text, p_owner text, p_result text, p_error text, p_status integer, p_body text,
         p_retry_after_ms bigint, p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint,
         OUT new_status text, OUT new_attempts integer, OUT retry_in_ms bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    seen integer;
+    scope text;
+BEGIN
+    -- No status in the WHERE: with it the planner may walk the pending partial index instead
+    -- of the primary key (every pending row, at every save).
+    SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o
+     WHERE o.operation_id = p_operation_id AND o.lease_owner = p_owner
+     LIMIT 1;
+    SELECT s.new_status, s.new_attempts, s.retry_in_ms INTO new_status, new_attempts, retry_in_ms
+      FROM webhook_inbox_outbox_save_scoped(scope, p_operation_id, p_owner, p_result, p_error, p_status, p_body,
+                                            p_retry_after_ms, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms) s;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_outbox_save(text, text, text, text, integer, text, bigint, integer, bigint, bigint) IS
+    'Sidecar v6: save one delivery (delivered / retry with backoff or Retry-After / quarantine) if p_owner still holds the lease; NULLs otherwise. Args: operation id, owner, result, error, HTTP status, body, Retry-After ms, max attempts, backoff base ms, backoff cap ms.';
+
+-- webhook_inbox_outbox_save() on the effect (p_scope, p_operation_id), found by its primary
+-- key (NULL scope: none, NULLs out). The times are in variables: Citus refuses a function or
+-- operator that is not IMMUTABLE (timestamptz + interval) in a CASE of an UPDATE.
+CREATE OR REPLACE FUNCTION webhook_inbox_outbox_save_scoped(
+        p_scope text, p_operation_id text, p_owner text, p_result text, p_error text, p_status integer, p_body text,
+        p_retry_after_ms bigint, p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint,
+        OUT new_status text, OUT new_attempts integer, OUT retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    seen       integer;
     cur_status text;
-    cur_owner text;
-    delay_ms bigint;
+    cur_owner  text;
+    delay_ms   bigint;
+    t          timestamptz := clock_timestamp();
+    nxt        timestamptz;
 BEGIN
     IF p_result IS NULL OR p_result NOT IN ('delivered', 'retry', 'quarantine') THEN
         RAISE EXCEPTION 'webhook_inbox: p_result must be delivered, retry or quarantine, not %', p_result
               USING ERRCODE = '22023';
     END IF;
-    -- By primary key only, then checked: with status and owner in the WHERE the planner may
-    -- walk the pending partial index instead (every pending row, at every save).
-    SELECT o.attempts, o.status, o.lease_owner INTO seen, cur_status, cur_owner FROM webhook_inbox_outbox o
-     WHERE o.operation_id = p_operation_id
+    SELECT o.attempts, o.status, o.lease_owner, o.next_attempt_at INTO seen, cur_status, cur_owner, nxt
+      FROM webhook_inbox_outbox o
+     WHERE o.source_scope = p_scope AND o.operation_id = p_operation_id
        FOR UPDATE;
     IF NOT FOUND OR cur_status <> 'pending' OR cur_owner IS DISTINCT FROM p_owner THEN
         RETURN;
@@ -106,6 +134,7 @@ BEGIN
     IF p_result = 'retry' THEN
         delay_ms := greatest(webhook_inbox_retry_delay_ms(seen - 1, p_backoff_base_ms, p_backoff_cap_ms),
                              least(coalesce(p_retry_after_ms, 0), 86400000));
+        nxt := t + delay_ms * interval '1 millisecond';
     END IF;
     UPDATE webhook_inbox_outbox o
        SET status = CASE WHEN p_result = 'delivered' THEN 'delivered'
@@ -116,18 +145,17 @@ BEGIN
            response_status = p_status,
            response_excerpt = left(p_body, 1000),
            provider_id = coalesce(webhook_inbox_outbox_provider_id(p_body), o.provider_id),
-           next_attempt_at = CASE WHEN delay_ms IS NULL THEN o.next_attempt_at
-                                  ELSE clock_timestamp() + delay_ms * interval '1 millisecond' END,
-           processed_at = CASE WHEN p_result <> 'retry' OR seen >= p_max_attempts THEN clock_timestamp() END
-     WHERE o.operation_id = p_operation_id
+           next_attempt_at = nxt,
+           processed_at = CASE WHEN p_result <> 'retry' OR seen >= p_max_attempts THEN t END
+     WHERE o.source_scope = p_scope AND o.operation_id = p_operation_id
     RETURNING o.status, o.attempts INTO new_status, new_attempts;
     IF new_status = 'pending' THEN
         retry_in_ms := delay_ms;
     END IF;
 END
 $$;
-COMMENT ON FUNCTION webhook_inbox_outbox_save(text, text, text, text, integer, text, bigint, integer, bigint, bigint) IS
-    'Sidecar v6: save one delivery (delivered / retry with backoff or Retry-After / quarantine) if p_owner still holds the lease; NULLs otherwise. Args: operation id, owner, result, error, HTTP status, body, Retry-After ms, max attempts, backoff base ms, backoff cap ms.';
+COMMENT ON FUNCTION webhook_inbox_outbox_save_scoped(text, text, text, text, text, integer, text, bigint, integer, bigint, bigint) IS
+    'webhook_inbox_outbox_save() on the effect of one (source scope, operation id): its primary key (on Citus one shard).';
 
 -- Monitoring, per destination: pending (of which retrying: attempted before, and leased:
 -- being delivered now), the oldest pending effect's age, quarantined, delivered in the last hour.
@@ -249,11 +277,12 @@ BEGIN
                WITH ORDINALITY u(id, result, error, status, body, retry_after_ms, ord)
     ), first AS ( -- an operation id twice: its first answer is saved, the other finds no lease
         SELECT DISTINCT ON (a.id) a.* FROM a ORDER BY a.id, a.ord
-    ), locked AS ( -- by primary key, in operation id order
-        SELECT o.operation_id, o.attempts AS seen, o.status = 'pending' AND o.lease_owner = p_owner AS owned
+    ), locked AS ( -- by primary key, in key order
+        SELECT o.operation_id, o.source_scope, o.attempts AS seen,
+               o.status = 'pending' AND o.lease_owner = p_owner AS owned
           FROM webhook_inbox_outbox o
          WHERE o.operation_id = ANY (p_operation_ids)
-         ORDER BY o.operation_id
+         ORDER BY o.operation_id, o.source_scope
            FOR UPDATE
     ), saved AS (
         UPDATE webhook_inbox_outbox o
@@ -274,7 +303,7 @@ BEGIN
                SELECT CASE WHEN f.result = 'retry'
                            THEN greatest(webhook_inbox_retry_delay_ms(l.seen - 1, p_backoff_base_ms, p_backoff_cap_ms),
                                          least(coalesce(f.retry_after_ms, 0), 86400000)) END AS delay_ms) d
-         WHERE o.operation_id = l.operation_id AND l.owned
+         WHERE o.operation_id = l.operation_id AND o.source_scope = l.source_scope AND l.owned
         RETURNING o.operation_id, o.status, o.attempts, d.delay_ms
     )
     SELECT a.id, s.status, s.attempts, CASE WHEN s.status = 'pending' THEN s.delay_ms END
@@ -313,7 +342,7 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH due AS (
-        SELECT c.operation_id, c.attempts >= p_max_attempts AS spent
+        SELECT c.operation_id, c.source_scope, c.attempts >= p_max_attempts AS spent
           FROM webhook_inbox_outbox c
          WHERE c.destination = p_destination AND c.status = 'pending' AND c.next_attempt_at <= now()
            AND (c.lease_until IS NULL OR c.lease_until < clock_timestamp())
@@ -326,14 +355,16 @@ BEGIN
                last_error = left(CASE WHEN o.lease_until IS NULL THEN 'max attempts reached'
                                       ELSE 'max attempts reached; the last delivery was never saved (sidecar stopped): outcome unknown'
                                  END || coalesce(' (before: ' || o.last_error || ')', ''), 1000)
-         WHERE o.operation_id = ANY (ARRAY(SELECT due.operation_id FROM due WHERE due.spent))
+          FROM due d
+         WHERE o.operation_id = d.operation_id AND o.source_scope = d.source_scope AND d.spent
         RETURNING o.operation_id
     )
     UPDATE webhook_inbox_outbox o
        SET attempts = o.attempts + 1, lease_owner = p_owner,
            lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
            last_attempt_at = clock_timestamp()
-     WHERE o.operation_id = ANY (ARRAY(SELECT due.operation_id FROM due WHERE NOT due.spent))
+      FROM due d
+     WHERE o.operation_id = d.operation_id AND o.source_scope = d.source_scope AND NOT d.spent
     RETURNING o.operation_id, o.payload::text, o.attempts;
     IF rule.rate IS NOT NULL AND FOUND THEN
         PERFORM webhook_inbox_flow_take('destination', p_destination);

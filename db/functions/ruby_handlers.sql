@@ -31,22 +31,32 @@ COMMENT ON FUNCTION webhook_inbox_handler_operation_id(text, text, text) IS
 -- writes commit with this), 'retry' (its writes were rolled back; backoff as the events',
 -- quarantined at p_max_attempts) or 'quarantine' (WebhookInbox::Permanent). Then settles the
 -- event: done when every run of it is delivered, quarantined with the run's error when the
--- run is. Returns the run's new status.
+-- run is. Returns the run's new status. The run is found by its key: its scope is the one the
+-- claim kept in this transaction (webhook_inbox.ruby_scope: the Citus claim takes one scope),
+-- else read by its operation id. The times are in variables: Citus refuses VOLATILE
+-- functions, and non-IMMUTABLE ones in a CASE, in an UPDATE.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_save(
         p_operation_id text, p_result text, p_error text, p_duration_ms double precision,
         p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    run webhook_inbox_outbox;
-    st  text;
+    run   webhook_inbox_outbox;
+    st    text;
+    scope text := nullif(current_setting('webhook_inbox.ruby_scope', true), '');
+    t     timestamptz := clock_timestamp();
+    nxt   timestamptz;
 BEGIN
     IF p_result IS NULL OR p_result NOT IN ('done', 'retry', 'quarantine') THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_save: p_result must be done, retry or quarantine, not %', p_result
               USING ERRCODE = '22023';
     END IF;
+    IF scope IS NULL THEN
+        SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o
+         WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' LIMIT 1;
+    END IF;
     SELECT * INTO run FROM webhook_inbox_outbox o
-     WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' AND o.status = 'pending'
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id AND o.destination = 'ruby' AND o.status = 'pending'
        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -54,17 +64,18 @@ BEGIN
     st := CASE WHEN p_result = 'done' THEN 'delivered'
                WHEN p_result = 'quarantine' OR run.attempts + 1 >= p_max_attempts THEN 'quarantined'
                ELSE 'pending' END;
+    nxt := run.next_attempt_at;
+    IF p_result = 'retry' THEN
+        nxt := t + webhook_inbox_retry_delay_ms(run.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+    END IF;
     UPDATE webhook_inbox_outbox o
        SET status = st,
-           processed_at = CASE WHEN st <> 'pending' THEN clock_timestamp() END,
+           processed_at = CASE WHEN st <> 'pending' THEN t END,
            attempts = o.attempts + CASE WHEN p_result = 'done' THEN 0 ELSE 1 END,
            last_error = CASE WHEN p_result = 'done' THEN NULL ELSE left(p_error, 1000) END,
-           last_attempt_at = clock_timestamp(),
-           next_attempt_at = CASE WHEN p_result = 'retry'
-                                  THEN clock_timestamp() + webhook_inbox_retry_delay_ms(o.attempts, p_backoff_base_ms, p_backoff_cap_ms)
-                                                           * interval '1 millisecond'
-                                  ELSE o.next_attempt_at END
-     WHERE o.operation_id = p_operation_id
+           last_attempt_at = t,
+           next_attempt_at = nxt
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id
     RETURNING o.* INTO run;
     PERFORM webhook_inbox_ruby_settle(run, p_duration_ms);
     RETURN run.status;
@@ -105,7 +116,7 @@ BEGIN
         CONTINUE WHEN p_handler = ANY (coalesce(webhook_inbox_ruby_handlers_for(typ), '{}')); -- still registered for it
         UPDATE webhook_inbox_outbox o
            SET status = 'quarantined', processed_at = clock_timestamp(), last_error = 'handler retired'
-         WHERE o.operation_id = run.operation_id AND o.status = 'pending';
+         WHERE o.source_scope = run.source_scope AND o.operation_id = run.operation_id AND o.status = 'pending';
         CONTINUE WHEN NOT FOUND;
         runs_retired := runs_retired + 1;
         UPDATE webhook_inbox w SET next_attempt_at = now()
@@ -125,22 +136,36 @@ COMMENT ON FUNCTION webhook_inbox_ruby_retire(text, text, text) IS
 -- the attempt was charged at the start: 'retry' waits the backoff of attempt - 1 earlier
 -- failures and quarantines at p_max_attempts; 'quarantine' (WebhookInbox::Permanent, or an
 -- exhausted run) quarantines. Settles the event (its row is already locked: step 2).
--- Returns the run's new status, NULL when it is not the run locked at p_attempt.
+-- Returns the run's new status, NULL when it is not the run locked at p_attempt. The run is
+-- found by its key: the scope webhook_inbox_ruby_lock kept in this transaction
+-- (webhook_inbox.ruby_scope, for the run webhook_inbox.ruby_op), else read by its operation
+-- id; on Citus every statement is then one router query to the run's shard. The times are
+-- in variables (Citus: no VOLATILE function, nor a non-IMMUTABLE one in a CASE, in an UPDATE).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_finish(
         p_operation_id text, p_attempt integer, p_result text, p_error text, p_duration_ms double precision,
         p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    run webhook_inbox_outbox;
-    st  text;
+    run   webhook_inbox_outbox;
+    st    text;
+    scope text;
+    t     timestamptz := clock_timestamp();
+    nxt   timestamptz;
 BEGIN
     IF p_result IS NULL OR p_result NOT IN ('done', 'retry', 'quarantine') THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_finish: p_result must be done, retry or quarantine, not %', p_result
               USING ERRCODE = '22023';
     END IF;
+    IF current_setting('webhook_inbox.ruby_op', true) IS NOT DISTINCT FROM p_operation_id THEN
+        scope := current_setting('webhook_inbox.ruby_scope', true);
+    ELSE
+        SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o
+         WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' LIMIT 1;
+    END IF;
     SELECT * INTO run FROM webhook_inbox_outbox o
-     WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' AND o.status = 'pending' AND o.attempts = p_attempt
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id AND o.destination = 'ruby'
+       AND o.status = 'pending' AND o.attempts = p_attempt
        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -148,15 +173,16 @@ BEGIN
     st := CASE WHEN p_result = 'done' THEN 'delivered'
                WHEN p_result = 'quarantine' OR run.attempts >= p_max_attempts THEN 'quarantined'
                ELSE 'pending' END;
+    nxt := run.next_attempt_at;
+    IF st = 'pending' THEN
+        nxt := t + webhook_inbox_retry_delay_ms(run.attempts - 1, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+    END IF;
     UPDATE webhook_inbox_outbox o
        SET status = st,
-           processed_at = CASE WHEN st <> 'pending' THEN clock_timestamp() END,
+           processed_at = CASE WHEN st <> 'pending' THEN t END,
            last_error = CASE WHEN p_result = 'done' THEN NULL ELSE left(p_error, 1000) END,
-           next_attempt_at = CASE WHEN st = 'pending'
-                                  THEN clock_timestamp() + webhook_inbox_retry_delay_ms(o.attempts - 1, p_backoff_base_ms, p_backoff_cap_ms)
-                                                           * interval '1 millisecond'
-                                  ELSE o.next_attempt_at END
-     WHERE o.operation_id = p_operation_id
+           next_attempt_at = nxt
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id
     RETURNING o.* INTO run;
     PERFORM webhook_inbox_ruby_settle(run, p_duration_ms);
     RETURN run.status;
@@ -170,7 +196,8 @@ COMMENT ON FUNCTION webhook_inbox_ruby_finish(text, integer, text, text, double 
 -- SQL route once, record one run per Ruby handler (a quarantined run of this event is made
 -- due again: requeuing the event requeues its runs), then either all runs are already
 -- delivered (a replay: nothing runs twice) -> 'done', or the row waits for the Ruby worker ->
--- 'handed' (pending, due in the year 9999: the worker settles it).
+-- 'handed' (pending, due in the year 9999: the worker settles it). The runs are keyed and
+-- counted in the event's scope (on Citus, its shard).
 CREATE OR REPLACE FUNCTION webhook_inbox_run_ruby(ev webhook_inbox, p_handler regproc, p_ruby text[],
         OUT result text, OUT detail text)
 LANGUAGE plpgsql AS $$
@@ -180,6 +207,7 @@ DECLARE
     h       text;
     ops     text[] := '{}';
     open    integer;
+    due     timestamptz := now(); -- a variable: Citus allows only IMMUTABLE functions in DO UPDATE
 BEGIN
     IF p_handler IS NOT NULL THEN
         sql_op := webhook_inbox_handler_operation_id(ev.source_scope, ev.event_id, 'sql:' || p_handler::text);
@@ -197,11 +225,12 @@ BEGIN
         ops := ops || webhook_inbox_handler_operation_id(ev.source_scope, ev.event_id, h);
         INSERT INTO webhook_inbox_outbox AS o (operation_id, destination, payload, source_scope, source_event_id)
         VALUES (ops[cardinality(ops)], 'ruby', jsonb_build_object('handler', h), ev.source_scope, ev.event_id)
-        ON CONFLICT (operation_id) DO UPDATE
-           SET status = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL
+        ON CONFLICT (source_scope, operation_id) DO UPDATE
+           SET status = 'pending', attempts = 0, next_attempt_at = due, processed_at = NULL
          WHERE o.status = 'quarantined';
     END LOOP;
-    SELECT count(*) INTO open FROM webhook_inbox_outbox o WHERE o.operation_id = ANY (ops) AND o.status <> 'delivered';
+    SELECT count(*) INTO open FROM webhook_inbox_outbox o
+     WHERE o.source_scope = ev.source_scope AND o.operation_id = ANY (ops) AND o.status <> 'delivered';
     IF open = 0 THEN
         result := 'done';
         detail := concat_ws('; ', sql_out, cardinality(ops) || ' Ruby handler(s) done');
@@ -309,7 +338,7 @@ CREATE OR REPLACE FUNCTION webhook_inbox_ruby_start(p_max_attempts integer, p_ba
 RETURNS TABLE (operation_id text, attempt integer, exhausted boolean)
 LANGUAGE sql AS $$
     WITH due AS (
-        SELECT o.operation_id, o.attempts
+        SELECT o.operation_id, o.source_scope, o.attempts
           FROM webhook_inbox_outbox o
          WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
            AND NOT EXISTS (SELECT 1 FROM webhook_inbox_flow f
@@ -324,7 +353,7 @@ LANGUAGE sql AS $$
            next_attempt_at = clock_timestamp()
                              + webhook_inbox_retry_delay_ms(d.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond'
       FROM due d
-     WHERE o.operation_id = d.operation_id
+     WHERE o.operation_id = d.operation_id AND o.source_scope = d.source_scope
     RETURNING o.operation_id, o.attempts, d.attempts >= p_max_attempts
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
@@ -351,7 +380,7 @@ BEGIN
         RETURN;
     END IF;
     FOR due IN
-        SELECT o.operation_id, o.attempts
+        SELECT o.operation_id, o.source_scope, o.attempts
           FROM webhook_inbox_outbox o
          WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
          ORDER BY o.next_attempt_at, o.created_at
@@ -364,7 +393,7 @@ BEGIN
                last_attempt_at = clock_timestamp(),
                next_attempt_at = clock_timestamp()
                                  + webhook_inbox_retry_delay_ms(due.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond'
-         WHERE o.operation_id = due.operation_id
+         WHERE o.operation_id = due.operation_id AND o.source_scope = due.source_scope
         RETURNING o.operation_id, o.attempts, due.attempts >= p_max_attempts INTO operation_id, attempt, exhausted;
         RETURN NEXT;
         n := n + 1;
@@ -377,12 +406,17 @@ COMMENT ON FUNCTION webhook_inbox_ruby_start_batch(integer, integer, bigint, big
 
 -- Step 3 for a batch, after its handlers, in the same transaction: webhook_inbox_ruby_finish
 -- for each run (same index in every array), in the order given. One row per run: its new
--- status, NULL when it is not the run locked at that attempt (the caller rolls back).
+-- status, NULL when it is not the run locked at that attempt (the caller rolls back). The
+-- runs' scopes are read once (on Citus every shard once) and given to each finish
+-- (webhook_inbox.ruby_scope, _op), which then works on the run's key alone.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_finish_batch(
         p_operation_ids text[], p_attempts integer[], p_results text[], p_errors text[], p_durations_ms double precision[],
         p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
 RETURNS TABLE (operation_id text, status text)
 LANGUAGE plpgsql AS $$
+DECLARE
+    r      record;
+    scopes jsonb := '{}';
 BEGIN
     IF p_operation_ids IS NULL OR p_attempts IS NULL OR p_results IS NULL OR p_errors IS NULL OR p_durations_ms IS NULL
        OR cardinality(p_attempts) <> cardinality(p_operation_ids) OR cardinality(p_results) <> cardinality(p_operation_ids)
@@ -390,7 +424,15 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox_ruby_finish_batch: one attempt, result, error and duration per operation id'
               USING ERRCODE = '22023';
     END IF;
+    FOR r IN
+        SELECT o.operation_id AS op, o.source_scope AS scope FROM webhook_inbox_outbox o
+         WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
+    LOOP
+        scopes := scopes || jsonb_build_object(r.op, r.scope);
+    END LOOP;
     FOR i IN 1 .. cardinality(p_operation_ids) LOOP
+        PERFORM set_config('webhook_inbox.ruby_scope', coalesce(scopes->>p_operation_ids[i], ''), true),
+                set_config('webhook_inbox.ruby_op', p_operation_ids[i], true);
         operation_id := p_operation_ids[i];
         status := webhook_inbox_ruby_finish(p_operation_ids[i], p_attempts[i], p_results[i], p_errors[i], p_durations_ms[i],
                                             p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms);
@@ -440,7 +482,10 @@ COMMENT ON FUNCTION webhook_inbox_ruby_register(jsonb) IS
 -- 013's step 2, the event's key first: the run's event's ordering key (read unlocked: it
 -- never changes) is locked - waiting for the transaction that holds it - before the event's
 -- row, then the run, as before. A batch took its keys already (below): taken again, it does
--- not wait.
+-- not wait. Each statement names the event's or the run's key (on Citus one router query
+-- to their shard, where the key's lock is taken too, as webhook_inbox_citus_lock_key does);
+-- the run's scope is kept in the transaction for webhook_inbox_ruby_finish
+-- (webhook_inbox.ruby_scope, _op).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_lock(p_operation_id text, p_attempt integer)
 RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
                event_type text, payload text, raw_body_base64 text, received_at timestamptz)
@@ -449,7 +494,7 @@ DECLARE
     run webhook_inbox_outbox;
     ev  webhook_inbox;
 BEGIN
-    SELECT * INTO run FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id;
+    SELECT * INTO run FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' LIMIT 1;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -460,12 +505,14 @@ BEGIN
      WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id
        FOR UPDATE;
     SELECT * INTO run FROM webhook_inbox_outbox o
-     WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' AND o.status = 'pending'
-       AND o.attempts = p_attempt
+     WHERE o.source_scope = run.source_scope AND o.operation_id = p_operation_id AND o.destination = 'ruby'
+       AND o.status = 'pending' AND o.attempts = p_attempt
        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    PERFORM set_config('webhook_inbox.ruby_scope', run.source_scope, true),
+            set_config('webhook_inbox.ruby_op', run.operation_id, true);
     RETURN QUERY SELECT run.operation_id, run.payload->>'handler', p_attempt, run.source_scope, run.source_event_id,
                         ev.event_type, ev.payload::text,
                         CASE WHEN ev.payload IS NULL AND ev.raw_body IS NOT NULL

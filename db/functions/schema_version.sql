@@ -9,9 +9,9 @@ SET LOCAL check_function_bodies = off;
 -- every db/functions/ file of this version have been applied. The number is this gem's
 -- WebhookInbox::Schema::VERSION (read from this line) and the sidecar's WI_SCHEMA_VERSION
 -- (sidecar/src/pg/schema.h); the sidecar refuses a database without it or with an older one.
--- 24: the 1.0 layout (db/README.md); no table changed.
+-- 24: the 1.0 layout (db/README.md); no table changed. 25: the outbox's key (db/025).
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 24 $$;
+LANGUAGE sql STABLE AS $$ SELECT 25 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN, db/functions/ of this version). Sidecars older or newer check it at start and after every reconnect.';
 
