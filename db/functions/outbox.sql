@@ -94,8 +94,7 @@ BEGIN
     -- No status in the WHERE: with it the planner may walk the pending partial index instead
     -- of the primary key (every pending row, at every save).
     SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o
-     WHERE o.operation_id = p_operation_id AND o.lease_owner = p_owner
-     LIMIT 1;
+     WHERE o.operation_id = p_operation_id AND o.lease_owner = p_owner;
     SELECT s.new_status, s.new_attempts, s.retry_in_ms INTO new_status, new_attempts, retry_in_ms
       FROM webhook_inbox_outbox_save_scoped(scope, p_operation_id, p_owner, p_result, p_error, p_status, p_body,
                                             p_retry_after_ms, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms) s;

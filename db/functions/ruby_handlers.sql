@@ -52,13 +52,12 @@ BEGIN
               USING ERRCODE = '22023';
     END IF;
     IF scope IS NULL THEN
-        SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o
-         WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' LIMIT 1;
+        SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id; -- see ruby_lock
     END IF;
     SELECT * INTO run FROM webhook_inbox_outbox o
-     WHERE o.source_scope = scope AND o.operation_id = p_operation_id AND o.destination = 'ruby' AND o.status = 'pending'
-       FOR UPDATE;
-    IF NOT FOUND THEN
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id
+       FOR UPDATE; -- by the key alone, then checked (see ruby_finish)
+    IF NOT FOUND OR run.destination <> 'ruby' OR run.status <> 'pending' THEN
         RETURN NULL;
     END IF;
     st := CASE WHEN p_result = 'done' THEN 'delivered'
@@ -160,14 +159,15 @@ BEGIN
     IF current_setting('webhook_inbox.ruby_op', true) IS NOT DISTINCT FROM p_operation_id THEN
         scope := current_setting('webhook_inbox.ruby_scope', true);
     ELSE
-        SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o
-         WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' LIMIT 1;
+        SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id; -- see ruby_lock
     END IF;
+    -- By the key alone, then checked: with destination and status in the WHERE a plan made
+    -- while the outbox was small walked the pending partial index (every pending run, at
+    -- every finish).
     SELECT * INTO run FROM webhook_inbox_outbox o
-     WHERE o.source_scope = scope AND o.operation_id = p_operation_id AND o.destination = 'ruby'
-       AND o.status = 'pending' AND o.attempts = p_attempt
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id
        FOR UPDATE;
-    IF NOT FOUND THEN
+    IF NOT FOUND OR run.destination <> 'ruby' OR run.status <> 'pending' OR run.attempts <> p_attempt THEN
         RETURN NULL;
     END IF;
     st := CASE WHEN p_result = 'done' THEN 'delivered'
@@ -415,8 +415,7 @@ CREATE OR REPLACE FUNCTION webhook_inbox_ruby_finish_batch(
 RETURNS TABLE (operation_id text, status text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    r      record;
-    scopes jsonb := '{}';
+    scopes jsonb;
 BEGIN
     IF p_operation_ids IS NULL OR p_attempts IS NULL OR p_results IS NULL OR p_errors IS NULL OR p_durations_ms IS NULL
        OR cardinality(p_attempts) <> cardinality(p_operation_ids) OR cardinality(p_results) <> cardinality(p_operation_ids)
@@ -424,12 +423,10 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox_ruby_finish_batch: one attempt, result, error and duration per operation id'
               USING ERRCODE = '22023';
     END IF;
-    FOR r IN
-        SELECT o.operation_id AS op, o.source_scope AS scope FROM webhook_inbox_outbox o
-         WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
-    LOOP
-        scopes := scopes || jsonb_build_object(r.op, r.scope);
-    END LOOP;
+    -- One statement, not a loop's cursor (planned for its first rows, it walked an index of
+    -- every Ruby run); by the key's first column alone, as ruby_lock.
+    SELECT coalesce(jsonb_object_agg(o.operation_id, o.source_scope), '{}') INTO scopes FROM webhook_inbox_outbox o
+     WHERE o.operation_id = ANY (p_operation_ids);
     FOR i IN 1 .. cardinality(p_operation_ids) LOOP
         PERFORM set_config('webhook_inbox.ruby_scope', coalesce(scopes->>p_operation_ids[i], ''), true),
                 set_config('webhook_inbox.ruby_op', p_operation_ids[i], true);
@@ -494,7 +491,10 @@ DECLARE
     run webhook_inbox_outbox;
     ev  webhook_inbox;
 BEGIN
-    SELECT * INTO run FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' LIMIT 1;
+    -- By the key's first column alone (the destination is checked below, on the whole key):
+    -- with destination = 'ruby' here the plan may walk the Ruby runs' partial index instead
+    -- (every run, at every lock: 75 instead of 2 us with 10 000 runs).
+    SELECT * INTO run FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -505,10 +505,9 @@ BEGIN
      WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id
        FOR UPDATE;
     SELECT * INTO run FROM webhook_inbox_outbox o
-     WHERE o.source_scope = run.source_scope AND o.operation_id = p_operation_id AND o.destination = 'ruby'
-       AND o.status = 'pending' AND o.attempts = p_attempt
-       FOR UPDATE;
-    IF NOT FOUND THEN
+     WHERE o.source_scope = run.source_scope AND o.operation_id = p_operation_id
+       FOR UPDATE; -- by the key alone, then checked (see ruby_finish)
+    IF NOT FOUND OR run.destination <> 'ruby' OR run.status <> 'pending' OR run.attempts <> p_attempt THEN
         RETURN;
     END IF;
     PERFORM set_config('webhook_inbox.ruby_scope', run.source_scope, true),
