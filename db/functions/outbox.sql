@@ -315,14 +315,55 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_save_batch(text, text[], text[], text[], integer[], text[], bigint[], integer, bigint, bigint) IS
     'Sidecar v7: webhook_inbox_outbox_save() for many deliveries in one statement (same arguments, per-delivery ones as arrays); one row per delivery, NULL statuses where the lease was lost.';
 
+-- The source scopes the outbox's claims (the deliverer's and the Ruby worker's steps 1) take
+-- one at a time. Where the outbox is a plain table: one NULL, every scope at once (the claims
+-- read `s IS NULL OR source_scope = s`: one statement, as before). On Citus, where it is
+-- distributed by source_scope and FOR UPDATE works within one shard only: the scopes of the
+-- 256 oldest due pending effects of the destination (the claims' own filters: due, lease
+-- expired or none; a charged Ruby run is leased past now()), in random order, so concurrent
+-- claimers start on different scopes. Every effect there is one a claim may take, bar those
+-- another has locked at that moment (effects have no ordering key, and a Ruby run waits for
+-- its event's key in the lock step, never in the claim): no held effect fills the window.
+CREATE OR REPLACE FUNCTION webhook_inbox_outbox_claim_scopes(p_destination text) RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+DECLARE
+    distributed boolean := false;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
+           INTO distributed USING 'webhook_inbox_outbox'::regclass;
+    END IF;
+    IF NOT distributed THEN
+        RETURN NEXT NULL;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT d.scope FROM (SELECT DISTINCT o.scope FROM (
+             SELECT c.source_scope AS scope FROM webhook_inbox_outbox c
+              WHERE c.destination = p_destination AND c.status = 'pending' AND c.next_attempt_at <= now()
+                AND (c.lease_until IS NULL OR c.lease_until < clock_timestamp())
+              ORDER BY c.next_attempt_at LIMIT 256) o) d
+     ORDER BY random();
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_outbox_claim_scopes(text) IS
+    'The scopes the outbox''s claims take one at a time: one NULL (all at once) on a plain table; on Citus those of the 256 oldest due pending effects of the destination, in random order.';
+
 -- As in 006, plus: a paused destination's effects are never claimed (they stay pending,
 -- uncharged); a rate-limited one is leased one effect per free slot (burst 1), its GCRA row
--- advanced in this transaction, whichever sidecar claims.
+-- advanced in this transaction, whichever sidecar claims. Scope by scope
+-- (webhook_inbox_outbox_claim_scopes: all at once on one node; on Citus one shard each, a
+-- router query) until p_limit effects are leased or the scopes run out. Committed at once by
+-- the sidecar (autocommit); on Citus over several nodes with two-phase commit, and with
+-- custom plans (citus/002: a generic plan of a scoped statement cannot be distributed).
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_claim(
         p_destination text, p_limit integer, p_owner text, p_lease_ms bigint, p_max_attempts integer)
 RETURNS TABLE (operation_id text, payload text, attempts integer)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
+    s    text;
+    got  integer := 0;
+    k    integer;
     lim  integer := p_limit;
     rule webhook_inbox_flow;
 BEGIN
@@ -339,33 +380,40 @@ BEGIN
         END IF;
         lim := 1;
     END IF;
-    RETURN QUERY
-    WITH due AS (
-        SELECT c.operation_id, c.source_scope, c.attempts >= p_max_attempts AS spent
-          FROM webhook_inbox_outbox c
-         WHERE c.destination = p_destination AND c.status = 'pending' AND c.next_attempt_at <= now()
-           AND (c.lease_until IS NULL OR c.lease_until < clock_timestamp())
-         ORDER BY c.next_attempt_at, c.created_at
-         LIMIT lim
-           FOR UPDATE SKIP LOCKED
-    ), quarantined AS (
+    FOR s IN SELECT x FROM webhook_inbox_outbox_claim_scopes(p_destination) x LOOP
+        RETURN QUERY
+        WITH due AS (
+            SELECT c.operation_id, c.source_scope, c.attempts >= p_max_attempts AS spent
+              FROM webhook_inbox_outbox c
+             WHERE (s IS NULL OR c.source_scope = s) AND c.destination = p_destination AND c.status = 'pending'
+               AND c.next_attempt_at <= now() AND (c.lease_until IS NULL OR c.lease_until < clock_timestamp())
+             ORDER BY c.next_attempt_at, c.created_at
+             LIMIT lim - got
+               FOR UPDATE SKIP LOCKED
+        ), quarantined AS (
+            UPDATE webhook_inbox_outbox o
+               SET status = 'quarantined', processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL,
+                   last_error = left(CASE WHEN o.lease_until IS NULL THEN 'max attempts reached'
+                                          ELSE 'max attempts reached; the last delivery was never saved (sidecar stopped): outcome unknown'
+                                     END || coalesce(' (before: ' || o.last_error || ')', ''), 1000)
+              FROM due d
+             WHERE (s IS NULL OR o.source_scope = s) AND o.operation_id = d.operation_id AND o.source_scope = d.source_scope
+               AND d.spent
+            RETURNING o.operation_id
+        )
         UPDATE webhook_inbox_outbox o
-           SET status = 'quarantined', processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL,
-               last_error = left(CASE WHEN o.lease_until IS NULL THEN 'max attempts reached'
-                                      ELSE 'max attempts reached; the last delivery was never saved (sidecar stopped): outcome unknown'
-                                 END || coalesce(' (before: ' || o.last_error || ')', ''), 1000)
+           SET attempts = o.attempts + 1, lease_owner = p_owner,
+               lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
+               last_attempt_at = clock_timestamp()
           FROM due d
-         WHERE o.operation_id = d.operation_id AND o.source_scope = d.source_scope AND d.spent
-        RETURNING o.operation_id
-    )
-    UPDATE webhook_inbox_outbox o
-       SET attempts = o.attempts + 1, lease_owner = p_owner,
-           lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
-           last_attempt_at = clock_timestamp()
-      FROM due d
-     WHERE o.operation_id = d.operation_id AND o.source_scope = d.source_scope AND NOT d.spent
-    RETURNING o.operation_id, o.payload::text, o.attempts;
-    IF rule.rate IS NOT NULL AND FOUND THEN
+         WHERE (s IS NULL OR o.source_scope = s) AND o.operation_id = d.operation_id AND o.source_scope = d.source_scope
+           AND NOT d.spent
+        RETURNING o.operation_id, o.payload::text, o.attempts;
+        GET DIAGNOSTICS k = ROW_COUNT;
+        got := got + k;
+        EXIT WHEN got >= lim;
+    END LOOP;
+    IF rule.rate IS NOT NULL AND got > 0 THEN
         PERFORM webhook_inbox_flow_take('destination', p_destination);
     END IF;
 END

@@ -307,54 +307,58 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_settle(webhook_inbox_outbox, double precision) IS
     'Ruby worker: after a run changed, lock its event and mark it done (every run delivered), quarantined (the run quarantined) or note the run''s error.';
 
--- As in 009, plus: nothing while the destination 'ruby' is paused.
+-- As in 009, plus: nothing while the destination 'ruby' is paused. One source scope per claim
+-- (webhook_inbox_outbox_claim_scopes: all at once on one node; on Citus one shard, the runs
+-- joined with their co-located events there), kept in the transaction for
+-- webhook_inbox_ruby_save (webhook_inbox.ruby_scope) when it is one.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_claim(p_limit integer)
 RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
                event_type text, payload text, raw_body_base64 text, received_at timestamptz)
-LANGUAGE sql AS $$
-    WITH due AS (
-        SELECT o.operation_id, o.payload->>'handler' AS handler, o.attempts + 1 AS attempt,
-               o.source_scope, o.source_event_id
-          FROM webhook_inbox_outbox o
-         WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
-           AND NOT EXISTS (SELECT 1 FROM webhook_inbox_flow f
-                            WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused)
-         ORDER BY o.next_attempt_at, o.created_at
-         LIMIT p_limit
-           FOR UPDATE SKIP LOCKED
-    )
-    SELECT d.operation_id, d.handler, d.attempt, d.source_scope, d.source_event_id, w.event_type, w.payload::text,
-           CASE WHEN w.payload IS NULL THEN translate(encode(w.raw_body, 'base64'), E'\n', '') END, w.received_at
-      FROM due d
-      LEFT JOIN webhook_inbox w ON w.source_scope = d.source_scope AND w.event_id = d.source_event_id
+LANGUAGE plpgsql AS $$
+DECLARE
+    s text;
+BEGIN
+    IF EXISTS (SELECT 1 FROM webhook_inbox_flow f WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused) THEN
+        RETURN;
+    END IF;
+    FOR s IN SELECT x FROM webhook_inbox_outbox_claim_scopes('ruby') x LOOP
+        RETURN QUERY
+        WITH due AS (
+            SELECT o.operation_id, o.payload->>'handler' AS handler, o.attempts + 1 AS attempt,
+                   o.source_scope, o.source_event_id
+              FROM webhook_inbox_outbox o
+             WHERE (s IS NULL OR o.source_scope = s) AND o.destination = 'ruby' AND o.status = 'pending'
+               AND o.next_attempt_at <= now()
+             ORDER BY o.next_attempt_at, o.created_at
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED
+        )
+        SELECT d.operation_id, d.handler, d.attempt, d.source_scope, d.source_event_id, w.event_type, w.payload::text,
+               CASE WHEN w.payload IS NULL THEN translate(encode(w.raw_body, 'base64'), E'\n', '') END, w.received_at
+          FROM due d
+          LEFT JOIN webhook_inbox w
+            ON (s IS NULL OR w.source_scope = s) AND w.source_scope = d.source_scope AND w.event_id = d.source_event_id;
+        IF FOUND THEN
+            IF s IS NOT NULL THEN
+                PERFORM set_config('webhook_inbox.ruby_scope', s, true);
+            END IF;
+            RETURN;
+        END IF;
+    END LOOP;
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_claim(integer) IS
     'Ruby worker: lock up to p_limit due Ruby runs (FOR UPDATE SKIP LOCKED, held until the caller commits) with their events'' columns; attempt is this run''s number (1 = first). v15: none while destination ruby is paused.';
 
 -- 013's step 1 of the Ruby worker, with the pause check: a paused destination 'ruby' starts
--- (charges) no run.
+-- (charges) no run. The batch step's first run alone (the same claim, charge and lease).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_start(p_max_attempts integer, p_backoff_base_ms bigint,
         p_backoff_cap_ms bigint)
 RETURNS TABLE (operation_id text, attempt integer, exhausted boolean)
-LANGUAGE sql AS $$
-    WITH due AS (
-        SELECT o.operation_id, o.source_scope, o.attempts
-          FROM webhook_inbox_outbox o
-         WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
-           AND NOT EXISTS (SELECT 1 FROM webhook_inbox_flow f
-                            WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused)
-         ORDER BY o.next_attempt_at, o.created_at
-         LIMIT 1
-           FOR UPDATE SKIP LOCKED
-    )
-    UPDATE webhook_inbox_outbox o
-       SET attempts = o.attempts + CASE WHEN d.attempts < p_max_attempts THEN 1 ELSE 0 END,
-           last_attempt_at = clock_timestamp(),
-           next_attempt_at = clock_timestamp()
-                             + webhook_inbox_retry_delay_ms(d.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond'
-      FROM due d
-     WHERE o.operation_id = d.operation_id AND o.source_scope = d.source_scope
-    RETURNING o.operation_id, o.attempts, d.attempts >= p_max_attempts
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM webhook_inbox_ruby_start_batch(1, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms);
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
     'Ruby worker, step 1 (committed before the handler runs): take one due run, unless the destination ruby is paused (v15), charge it (attempts + 1) and lease it for its backoff; exhausted when it had its last attempt already.';
@@ -364,14 +368,20 @@ COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
 -- for the backoff a failure would get, as webhook_inbox_ruby_start. First attempts only, up to
 -- p_limit; a run with an earlier attempt comes alone: first in line it is the whole batch,
 -- after first attempts it is left uncharged (it is first in line next round). No row:
--- nothing due. Run the batch only after this commits.
+-- nothing due. Run the batch only after this commits. Scope by scope
+-- (webhook_inbox_outbox_claim_scopes: all at once on one node; on Citus one shard each, a
+-- router query); each run charged by its key, the times in variables (Citus refuses a
+-- VOLATILE function in an UPDATE: the backoff's jitter).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_start_batch(p_limit integer, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
 RETURNS TABLE (operation_id text, attempt integer, exhausted boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
+    s   text;
     due record;
     n   integer := 0;
+    t   timestamptz;
+    nxt timestamptz;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_start_batch: p_limit and p_max_attempts must be >= 1' USING ERRCODE = '22023';
@@ -379,25 +389,32 @@ BEGIN
     IF EXISTS (SELECT 1 FROM webhook_inbox_flow f WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused) THEN
         RETURN;
     END IF;
-    FOR due IN
-        SELECT o.operation_id, o.source_scope, o.attempts
-          FROM webhook_inbox_outbox o
-         WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
-         ORDER BY o.next_attempt_at, o.created_at
-         LIMIT p_limit
-           FOR UPDATE SKIP LOCKED
-    LOOP
-        EXIT WHEN n > 0 AND due.attempts > 0;
-        UPDATE webhook_inbox_outbox o
-           SET attempts = o.attempts + CASE WHEN due.attempts < p_max_attempts THEN 1 ELSE 0 END,
-               last_attempt_at = clock_timestamp(),
-               next_attempt_at = clock_timestamp()
-                                 + webhook_inbox_retry_delay_ms(due.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond'
-         WHERE o.operation_id = due.operation_id AND o.source_scope = due.source_scope
-        RETURNING o.operation_id, o.attempts, due.attempts >= p_max_attempts INTO operation_id, attempt, exhausted;
-        RETURN NEXT;
-        n := n + 1;
-        EXIT WHEN due.attempts > 0;
+    FOR s IN SELECT x FROM webhook_inbox_outbox_claim_scopes('ruby') x LOOP
+        FOR due IN
+            SELECT o.operation_id, o.source_scope, o.attempts
+              FROM webhook_inbox_outbox o
+             WHERE (s IS NULL OR o.source_scope = s) AND o.destination = 'ruby' AND o.status = 'pending'
+               AND o.next_attempt_at <= now()
+             ORDER BY o.next_attempt_at, o.created_at
+             LIMIT p_limit - n
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            IF n > 0 AND due.attempts > 0 THEN
+                RETURN;
+            END IF;
+            t := clock_timestamp();
+            nxt := t + webhook_inbox_retry_delay_ms(due.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+            UPDATE webhook_inbox_outbox o
+               SET attempts = o.attempts + CASE WHEN due.attempts < p_max_attempts THEN 1 ELSE 0 END,
+                   last_attempt_at = t, next_attempt_at = nxt
+             WHERE o.source_scope = due.source_scope AND o.operation_id = due.operation_id
+            RETURNING o.operation_id, o.attempts, due.attempts >= p_max_attempts INTO operation_id, attempt, exhausted;
+            RETURN NEXT;
+            n := n + 1;
+            IF due.attempts > 0 OR n >= p_limit THEN
+                RETURN;
+            END IF;
+        END LOOP;
     END LOOP;
 END
 $$;
