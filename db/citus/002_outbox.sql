@@ -29,9 +29,8 @@
 -- too, until the core is written for both (issue 29; spec/webhook_inbox/schema_layout_spec.rb
 -- lists them, and the list only shrinks).
 --   webhook_inbox_outbox_save_batch    one lookup of the scopes, then webhook_inbox_outbox_save_scoped
---                                      per answer (the core saves the lot in one statement)
---   webhook_inbox_ruby_lock_batch      the runs found once, their keys locked on their events'
---                                      nodes (webhook_inbox_citus_lock_key), each run locked on its shard
+--                                      per answer (the core saves the lot in one statement, with
+--                                      the backoff's VOLATILE jitter in its UPDATE, which Citus refuses)
 -- The claims are the core's: they take one source scope at a time where the outbox is
 -- distributed (webhook_inbox_outbox_claim_scopes), and run with custom plans here (below).
 -- db/015's pause checks read webhook_inbox_flow, a reference table from citus/004;
@@ -108,71 +107,6 @@ END
 $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_save_batch(text, text[], text[], text[], integer[], text[], bigint[], integer, bigint, bigint) IS
     'Sidecar v7 (Citus): webhook_inbox_outbox_save() for many deliveries; one row per delivery, NULL statuses where the lease was lost.';
-
--- db/016's step 2: the runs found by their operation ids on every shard once (unlocked), their
--- events' ordering keys (db/021: read per event, then locked in lock id order on each event's
--- node, so workers sharing keys take them in one order), then in the order of their events
--- each event and then its run locked on their shard, as webhook_inbox_ruby_lock (db/functions/
--- ruby_handlers.sql) does for one.
-CREATE OR REPLACE FUNCTION webhook_inbox_ruby_lock_batch(p_operation_ids text[], p_attempts integer[])
-RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
-               event_type text, payload text, raw_body_base64 text, received_at timestamptz)
-LANGUAGE plpgsql AS $$
-DECLARE
-    r   record;
-    at  integer;
-    run webhook_inbox_outbox;
-    ev  webhook_inbox;
-    id  bigint;
-    ids bigint[] := '{}';      -- per keyed run: its key's lock id, its scope and event
-    scopes text[] := '{}';
-    events text[] := '{}';
-BEGIN
-    IF p_operation_ids IS NULL OR p_attempts IS NULL OR cardinality(p_operation_ids) <> cardinality(p_attempts) THEN
-        RAISE EXCEPTION 'webhook_inbox_ruby_lock_batch: one attempt per operation id' USING ERRCODE = '22023';
-    END IF;
-    FOR r IN
-        SELECT o.source_scope AS scope, o.source_event_id AS event FROM webhook_inbox_outbox o
-         WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
-    LOOP
-        id := NULL;
-        SELECT webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key) INTO id FROM webhook_inbox w
-         WHERE w.source_scope = r.scope AND w.event_id = r.event AND w.ordering_key IS NOT NULL;
-        IF id IS NOT NULL THEN
-            ids := ids || id;
-            scopes := scopes || r.scope;
-            events := events || r.event;
-        END IF;
-    END LOOP;
-    FOR r IN
-        SELECT DISTINCT ON (k.id) k.scope, k.event FROM unnest(ids, scopes, events) AS k(id, scope, event) ORDER BY k.id
-    LOOP
-        PERFORM webhook_inbox_citus_lock_key(r.scope, r.event, true);
-    END LOOP;
-    FOR r IN
-        SELECT o.source_scope AS scope, o.source_event_id AS event, o.operation_id AS op FROM webhook_inbox_outbox o
-         WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
-         ORDER BY 1, 2, 3
-    LOOP
-        at := p_attempts[array_position(p_operation_ids, r.op)];
-        SELECT * INTO ev FROM webhook_inbox w
-         WHERE w.source_scope = r.scope AND w.event_id = r.event
-           FOR UPDATE;
-        SELECT * INTO run FROM webhook_inbox_outbox o
-         WHERE o.source_scope = r.scope AND o.operation_id = r.op AND o.destination = 'ruby'
-           AND o.status = 'pending' AND o.attempts = at
-           FOR UPDATE;
-        CONTINUE WHEN NOT FOUND;
-        RETURN QUERY SELECT run.operation_id, run.payload->>'handler', at, run.source_scope, run.source_event_id,
-                            ev.event_type, ev.payload::text,
-                            CASE WHEN ev.payload IS NULL AND ev.raw_body IS NOT NULL
-                                 THEN translate(encode(ev.raw_body, 'base64'), E'\n', '') END,
-                            ev.received_at;
-    END LOOP;
-END
-$$;
-COMMENT ON FUNCTION webhook_inbox_ruby_lock_batch(text[], integer[]) IS
-    'Ruby worker v16, step 2 (Citus: on each run''s shard): the runs'' events'' ordering keys (v21, in lock id order), then each run''s event, then the run if still pending at its attempt, in the order of their events; the runs still pending at their attempt.';
 
 DO $$
 BEGIN

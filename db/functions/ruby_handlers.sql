@@ -540,29 +540,41 @@ COMMENT ON FUNCTION webhook_inbox_ruby_lock(text, integer) IS
     'Ruby worker, step 2: lock the run''s event''s ordering key (v21: waits for the transaction holding it), its event, then the run if still pending at p_attempt; the run with its event''s columns, or no row (skip it).';
 
 -- 016's step 2, every key of the batch's events first, in the order of their lock ids (two
--- workers whose batches share keys take them in one order), then as 016.
+-- workers whose batches share keys take them in one order), then as 016: webhook_inbox_ruby_lock
+-- for each run, in the order of their events. The keys are read in one statement (the runs
+-- joined with their co-located events), then each is locked by a statement that names its
+-- event's key, as webhook_inbox_ruby_lock does (on Citus a router query: the lock is taken on
+-- the event's node, where the claims and the pushed-down batches take it too).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_lock_batch(p_operation_ids text[], p_attempts integer[])
 RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
                event_type text, payload text, raw_body_base64 text, received_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
-    op text;
+    scopes text[];
+    events text[];
+    ops    text[];
 BEGIN
     IF p_operation_ids IS NULL OR p_attempts IS NULL OR cardinality(p_operation_ids) <> cardinality(p_attempts) THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_lock_batch: one attempt per operation id' USING ERRCODE = '22023';
     END IF;
-    PERFORM pg_advisory_xact_lock(k.id)
-       FROM (SELECT DISTINCT webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key) AS id
-               FROM webhook_inbox_outbox o
-               JOIN webhook_inbox w ON w.source_scope = o.source_scope AND w.event_id = o.source_event_id
-              WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby' AND w.ordering_key IS NOT NULL
-              ORDER BY 1) k;
-    FOR op IN
-        SELECT o.operation_id FROM webhook_inbox_outbox o
-         WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
-         ORDER BY o.source_scope, o.source_event_id, o.operation_id
-    LOOP
-        RETURN QUERY SELECT * FROM webhook_inbox_ruby_lock(op, p_attempts[array_position(p_operation_ids, op)]);
+    -- Arrays from single statements, not loops' cursors (planned for their first rows).
+    SELECT array_agg(k.scope ORDER BY k.id), array_agg(k.event ORDER BY k.id) INTO scopes, events
+      FROM (SELECT DISTINCT ON (1) webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key) AS id,
+                   w.source_scope AS scope, w.event_id AS event
+              FROM webhook_inbox_outbox o
+              JOIN webhook_inbox w ON w.source_scope = o.source_scope AND w.event_id = o.source_event_id
+             WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby' AND w.ordering_key IS NOT NULL
+             ORDER BY 1) k;
+    FOR i IN 1 .. coalesce(cardinality(scopes), 0) LOOP
+        PERFORM pg_advisory_xact_lock(webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key))
+           FROM webhook_inbox w
+          WHERE w.source_scope = scopes[i] AND w.event_id = events[i] AND w.ordering_key IS NOT NULL;
+    END LOOP;
+    SELECT array_agg(o.operation_id ORDER BY o.source_scope, o.source_event_id, o.operation_id) INTO ops
+      FROM webhook_inbox_outbox o
+     WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby';
+    FOR i IN 1 .. coalesce(cardinality(ops), 0) LOOP
+        RETURN QUERY SELECT * FROM webhook_inbox_ruby_lock(ops[i], p_attempts[array_position(p_operation_ids, ops[i])]);
     END LOOP;
 END
 $$;

@@ -40,11 +40,10 @@ RSpec.describe "the schema's layout (db/)", :sidecar do
     expect(twice).to eq({})
   end
 
-  # db/citus/ must hold only the layout and Citus-only helpers. These copies of core bodies
-  # (citus/002: the outbox's batch save, one answer at a time there, and the Ruby worker's batch
-  # lock) predate the 1.0 layout and are still to be folded into the core (issue 29): the list
-  # only shrinks, and a new copy fails here.
-  CITUS_COPIES_TO_FOLD = %w[webhook_inbox_outbox_save_batch webhook_inbox_ruby_lock_batch].freeze
+  # db/citus/ must hold only the layout and Citus-only helpers. This copy of a core body
+  # (citus/002: the outbox's batch save, one answer at a time there) predates the 1.0 layout and
+  # is still to be folded into the core (issue 29): the list only shrinks, and a new copy fails here.
+  CITUS_COPIES_TO_FOLD = %w[webhook_inbox_outbox_save_batch].freeze
 
   it "keeps no copy of a core function in db/citus/ beyond those still to fold" do
     core_names = core.map { |key, _| key.split("/").first }.uniq
