@@ -240,13 +240,18 @@ COMMENT ON FUNCTION webhook_inbox_deliver(webhook_inbox) IS
 
 -- The deliverer's save for every answer it has collected: one statement and one commit for
 -- the lot. Each element does exactly what webhook_inbox_outbox_save() does, as one set: the
--- rows are locked by primary key in operation id order (two savers never wait on each other
--- in a cycle), then updated by one UPDATE (per element, a statement of its own cost ten times
+-- rows are locked by primary key in key order (two savers never wait on each other in a
+-- cycle), then updated by one UPDATE (per element, a statement of its own cost ten times
 -- more than the row change). One row out per element, in operation id order, NULL statuses
 -- where the lease was lost; an operation id given twice saves its first answer only (the
 -- other finds no lease, as it would after the first). force_generic_plan: one plan, made
 -- once per session (PL/pgSQL otherwise planned the statement again at every call for some
--- batch sizes: 140 instead of 55 us per answer in batches of 6).
+-- batch sizes: 140 instead of 55 us per answer in batches of 6). On Citus (the outbox
+-- distributed: webhook_inbox_outbox_save_scopes) the same statement runs once per source
+-- scope of the leased effects, a router query each (custom plans: citus/002), the rows out
+-- scope by scope, then those whose lease was lost; the backoff (VOLATILE: its jitter) is
+-- computed in the locking SELECT and the next attempt's time with IMMUTABLE functions, as
+-- Citus wants in an UPDATE.
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_save_batch(
         p_owner text, p_operation_ids text[], p_results text[], p_errors text[], p_statuses integer[],
         p_bodies text[], p_retry_after_ms bigint[], p_max_attempts integer, p_backoff_base_ms bigint,
@@ -254,8 +259,14 @@ CREATE OR REPLACE FUNCTION webhook_inbox_outbox_save_batch(
 RETURNS TABLE (operation_id text, new_status text, new_attempts integer, retry_in_ms bigint)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-    n integer := coalesce(cardinality(p_operation_ids), 0);
-    bad text;
+    n      integer := coalesce(cardinality(p_operation_ids), 0);
+    bad    text;
+    s      text;
+    ids    text[];
+    done   text[] := '{}';
+    whole  boolean := false; -- all scopes at once (a plain table)
+    t      timestamptz := clock_timestamp();
+    t_s    double precision := extract(epoch FROM clock_timestamp());
 BEGIN
     IF coalesce(cardinality(p_results), 0) <> n OR coalesce(cardinality(p_errors), 0) <> n
        OR coalesce(cardinality(p_statuses), 0) <> n OR coalesce(cardinality(p_bodies), 0) <> n
@@ -269,51 +280,101 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox: p_result must be delivered, retry or quarantine, not %', bad
               USING ERRCODE = '22023';
     END IF;
-    RETURN QUERY
-    WITH a AS (
-        SELECT u.id, u.result, u.error, u.status, u.body, u.retry_after_ms, u.ord
-          FROM unnest(p_operation_ids, p_results, p_errors, p_statuses, p_bodies, p_retry_after_ms)
-               WITH ORDINALITY u(id, result, error, status, body, retry_after_ms, ord)
-    ), first AS ( -- an operation id twice: its first answer is saved, the other finds no lease
-        SELECT DISTINCT ON (a.id) a.* FROM a ORDER BY a.id, a.ord
-    ), locked AS ( -- by primary key, in key order
-        SELECT o.operation_id, o.source_scope, o.attempts AS seen,
-               o.status = 'pending' AND o.lease_owner = p_owner AS owned
-          FROM webhook_inbox_outbox o
-         WHERE o.operation_id = ANY (p_operation_ids)
-         ORDER BY o.operation_id, o.source_scope
-           FOR UPDATE
-    ), saved AS (
-        UPDATE webhook_inbox_outbox o
-           SET status = CASE WHEN f.result = 'delivered' THEN 'delivered'
-                             WHEN f.result = 'quarantine' OR l.seen >= p_max_attempts THEN 'quarantined'
-                             ELSE 'pending' END,
-               lease_owner = NULL, lease_until = NULL,
-               last_error = CASE WHEN f.result = 'delivered' THEN NULL ELSE left(f.error, 1000) END,
-               response_status = f.status,
-               response_excerpt = left(f.body, 1000),
-               provider_id = coalesce(webhook_inbox_outbox_provider_id(f.body), o.provider_id),
-               next_attempt_at = CASE WHEN d.delay_ms IS NULL THEN o.next_attempt_at
-                                      ELSE clock_timestamp() + d.delay_ms * interval '1 millisecond' END,
-               processed_at = CASE WHEN f.result <> 'retry' OR l.seen >= p_max_attempts THEN clock_timestamp() END
-          FROM locked l
-          JOIN first f ON f.id = l.operation_id
-         CROSS JOIN LATERAL (
-               SELECT CASE WHEN f.result = 'retry'
-                           THEN greatest(webhook_inbox_retry_delay_ms(l.seen - 1, p_backoff_base_ms, p_backoff_cap_ms),
-                                         least(coalesce(f.retry_after_ms, 0), 86400000)) END AS delay_ms) d
-         WHERE o.operation_id = l.operation_id AND o.source_scope = l.source_scope AND l.owned
-        RETURNING o.operation_id, o.status, o.attempts, d.delay_ms
-    )
-    SELECT a.id, s.status, s.attempts, CASE WHEN s.status = 'pending' THEN s.delay_ms END
-      FROM a
-      LEFT JOIN first f ON f.id = a.id AND f.ord = a.ord
-      LEFT JOIN saved s ON s.operation_id = f.id
-     ORDER BY a.id, a.ord;
+    FOR s, ids IN SELECT x.scope, x.ids FROM webhook_inbox_outbox_save_scopes(p_owner, p_operation_ids) x LOOP
+        RETURN QUERY
+        WITH a AS (
+            SELECT u.id, u.result, u.error, u.status, u.body, u.retry_after_ms, u.ord
+              FROM unnest(p_operation_ids, p_results, p_errors, p_statuses, p_bodies, p_retry_after_ms)
+                   WITH ORDINALITY u(id, result, error, status, body, retry_after_ms, ord)
+             WHERE s IS NULL OR u.id = ANY (ids)
+        ), first AS ( -- an operation id twice: its first answer is saved, the other finds no lease
+            SELECT DISTINCT ON (a.id) a.* FROM a ORDER BY a.id, a.ord
+        ), locked AS ( -- by primary key, in key order
+            SELECT o.operation_id, o.source_scope, o.attempts AS seen,
+                   o.status = 'pending' AND o.lease_owner = p_owner AS owned,
+                   CASE WHEN f.result = 'retry'
+                        THEN greatest(webhook_inbox_retry_delay_ms(o.attempts - 1, p_backoff_base_ms, p_backoff_cap_ms),
+                                      least(coalesce(f.retry_after_ms, 0), 86400000)) END AS delay_ms
+              FROM webhook_inbox_outbox o
+              JOIN first f ON f.id = o.operation_id
+             WHERE (s IS NULL OR o.source_scope = s) AND o.operation_id = ANY (p_operation_ids)
+             ORDER BY o.operation_id, o.source_scope
+               FOR UPDATE OF o
+        ), saved AS (
+            UPDATE webhook_inbox_outbox o
+               SET status = CASE WHEN f.result = 'delivered' THEN 'delivered'
+                                 WHEN f.result = 'quarantine' OR l.seen >= p_max_attempts THEN 'quarantined'
+                                 ELSE 'pending' END,
+                   lease_owner = NULL, lease_until = NULL,
+                   last_error = CASE WHEN f.result = 'delivered' THEN NULL ELSE left(f.error, 1000) END,
+                   response_status = f.status,
+                   response_excerpt = left(f.body, 1000),
+                   provider_id = coalesce(webhook_inbox_outbox_provider_id(f.body), o.provider_id),
+                   next_attempt_at = CASE WHEN l.delay_ms IS NULL THEN o.next_attempt_at
+                                          ELSE to_timestamp(t_s + l.delay_ms / 1000.0) END,
+                   processed_at = CASE WHEN f.result <> 'retry' OR l.seen >= p_max_attempts THEN t END
+              FROM locked l
+              JOIN first f ON f.id = l.operation_id
+             WHERE (s IS NULL OR o.source_scope = s) AND o.operation_id = l.operation_id
+               AND o.source_scope = l.source_scope AND l.owned
+            RETURNING o.operation_id, o.status, o.attempts, l.delay_ms
+        )
+        SELECT a.id, sv.status, sv.attempts, CASE WHEN sv.status = 'pending' THEN sv.delay_ms END
+          FROM a
+          LEFT JOIN first f ON f.id = a.id AND f.ord = a.ord
+          LEFT JOIN saved sv ON sv.operation_id = f.id
+         ORDER BY a.id, a.ord;
+        whole := s IS NULL;
+        done := done || ids;
+    END LOOP;
+    IF NOT whole THEN -- scope by scope: the answers left, whose lease was lost
+        RETURN QUERY
+        SELECT u.id, NULL::text, NULL::integer, NULL::bigint
+          FROM unnest(p_operation_ids) WITH ORDINALITY u(id, ord)
+         WHERE NOT (u.id = ANY (done))
+         ORDER BY u.id, u.ord;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_save_batch(text, text[], text[], text[], integer[], text[], bigint[], integer, bigint, bigint) IS
     'Sidecar v7: webhook_inbox_outbox_save() for many deliveries in one statement (same arguments, per-delivery ones as arrays); one row per delivery, NULL statuses where the lease was lost.';
+
+-- The source scopes webhook_inbox_outbox_save_batch saves one at a time, each with the
+-- operation ids of its effects that p_owner leases. Where the outbox is a plain table: one
+-- row, NULL and every id (all at once). On Citus: one row per scope (read on every shard).
+CREATE OR REPLACE FUNCTION webhook_inbox_outbox_save_scopes(p_owner text, p_operation_ids text[])
+RETURNS TABLE (scope text, ids text[])
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT webhook_inbox_outbox_distributed() THEN
+        RETURN QUERY SELECT NULL::text, p_operation_ids;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT o.source_scope, array_agg(o.operation_id) FROM webhook_inbox_outbox o
+     WHERE o.operation_id = ANY (p_operation_ids) AND o.lease_owner = p_owner AND o.status = 'pending'
+     GROUP BY o.source_scope;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_outbox_save_scopes(text, text[]) IS
+    'The scopes webhook_inbox_outbox_save_batch saves one at a time, with the ids p_owner leases in each: one row (NULL, every id) on a plain table.';
+
+-- Whether the outbox is distributed (a Citus layout, db/citus/002): then a statement that
+-- locks its rows (FOR UPDATE) must name one source scope, the distribution column.
+CREATE OR REPLACE FUNCTION webhook_inbox_outbox_distributed() RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    distributed boolean := false;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
+           INTO distributed USING 'webhook_inbox_outbox'::regclass;
+    END IF;
+    RETURN distributed;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_outbox_distributed() IS
+    'Whether webhook_inbox_outbox is distributed (Citus): its row-locking statements then name one source scope.';
 
 -- The source scopes the outbox's claims (the deliverer's and the Ruby worker's steps 1) take
 -- one at a time. Where the outbox is a plain table: one NULL, every scope at once (the claims
@@ -326,14 +387,8 @@ COMMENT ON FUNCTION webhook_inbox_outbox_save_batch(text, text[], text[], text[]
 -- its event's key in the lock step, never in the claim): no held effect fills the window.
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_claim_scopes(p_destination text) RETURNS SETOF text
 LANGUAGE plpgsql AS $$
-DECLARE
-    distributed boolean := false;
 BEGIN
-    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
-        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
-           INTO distributed USING 'webhook_inbox_outbox'::regclass;
-    END IF;
-    IF NOT distributed THEN
+    IF NOT webhook_inbox_outbox_distributed() THEN
         RETURN NEXT NULL;
         RETURN;
     END IF;

@@ -40,15 +40,12 @@ RSpec.describe "the schema's layout (db/)", :sidecar do
     expect(twice).to eq({})
   end
 
-  # db/citus/ must hold only the layout and Citus-only helpers. This copy of a core body
-  # (citus/002: the outbox's batch save, one answer at a time there) predates the 1.0 layout and
-  # is still to be folded into the core (issue 29): the list only shrinks, and a new copy fails here.
-  CITUS_COPIES_TO_FOLD = %w[webhook_inbox_outbox_save_batch].freeze
-
-  it "keeps no copy of a core function in db/citus/ beyond those still to fold" do
+  # db/citus/ holds only the layout and Citus-only helpers, never a copy of a core body: each
+  # core function is written once, in a form Citus runs as it is (issue 29).
+  it "defines no core function in db/citus/" do
     core_names = core.map { |key, _| key.split("/").first }.uniq
-    copies = definitions(Dir[File.join(db_dir, "citus", "*.sql")]).map { |key, _| key.split("/").first } & core_names
-    expect(copies.uniq.sort).to eq(CITUS_COPIES_TO_FOLD.sort)
+    copies = definitions(Dir[File.join(db_dir, "citus", "*.sql")]).select { |key, _| core_names.include?(key.split("/").first) }
+    expect(copies).to eq([])
   end
 
   it "says one version: the function, WebhookInbox::Schema::VERSION and the sidecar's WI_SCHEMA_VERSION" do
