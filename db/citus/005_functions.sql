@@ -38,7 +38,7 @@ BEGIN
 END
 $$;
 
--- Every PL/pgSQL or volatile gem function (those of citus/002, 003 and the conversions above
+-- Every PL/pgSQL or volatile gem function (those of citus/003 and the conversions above
 -- included) runs with citus/001's STABLE clock first on its search_path; citus/001 did the
 -- same for the functions there were then.
 DO $$
