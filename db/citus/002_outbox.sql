@@ -28,7 +28,7 @@
 -- distributed (webhook_inbox_outbox_distributed: the claims' and the batch save's scopes), as
 -- Citus wants (FOR UPDATE within one shard). They run here with custom plans (below).
 -- db/015's pause checks read webhook_inbox_flow, a reference table from citus/004;
--- webhook_inbox_outbox_next_due (015) is converted by citus/005.
+-- webhook_inbox_outbox_next_due (015) is PL/pgSQL in the core, as Citus plans it.
 
 DROP TRIGGER IF EXISTS webhook_inbox_outbox_notify_insert ON webhook_inbox_outbox;
 

@@ -158,11 +158,15 @@ COMMENT ON FUNCTION webhook_inbox_outbox_save_scoped(text, text, text, text, tex
 
 -- Monitoring, per destination: pending (of which retrying: attempted before, and leased:
 -- being delivered now), the oldest pending effect's age, quarantined, delivered in the last hour.
+-- PL/pgSQL: Citus cannot plan a SQL function's query over a distributed table.
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_stats(
         OUT destination text, OUT pending bigint, OUT retrying bigint, OUT leased bigint,
         OUT oldest_pending_age_s double precision, OUT quarantined bigint, OUT delivered bigint)
 RETURNS SETOF record
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT coalesce(p.destination, q.destination, d.destination),
            coalesce(p.pending, 0), coalesce(p.retrying, 0), coalesce(p.leased, 0), p.oldest,
            coalesce(q.n, 0), coalesce(d.n, 0)
@@ -179,7 +183,8 @@ LANGUAGE sql STABLE AS $$
                   WHERE o.status = 'delivered' AND o.processed_at >= now() - interval '1 hour'
                   GROUP BY o.destination) d
              ON d.destination = coalesce(p.destination, q.destination)
-     ORDER BY 1
+     ORDER BY 1;
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_stats() IS
     'Outbox per destination: pending, retrying, leased (being delivered), oldest pending age in s, quarantined, delivered IN THE LAST HOUR (what `webhook-inbox-sidecar stats` and /metrics show). Reads only pending, quarantined and last-hour rows.';
@@ -477,17 +482,22 @@ COMMENT ON FUNCTION webhook_inbox_outbox_claim(text, integer, text, bigint, inte
     'Sidecar v6: lease up to p_limit due pending effects of one destination to p_owner for p_lease_ms (attempts + 1 each); due effects already at p_max_attempts (last delivery never saved) are quarantined instead, and not returned. v15: nothing while the destination is paused, one per rate slot when it is rate limited. Args: destination, limit, owner, lease ms, max attempts.';
 
 -- As in 006, plus: a paused destination has nothing due (its deliverer sleeps until resume
--- wakes it), a rate-limited one nothing before its next free slot.
+-- wakes it), a rate-limited one nothing before its next free slot. PL/pgSQL, as the other
+-- reads of the outbox or the inbox with a parameter or a set of rows (stats): Citus cannot plan
+-- a SQL function's query over a distributed table (its plan is also kept per session here).
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_next_due(p_destinations text[]) RETURNS double precision
-LANGUAGE sql STABLE AS $$
-    SELECT extract(epoch FROM min(CASE WHEN f.rate IS NULL THEN x.due ELSE greatest(x.due, f.tat) END)
-                              - clock_timestamp())::float8
-      FROM (SELECT o.destination, min(greatest(o.next_attempt_at, coalesce(o.lease_until, o.next_attempt_at))) AS due
-              FROM webhook_inbox_outbox o
-             WHERE o.status = 'pending' AND o.destination = ANY (p_destinations)
-             GROUP BY o.destination) x
-      LEFT JOIN webhook_inbox_flow f ON f.kind = 'destination' AND f.target = x.destination
-     WHERE f.paused IS NOT TRUE
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN (SELECT extract(epoch FROM min(CASE WHEN f.rate IS NULL THEN x.due ELSE greatest(x.due, f.tat) END)
+                                      - clock_timestamp())::float8
+              FROM (SELECT o.destination, min(greatest(o.next_attempt_at, coalesce(o.lease_until, o.next_attempt_at))) AS due
+                      FROM webhook_inbox_outbox o
+                     WHERE o.status = 'pending' AND o.destination = ANY (p_destinations)
+                     GROUP BY o.destination) x
+              LEFT JOIN webhook_inbox_flow f ON f.kind = 'destination' AND f.target = x.destination
+             WHERE f.paused IS NOT TRUE);
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_next_due(text[]) IS
     'Seconds until the next pending effect of these destinations may be claimed (NULL: none pending, or every such destination paused; a rate-limited one not before its next slot).';
