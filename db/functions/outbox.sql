@@ -415,7 +415,10 @@ COMMENT ON FUNCTION webhook_inbox_outbox_claim_scopes(text) IS
 -- (webhook_inbox_outbox_claim_scopes: all at once on one node; on Citus one shard each, a
 -- router query) until p_limit effects are leased or the scopes run out. Committed at once by
 -- the sidecar (autocommit); on Citus over several nodes with two-phase commit, and with
--- custom plans (citus/002: a generic plan of a scoped statement cannot be distributed).
+-- custom plans (citus/002: a generic plan of a scoped statement cannot be distributed). The
+-- effects are updated by their ids (an index probe each, whatever the generic plan guesses of
+-- the claim's size: joined with it, the plan read the whole outbox), then matched to their
+-- scope (an operation id has no newline).
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_claim(
         p_destination text, p_limit integer, p_owner text, p_lease_ms bigint, p_max_attempts integer)
 RETURNS TABLE (operation_id text, payload text, attempts integer)
@@ -456,18 +459,20 @@ BEGIN
                    last_error = left(CASE WHEN o.lease_until IS NULL THEN 'max attempts reached'
                                           ELSE 'max attempts reached; the last delivery was never saved (sidecar stopped): outcome unknown'
                                      END || coalesce(' (before: ' || o.last_error || ')', ''), 1000)
-              FROM due d
-             WHERE (s IS NULL OR o.source_scope = s) AND o.operation_id = d.operation_id AND o.source_scope = d.source_scope
-               AND d.spent
+             WHERE (s IS NULL OR o.source_scope = s)
+               AND o.operation_id = ANY (ARRAY(SELECT d.operation_id FROM due d WHERE d.spent))
+               AND o.operation_id || E'\n' || o.source_scope
+                   = ANY (ARRAY(SELECT d.operation_id || E'\n' || d.source_scope FROM due d WHERE d.spent))
             RETURNING o.operation_id
         )
         UPDATE webhook_inbox_outbox o
            SET attempts = o.attempts + 1, lease_owner = p_owner,
                lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
                last_attempt_at = clock_timestamp()
-          FROM due d
-         WHERE (s IS NULL OR o.source_scope = s) AND o.operation_id = d.operation_id AND o.source_scope = d.source_scope
-           AND NOT d.spent
+         WHERE (s IS NULL OR o.source_scope = s)
+           AND o.operation_id = ANY (ARRAY(SELECT d.operation_id FROM due d WHERE NOT d.spent))
+           AND o.operation_id || E'\n' || o.source_scope
+               = ANY (ARRAY(SELECT d.operation_id || E'\n' || d.source_scope FROM due d WHERE NOT d.spent))
         RETURNING o.operation_id, o.payload::text, o.attempts;
         GET DIAGNOSTICS k = ROW_COUNT;
         got := got + k;
