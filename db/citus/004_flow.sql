@@ -7,8 +7,8 @@
 -- The flow functions (db/functions/flow.sql) are written the way Citus accepts them (no
 -- STABLE function or operator over a column in an UPDATE, no multi-shard UPDATE calling a
 -- function that reads a table, no correlated subquery from a reference table into a
--- distributed one) and run here as they are. The claims' pause checks are in citus/002
--- (webhook_inbox_outbox_claim, _ruby_claim, _ruby_start).
+-- distributed one) and run here as they are. So are the claims' pause checks
+-- (webhook_inbox_outbox_claim, _ruby_claim, _ruby_start_batch in db/functions/).
 
 DO $$
 BEGIN

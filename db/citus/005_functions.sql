@@ -1,46 +1,36 @@
--- citus/005_functions.sql - the gem's functions as Citus can run them (the last file of
+-- citus/005_functions.sql - the gem's functions as Citus runs them (the last file of
 -- db/citus/, applied after the others by every `migrate` on a Citus layout). Idempotent.
 --
 -- SQL functions over distributed tables: Citus cannot plan the statement of a LANGUAGE sql
 -- function that is not inlined ("parameterized queries for SQL functions referencing
--- distributed tables are not supported": webhook_inbox_hourly, _attempts_histogram,
--- _unrouted, _outbox_stats, _outbox_next_due, what `stats`, the dashboard and /metrics
--- read). Each gem STABLE SQL function whose one query names a distributed table is re-created
--- here as PL/pgSQL with the same signature, volatility and statement (RETURN QUERY, or
--- RETURN for one value; #variable_conflict use_column: a column wins over a parameter of
--- the same name, as in SQL). A db/NNN that redefines one in SQL is converted again at the
--- next migrate. Functions of more than one statement are left as they are.
+-- distributed tables are not supported"). The core writes those it reads a distributed table
+-- with as PL/pgSQL (webhook_inbox_hourly, _attempts_histogram, _unrouted, _outbox_stats,
+-- _outbox_next_due: what `stats`, the dashboard, /metrics and the deliverer read), so they
+-- run here as they are; this file only checks that no gem STABLE SQL function of one query
+-- over a distributed table is left (the form that fails at its first call here), and fails
+-- the migration naming it, rather than let it fail in production.
 DO $$
 DECLARE
-    f    record;
-    body text;
+    bad text;
 BEGIN
-    FOR f IN
-        SELECT p.oid, p.proname, p.proretset, p.provolatile, p.prosrc,
-               pg_get_function_arguments(p.oid) AS args, pg_get_function_result(p.oid) AS result
-          FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-         WHERE p.proname LIKE 'webhook\_inbox\_%' AND p.pronamespace = current_schema()::regnamespace
-           AND p.prokind = 'f' AND l.lanname = 'sql' AND p.provolatile <> 'v' -- reads (a write works as it is)
-           AND (p.proretset OR p.proargmodes IS NULL) -- one row of OUT values (webhook_inbox_stats) plans as it is
-           AND EXISTS (SELECT 1 FROM pg_dist_partition d
-                        WHERE d.partmethod = 'h' AND p.prosrc ~ ('\m' || (d.logicalrelid::regclass)::text || '\M'))
-    LOOP
-        body := regexp_replace(f.prosrc, '[\s;]+$', '');
-        CONTINUE WHEN strpos(body, ';') > 0 OR body !~* '^(\s*--[^\n]*\n)*\s*(select|with)\M'; -- one query only
-        body := E'#variable_conflict use_column\nBEGIN\n'
-             || CASE WHEN f.proretset THEN 'RETURN QUERY ' || body || E';\n'
-                     ELSE 'RETURN (' || body || E');\n' END
-             || 'END';
-        EXECUTE format('CREATE OR REPLACE FUNCTION %I(%s) RETURNS %s LANGUAGE plpgsql %s AS %L',
-                       f.proname, f.args, f.result,
-                       CASE f.provolatile WHEN 'i' THEN 'IMMUTABLE' WHEN 's' THEN 'STABLE' ELSE 'VOLATILE' END, body);
-    END LOOP;
+    SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid::regprocedure::text) INTO bad
+      FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+     WHERE p.proname LIKE 'webhook\_inbox\_%' AND p.pronamespace = current_schema()::regnamespace
+       AND p.prokind = 'f' AND l.lanname = 'sql' AND p.provolatile <> 'v' -- reads (a write works as it is)
+       AND (p.proretset OR p.proargmodes IS NULL) -- one row of OUT values (webhook_inbox_stats) plans as it is
+       AND EXISTS (SELECT 1 FROM pg_dist_partition d
+                    WHERE d.partmethod = 'h' AND p.prosrc ~ ('\m' || (d.logicalrelid::regclass)::text || '\M'))
+       AND strpos(regexp_replace(p.prosrc, '[\s;]+$', ''), ';') = 0 -- one query (those Citus plans only as PL/pgSQL)
+       AND regexp_replace(p.prosrc, '[\s;]+$', '') ~* '^(\s*--[^\n]*\n)*\s*(select|with)\M';
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'webhook_inbox: SQL functions that Citus cannot plan: %', bad
+              USING HINT = 'write them as PL/pgSQL in db/functions/ (RETURN QUERY)', ERRCODE = '0A000';
+    END IF;
 END
 $$;
 
--- Every PL/pgSQL or volatile gem function (those of citus/002, 003 and the conversions above
--- included) runs with citus/001's STABLE clock first on its search_path; citus/001 did the
--- same for the functions there were then.
+-- Every PL/pgSQL or volatile gem function (those of citus/003 included) runs with citus/001's
+-- STABLE clock first on its search_path; citus/001 did the same for the functions there were then.
 DO $$
 DECLARE
     f regprocedure;

@@ -333,15 +333,20 @@ LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).desti
 COMMENT ON FUNCTION webhook_inbox_route_destination(text) IS
     'The destination named by the route an event type takes (webhook_inbox_route_match''s), or NULL.';
 
--- Types with Ruby handlers are routed even without a SQL route.
+-- Types with Ruby handlers are routed even without a SQL route. PL/pgSQL: Citus cannot plan
+-- a SQL function's query over a distributed table.
 CREATE OR REPLACE FUNCTION webhook_inbox_unrouted(OUT event_type text, OUT pending bigint)
 RETURNS SETOF record
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT t.event_type, t.n
       FROM (SELECT w.event_type, count(*) AS n FROM webhook_inbox w
              WHERE w.status = 'pending' GROUP BY w.event_type) t
      WHERE webhook_inbox_route(t.event_type) IS NULL AND webhook_inbox_ruby_handlers_for(t.event_type) IS NULL
-     ORDER BY t.n DESC, t.event_type
+     ORDER BY t.n DESC, t.event_type;
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_unrouted() IS
     'Pending events whose event type has neither a route nor a Ruby handler, counted by type (what `webhook-inbox-sidecar stats` reports as waiting_for_route).';

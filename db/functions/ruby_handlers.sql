@@ -31,40 +31,50 @@ COMMENT ON FUNCTION webhook_inbox_handler_operation_id(text, text, text) IS
 -- writes commit with this), 'retry' (its writes were rolled back; backoff as the events',
 -- quarantined at p_max_attempts) or 'quarantine' (WebhookInbox::Permanent). Then settles the
 -- event: done when every run of it is delivered, quarantined with the run's error when the
--- run is. Returns the run's new status.
+-- run is. Returns the run's new status. The run is found by its key: its scope is the one the
+-- claim kept in this transaction (webhook_inbox.ruby_scope: the Citus claim takes one scope),
+-- else read by its operation id. The times are in variables: Citus refuses VOLATILE
+-- functions, and non-IMMUTABLE ones in a CASE, in an UPDATE.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_save(
         p_operation_id text, p_result text, p_error text, p_duration_ms double precision,
         p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    run webhook_inbox_outbox;
-    st  text;
+    run   webhook_inbox_outbox;
+    st    text;
+    scope text := nullif(current_setting('webhook_inbox.ruby_scope', true), '');
+    t     timestamptz := clock_timestamp();
+    nxt   timestamptz;
 BEGIN
     IF p_result IS NULL OR p_result NOT IN ('done', 'retry', 'quarantine') THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_save: p_result must be done, retry or quarantine, not %', p_result
               USING ERRCODE = '22023';
     END IF;
+    IF scope IS NULL THEN
+        SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id; -- see ruby_lock
+    END IF;
     SELECT * INTO run FROM webhook_inbox_outbox o
-     WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' AND o.status = 'pending'
-       FOR UPDATE;
-    IF NOT FOUND THEN
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id
+       FOR UPDATE; -- by the key alone, then checked (see ruby_finish)
+    IF NOT FOUND OR run.destination <> 'ruby' OR run.status <> 'pending' THEN
         RETURN NULL;
     END IF;
     st := CASE WHEN p_result = 'done' THEN 'delivered'
                WHEN p_result = 'quarantine' OR run.attempts + 1 >= p_max_attempts THEN 'quarantined'
                ELSE 'pending' END;
+    nxt := run.next_attempt_at;
+    IF p_result = 'retry' THEN
+        nxt := t + webhook_inbox_retry_delay_ms(run.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+    END IF;
     UPDATE webhook_inbox_outbox o
        SET status = st,
-           processed_at = CASE WHEN st <> 'pending' THEN clock_timestamp() END,
+           processed_at = CASE WHEN st <> 'pending' THEN t END,
            attempts = o.attempts + CASE WHEN p_result = 'done' THEN 0 ELSE 1 END,
            last_error = CASE WHEN p_result = 'done' THEN NULL ELSE left(p_error, 1000) END,
-           last_attempt_at = clock_timestamp(),
-           next_attempt_at = CASE WHEN p_result = 'retry'
-                                  THEN clock_timestamp() + webhook_inbox_retry_delay_ms(o.attempts, p_backoff_base_ms, p_backoff_cap_ms)
-                                                           * interval '1 millisecond'
-                                  ELSE o.next_attempt_at END
-     WHERE o.operation_id = p_operation_id
+           last_attempt_at = t,
+           next_attempt_at = nxt
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id
     RETURNING o.* INTO run;
     PERFORM webhook_inbox_ruby_settle(run, p_duration_ms);
     RETURN run.status;
@@ -105,7 +115,7 @@ BEGIN
         CONTINUE WHEN p_handler = ANY (coalesce(webhook_inbox_ruby_handlers_for(typ), '{}')); -- still registered for it
         UPDATE webhook_inbox_outbox o
            SET status = 'quarantined', processed_at = clock_timestamp(), last_error = 'handler retired'
-         WHERE o.operation_id = run.operation_id AND o.status = 'pending';
+         WHERE o.source_scope = run.source_scope AND o.operation_id = run.operation_id AND o.status = 'pending';
         CONTINUE WHEN NOT FOUND;
         runs_retired := runs_retired + 1;
         UPDATE webhook_inbox w SET next_attempt_at = now()
@@ -125,38 +135,54 @@ COMMENT ON FUNCTION webhook_inbox_ruby_retire(text, text, text) IS
 -- the attempt was charged at the start: 'retry' waits the backoff of attempt - 1 earlier
 -- failures and quarantines at p_max_attempts; 'quarantine' (WebhookInbox::Permanent, or an
 -- exhausted run) quarantines. Settles the event (its row is already locked: step 2).
--- Returns the run's new status, NULL when it is not the run locked at p_attempt.
+-- Returns the run's new status, NULL when it is not the run locked at p_attempt. The run is
+-- found by its key: the scope webhook_inbox_ruby_lock kept in this transaction
+-- (webhook_inbox.ruby_scope, for the run webhook_inbox.ruby_op), else read by its operation
+-- id; on Citus every statement is then one router query to the run's shard. The times are
+-- in variables (Citus: no VOLATILE function, nor a non-IMMUTABLE one in a CASE, in an UPDATE).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_finish(
         p_operation_id text, p_attempt integer, p_result text, p_error text, p_duration_ms double precision,
         p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    run webhook_inbox_outbox;
-    st  text;
+    run   webhook_inbox_outbox;
+    st    text;
+    scope text;
+    t     timestamptz := clock_timestamp();
+    nxt   timestamptz;
 BEGIN
     IF p_result IS NULL OR p_result NOT IN ('done', 'retry', 'quarantine') THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_finish: p_result must be done, retry or quarantine, not %', p_result
               USING ERRCODE = '22023';
     END IF;
+    IF current_setting('webhook_inbox.ruby_op', true) IS NOT DISTINCT FROM p_operation_id THEN
+        scope := current_setting('webhook_inbox.ruby_scope', true);
+    ELSE
+        SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id; -- see ruby_lock
+    END IF;
+    -- By the key alone, then checked: with destination and status in the WHERE a plan made
+    -- while the outbox was small walked the pending partial index (every pending run, at
+    -- every finish).
     SELECT * INTO run FROM webhook_inbox_outbox o
-     WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' AND o.status = 'pending' AND o.attempts = p_attempt
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id
        FOR UPDATE;
-    IF NOT FOUND THEN
+    IF NOT FOUND OR run.destination <> 'ruby' OR run.status <> 'pending' OR run.attempts <> p_attempt THEN
         RETURN NULL;
     END IF;
     st := CASE WHEN p_result = 'done' THEN 'delivered'
                WHEN p_result = 'quarantine' OR run.attempts >= p_max_attempts THEN 'quarantined'
                ELSE 'pending' END;
+    nxt := run.next_attempt_at;
+    IF st = 'pending' THEN
+        nxt := t + webhook_inbox_retry_delay_ms(run.attempts - 1, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+    END IF;
     UPDATE webhook_inbox_outbox o
        SET status = st,
-           processed_at = CASE WHEN st <> 'pending' THEN clock_timestamp() END,
+           processed_at = CASE WHEN st <> 'pending' THEN t END,
            last_error = CASE WHEN p_result = 'done' THEN NULL ELSE left(p_error, 1000) END,
-           next_attempt_at = CASE WHEN st = 'pending'
-                                  THEN clock_timestamp() + webhook_inbox_retry_delay_ms(o.attempts - 1, p_backoff_base_ms, p_backoff_cap_ms)
-                                                           * interval '1 millisecond'
-                                  ELSE o.next_attempt_at END
-     WHERE o.operation_id = p_operation_id
+           next_attempt_at = nxt
+     WHERE o.source_scope = scope AND o.operation_id = p_operation_id
     RETURNING o.* INTO run;
     PERFORM webhook_inbox_ruby_settle(run, p_duration_ms);
     RETURN run.status;
@@ -170,7 +196,8 @@ COMMENT ON FUNCTION webhook_inbox_ruby_finish(text, integer, text, text, double 
 -- SQL route once, record one run per Ruby handler (a quarantined run of this event is made
 -- due again: requeuing the event requeues its runs), then either all runs are already
 -- delivered (a replay: nothing runs twice) -> 'done', or the row waits for the Ruby worker ->
--- 'handed' (pending, due in the year 9999: the worker settles it).
+-- 'handed' (pending, due in the year 9999: the worker settles it). The runs are keyed and
+-- counted in the event's scope (on Citus, its shard).
 CREATE OR REPLACE FUNCTION webhook_inbox_run_ruby(ev webhook_inbox, p_handler regproc, p_ruby text[],
         OUT result text, OUT detail text)
 LANGUAGE plpgsql AS $$
@@ -180,6 +207,7 @@ DECLARE
     h       text;
     ops     text[] := '{}';
     open    integer;
+    due     timestamptz := now(); -- a variable: Citus allows only IMMUTABLE functions in DO UPDATE
 BEGIN
     IF p_handler IS NOT NULL THEN
         sql_op := webhook_inbox_handler_operation_id(ev.source_scope, ev.event_id, 'sql:' || p_handler::text);
@@ -197,11 +225,12 @@ BEGIN
         ops := ops || webhook_inbox_handler_operation_id(ev.source_scope, ev.event_id, h);
         INSERT INTO webhook_inbox_outbox AS o (operation_id, destination, payload, source_scope, source_event_id)
         VALUES (ops[cardinality(ops)], 'ruby', jsonb_build_object('handler', h), ev.source_scope, ev.event_id)
-        ON CONFLICT (operation_id) DO UPDATE
-           SET status = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL
+        ON CONFLICT (source_scope, operation_id) DO UPDATE
+           SET status = 'pending', attempts = 0, next_attempt_at = due, processed_at = NULL
          WHERE o.status = 'quarantined';
     END LOOP;
-    SELECT count(*) INTO open FROM webhook_inbox_outbox o WHERE o.operation_id = ANY (ops) AND o.status <> 'delivered';
+    SELECT count(*) INTO open FROM webhook_inbox_outbox o
+     WHERE o.source_scope = ev.source_scope AND o.operation_id = ANY (ops) AND o.status <> 'delivered';
     IF open = 0 THEN
         result := 'done';
         detail := concat_ws('; ', sql_out, cardinality(ops) || ' Ruby handler(s) done');
@@ -278,54 +307,58 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_settle(webhook_inbox_outbox, double precision) IS
     'Ruby worker: after a run changed, lock its event and mark it done (every run delivered), quarantined (the run quarantined) or note the run''s error.';
 
--- As in 009, plus: nothing while the destination 'ruby' is paused.
+-- As in 009, plus: nothing while the destination 'ruby' is paused. One source scope per claim
+-- (webhook_inbox_outbox_claim_scopes: all at once on one node; on Citus one shard, the runs
+-- joined with their co-located events there), kept in the transaction for
+-- webhook_inbox_ruby_save (webhook_inbox.ruby_scope) when it is one.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_claim(p_limit integer)
 RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
                event_type text, payload text, raw_body_base64 text, received_at timestamptz)
-LANGUAGE sql AS $$
-    WITH due AS (
-        SELECT o.operation_id, o.payload->>'handler' AS handler, o.attempts + 1 AS attempt,
-               o.source_scope, o.source_event_id
-          FROM webhook_inbox_outbox o
-         WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
-           AND NOT EXISTS (SELECT 1 FROM webhook_inbox_flow f
-                            WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused)
-         ORDER BY o.next_attempt_at, o.created_at
-         LIMIT p_limit
-           FOR UPDATE SKIP LOCKED
-    )
-    SELECT d.operation_id, d.handler, d.attempt, d.source_scope, d.source_event_id, w.event_type, w.payload::text,
-           CASE WHEN w.payload IS NULL THEN translate(encode(w.raw_body, 'base64'), E'\n', '') END, w.received_at
-      FROM due d
-      LEFT JOIN webhook_inbox w ON w.source_scope = d.source_scope AND w.event_id = d.source_event_id
+LANGUAGE plpgsql AS $$
+DECLARE
+    s text;
+BEGIN
+    IF EXISTS (SELECT 1 FROM webhook_inbox_flow f WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused) THEN
+        RETURN;
+    END IF;
+    FOR s IN SELECT x FROM webhook_inbox_outbox_claim_scopes('ruby') x LOOP
+        RETURN QUERY
+        WITH due AS (
+            SELECT o.operation_id, o.payload->>'handler' AS handler, o.attempts + 1 AS attempt,
+                   o.source_scope, o.source_event_id
+              FROM webhook_inbox_outbox o
+             WHERE (s IS NULL OR o.source_scope = s) AND o.destination = 'ruby' AND o.status = 'pending'
+               AND o.next_attempt_at <= now()
+             ORDER BY o.next_attempt_at, o.created_at
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED
+        )
+        SELECT d.operation_id, d.handler, d.attempt, d.source_scope, d.source_event_id, w.event_type, w.payload::text,
+               CASE WHEN w.payload IS NULL THEN translate(encode(w.raw_body, 'base64'), E'\n', '') END, w.received_at
+          FROM due d
+          LEFT JOIN webhook_inbox w
+            ON (s IS NULL OR w.source_scope = s) AND w.source_scope = d.source_scope AND w.event_id = d.source_event_id;
+        IF FOUND THEN
+            IF s IS NOT NULL THEN
+                PERFORM set_config('webhook_inbox.ruby_scope', s, true);
+            END IF;
+            RETURN;
+        END IF;
+    END LOOP;
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_claim(integer) IS
     'Ruby worker: lock up to p_limit due Ruby runs (FOR UPDATE SKIP LOCKED, held until the caller commits) with their events'' columns; attempt is this run''s number (1 = first). v15: none while destination ruby is paused.';
 
 -- 013's step 1 of the Ruby worker, with the pause check: a paused destination 'ruby' starts
--- (charges) no run.
+-- (charges) no run. The batch step's first run alone (the same claim, charge and lease).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_start(p_max_attempts integer, p_backoff_base_ms bigint,
         p_backoff_cap_ms bigint)
 RETURNS TABLE (operation_id text, attempt integer, exhausted boolean)
-LANGUAGE sql AS $$
-    WITH due AS (
-        SELECT o.operation_id, o.attempts
-          FROM webhook_inbox_outbox o
-         WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
-           AND NOT EXISTS (SELECT 1 FROM webhook_inbox_flow f
-                            WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused)
-         ORDER BY o.next_attempt_at, o.created_at
-         LIMIT 1
-           FOR UPDATE SKIP LOCKED
-    )
-    UPDATE webhook_inbox_outbox o
-       SET attempts = o.attempts + CASE WHEN d.attempts < p_max_attempts THEN 1 ELSE 0 END,
-           last_attempt_at = clock_timestamp(),
-           next_attempt_at = clock_timestamp()
-                             + webhook_inbox_retry_delay_ms(d.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond'
-      FROM due d
-     WHERE o.operation_id = d.operation_id
-    RETURNING o.operation_id, o.attempts, d.attempts >= p_max_attempts
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM webhook_inbox_ruby_start_batch(1, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms);
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
     'Ruby worker, step 1 (committed before the handler runs): take one due run, unless the destination ruby is paused (v15), charge it (attempts + 1) and lease it for its backoff; exhausted when it had its last attempt already.';
@@ -335,14 +368,20 @@ COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
 -- for the backoff a failure would get, as webhook_inbox_ruby_start. First attempts only, up to
 -- p_limit; a run with an earlier attempt comes alone: first in line it is the whole batch,
 -- after first attempts it is left uncharged (it is first in line next round). No row:
--- nothing due. Run the batch only after this commits.
+-- nothing due. Run the batch only after this commits. Scope by scope
+-- (webhook_inbox_outbox_claim_scopes: all at once on one node; on Citus one shard each, a
+-- router query); each run charged by its key, the times in variables (Citus refuses a
+-- VOLATILE function in an UPDATE: the backoff's jitter).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_start_batch(p_limit integer, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
 RETURNS TABLE (operation_id text, attempt integer, exhausted boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
+    s   text;
     due record;
     n   integer := 0;
+    t   timestamptz;
+    nxt timestamptz;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_start_batch: p_limit and p_max_attempts must be >= 1' USING ERRCODE = '22023';
@@ -350,25 +389,32 @@ BEGIN
     IF EXISTS (SELECT 1 FROM webhook_inbox_flow f WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused) THEN
         RETURN;
     END IF;
-    FOR due IN
-        SELECT o.operation_id, o.attempts
-          FROM webhook_inbox_outbox o
-         WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.next_attempt_at <= now()
-         ORDER BY o.next_attempt_at, o.created_at
-         LIMIT p_limit
-           FOR UPDATE SKIP LOCKED
-    LOOP
-        EXIT WHEN n > 0 AND due.attempts > 0;
-        UPDATE webhook_inbox_outbox o
-           SET attempts = o.attempts + CASE WHEN due.attempts < p_max_attempts THEN 1 ELSE 0 END,
-               last_attempt_at = clock_timestamp(),
-               next_attempt_at = clock_timestamp()
-                                 + webhook_inbox_retry_delay_ms(due.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond'
-         WHERE o.operation_id = due.operation_id
-        RETURNING o.operation_id, o.attempts, due.attempts >= p_max_attempts INTO operation_id, attempt, exhausted;
-        RETURN NEXT;
-        n := n + 1;
-        EXIT WHEN due.attempts > 0;
+    FOR s IN SELECT x FROM webhook_inbox_outbox_claim_scopes('ruby') x LOOP
+        FOR due IN
+            SELECT o.operation_id, o.source_scope, o.attempts
+              FROM webhook_inbox_outbox o
+             WHERE (s IS NULL OR o.source_scope = s) AND o.destination = 'ruby' AND o.status = 'pending'
+               AND o.next_attempt_at <= now()
+             ORDER BY o.next_attempt_at, o.created_at
+             LIMIT p_limit - n
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            IF n > 0 AND due.attempts > 0 THEN
+                RETURN;
+            END IF;
+            t := clock_timestamp();
+            nxt := t + webhook_inbox_retry_delay_ms(due.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+            UPDATE webhook_inbox_outbox o
+               SET attempts = o.attempts + CASE WHEN due.attempts < p_max_attempts THEN 1 ELSE 0 END,
+                   last_attempt_at = t, next_attempt_at = nxt
+             WHERE o.source_scope = due.source_scope AND o.operation_id = due.operation_id
+            RETURNING o.operation_id, o.attempts, due.attempts >= p_max_attempts INTO operation_id, attempt, exhausted;
+            RETURN NEXT;
+            n := n + 1;
+            IF due.attempts > 0 OR n >= p_limit THEN
+                RETURN;
+            END IF;
+        END LOOP;
     END LOOP;
 END
 $$;
@@ -377,12 +423,16 @@ COMMENT ON FUNCTION webhook_inbox_ruby_start_batch(integer, integer, bigint, big
 
 -- Step 3 for a batch, after its handlers, in the same transaction: webhook_inbox_ruby_finish
 -- for each run (same index in every array), in the order given. One row per run: its new
--- status, NULL when it is not the run locked at that attempt (the caller rolls back).
+-- status, NULL when it is not the run locked at that attempt (the caller rolls back). The
+-- runs' scopes are read once (on Citus every shard once) and given to each finish
+-- (webhook_inbox.ruby_scope, _op), which then works on the run's key alone.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_finish_batch(
         p_operation_ids text[], p_attempts integer[], p_results text[], p_errors text[], p_durations_ms double precision[],
         p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
 RETURNS TABLE (operation_id text, status text)
 LANGUAGE plpgsql AS $$
+DECLARE
+    scopes jsonb;
 BEGIN
     IF p_operation_ids IS NULL OR p_attempts IS NULL OR p_results IS NULL OR p_errors IS NULL OR p_durations_ms IS NULL
        OR cardinality(p_attempts) <> cardinality(p_operation_ids) OR cardinality(p_results) <> cardinality(p_operation_ids)
@@ -390,7 +440,13 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox_ruby_finish_batch: one attempt, result, error and duration per operation id'
               USING ERRCODE = '22023';
     END IF;
+    -- One statement, not a loop's cursor (planned for its first rows, it walked an index of
+    -- every Ruby run); by the key's first column alone, as ruby_lock.
+    SELECT coalesce(jsonb_object_agg(o.operation_id, o.source_scope), '{}') INTO scopes FROM webhook_inbox_outbox o
+     WHERE o.operation_id = ANY (p_operation_ids);
     FOR i IN 1 .. cardinality(p_operation_ids) LOOP
+        PERFORM set_config('webhook_inbox.ruby_scope', coalesce(scopes->>p_operation_ids[i], ''), true),
+                set_config('webhook_inbox.ruby_op', p_operation_ids[i], true);
         operation_id := p_operation_ids[i];
         status := webhook_inbox_ruby_finish(p_operation_ids[i], p_attempts[i], p_results[i], p_errors[i], p_durations_ms[i],
                                             p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms);
@@ -440,7 +496,10 @@ COMMENT ON FUNCTION webhook_inbox_ruby_register(jsonb) IS
 -- 013's step 2, the event's key first: the run's event's ordering key (read unlocked: it
 -- never changes) is locked - waiting for the transaction that holds it - before the event's
 -- row, then the run, as before. A batch took its keys already (below): taken again, it does
--- not wait.
+-- not wait. Each statement names the event's or the run's key (on Citus one router query
+-- to their shard, where the key's lock is taken too, as webhook_inbox_citus_lock_key does);
+-- the run's scope is kept in the transaction for webhook_inbox_ruby_finish
+-- (webhook_inbox.ruby_scope, _op).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_lock(p_operation_id text, p_attempt integer)
 RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
                event_type text, payload text, raw_body_base64 text, received_at timestamptz)
@@ -449,6 +508,9 @@ DECLARE
     run webhook_inbox_outbox;
     ev  webhook_inbox;
 BEGIN
+    -- By the key's first column alone (the destination is checked below, on the whole key):
+    -- with destination = 'ruby' here the plan may walk the Ruby runs' partial index instead
+    -- (every run, at every lock: 75 instead of 2 us with 10 000 runs).
     SELECT * INTO run FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id;
     IF NOT FOUND THEN
         RETURN;
@@ -460,12 +522,13 @@ BEGIN
      WHERE w.source_scope = run.source_scope AND w.event_id = run.source_event_id
        FOR UPDATE;
     SELECT * INTO run FROM webhook_inbox_outbox o
-     WHERE o.operation_id = p_operation_id AND o.destination = 'ruby' AND o.status = 'pending'
-       AND o.attempts = p_attempt
-       FOR UPDATE;
-    IF NOT FOUND THEN
+     WHERE o.source_scope = run.source_scope AND o.operation_id = p_operation_id
+       FOR UPDATE; -- by the key alone, then checked (see ruby_finish)
+    IF NOT FOUND OR run.destination <> 'ruby' OR run.status <> 'pending' OR run.attempts <> p_attempt THEN
         RETURN;
     END IF;
+    PERFORM set_config('webhook_inbox.ruby_scope', run.source_scope, true),
+            set_config('webhook_inbox.ruby_op', run.operation_id, true);
     RETURN QUERY SELECT run.operation_id, run.payload->>'handler', p_attempt, run.source_scope, run.source_event_id,
                         ev.event_type, ev.payload::text,
                         CASE WHEN ev.payload IS NULL AND ev.raw_body IS NOT NULL
@@ -477,29 +540,41 @@ COMMENT ON FUNCTION webhook_inbox_ruby_lock(text, integer) IS
     'Ruby worker, step 2: lock the run''s event''s ordering key (v21: waits for the transaction holding it), its event, then the run if still pending at p_attempt; the run with its event''s columns, or no row (skip it).';
 
 -- 016's step 2, every key of the batch's events first, in the order of their lock ids (two
--- workers whose batches share keys take them in one order), then as 016.
+-- workers whose batches share keys take them in one order), then as 016: webhook_inbox_ruby_lock
+-- for each run, in the order of their events. The keys are read in one statement (the runs
+-- joined with their co-located events), then each is locked by a statement that names its
+-- event's key, as webhook_inbox_ruby_lock does (on Citus a router query: the lock is taken on
+-- the event's node, where the claims and the pushed-down batches take it too).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_lock_batch(p_operation_ids text[], p_attempts integer[])
 RETURNS TABLE (operation_id text, handler text, attempt integer, source_scope text, event_id text,
                event_type text, payload text, raw_body_base64 text, received_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
-    op text;
+    scopes text[];
+    events text[];
+    ops    text[];
 BEGIN
     IF p_operation_ids IS NULL OR p_attempts IS NULL OR cardinality(p_operation_ids) <> cardinality(p_attempts) THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_lock_batch: one attempt per operation id' USING ERRCODE = '22023';
     END IF;
-    PERFORM pg_advisory_xact_lock(k.id)
-       FROM (SELECT DISTINCT webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key) AS id
-               FROM webhook_inbox_outbox o
-               JOIN webhook_inbox w ON w.source_scope = o.source_scope AND w.event_id = o.source_event_id
-              WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby' AND w.ordering_key IS NOT NULL
-              ORDER BY 1) k;
-    FOR op IN
-        SELECT o.operation_id FROM webhook_inbox_outbox o
-         WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby'
-         ORDER BY o.source_scope, o.source_event_id, o.operation_id
-    LOOP
-        RETURN QUERY SELECT * FROM webhook_inbox_ruby_lock(op, p_attempts[array_position(p_operation_ids, op)]);
+    -- Arrays from single statements, not loops' cursors (planned for their first rows).
+    SELECT array_agg(k.scope ORDER BY k.id), array_agg(k.event ORDER BY k.id) INTO scopes, events
+      FROM (SELECT DISTINCT ON (1) webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key) AS id,
+                   w.source_scope AS scope, w.event_id AS event
+              FROM webhook_inbox_outbox o
+              JOIN webhook_inbox w ON w.source_scope = o.source_scope AND w.event_id = o.source_event_id
+             WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby' AND w.ordering_key IS NOT NULL
+             ORDER BY 1) k;
+    FOR i IN 1 .. coalesce(cardinality(scopes), 0) LOOP
+        PERFORM pg_advisory_xact_lock(webhook_inbox_ordering_lock_id(w.source_scope, w.ordering_key))
+           FROM webhook_inbox w
+          WHERE w.source_scope = scopes[i] AND w.event_id = events[i] AND w.ordering_key IS NOT NULL;
+    END LOOP;
+    SELECT array_agg(o.operation_id ORDER BY o.source_scope, o.source_event_id, o.operation_id) INTO ops
+      FROM webhook_inbox_outbox o
+     WHERE o.operation_id = ANY (p_operation_ids) AND o.destination = 'ruby';
+    FOR i IN 1 .. coalesce(cardinality(ops), 0) LOOP
+        RETURN QUERY SELECT * FROM webhook_inbox_ruby_lock(ops[i], p_attempts[array_position(p_operation_ids, ops[i])]);
     END LOOP;
 END
 $$;

@@ -38,10 +38,15 @@ COMMENT ON FUNCTION webhook_inbox_stats() IS
 
 -- Per-hour activity for charts: done and quarantined counts by the hour they finished,
 -- the last p_hours hours (only those rows are read), and the done events' p95 latency.
+-- PL/pgSQL (Citus cannot plan a SQL function's query over a distributed table), planned at
+-- each call with the window's value (force_custom_plan), as the SQL function was.
 CREATE OR REPLACE FUNCTION webhook_inbox_hourly(p_hours integer,
         OUT hour timestamptz, OUT done bigint, OUT quarantined bigint, OUT latency_p95_ms double precision)
 RETURNS SETOF record
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_custom_plan AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     -- The window's start is written out in each WHERE (not taken from hours): the planner
     -- then estimates it from its value and walks the partial indexes instead of the table.
     WITH hours AS (
@@ -64,21 +69,27 @@ LANGUAGE sql STABLE AS $$
     )
     SELECT hours.h, coalesce(d.n, 0), coalesce(q.n, 0), d.p95
       FROM hours LEFT JOIN d USING (h) LEFT JOIN q USING (h)
-     ORDER BY hours.h
+     ORDER BY hours.h;
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_hourly(integer) IS
     'Per hour over the last p_hours hours: done and quarantined counts by completion hour and the done events'' p95 latency (ms); reads only those hours'' rows.';
 
 -- Attempts histogram of the rows not done (the sidecar's `stats` shows it), read through
 -- the pending and quarantined partial indexes.
+-- PL/pgSQL: Citus cannot plan a SQL function's query over a distributed table.
 CREATE OR REPLACE FUNCTION webhook_inbox_attempts_histogram(OUT attempts integer, OUT events bigint)
 RETURNS SETOF record
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT a, count(*) FROM (
         SELECT w.attempts AS a FROM webhook_inbox w WHERE w.status = 'pending'
         UNION ALL
         SELECT w.attempts FROM webhook_inbox w WHERE w.status = 'quarantined') t
-     GROUP BY a ORDER BY a
+     GROUP BY a ORDER BY a;
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_attempts_histogram() IS
     'Events not done, counted by attempts; reads only pending and quarantined rows (partial indexes).';

@@ -26,8 +26,8 @@ module WebhookInbox
     KEY_MAX = 200 # webhook_inbox_outbox.operation_id's CHECK: printable ASCII, at most 200
     INSERT_SQL = <<~SQL.tr("\n", " ").freeze
       INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, source_scope, source_event_id, next_attempt_at)
-      VALUES ($1, $2, $3::jsonb, $4, $5, coalesce(to_timestamp($6::float8), now()))
-      ON CONFLICT (operation_id) DO NOTHING
+      VALUES ($1, $2, $3::jsonb, coalesce($4, ''), $5, coalesce(to_timestamp($6::float8), now()))
+      ON CONFLICT (source_scope, operation_id) DO NOTHING
     SQL
     # webhook_inbox_emit() with the handler's event as the source (the Ruby worker does not set
     # the settings the SQL handlers' runs set).

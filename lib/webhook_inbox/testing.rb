@@ -55,10 +55,10 @@ module WebhookInbox
     def deliver_webhook_inbox_effects(destination, to:, secret: nil)
       connection = ::ActiveRecord::Base.connection
       key = Effects.secret(secret)
-      Effects.pending(connection, destination).map do |operation_id, payload|
+      Effects.pending(connection, destination).map do |operation_id, payload, scope|
         webhook_id = "#{Effects.path(to)} #{operation_id}" # as the sidecar signs it: the endpoint, then the operation
         post(to, params: payload, headers: Signing.standard_webhooks_headers(payload, secret: key, id: webhook_id))
-        Effects.save(connection, operation_id, response.status, response.body)
+        Effects.save(connection, operation_id, response.status, response.body, source_scope: scope)
         Effects::Delivery.new(operation_id: operation_id, status: response.status, body: response.body)
       end
     end

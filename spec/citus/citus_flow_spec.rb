@@ -8,7 +8,7 @@ require_relative "../sidecar/sidecar_helper"
 
 # Pause, resume and rate limits (db/015) and per-object ordering (db/014) on a real Citus
 # cluster (db/citus/004_flow: webhook_inbox_flow a reference table; citus/001's claim with the
-# ordering filter; citus/002's outbox and Ruby claims with the pause checks). Every call is
+# ordering filter; the core's outbox and Ruby claims with the pause checks, one scope at a time there). Every call is
 # the one the sidecar, the deliverer or the Ruby worker makes on Citus. Skipped with the
 # reason when Citus is not installed.
 RSpec.describe "pause, rate limits and ordering on Citus" do

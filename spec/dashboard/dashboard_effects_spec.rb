@@ -44,7 +44,7 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
                                         response_excerpt, source_scope, source_event_id, created_at, processed_at)
       VALUES ('#{op}', '#{handler ? 'ruby' : destination}', '#{JSON.generate(payload)}', '#{status}',
               #{status == 'pending' ? 0 : 3}, #{error ? "'#{error}'" : 'NULL'}, #{response_status || 'NULL'},
-              #{excerpt ? "'#{excerpt}'" : 'NULL'}, #{scope ? "'#{scope}'" : 'NULL'}, #{id ? "'#{id}'" : 'NULL'},
+              #{excerpt ? "'#{excerpt}'" : 'NULL'}, #{scope ? "'#{scope}'" : "''"}, #{id ? "'#{id}'" : 'NULL'},
               #{created}, CASE WHEN '#{status}' <> 'pending' THEN now() END)
     SQL
   end

@@ -40,21 +40,12 @@ RSpec.describe "the schema's layout (db/)", :sidecar do
     expect(twice).to eq({})
   end
 
-  # db/citus/ must hold only the layout and Citus-only helpers. These copies of core bodies
-  # (citus/002: the outbox keyed by (source_scope, operation_id) on Citus, by operation_id on
-  # one node) predate the 1.0 layout and are still to be folded into the core (issue 29): the
-  # list only shrinks, and a new copy fails here.
-  CITUS_COPIES_TO_FOLD = %w[
-    webhook_inbox_emit webhook_inbox_run_ruby webhook_inbox_outbox_claim webhook_inbox_outbox_save
-    webhook_inbox_outbox_save_batch webhook_inbox_ruby_claim webhook_inbox_ruby_save webhook_inbox_ruby_start
-    webhook_inbox_ruby_lock webhook_inbox_ruby_finish webhook_inbox_ruby_start_batch webhook_inbox_ruby_lock_batch
-    webhook_inbox_ruby_finish_batch
-  ].freeze
-
-  it "keeps no copy of a core function in db/citus/ beyond those still to fold" do
+  # db/citus/ holds only the layout and Citus-only helpers, never a copy of a core body: each
+  # core function is written once, in a form Citus runs as it is (issue 29).
+  it "defines no core function in db/citus/" do
     core_names = core.map { |key, _| key.split("/").first }.uniq
-    copies = definitions(Dir[File.join(db_dir, "citus", "*.sql")]).map { |key, _| key.split("/").first } & core_names
-    expect(copies.uniq.sort).to eq(CITUS_COPIES_TO_FOLD.sort)
+    copies = definitions(Dir[File.join(db_dir, "citus", "*.sql")]).select { |key, _| core_names.include?(key.split("/").first) }
+    expect(copies).to eq([])
   end
 
   it "says one version: the function, WebhookInbox::Schema::VERSION and the sidecar's WI_SCHEMA_VERSION" do

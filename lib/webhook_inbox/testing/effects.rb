@@ -14,7 +14,7 @@ module WebhookInbox
       Delivery = Struct.new(:operation_id, :status, :body, keyword_init: true)
 
       PENDING_SQL = <<~SQL.tr("\n", " ").freeze
-        SELECT operation_id, payload::text FROM webhook_inbox_outbox
+        SELECT operation_id, payload::text, source_scope FROM webhook_inbox_outbox
          WHERE destination = %s AND status = 'pending' ORDER BY created_at, operation_id
       SQL
       SAVE_SQL = <<~SQL.tr("\n", " ").freeze
@@ -22,7 +22,7 @@ module WebhookInbox
            SET status = %s, attempts = attempts + 1, response_status = %d, response_excerpt = left(%s, 1000),
                last_error = %s, last_attempt_at = now(),
                processed_at = CASE WHEN %s = 'pending' THEN NULL ELSE now() END
-         WHERE operation_id = %s
+         WHERE operation_id = %s AND source_scope = %s
       SQL
 
       module_function
@@ -31,14 +31,16 @@ module WebhookInbox
         connection.uncached { connection.select_rows(format(PENDING_SQL, connection.quote(destination.to_s)), "webhook_inbox effects") }
       end
 
-      def save(connection, operation_id, status, body)
+      # The effect is the one of operation_id in source_scope (the outbox's key, db/025).
+      def save(connection, operation_id, status, body, source_scope: "")
         state = if status.between?(200, 299) then "delivered"
                 elsif status == 408 || status == 429 || status >= 500 then "pending"
                 else "quarantined"
                 end
         error = state == "delivered" ? nil : "HTTP #{status} (test delivery)"
         connection.exec_update(format(SAVE_SQL, connection.quote(state), status, connection.quote(body.to_s),
-                                      connection.quote(error), connection.quote(state), connection.quote(operation_id)),
+                                      connection.quote(error), connection.quote(state), connection.quote(operation_id),
+                                      connection.quote(source_scope.to_s)),
                                "webhook_inbox effects")
         connection.clear_query_cache
       end

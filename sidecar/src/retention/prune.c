@@ -69,7 +69,7 @@ const struct wi_pg_stmt wi_forget_markers_stmt = {"wi_forget_markers", FORGET_SQ
 const struct wi_pg_stmt wi_prune_effects_stmt = {
     "wi_prune_effects",
     "WITH doomed AS ("
-    " SELECT o.operation_id FROM webhook_inbox_outbox o"
+    " SELECT o.operation_id, o.source_scope FROM webhook_inbox_outbox o"
     " WHERE o.status = 'delivered' AND o.processed_at < now() - $1::double precision * interval '1 second'"
     "  AND ($2::text IS NULL OR o.source_scope = $2)"
     /* A Ruby handler's run (db/009) is its once-marker: while its event is not done (another
@@ -77,7 +77,8 @@ const struct wi_pg_stmt wi_prune_effects_stmt = {
     "  AND (o.destination <> '" WI_DEST_RESERVED_RUBY "' OR NOT EXISTS (SELECT 1 FROM webhook_inbox w"
     "   WHERE w.source_scope = o.source_scope AND w.event_id = o.source_event_id AND w.status <> 'done'))"
     " LIMIT $3::int FOR UPDATE OF o SKIP LOCKED),"
-    " gone AS (DELETE FROM webhook_inbox_outbox o USING doomed d WHERE o.operation_id = d.operation_id"
+    " gone AS (DELETE FROM webhook_inbox_outbox o USING doomed d"
+    "  WHERE o.operation_id = d.operation_id AND o.source_scope IS NOT DISTINCT FROM d.source_scope" /* v26's key; NULL before */
     "  RETURNING o.operation_id),"
     " received AS (DELETE FROM webhook_inbox_effects_received r USING gone g WHERE r.operation_id = g.operation_id)"
     " SELECT count(*) FROM gone"};
