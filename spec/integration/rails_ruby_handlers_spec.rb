@@ -165,14 +165,22 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
 
   it "keeps running after SIGHUP to its process group, saying it ignored it" do
     seen = File.size(@worker_log)
-    Process.kill("HUP", -@worker)
+    worker = start_ruby_worker # a second one of its own (an example before may have replaced @worker)
+    wait_for("the second worker started") { File.read(@worker_log)[seen..].include?("event=ruby_worker_starting") }
+    sleep 0.5 # its signal handlers are set right after that line
+    Process.kill("HUP", -worker)
     wait_for("the worker logged the ignored SIGHUP") { File.read(@worker_log)[seen..].include?("event=ruby_worker_sighup_ignored") }
-    expect(Process.waitpid(@worker, Process::WNOHANG)).to be_nil # still running
+    expect(Process.waitpid(worker, Process::WNOHANG)).to be_nil # still running
     order = order!
     expect(pay("evt_after_hup", order)).to eq("accepted")
     wait_for("evt_after_hup done") { event_status("evt_after_hup") == "done" }
     expect(paid(order)).to eq("paid 1 1")
     expect(File.read(@worker_log)[seen..]).not_to include("ruby_worker_stopped")
+  ensure
+    if worker
+      (Process.kill("TERM", -worker) rescue nil) # rubocop:disable Style/RescueModifier
+      (Process.wait(worker) rescue nil) # rubocop:disable Style/RescueModifier
+    end
   end
 
   it "retries a raising handler with its writes rolled back, then succeeds once" do
