@@ -34,6 +34,9 @@ class FakeReceiptApi
     @thread = Thread.new { @server.start }
   end
 
+  # The body the API answered for key (nil before its first request).
+  def answer_for(key) = @lock.synchronize { @answers[key] }
+
   def url
     "http://127.0.0.1:#{@server.config[:Port]}"
   end
