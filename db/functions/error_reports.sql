@@ -5,7 +5,7 @@
 -- go in any order (a runner applies each file as one transaction).
 SET LOCAL check_function_bodies = off;
 
--- Where a reporter's scan starts (this file's take and recovery_reports.sql's): at p_since,
+-- Where a reporter's scan starts (this file's take and app_reports.sql's): at p_since,
 -- the watermark, for a full scan (p_window_s NULL, or >= p_grace_s); else p_window_s seconds
 -- before now, never before p_since. Raises 22023 on a limit below 1 or a negative grace or window.
 CREATE OR REPLACE FUNCTION webhook_inbox_report_scan_from(p_limit integer, p_grace_s double precision,

@@ -13,7 +13,7 @@ module WebhookInbox
       "run.webhook_inbox" => %i[provider scope event_id event_type handler attempt outcome],
       "handle.webhook_inbox" => %i[provider scope event_id event_type handler attempt outcome duration_ms error_class],
       "quarantine.webhook_inbox" => %i[provider scope event_id event_type handler attempt error],
-      "effect.webhook_inbox" => %i[provider scope event_id effect_key job_class attempt outcome duration_ms error_class],
+      "effect.webhook_inbox" => %i[provider scope event_id effect_key destination job_class attempt outcome duration_ms error_class],
       "recover.webhook_inbox" => %i[provider scope event_id event_type how],
       "requeue.webhook_inbox" => %i[kind filter moved action_id actor],
       "reverify.webhook_inbox" => %i[endpoint admitted still_refused expired action_id actor],

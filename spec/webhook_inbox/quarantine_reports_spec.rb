@@ -14,6 +14,7 @@ require "webhook_inbox/handlers/worker"
 require_relative "../sidecar/sidecar_helper"
 require_relative "../support/receiver_helpers"
 require_relative "../support/forked_ruby_worker"
+require_relative "../support/stubbed_rails"
 
 # The C sidecar's quarantines reach the app's Rails.error through the Ruby worker
 # (Handlers::QuarantineReports, schema v25): one unhandled report per quarantine across
@@ -26,6 +27,7 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
   include SidecarHelper
   include SidecarHelper::Payloads
   include ForkedRubyWorker
+  include StubbedRails # rails_with(tracker, log): inherited by forked workers
 
   # A tracker as Sentry's: subscribed to Rails.error; appends each report as a JSON line to
   # a file shared by the forked workers (one short write each, O_APPEND).
@@ -67,17 +69,6 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
   end
 
   def conn = ActiveRecord::Base.connection
-
-  # Rails with a real ErrorReporter, tracker subscribed (inherited by forked workers), and a
-  # tagged logger into log.
-  def rails_with(tracker, log = StringIO.new)
-    reporter = ActiveSupport::ErrorReporter.new.tap { |r| r.subscribe(tracker) }
-    logger = ActiveSupport::TaggedLogging.new(Logger.new(log))
-    stub_const("Rails", Module.new.tap do |m|
-      m.define_singleton_method(:error) { reporter }
-      m.define_singleton_method(:logger) { logger }
-    end)
-  end
 
   # n amount mismatches, quarantined by the real sidecar's example SQL handler.
   def quarantine_by_sidecar(ids)
@@ -176,6 +167,7 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
 
   it "reads only the last seconds in a short poll (the watermark stays), the whole grace in the full poll after rescan_every_s" do
     rails_with(QuarantineSpecTracker.new)
+    db.psql("UPDATE webhook_inbox_error_reporter SET since = now() - interval '1 day'") # the database may be younger than a minute
     reporter = described_class.new(grace_s: 60, window_s: 10, rescan_every_s: 3600)
     expect(reporter.run(conn)).to eq([]) # the first poll is a full one
     since = db.value("SELECT since FROM webhook_inbox_error_reporter")

@@ -16,6 +16,7 @@ require_relative "../sidecar/sidecar_helper"
 require_relative "../support/fake_provider_apis"
 require_relative "../support/receiver_helpers"
 require_relative "../support/forked_ruby_worker"
+require_relative "../support/stubbed_rails"
 
 # Reconcile's recoveries reach the app through the Ruby worker (Handlers::RecoveryReports,
 # schema v27): one recover.webhook_inbox per recovered event across processes (two
@@ -26,6 +27,7 @@ require_relative "../support/forked_ruby_worker"
 RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
   include SidecarHelper
   include ForkedRubyWorker
+  include StubbedRails
 
   STRIPE_KEY = "sk_test_recovery_#{SecureRandom.hex(8)}".freeze
   KEYS = %i[provider scope event_id event_type how].freeze
@@ -56,16 +58,10 @@ RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
 
   def conn = ActiveRecord::Base.connection
 
-  # Rails with a real ErrorReporter whose subscriber records every report in errors (there
-  # must be none: a recovery is not a failure), and a tagged logger into log.
-  def rails_with(errors, log = StringIO.new)
-    reporter = ActiveSupport::ErrorReporter.new
-    reporter.subscribe(Object.new.tap { |t| t.define_singleton_method(:report) { |e, **| errors << e } })
-    logger = ActiveSupport::TaggedLogging.new(Logger.new(log))
-    stub_const("Rails", Module.new.tap do |m|
-      m.define_singleton_method(:error) { reporter }
-      m.define_singleton_method(:logger) { logger }
-    end)
+  # Rails (StubbedRails) whose tracker records every report in errors (there must be none: a
+  # recovery is not a failure), and a tagged logger into log.
+  def rails_errors_into(errors, log = StringIO.new)
+    rails_with(Object.new.tap { |t| t.define_singleton_method(:report) { |e, **| errors << e } }, log)
   end
 
   # recover.webhook_inbox's payloads, appended as JSON lines to path (shared by forked
@@ -99,7 +95,7 @@ RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
   it "publishes each recovery once, fetched, with two report-only workers racing, and reports no error" do
     path = File.join(@dir, "recoveries.jsonl")
     errors = []
-    rails_with(errors)
+    rails_errors_into(errors)
     subscribe(path)
     ids = recover_by_sidecar(150)
     2.times { start_worker(WebhookInbox::Handlers::Registry.new, report_only: true) }
@@ -123,7 +119,7 @@ RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
             "('github:1', 'sha_1', 'issues', '{\"token\": \"ghs_secret\"}', " \
             "'{\"x-github-delivery\": \"g-1\", \"x-hub-signature-256\": \"sha256=abc\"}', clock_timestamp())")
     log = StringIO.new
-    rails_with([], log)
+    rails_errors_into([], log)
     seen = subscribe
     expect(described_class.new.run(conn).map { |row| row["event_id"] }).to eq(["sha_1"])
     expect(seen).to eq([{ provider: "github", scope: "github:1", event_id: "sha_1", event_type: "issues", how: "redelivered" }])
@@ -139,7 +135,7 @@ RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
   it "publishes again after a rollback (at least once), never a recovery from before the reporter" do
     db.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, recovered_at) VALUES " \
             "('s', 'evt_old', 't', '{}', now() - interval '1 day'), ('s', 'evt_new', 't', '{}', clock_timestamp())")
-    rails_with([])
+    rails_errors_into([])
     seen = subscribe
     reporter = described_class.new
     expect do
@@ -157,7 +153,7 @@ RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
     db.psql("UPDATE webhook_inbox_error_reporter SET recovered_since = now() - interval '1 day'")
     db.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, recovered_at) VALUES " \
             "('s', 'evt_1', 't', '{}', now() - interval '2 hours')")
-    rails_with([])
+    rails_errors_into([])
     reporter = described_class.new(grace_s: 60, window_s: 10, rescan_every_s: 3600)
     expect(reporter.run(conn).map { |row| row["event_id"] }).to eq(["evt_1"]) # the first poll is a full one
     expect(db.value("SELECT recovered_since > now() - interval '2 minutes' AND recovered_since < now() - interval '50 seconds' " \
@@ -166,7 +162,7 @@ RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
             "('s', 'evt_now', 't', '{}', now()), ('s', 'evt_late', 't', '{}', now() - interval '30 seconds'), " \
             "('s', 'evt_too_late', 't', '{}', now() - interval '90 seconds')")
     expect(reporter.run(conn).map { |row| row["event_id"] }).to eq(["evt_now"])
-    expect(conn.select_value("SELECT webhook_inbox_recovery_reports_prune(100)")).to eq(1) # evt_1's: behind the watermark
+    expect(conn.select_value("SELECT webhook_inbox_app_reports_prune(100)")).to eq(1) # evt_1's: behind the watermark
     expect(described_class.new(grace_s: 60, rescan_every_s: 0).run(conn).map { |row| row["event_id"] }).to eq(["evt_late"])
     expect(db.value("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox_recovery_reports")).to eq("evt_late,evt_now")
   end

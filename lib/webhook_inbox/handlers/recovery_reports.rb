@@ -8,14 +8,14 @@ module WebhookInbox
     # RecoveryReports - the events reconcile recovered from a provider's API (the C sidecar's
     # `reconcile` and `run --reconcile`) told to the app, from the Ruby worker: one
     # recover.webhook_inbox notification each, once across every worker (schema v27,
-    # db/functions/recovery_reports.sql), polled as ReportPoll says. A recovery is news, not a
+    # db/functions/app_reports.sql), polled as ReportPoll says. A recovery is news, not a
     # failure: no Rails.error. Recoveries from before the v27 migration are never published.
     # Each one also logs a line through Rails.logger tagged with the event id and type. Never
     # the payload or the request's headers.
     class RecoveryReports < ReportPoll
       PROC = "webhook_inbox_recovery_reports_take(integer,double precision,double precision)" # db/027: this class's schema
       TAKE_SQL = "SELECT * FROM webhook_inbox_recovery_reports_take($1::int, $2::float8, $3::float8)"
-      PRUNE_SQL = "SELECT webhook_inbox_recovery_reports_prune($1::int)"
+      PRUNE_SQL = "SELECT webhook_inbox_app_reports_prune($1::int)"
       NAME = "webhook_inbox recovery reports"
       LOG_EVENT = "recovery_reported"
 

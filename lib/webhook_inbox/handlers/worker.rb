@@ -7,6 +7,7 @@ require_relative "heartbeat"
 require_relative "reporting"
 require_relative "quarantine_reports"
 require_relative "recovery_reports"
+require_relative "effect_reports"
 
 module WebhookInbox
   module Handlers
@@ -33,9 +34,9 @@ module WebhookInbox
     # charged a failure; its batch-mates commit. The outcome of each run (outcome=done, retry,
     # quarantined) is logged once its batch committed, and reported to the app (Reporting:
     # notifications, Rails.error, Rails.logger). Each round of its first thread also reports
-    # the sidecar's quarantines to Rails.error and reconcile's recoveries as notifications,
-    # once across workers (QuarantineReports, RecoveryReports, schema v27; off, with a log
-    # line, on an older schema). `--report-only` (or WEBHOOK_INBOX_REPORT_ONLY=1), for apps
+    # the sidecar's quarantines and the HTTP effects it quarantined to Rails.error, and
+    # reconcile's recoveries as notifications, once across workers (QuarantineReports,
+    # EffectReports, RecoveryReports, schema v27; off, with a log line, on an older schema). `--report-only` (or WEBHOOK_INBOX_REPORT_ONLY=1), for apps
     # whose handlers are all SQL: only that, no handler needed, no heartbeat (doctor counts
     # workers that run handlers).
     class Worker
@@ -65,7 +66,7 @@ module WebhookInbox
           o.on("--job-lease D", "a job from a handler taken by a worker that died runs again after this (1m)") do |v|
             opts[:job_lease_ms] = [(seconds(v) * 1000).round, 1].max
           end
-          o.on("--report-only", "only report the sidecar's quarantines and recoveries to the app (SQL handlers only; " \
+          o.on("--report-only", "only report the sidecar's quarantines, effects and recoveries to the app (SQL handlers only; " \
                                 "#{REPORT_ONLY_ENV}=1)") { opts[:report_only] = true }
         end.parse!(argv.dup)
         new(**opts, out: out).run
@@ -88,7 +89,7 @@ module WebhookInbox
         @out = out
         @stop = false
         @report_only = @opts[:report_only].nil? ? %w[1 true yes].include?(ENV[REPORT_ONLY_ENV].to_s.downcase) : @opts[:report_only]
-        @sidecar_reports = [QuarantineReports, RecoveryReports].map { |k| k.new(on_failure: method(:sidecar_report_failed)) }
+        @sidecar_reports = [QuarantineReports, RecoveryReports, EffectReports].map { |k| k.new(on_failure: method(:sidecar_report_failed)) }
         @runner = Runner.new(registry, max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
                                        backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:on_result),
                                        time_limit: @opts.fetch(:handler_timeout) || WebhookInbox.configuration.handler_timeout)
@@ -117,7 +118,7 @@ module WebhookInbox
         work_until_stopped
       end
 
-      # --report-only: the sidecar's quarantines and recoveries to the app, nothing else;
+      # --report-only: the sidecar's quarantines, effects and recoveries to the app, nothing else;
       # exits 1 on a schema without the reporters (fail closed: it would do nothing).
       def run_report_only
         unless sidecar_reports?
@@ -144,7 +145,7 @@ module WebhookInbox
         end
         unless @reports
           log("ruby_worker_quarantine_reports_off",
-              %(note="schema older than v27: the sidecar's quarantines and recoveries are not reported to the app"))
+              %(note="schema older than v27: the sidecar's quarantines, effects and recoveries are not reported to the app"))
         end
         @reports
       end
@@ -266,11 +267,11 @@ module WebhookInbox
 
       # A performed job: its log line, then the app's notification and, for a job quarantined
       # for good, its error report (Effects::Reporting); a subscriber that raises is logged.
-      # One poll of each sidecar reporter (QuarantineReports, RecoveryReports) when due (at
-      # most every poll interval, unless the last one was full): one log line per row told;
-      # the number told. A failed poll (its transaction rolled back: told again later) is
-      # logged and never keeps the round's handlers from running; a lost connection fails
-      # them next anyway.
+      # One poll of each sidecar reporter (QuarantineReports, RecoveryReports, EffectReports)
+      # when due (at most every poll interval, unless the last one was full): one log line per
+      # row told; the number told. A failed poll (its transaction rolled back: told again
+      # later) is logged and never keeps the round's handlers from running; a lost connection
+      # fails them next anyway.
       def report_sidecar(connection)
         now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         return 0 if @next_report_at && now < @next_report_at
