@@ -36,9 +36,9 @@ module WebhookInbox
     # notifications, Rails.error, Rails.logger). Each round of its first thread also reports
     # the sidecar's quarantines and the HTTP effects it quarantined to Rails.error, and
     # reconcile's recoveries as notifications, once across workers (QuarantineReports,
-    # EffectReports, RecoveryReports, schema v27; off, with a log line, on an older schema). `--report-only` (or WEBHOOK_INBOX_REPORT_ONLY=1), for apps
-    # whose handlers are all SQL: only that, no handler needed, no heartbeat (doctor counts
-    # workers that run handlers).
+    # EffectReports, RecoveryReports, schema v27; off, with a log line, on an older schema).
+    # `--report-only` (or WEBHOOK_INBOX_REPORT_ONLY=1), for apps whose handlers are all SQL:
+    # only that, no handler needed, no heartbeat (doctor counts workers that run handlers).
     class Worker
       DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
                    backoff_cap_ms: 3_600_000, handler_timeout: nil, job_lease_ms: 60_000, report_only: nil }.freeze
@@ -137,7 +137,7 @@ module WebhookInbox
 
       private
 
-      # Whether this database has the reporters' functions (v27: both or neither); remembered
+      # Whether this database has the reporters' functions (v27: all three or none); remembered
       # for the rounds.
       def sidecar_reports?
         @reports = ::ActiveRecord::Base.connection_pool.with_connection do |c|
@@ -294,7 +294,8 @@ module WebhookInbox
       end
 
       def sidecar_report_failed(row, error)
-        log("ruby_worker_report_failed", %(event_id=#{row['event_id']} error="#{error.class}"), level: "error")
+        id = row["operation_id"] ? "operation_id=#{row['operation_id']}" : "event_id=#{row['event_id']}"
+        log("ruby_worker_report_failed", %(#{id} error="#{error.class}"), level: "error")
       end
 
       def log_job(r)
