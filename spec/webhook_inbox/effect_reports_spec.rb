@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "json"
+require "tmpdir"
+require "fileutils"
 require "stringio"
 require "active_record"
 require "active_support/error_reporter"
@@ -13,6 +15,7 @@ require_relative "../sidecar/sidecar_helper"
 require_relative "../support/fake_receipt_api"
 require_relative "../support/receiver_helpers"
 require_relative "../support/stubbed_rails"
+require_relative "../support/forked_ruby_worker"
 
 # The HTTP effects the real sidecar's outbox delivery quarantines reach the app through the
 # Ruby worker (Handlers::EffectReports, schema v27): one unhandled Rails.error report and one
@@ -24,6 +27,7 @@ RSpec.describe WebhookInbox::Handlers::EffectReports, :sidecar do
   include SidecarHelper
   include SidecarHelper::Payloads
   include StubbedRails
+  include ForkedRubyWorker
 
   before(:all) do
     @api = FakeReceiptApi.new
@@ -65,6 +69,14 @@ RSpec.describe WebhookInbox::Handlers::EffectReports, :sidecar do
   end
 
   after { ActiveSupport::Notifications.unsubscribe(@sub) if @sub }
+
+  around do |example|
+    @dir = Dir.mktmpdir("effect_reports")
+    example.run
+  ensure
+    @workers&.each { |pid| stop_worker(pid) }
+    FileUtils.rm_rf(@dir)
+  end
 
   def tracker
     Object.new.tap do |t|
@@ -108,6 +120,24 @@ RSpec.describe WebhookInbox::Handlers::EffectReports, :sidecar do
                                   "operation_id=refund:evt_1 destination=refunds attempt=1 event_id=evt_1 scope=#{SidecarHelper::SCOPE}")
     told = t.reports.inspect + seen.inspect + log.string
     %w[card_4242 query_secret sig= status 422"].each { |secret| expect(told).not_to include(secret) }
+  end
+
+  it "reports each once with two report-only workers racing" do
+    path = File.join(@dir, "reports.jsonl")
+    shared = Object.new.tap do |t| # a tracker appending to a file the forked workers share (one O_APPEND write each)
+      t.define_singleton_method(:report) do |_error, context:, **|
+        File.open(path, "a") { |f| f.write("#{JSON.generate(context.slice(:operation_id).merge(pid: Process.pid))}\n") }
+      end
+    end
+    rails_with(shared)
+    ids = Array.new(60) { |i| format("evt_%02d", i) }
+    quarantine_by_sidecar(ids)
+    2.times { start_worker(WebhookInbox::Handlers::Registry.new, report_only: true) }
+    wait_until("every effect reported") { File.exist?(path) && File.readlines(path).size >= ids.size }
+    sleep 0.5 # a second report, if any, would land meanwhile
+    reports = File.readlines(path).map { |l| JSON.parse(l) }
+    expect(reports.map { |r| r["operation_id"] }.sort).to eq(ids.map { |id| "refund:#{id}" })
+    expect(worker_log.lines.grep(/event=effect_quarantine_reported operation_id=refund:evt_07 destination=refunds/).size).to eq(1)
   end
 
   it "leaves out the Ruby worker's own jobs and runs, and effects from before the reporter; reports again after a rollback" do
