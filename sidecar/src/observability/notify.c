@@ -23,12 +23,12 @@
 static const struct wi_pg_stmt check_stmt = {
     "wi_notify_check",
     "SELECT condition, state, summary FROM webhook_inbox_alerts_check($1::text[], $2::text[], $3::jsonb)"};
-static const struct wi_pg_stmt test_stmt = {
-    "wi_notify_test", "SELECT destination, operation_id FROM webhook_inbox_alerts_test($1::text[], $2::text[])"};
-static const struct wi_pg_stmt outcome_stmt = {
-    "wi_notify_outcome",
-    "SELECT status, coalesce(response_status::text, ''), coalesce(last_error, '') FROM webhook_inbox_outbox"
-    " WHERE source_scope = '' AND operation_id = $1"};
+/* notify --test: record the messages, then read each one's delivery. */
+static const struct wi_pg_stmt test_stmts[2] = {
+    {"wi_notify_test", "SELECT destination, operation_id FROM webhook_inbox_alerts_test($1::text[], $2::text[])"},
+    {"wi_notify_outcome",
+     "SELECT status, coalesce(response_status::text, ''), coalesce(last_error, '') FROM webhook_inbox_outbox"
+     " WHERE source_scope = '' AND operation_id = $1"}};
 
 /* Invariant: pg is NULL or an open connection with check_stmt prepared. */
 struct wi_notify {
@@ -204,7 +204,6 @@ void wi_notify_stop(struct wi_notify *nt)
 
 int wi_notify_test(const struct wi_config *cfg, double wait_s, FILE *out)
 {
-    static const struct wi_pg_stmt stmts[2] = {test_stmt, outcome_stmt};
     char dests[TARGETS_MAX], formats[TARGETS_MAX], settings[TARGETS_MAX];
     const char *params[2] = {dests, formats};
     struct wi_pg *pg = NULL;
@@ -220,8 +219,8 @@ int wi_notify_test(const struct wi_config *cfg, double wait_s, FILE *out)
         fprintf(stderr, "webhook-inbox-sidecar notify: %s\n", err.msg);
         return 2;
     }
-    if (connect_once(cfg->database_url, &pg, stmts, 2, &err) < 0 ||
-        !(ids = wi_pg_exec(pg, test_stmt.name, 2, params, PGRES_TUPLES_OK, &err))) {
+    if (connect_once(cfg->database_url, &pg, test_stmts, 2, &err) < 0 ||
+        !(ids = wi_pg_exec(pg, test_stmts[0].name, 2, params, PGRES_TUPLES_OK, &err))) {
         fprintf(stderr, "webhook-inbox-sidecar notify: %s\n", err.msg);
         wi_pg_free(pg);
         return 1;
@@ -232,7 +231,7 @@ int wi_notify_test(const struct wi_config *cfg, double wait_s, FILE *out)
         char status[16] = "pending", http[8] = "", why[240] = "";
 
         while (!strcmp(status, "pending") && wi_clock_s() < deadline) {
-            PGresult *r = wi_pg_exec(pg, outcome_stmt.name, 1, id, PGRES_TUPLES_OK, &err);
+            PGresult *r = wi_pg_exec(pg, test_stmts[1].name, 1, id, PGRES_TUPLES_OK, &err);
             if (!r)
                 break;
             if (PQntuples(r) == 1) {
