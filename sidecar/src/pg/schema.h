@@ -11,7 +11,7 @@
  * Required even with no --destination or --retain configured: one version for `migrate` and
  * for the check (the deploy runs the migration first, as for every upgrade), and a database
  * at v27 still accepts v4 sidecars (min_worker stays 4). */
-#define WI_SCHEMA_VERSION 27
+#define WI_SCHEMA_VERSION 28
 
 /* Outcomes of wi_schema_check(). */
 enum {
