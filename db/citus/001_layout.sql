@@ -14,8 +14,8 @@
 --   effects received, actions,     and functions over their row types (webhook_inbox_ruby_settle)
 --   rejections)                    could not be created on the workers
 --   the gem's functions            propagated to the workers where their types allow
---                                  (create_distributed_function), so a route's regproc
---                                  resolves on every node
+--                                  (create_distributed_function), so a route's handler
+--                                  name (v28) resolves on every node
 -- Wake-ups: the NOTIFY trigger on webhook_inbox is dropped. It fires on the worker that holds
 -- the shard, where no sidecar listens, and a NOTIFY inside a transaction that Citus commits
 -- with two-phase commit (one touching two nodes) fails it ("cannot PREPARE a transaction that
@@ -102,7 +102,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_citus_resolve_routes() IS
-    'Citus: rewrites each route''s handler and batch handler by name, so every node''s copy names its own OID of the function (stale after a node is re-activated); returns how many routes.';
+    'Citus: rewrites each route''s handler and batch handler from their names, so every node''s copy names its own OID of the function (stale after a node is re-activated or added; the dispatch reads the names since v28); returns how many routes.';
 
 DO $$
 BEGIN

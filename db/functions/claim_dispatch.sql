@@ -329,29 +329,28 @@ COMMENT ON FUNCTION webhook_inbox_route_match(text) IS
 -- overloaded: a route names one function), raises WIH01 outside any handler's savepoint: the
 -- dispatch's statement fails before a handler of its batch runs, its transaction rolls back,
 -- and nothing is charged; the sidecar logs it and tries again later (sidecar/src/claim/worker.c).
-CREATE OR REPLACE FUNCTION webhook_inbox_route_proc(p_name text, p_route text) RETURNS regproc
+CREATE OR REPLACE FUNCTION webhook_inbox_route_missing(p_name text, p_event_type text) RETURNS regproc
 LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    f regproc;
 BEGIN
-    IF p_name IS NULL THEN
-        RETURN NULL;
-    END IF;
-    f := to_regproc(p_name);
-    IF f IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'WIH01',
-              MESSAGE = format('webhook_inbox: the handler %s of route %s does not exist on this node (%s), or names several functions',
-                               p_name, p_route, coalesce(host(inet_server_addr()) || ':' || inet_server_port(), 'local socket')),
-              HINT = 'Create it on this node (Citus: SELECT create_distributed_function(''name(args)'') on the coordinator, or migrate --citus); its events wait, uncharged.';
-    END IF;
-    RETURN f;
+    RAISE EXCEPTION USING ERRCODE = 'WIH01',
+          MESSAGE = format('webhook_inbox: the handler %s of the route for %s does not exist on this node (%s), or names several functions',
+                           p_name, p_event_type, coalesce(host(inet_server_addr()) || ':' || inet_server_port(), 'local socket')),
+          HINT = 'Create it on this node (Citus: SELECT create_distributed_function(''name(args)'') on the coordinator, or migrate --citus); its events wait, uncharged.';
 END
+$$;
+COMMENT ON FUNCTION webhook_inbox_route_missing(text, text) IS
+    'Raises WIH01: a route''s handler (or batch handler) p_name, taken by p_event_type, resolves to no single function on this node (webhook_inbox_route_proc).';
+
+-- SQL, inlined where it is called: the PL/pgSQL raise above only when the name resolves to nothing.
+CREATE OR REPLACE FUNCTION webhook_inbox_route_proc(p_name text, p_event_type text) RETURNS regproc
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN p_name IS NOT NULL THEN coalesce(to_regproc(p_name), webhook_inbox_route_missing(p_name, p_event_type)) END
 $$;
 COMMENT ON FUNCTION webhook_inbox_route_proc(text, text) IS
     'A route''s handler (or batch handler) by its name on this node, NULL for NULL; raises WIH01 when the name resolves to no single function here (the dispatch refuses its batch, uncharged).';
 
 CREATE OR REPLACE FUNCTION webhook_inbox_route(p_event_type text) RETURNS regproc
-LANGUAGE sql STABLE AS $$ SELECT webhook_inbox_route_proc(m.handler_name, m.event_type) FROM webhook_inbox_route_match(p_event_type) m $$;
+LANGUAGE sql STABLE AS $$ SELECT webhook_inbox_route_proc((webhook_inbox_route_match(p_event_type)).handler_name, p_event_type) $$;
 COMMENT ON FUNCTION webhook_inbox_route(text) IS
     'The handler for an event type (webhook_inbox_route_match''s), resolved by name on this node (v28; WIH01 when missing here); NULL when unrouted.';
 
@@ -360,7 +359,7 @@ COMMENT ON FUNCTION webhook_inbox_route(text) IS
 CREATE OR REPLACE FUNCTION webhook_inbox_route_check(p_types text[]) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    PERFORM webhook_inbox_route_proc(m.handler_name, m.event_type), webhook_inbox_route_proc(m.batch_handler_name, m.event_type)
+    PERFORM webhook_inbox_route_proc(m.handler_name, x.t), webhook_inbox_route_proc(m.batch_handler_name, x.t)
        FROM (SELECT DISTINCT t FROM unnest(p_types) t) x, webhook_inbox_route_match(x.t) m;
 END
 $$;
@@ -488,7 +487,7 @@ COMMENT ON FUNCTION webhook_inbox_batch_failure(webhook_inbox) IS
     'webhook_inbox_dispatch_batch only: raises again the error a handler raised in the batch''s first run (its SQLSTATE and message).';
 
 CREATE OR REPLACE FUNCTION webhook_inbox_route_batch_handler(p_event_type text) RETURNS regproc
-LANGUAGE sql STABLE AS $$ SELECT webhook_inbox_route_proc(m.batch_handler_name, m.event_type) FROM webhook_inbox_route_match(p_event_type) m $$;
+LANGUAGE sql STABLE AS $$ SELECT webhook_inbox_route_proc((webhook_inbox_route_match(p_event_type)).batch_handler_name, p_event_type) $$;
 COMMENT ON FUNCTION webhook_inbox_route_batch_handler(text) IS
     'The batch handler named by the route an event type takes (webhook_inbox_route_match''s), resolved by name on this node (v28; WIH01 when missing here), or NULL.';
 
@@ -854,8 +853,8 @@ BEGIN
         -- go through webhook_inbox_run_event.
         types := ARRAY(SELECT DISTINCT e.event_type FROM unnest(evs) e);
         -- By name on this node (db/028): WIH01 here, before any handler ran, when one is missing.
-        SELECT array_agg(webhook_inbox_route_proc(m.handler_name, m.event_type) ORDER BY t.i),
-               array_agg(webhook_inbox_route_proc(m.batch_handler_name, m.event_type) ORDER BY t.i) INTO handlers, batchers
+        SELECT array_agg(webhook_inbox_route_proc(m.handler_name, t.event_type) ORDER BY t.i),
+               array_agg(webhook_inbox_route_proc(m.batch_handler_name, t.event_type) ORDER BY t.i) INTO handlers, batchers
           FROM unnest(types) WITH ORDINALITY AS t(event_type, i)
           LEFT JOIN LATERAL webhook_inbox_route_match(t.event_type) AS m ON true;
         calls := ARRAY(SELECT format('SELECT %s($1)', h) FROM unnest(handlers) h);

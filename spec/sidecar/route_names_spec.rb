@@ -88,7 +88,7 @@ RSpec.describe "routes by handler name (db/028)", :sidecar do
       expect { conn.exec("SELECT * FROM webhook_inbox_dispatch_batch(10, 'wait', 5, 10, 100, 1000)") }
         .to raise_error(PG::Error) { |e|
           expect(e.result.error_field(PG::Result::PG_DIAG_SQLSTATE)).to eq("WIH01")
-          expect(e.message).to match(/the handler (public\.rn_batch|"App Handlers"\.rn_row) of route rn\.\* does not exist on this node/)
+          expect(e.message).to match(/the handler (public\.rn_batch|"App Handlers"\.rn_row) of the route for rn\.one does not exist on this node/)
         }
     ensure
       conn.close
