@@ -53,8 +53,9 @@ void wi_citus_shards_free(struct wi_citus_shards *s);
  * content freed). Returns the events committed, 0 when no shard had any (the keys are then
  * loaded again: shards may have been split or added; s->n may become 0), or -1 with *err
  * (that batch rolled back, *b empty). A shard whose node refuses because a route's handler
- * is missing there (wi_dispatch_handler_missing) is logged, rests WI_CITUS_REST_S and the
- * next shard is tried; when no shard had work and one refused, -1 with that refusal in *err.
+ * is missing there (wi_dispatch_handler_missing) is logged, rests WI_CITUS_REST_S (or until
+ * the keys are loaded again) and the next shard is tried; when no shard had work and one
+ * refused, -1 with that refusal in *err.
  * worker: the worker's number, for the log. Needs s->n > 0. */
 #define WI_CITUS_REST_S 5.0
 int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, int limit, const struct wi_policy *p,
