@@ -72,11 +72,13 @@ BEGIN
         RAISE EXCEPTION 'webhook_inbox: the route % names a handler that does not exist (OID %)', NEW.event_type, NEW.handler::oid
               USING ERRCODE = '42883';
     END IF;
+    -- A name the write gave must at least parse as one (42602 here, not at every dispatch).
+    PERFORM to_regproc(NEW.handler_name), to_regproc(NEW.batch_handler_name);
     RETURN NEW;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_routes_names() IS
-    'Row trigger on webhook_inbox_routes: handler_name and batch_handler_name (schema-qualified) from the regprocs, unless the write gives them; refuses a regproc that names no function.';
+    'Row trigger on webhook_inbox_routes: handler_name and batch_handler_name (schema-qualified) from the regprocs, unless the write gives them; refuses a regproc that names no function and a name that does not parse.';
 
 -- The triggers, each created when missing (never dropped and created again: a current
 -- database takes no lock here). The NOTIFY ones never on a table Citus distributes:

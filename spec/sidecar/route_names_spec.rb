@@ -58,6 +58,8 @@ RSpec.describe "routes by handler name (db/028)", :sidecar do
       .to eq("public.webhook_inbox_ignore public.webhook_inbox_ignore")
     expect { db.psql("INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('rn.none', 4000000000::oid::regproc)") }
       .to raise_error(/names a handler that does not exist/)
+    expect { db.psql("INSERT INTO webhook_inbox_routes (event_type, handler, handler_name) VALUES ('rn.bad', 'rn_batch', 'not a name')") }
+      .to raise_error(/invalid name syntax/)
   end
 
   it "fills the names of the routes an older database has when migrated in place" do
