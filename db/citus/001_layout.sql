@@ -364,6 +364,7 @@ DECLARE
     strict_types text[];
     scopes text[];
     ids text[];
+    claimed_types text[];
 BEGIN
     IF shard IS NULL THEN
         RETURN QUERY SELECT * FROM webhook_inbox_citus_dispatch_batch(p_limit, p_unrouted, p_max_attempts, p_backoff_base_ms,
@@ -400,8 +401,8 @@ BEGIN
              LIMIT $1
                FOR UPDATE OF w SKIP LOCKED) c
          WHERE c.ordering_key IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.source_scope, c.ordering_key))
-        $q$, shard) INTO scopes, ids, types USING p_limit, strict_types;
-    PERFORM webhook_inbox_route_check(types);
+        $q$, shard) INTO scopes, ids, claimed_types USING p_limit, strict_types;
+    PERFORM webhook_inbox_route_check(claimed_types);
     FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
         source_scope := scopes[i];
         event_id := ids[i];
