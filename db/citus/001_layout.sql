@@ -15,7 +15,7 @@
 --   rejections)                    could not be created on the workers
 --   the gem's functions            propagated to the workers where their types allow
 --                                  (create_distributed_function), so a route's handler
---                                  name (v28) resolves on every node
+--                                  name (v29) resolves on every node
 -- Wake-ups: the NOTIFY trigger on webhook_inbox is dropped. It fires on the worker that holds
 -- the shard, where no sidecar listens, and a NOTIFY inside a transaction that Citus commits
 -- with two-phase commit (one touching two nodes) fails it ("cannot PREPARE a transaction that
@@ -59,7 +59,7 @@ BEGIN
     FOR f IN
         SELECT p.oid::regprocedure FROM pg_proc p
          WHERE (p.proname LIKE 'webhook\_inbox\_%'
-                OR p.oid IN (SELECT to_regproc(r.handler_name)::oid FROM webhook_inbox_routes r -- by name: v28
+                OR p.oid IN (SELECT to_regproc(r.handler_name)::oid FROM webhook_inbox_routes r -- by name: v29
                              UNION ALL SELECT to_regproc(r.batch_handler_name)::oid FROM webhook_inbox_routes r)) -- batch: v19
            AND p.prokind = 'f'
            AND p.oid NOT IN (SELECT o.objid FROM pg_dist_object o WHERE o.classid = 'pg_proc'::regclass)
@@ -81,8 +81,8 @@ COMMENT ON FUNCTION webhook_inbox_citus_propagate() IS
 -- reference table holds that node's OID of the function. A regproc is an OID: when Citus
 -- creates a function on a worker again (the node re-activated, its metadata synced again by
 -- start_metadata_sync_to_node) or copies the routes to a node added, the copy there keeps
--- OIDs that name nothing there. Since v28 the dispatch resolves handlers by name
--- (handler_name, db/028) and never reads those OIDs; this keeps the regproc columns true on
+-- OIDs that name nothing there. Since v29 the dispatch resolves handlers by name
+-- (handler_name, db/029) and never reads those OIDs; this keeps the regproc columns true on
 -- every node for whoever reads them there. Run by every `migrate --citus`. Returns the routes
 -- rewritten.
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_resolve_routes() RETURNS integer
@@ -91,7 +91,7 @@ DECLARE
     r record;
     n integer := 0;
 BEGIN
-    FOR r IN SELECT event_type, handler_name AS handler, batch_handler_name AS batch_handler -- names: v28
+    FOR r IN SELECT event_type, handler_name AS handler, batch_handler_name AS batch_handler -- names: v29
                FROM webhook_inbox_routes ORDER BY event_type
     LOOP
         EXECUTE format('UPDATE webhook_inbox_routes SET handler = %L::regproc, batch_handler = %L::regproc WHERE event_type = %L',
@@ -102,7 +102,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_citus_resolve_routes() IS
-    'Citus: rewrites each route''s handler and batch handler from their names, so every node''s copy names its own OID of the function (stale after a node is re-activated or added; the dispatch reads the names since v28); returns how many routes.';
+    'Citus: rewrites each route''s handler and batch handler from their names, so every node''s copy names its own OID of the function (stale after a node is re-activated or added; the dispatch reads the names since v29); returns how many routes.';
 
 DO $$
 BEGIN
@@ -296,7 +296,7 @@ BEGIN
     SELECT array_agg(c.source_scope ORDER BY c.n), array_agg(c.event_id ORDER BY c.n), array_agg(c.event_type ORDER BY c.n)
       INTO scopes, ids, types
       FROM webhook_inbox_citus_claim(p_limit) WITH ORDINALITY AS c(source_scope, event_id, event_type, attempts, n);
-    PERFORM webhook_inbox_route_check(types); -- v28: WIH01 before any handler runs when a route's is missing here
+    PERFORM webhook_inbox_route_check(types); -- v29: WIH01 before any handler runs when a route's is missing here
     FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
         source_scope := scopes[i];
         event_id := ids[i];
@@ -385,7 +385,7 @@ BEGIN
     strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
     -- db/021: each claimed keyed row's key tried on this node, after the claim locked it (as
     -- webhook_inbox_dispatch_batch does); a row whose key another transaction holds is left out.
-    -- v28: the claimed events' routes resolved here (WIH01) before any handler runs.
+    -- v29: the claimed events' routes resolved here (WIH01) before any handler runs.
     EXECUTE format($q$
         SELECT array_agg(c.source_scope ORDER BY c.next_attempt_at, c.received_at),
                array_agg(c.event_id ORDER BY c.next_attempt_at, c.received_at),

@@ -323,7 +323,7 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_route_match(text) IS
     'The routes row an event type takes: exact match, else the longest matching ''prefix*'' pattern (''*'' matches all); NULL when unrouted.';
 
--- A route's handler by its name (db/028), on the node that asks: never by the stored regproc,
+-- A route's handler by its name (db/029), on the node that asks: never by the stored regproc,
 -- an OID that a node whose functions Citus created again, or a node added, does not share.
 -- When the name resolves to nothing here (not propagated to this node yet, dropped, or
 -- overloaded: a route names one function), raises WIH01 outside any handler's savepoint: the
@@ -352,7 +352,7 @@ COMMENT ON FUNCTION webhook_inbox_route_proc(text, text) IS
 CREATE OR REPLACE FUNCTION webhook_inbox_route(p_event_type text) RETURNS regproc
 LANGUAGE sql STABLE AS $$ SELECT webhook_inbox_route_proc((webhook_inbox_route_match(p_event_type)).handler_name, p_event_type) $$;
 COMMENT ON FUNCTION webhook_inbox_route(text) IS
-    'The handler for an event type (webhook_inbox_route_match''s), resolved by name on this node (v28; WIH01 when missing here); NULL when unrouted.';
+    'The handler for an event type (webhook_inbox_route_match''s), resolved by name on this node (v29; WIH01 when missing here); NULL when unrouted.';
 
 -- Every route the given event types take, resolved on this node (webhook_inbox_route_proc):
 -- a batch's dispatch checks its types with it before any handler runs (db/citus/001).
@@ -489,7 +489,7 @@ COMMENT ON FUNCTION webhook_inbox_batch_failure(webhook_inbox) IS
 CREATE OR REPLACE FUNCTION webhook_inbox_route_batch_handler(p_event_type text) RETURNS regproc
 LANGUAGE sql STABLE AS $$ SELECT webhook_inbox_route_proc((webhook_inbox_route_match(p_event_type)).batch_handler_name, p_event_type) $$;
 COMMENT ON FUNCTION webhook_inbox_route_batch_handler(text) IS
-    'The batch handler named by the route an event type takes (webhook_inbox_route_match''s), resolved by name on this node (v28; WIH01 when missing here), or NULL.';
+    'The batch handler named by the route an event type takes (webhook_inbox_route_match''s), resolved by name on this node (v29; WIH01 when missing here), or NULL.';
 
 -- Called by a batch handler: "not these, not all at once". Its events go to the row handler.
 CREATE OR REPLACE FUNCTION webhook_inbox_batch_defer(reason text) RETURNS void
@@ -852,7 +852,7 @@ BEGIN
         -- or rate-limited route matches it, nor does it hold a slot or was it held. The others
         -- go through webhook_inbox_run_event.
         types := ARRAY(SELECT DISTINCT e.event_type FROM unnest(evs) e);
-        -- By name on this node (db/028): WIH01 here, before any handler ran, when one is missing.
+        -- By name on this node (db/029): WIH01 here, before any handler ran, when one is missing.
         SELECT array_agg(webhook_inbox_route_proc(m.handler_name, t.event_type) ORDER BY t.i),
                array_agg(webhook_inbox_route_proc(m.batch_handler_name, t.event_type) ORDER BY t.i) INTO handlers, batchers
           FROM unnest(types) WITH ORDINALITY AS t(event_type, i)

@@ -41,7 +41,7 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_on_requeue() IS
     'Row trigger: a row moved back to pending from done or quarantined gets requeued_at = now() and a ''requeued'' attempt_log entry.';
 
--- A route's names (db/028) from its regprocs, on the node that resolves the write: filled
+-- A route's names (db/029) from its regprocs, on the node that resolves the write: filled
 -- when an INSERT leaves one out, and again when an UPDATE changes a regproc but not its name
 -- (webhook_inbox_citus_resolve_routes, add_webhook_inbox_route's batch handler). A name the
 -- write gives is kept: Citus copies a reference table to a new node with the names and

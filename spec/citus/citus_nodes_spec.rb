@@ -5,7 +5,7 @@ require_relative "../spec_helper"
 require_relative "../support/citus_cluster"
 require_relative "../sidecar/sidecar_helper"
 
-# Citus nodes that come back or join by themselves (issue 30, db/028): the routes name their
+# Citus nodes that come back or join by themselves (issue 30, db/029): the routes name their
 # handlers, and each node resolves the names itself, so a worker whose functions Citus created
 # again (its metadata synced again) or a worker added, whose copy of the routes holds another
 # node's OIDs, handles its shards' events without `migrate --citus`; a node that lacks a routed

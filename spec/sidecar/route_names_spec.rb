@@ -3,12 +3,12 @@
 require "pg"
 require_relative "sidecar_helper"
 
-# Routes by name (db/028): a route keeps its handlers' schema-qualified names beside the
+# Routes by name (db/029): a route keeps its handlers' schema-qualified names beside the
 # regprocs, filled by a trigger from whatever a writer gives; the dispatch resolves the names
 # on the node that runs it. When a route's handler is missing there, the batch is refused
 # before any handler runs (WIH01), nothing is charged, the sidecar logs it and tries again,
 # and once the function exists the events are handled, each once.
-RSpec.describe "routes by handler name (db/028)", :sidecar do
+RSpec.describe "routes by handler name (db/029)", :sidecar do
   include SidecarHelper
 
   before(:all) do
@@ -70,7 +70,7 @@ RSpec.describe "routes by handler name (db/028)", :sidecar do
       ALTER TABLE webhook_inbox_routes ENABLE TRIGGER webhook_inbox_routes_names;
       SELECT 1 FROM webhook_inbox_routes; -- v27's state: no names
     SQL
-    db.pg.psql_file(File.expand_path("../../db/028_route_names.sql", __dir__), db: db.name)
+    db.pg.psql_file(File.expand_path("../../db/029_route_names.sql", __dir__), db: db.name)
     expect(db.value("SELECT count(*) FROM webhook_inbox_routes WHERE handler_name IS NULL")).to eq("0")
     expect(db.value("SELECT handler_name || ' ' || batch_handler_name FROM webhook_inbox_routes WHERE event_type = 'rn.*'"))
       .to eq('"App Handlers".rn_row public.rn_batch')

@@ -51,7 +51,7 @@ module WebhookInbox
         ["schema: MISSING OR STALE - #{problem}"]
       end
 
-      # SQL routes (regproc columns read as text: the driver knows no such type). From v28 the
+      # SQL routes (regproc columns read as text: the driver knows no such type). From v29 the
       # sidecar runs a route's handlers by name (handler_name): a name that resolves to no
       # function here (the function renamed or dropped) fails, as the sidecar refuses its batches.
       def routes
@@ -74,7 +74,7 @@ module WebhookInbox
         lines
       end
 
-      # The names of a route (v28) that to_regproc cannot resolve, or NULL.
+      # The names of a route (v29) that to_regproc cannot resolve, or NULL.
       MISSING_NAMES = "nullif(concat_ws(', ', CASE WHEN to_regproc(handler_name) IS NULL THEN handler_name END, " \
                       "CASE WHEN to_regproc(batch_handler_name) IS NULL THEN batch_handler_name END), '') AS missing"
 

@@ -1,4 +1,4 @@
--- 028_route_names.sql - schema version 28: a route names its handlers by name, resolved on the
+-- 029_route_names.sql - schema version 29: a route names its handlers by name, resolved on the
 -- node that runs them. `handler` and `batch_handler` are regprocs, OIDs; the routes are a
 -- reference table on Citus, a copy on every node, and a copy keeps the OIDs it was written
 -- with: a worker whose functions Citus created again (start_metadata_sync_to_node,
