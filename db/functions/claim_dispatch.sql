@@ -432,7 +432,9 @@ BEGIN
     IF ruby IS NOT NULL THEN
         SELECT r.result, r.detail INTO result, detail FROM webhook_inbox_run_ruby(ev, p_handler, ruby) r;
     ELSIF p_handler IS NULL THEN
-        detail := CASE WHEN missing IS NOT NULL THEN 'handler missing on this node: ' || missing
+        detail := CASE WHEN missing IS NOT NULL
+                       THEN format('handler missing on this node: %s (%s)', missing,
+                                   coalesce(host(inet_server_addr()) || ':' || inet_server_port(), 'local socket'))
                        ELSE 'no route for event type' END;
         IF p_unrouted = 'wait' OR missing IS NOT NULL THEN
             result := 'waiting';
@@ -480,7 +482,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_run_event(webhook_inbox, regproc, text, integer, bigint, bigint, bigint) IS
-    'Sidecar v4: run one claimed (locked) event''s handler, its Ruby hand-over (v9: ''handed'' leaves it pending for the Ruby worker) or unrouted policy and record quarantined/retry/waiting on its row (with an attempt_log entry) in the caller''s transaction; ''done'' is left to the caller. v15: a paused route or scope -> ''paused'', over its rate -> ''throttled'' (pending, uncharged). v29: p_handler NULL while the route names a handler (missing on this node) -> ''waiting'' as unrouted under ''wait'', detail ''handler missing on this node: <name>'', uncharged.';
+    'Sidecar v4: run one claimed (locked) event''s handler, its Ruby hand-over (v9: ''handed'' leaves it pending for the Ruby worker) or unrouted policy and record quarantined/retry/waiting on its row (with an attempt_log entry) in the caller''s transaction; ''done'' is left to the caller. v15: a paused route or scope -> ''paused'', over its rate -> ''throttled'' (pending, uncharged). v29: p_handler NULL while the route names a handler (missing on this node) -> ''waiting'' as unrouted under ''wait'', detail ''handler missing on this node: <name> (<node>)'', uncharged.';
 
 -- The handler that stands in, in the redo, for the one that raised in the batch's first run:
 -- raises that error again (SQLSTATE and message from transaction-local settings), so

@@ -106,7 +106,7 @@ RSpec.describe "routes by handler name (db/029)", :sidecar do
     rows = rows("SELECT event_type, result, detail, charged, retry_in_ms FROM webhook_inbox_dispatch_batch(20, 'ignore', 5, 10, 100, 60000)")
     expect(rows.group_by(&:first).transform_values(&:size)).to eq("rn.one" => 5, "ok.one" => 5)
     expect(rows.select { |r| r[0] == "rn.one" }.uniq)
-      .to eq([["rn.one", "waiting", 'handler missing on this node: "App Handlers".rn_row', "f", "60000"]])
+      .to eq([["rn.one", "waiting", 'handler missing on this node: "App Handlers".rn_row (local socket)', "f", "60000"]])
     expect(rows.select { |r| r[0] == "ok.one" }.map { |r| r[1] }.uniq).to eq(["done"])
     expect(states("rn.one")).to eq("pending 0 x5")
     expect(states("ok.one")).to eq("done 0 x5")
@@ -139,7 +139,7 @@ RSpec.describe "routes by handler name (db/029)", :sidecar do
     expect(db.int("SELECT count(*) FROM t_rn_runs")).to eq(0)
     text = File.read(log)
     expect(text.scan("msg=handler_missing").size).to eq(1) # once a minute per function, not once a batch
-    expect(text[/msg=handler_missing.*/]).to include("function=").and include("App Handlers").and include("rn_row").and include("type=rn.one")
+    expect(text[/msg=handler_missing.*/]).to include("handler=").and include("App Handlers").and include("rn_row").and include("type=rn.one")
     expect(text).not_to include("batch_failed", "dispatch_failed", "unrouted_event")
     db.psql(<<~SQL)
       ALTER FUNCTION rn_batch_away(webhook_inbox[]) RENAME TO rn_batch;
@@ -155,7 +155,7 @@ RSpec.describe "routes by handler name (db/029)", :sidecar do
     insert("one", 1)
     db.psql(%(ALTER FUNCTION "App Handlers".rn_row(webhook_inbox) RENAME TO rn_row_away))
     expect(rows("SELECT result, detail, charged FROM webhook_inbox_dispatch('scope', 'one_1', 'quarantine', 5, 10, 100, 1000)"))
-      .to eq([["waiting", 'handler missing on this node: "App Handlers".rn_row', "f"]])
+      .to eq([["waiting", 'handler missing on this node: "App Handlers".rn_row (local socket)', "f"]])
     expect(rows("SELECT result, detail FROM webhook_inbox_dispatch_batch(1, 'retry', 5, 10, 100, 1000)")).to eq([])
     db.psql("UPDATE webhook_inbox SET next_attempt_at = now()")
     expect(rows("SELECT result, charged FROM webhook_inbox_dispatch_batch(1, 'retry', 5, 10, 100, 1000)"))
