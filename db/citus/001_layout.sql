@@ -296,7 +296,6 @@ BEGIN
     SELECT array_agg(c.source_scope ORDER BY c.n), array_agg(c.event_id ORDER BY c.n), array_agg(c.event_type ORDER BY c.n)
       INTO scopes, ids, types
       FROM webhook_inbox_citus_claim(p_limit) WITH ORDINALITY AS c(source_scope, event_id, event_type, attempts, n);
-    PERFORM webhook_inbox_route_check(types); -- v29: WIH01 before any handler runs when a route's is missing here
     FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
         source_scope := scopes[i];
         event_id := ids[i];
@@ -364,7 +363,6 @@ DECLARE
     strict_types text[];
     scopes text[];
     ids text[];
-    claimed_types text[];
 BEGIN
     IF shard IS NULL THEN
         RETURN QUERY SELECT * FROM webhook_inbox_citus_dispatch_batch(p_limit, p_unrouted, p_max_attempts, p_backoff_base_ms,
@@ -385,11 +383,9 @@ BEGIN
     strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
     -- db/021: each claimed keyed row's key tried on this node, after the claim locked it (as
     -- webhook_inbox_dispatch_batch does); a row whose key another transaction holds is left out.
-    -- v29: the claimed events' routes resolved here (WIH01) before any handler runs.
     EXECUTE format($q$
         SELECT array_agg(c.source_scope ORDER BY c.next_attempt_at, c.received_at),
-               array_agg(c.event_id ORDER BY c.next_attempt_at, c.received_at),
-               array_agg(DISTINCT c.event_type) FROM (
+               array_agg(c.event_id ORDER BY c.next_attempt_at, c.received_at) FROM (
             SELECT w.source_scope, w.event_id, w.event_type, w.ordering_key, w.next_attempt_at, w.received_at FROM %1$s w
              WHERE w.status = 'pending' AND w.next_attempt_at <= now()
                AND (w.ordering_key IS NULL OR NOT EXISTS (
@@ -401,8 +397,9 @@ BEGIN
              LIMIT $1
                FOR UPDATE OF w SKIP LOCKED) c
          WHERE c.ordering_key IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.source_scope, c.ordering_key))
-        $q$, shard) INTO scopes, ids, claimed_types USING p_limit, strict_types;
-    PERFORM webhook_inbox_route_check(claimed_types);
+        $q$, shard) INTO scopes, ids USING p_limit, strict_types;
+    -- v29: each event's route resolved here by webhook_inbox_dispatch (webhook_inbox_route_here):
+    -- a type whose handler is missing on this node waits, uncharged; the others run.
     FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
         source_scope := scopes[i];
         event_id := ids[i];

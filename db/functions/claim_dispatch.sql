@@ -265,7 +265,7 @@ BEGIN
     t0 := clock_timestamp();
     latency_ms := extract(epoch FROM t0 - coalesce(ev.requeued_at, ev.received_at)) * 1000;
     SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO result, detail, charged, retry_in_ms
-      FROM webhook_inbox_run_event(ev, webhook_inbox_route(ev.event_type), p_unrouted, p_max_attempts,
+      FROM webhook_inbox_run_event(ev, webhook_inbox_route_here(ev.event_type), p_unrouted, p_max_attempts,
                                    p_backoff_base_ms, p_backoff_cap_ms, p_unrouted_delay_ms) r;
     IF result = 'done' THEN
         UPDATE webhook_inbox w
@@ -326,9 +326,10 @@ COMMENT ON FUNCTION webhook_inbox_route_match(text) IS
 -- A route's handler by its name (db/029), on the node that asks: never by the stored regproc,
 -- an OID that a node whose functions Citus created again, or a node added, does not share.
 -- When the name resolves to nothing here (not propagated to this node yet, dropped, or
--- overloaded: a route names one function), raises WIH01 outside any handler's savepoint: the
--- dispatch's statement fails before a handler of its batch runs, its transaction rolls back,
--- and nothing is charged; the sidecar logs it and tries again later (sidecar/src/claim/worker.c).
+-- overloaded: a route names one function), raises WIH01: for webhook_inbox_route() and
+-- webhook_inbox_route_batch_handler(), the lookups and the older (pre-v4) dispatch entry points.
+-- The sidecar's dispatch does not raise: webhook_inbox_route_here and webhook_inbox_run_event
+-- make the missing handler's events wait, uncharged (sidecar/src/claim/worker.c logs it).
 CREATE OR REPLACE FUNCTION webhook_inbox_route_missing(p_name text, p_event_type text) RETURNS regproc
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
@@ -347,24 +348,25 @@ LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN p_name IS NOT NULL THEN coalesce(to_regproc(p_name), webhook_inbox_route_missing(p_name, p_event_type)) END
 $$;
 COMMENT ON FUNCTION webhook_inbox_route_proc(text, text) IS
-    'A route''s handler (or batch handler) by its name on this node, NULL for NULL; raises WIH01 when the name resolves to no single function here (the dispatch refuses its batch, uncharged).';
+    'A route''s handler (or batch handler) by its name on this node, NULL for NULL; raises WIH01 when the name resolves to no single function here (webhook_inbox_route(), webhook_inbox_route_batch_handler(); the v4 dispatch resolves with webhook_inbox_route_here instead).';
 
 CREATE OR REPLACE FUNCTION webhook_inbox_route(p_event_type text) RETURNS regproc
 LANGUAGE sql STABLE AS $$ SELECT webhook_inbox_route_proc((webhook_inbox_route_match(p_event_type)).handler_name, p_event_type) $$;
 COMMENT ON FUNCTION webhook_inbox_route(text) IS
     'The handler for an event type (webhook_inbox_route_match''s), resolved by name on this node (v29; WIH01 when missing here); NULL when unrouted.';
 
--- Every route the given event types take, resolved on this node (webhook_inbox_route_proc):
--- a batch's dispatch checks its types with it before any handler runs (db/citus/001).
-CREATE OR REPLACE FUNCTION webhook_inbox_route_check(p_types text[]) RETURNS void
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    PERFORM webhook_inbox_route_proc(m.handler_name, x.t), webhook_inbox_route_proc(m.batch_handler_name, x.t)
-       FROM (SELECT DISTINCT t FROM unnest(p_types) t) x, webhook_inbox_route_match(x.t) m;
-END
-$$;
-COMMENT ON FUNCTION webhook_inbox_route_check(text[]) IS
-    'Raises WIH01 when a route these event types take names a handler or batch handler missing on this node (see webhook_inbox_route_proc).';
+-- The dispatch's resolution (v29): the route's handler by name on this node, NULL when the
+-- type is unrouted or the function is missing here; webhook_inbox_run_event tells the two apart
+-- (a missing one waits, uncharged). Never raises: one missing function holds only its own events.
+CREATE OR REPLACE FUNCTION webhook_inbox_route_here(p_event_type text) RETURNS regproc
+LANGUAGE sql STABLE AS $$ SELECT to_regproc((webhook_inbox_route_match(p_event_type)).handler_name) $$;
+COMMENT ON FUNCTION webhook_inbox_route_here(text) IS
+    'The handler for an event type resolved by name on this node, NULL when unrouted or when the function is missing (or overloaded) here; the v4 dispatch''s resolution (webhook_inbox_run_event makes a missing one''s events wait).';
+
+-- v29's first cut: the Citus dispatch raised WIH01 for a batch holding a type whose handler was
+-- missing, which held every other type behind it; the dispatch now resolves with
+-- webhook_inbox_route_here (the missing type's events wait, the others run).
+DROP FUNCTION IF EXISTS webhook_inbox_route_check(text[]);
 
 CREATE OR REPLACE FUNCTION webhook_inbox_route_destination(p_event_type text) RETURNS text
 LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).destination $$;
@@ -402,6 +404,7 @@ DECLARE
     t0   timestamptz := clock_timestamp();
     ms   double precision;
     ruby text[];
+    missing text;              -- the name of the event's route's handler when it is missing on this node
 BEGIN
     IF p_unrouted IS NULL OR p_unrouted NOT IN ('wait', 'ignore', 'quarantine', 'retry') THEN
         RAISE EXCEPTION 'webhook_inbox: p_unrouted must be wait, ignore, quarantine or retry, not %', p_unrouted
@@ -419,12 +422,21 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    ruby := webhook_inbox_ruby_handlers_for(ev.event_type);
+    -- v29: the callers resolve the handler by name on this node (webhook_inbox_route_here);
+    -- NULL with a route that names one: missing here. Its events wait as unrouted ones do
+    -- under 'wait' (whatever p_unrouted says), uncharged; the others of the batch run.
+    IF p_handler IS NULL THEN
+        missing := (webhook_inbox_route_match(ev.event_type)).handler_name;
+    END IF;
+    ruby := CASE WHEN missing IS NULL THEN webhook_inbox_ruby_handlers_for(ev.event_type) END;
     IF ruby IS NOT NULL THEN
         SELECT r.result, r.detail INTO result, detail FROM webhook_inbox_run_ruby(ev, p_handler, ruby) r;
     ELSIF p_handler IS NULL THEN
-        detail := 'no route for event type';
-        IF p_unrouted = 'wait' THEN
+        detail := CASE WHEN missing IS NOT NULL
+                       THEN format('handler missing on this node: %s (%s)', missing,
+                                   coalesce(host(inet_server_addr()) || ':' || inet_server_port(), 'local socket'))
+                       ELSE 'no route for event type' END;
+        IF p_unrouted = 'wait' OR missing IS NOT NULL THEN
             result := 'waiting';
             retry_in_ms := p_unrouted_delay_ms;
             UPDATE webhook_inbox w
@@ -470,7 +482,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_run_event(webhook_inbox, regproc, text, integer, bigint, bigint, bigint) IS
-    'Sidecar v4: run one claimed (locked) event''s handler, its Ruby hand-over (v9: ''handed'' leaves it pending for the Ruby worker) or unrouted policy and record quarantined/retry/waiting on its row (with an attempt_log entry) in the caller''s transaction; ''done'' is left to the caller. v15: a paused route or scope -> ''paused'', over its rate -> ''throttled'' (pending, uncharged).';
+    'Sidecar v4: run one claimed (locked) event''s handler, its Ruby hand-over (v9: ''handed'' leaves it pending for the Ruby worker) or unrouted policy and record quarantined/retry/waiting on its row (with an attempt_log entry) in the caller''s transaction; ''done'' is left to the caller. v15: a paused route or scope -> ''paused'', over its rate -> ''throttled'' (pending, uncharged). v29: p_handler NULL while the route names a handler (missing on this node) -> ''waiting'' as unrouted under ''wait'', detail ''handler missing on this node: <name> (<node>)'', uncharged.';
 
 -- The handler that stands in, in the redo, for the one that raised in the batch's first run:
 -- raises that error again (SQLSTATE and message from transaction-local settings), so
@@ -838,7 +850,7 @@ BEGIN
         ev := evs[1];
         ts[1] := clock_timestamp();
         SELECT r.result, r.detail, r.charged, r.retry_in_ms INTO res, det, chg, rty
-          FROM webhook_inbox_run_event(ev, webhook_inbox_route(ev.event_type), p_unrouted, p_max_attempts,
+          FROM webhook_inbox_run_event(ev, webhook_inbox_route_here(ev.event_type), p_unrouted, p_max_attempts,
                                        p_backoff_base_ms, p_backoff_cap_ms, p_unrouted_delay_ms) r;
         ts[2] := clock_timestamp();
         r_result[1] := res;
@@ -852,9 +864,11 @@ BEGIN
         -- or rate-limited route matches it, nor does it hold a slot or was it held. The others
         -- go through webhook_inbox_run_event.
         types := ARRAY(SELECT DISTINCT e.event_type FROM unnest(evs) e);
-        -- By name on this node (db/029): WIH01 here, before any handler ran, when one is missing.
-        SELECT array_agg(webhook_inbox_route_proc(m.handler_name, t.event_type) ORDER BY t.i),
-               array_agg(webhook_inbox_route_proc(m.batch_handler_name, t.event_type) ORDER BY t.i) INTO handlers, batchers
+        -- By name on this node (db/029), never raising: a type whose handler is missing here has
+        -- none (its events wait, uncharged, in webhook_inbox_run_event); a missing batch handler
+        -- is none (the row handler runs its events, as at n = 1 and on Citus).
+        SELECT array_agg(to_regproc(m.handler_name) ORDER BY t.i),
+               array_agg(to_regproc(m.batch_handler_name) ORDER BY t.i) INTO handlers, batchers
           FROM unnest(types) WITH ORDINALITY AS t(event_type, i)
           LEFT JOIN LATERAL webhook_inbox_route_match(t.event_type) AS m ON true;
         calls := ARRAY(SELECT format('SELECT %s($1)', h) FROM unnest(handlers) h);
@@ -1013,4 +1027,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS
-    'Sidecar v4: claim up to p_limit due events (FOR UPDATE SKIP LOCKED; a keyed event only when no earlier event of its key must run first), run each handler, record done/quarantined/retry (charged, with backoff)/waiting and an attempt_log entry in the same transaction; one row per event; latency from requeued_at or received_at. v17: the batch runs in one subtransaction; when a handler raises, it is rolled back and redone with each handler in its own savepoint and the raising one not run again (only the failing event rolls back). v19: a run of consecutive events whose route names a batch handler is one call of it; when it raises, the batch is redone with the row handlers. v21: a keyed event only while no other transaction holds its key (webhook_inbox_ordering_lock_id, a transaction-level advisory lock taken at the claim). Args: limit, unrouted policy (wait|ignore|quarantine|retry), max attempts, backoff base ms, backoff cap ms, unrouted delay ms.';
+    'Sidecar v4: claim up to p_limit due events (FOR UPDATE SKIP LOCKED; a keyed event only when no earlier event of its key must run first), run each handler, record done/quarantined/retry (charged, with backoff)/waiting and an attempt_log entry in the same transaction; one row per event; latency from requeued_at or received_at. v17: the batch runs in one subtransaction; when a handler raises, it is rolled back and redone with each handler in its own savepoint and the raising one not run again (only the failing event rolls back). v19: a run of consecutive events whose route names a batch handler is one call of it; when it raises, the batch is redone with the row handlers. v21: a keyed event only while no other transaction holds its key (webhook_inbox_ordering_lock_id, a transaction-level advisory lock taken at the claim). v29: routes resolved by name on this node, never raising: a type whose handler is missing here waits, uncharged (webhook_inbox_run_event), a missing batch handler leaves its events to the row handler; the rest of the batch runs. Args: limit, unrouted policy (wait|ignore|quarantine|retry), max attempts, backoff base ms, backoff cap ms, unrouted delay ms.';

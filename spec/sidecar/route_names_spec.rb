@@ -5,9 +5,10 @@ require_relative "sidecar_helper"
 
 # Routes by name (db/029): a route keeps its handlers' schema-qualified names beside the
 # regprocs, filled by a trigger from whatever a writer gives; the dispatch resolves the names
-# on the node that runs it. When a route's handler is missing there, the batch is refused
-# before any handler runs (WIH01), nothing is charged, the sidecar logs it and tries again,
-# and once the function exists the events are handled, each once.
+# on the node that runs it. When a route's handler is missing there, its events wait as
+# unrouted ones do under `--unrouted wait` (uncharged, looked at again after the unrouted
+# delay) while the rest of each batch runs; the sidecar logs the function (handler_missing),
+# and once it exists the events are handled, each once.
 RSpec.describe "routes by handler name (db/029)", :sidecar do
   include SidecarHelper
 
@@ -34,8 +35,10 @@ RSpec.describe "routes by handler name (db/029)", :sidecar do
           INSERT INTO t_rn_runs SELECT e.event_id, 'batch' FROM unnest(evs) e;
           RETURN array_fill('by batch'::text, ARRAY[cardinality(evs)]);
       END $$;
+      CREATE OR REPLACE FUNCTION rn_other(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'other' $$;
       INSERT INTO webhook_inbox_routes (event_type, handler, batch_handler)
       VALUES ('rn.*', '"App Handlers".rn_row', 'rn_batch');
+      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('ok.one', 'rn_other');
     SQL
   end
 
@@ -78,55 +81,87 @@ RSpec.describe "routes by handler name (db/029)", :sidecar do
       .to eq("t")
   end
 
-  it "refuses a batch whose route's handler is missing, uncharged, and handles every event once it exists" do
+  def rows(sql)
+    conn = PG.connect(db.url)
+    conn.exec(sql).values
+  ensure
+    conn&.close
+  end
+
+  def other(prefix, count)
+    db.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
+            "SELECT 'scope', '#{prefix}_' || i, 'ok.one', '{}' FROM generate_series(1, #{count}) i")
+  end
+
+  def states(type)
+    db.value("SELECT string_agg(s || ' x' || n, ', ' ORDER BY s) FROM (SELECT status || ' ' || attempts AS s, count(*) AS n " \
+             "FROM webhook_inbox WHERE event_type = '#{type}' GROUP BY 1) x")
+  end
+
+  it "holds only the missing handler's events, waiting uncharged, while the rest of each batch runs" do
+    insert("miss", 5)
+    other("ok", 5)
+    db.psql(%(ALTER FUNCTION "App Handlers".rn_row(webhook_inbox) RENAME TO rn_row_away))
+    # Under any unrouted policy ('ignore' here): the missing handler's events wait, named.
+    rows = rows("SELECT event_type, result, detail, charged, retry_in_ms FROM webhook_inbox_dispatch_batch(20, 'ignore', 5, 10, 100, 60000)")
+    expect(rows.group_by(&:first).transform_values(&:size)).to eq("rn.one" => 5, "ok.one" => 5)
+    expect(rows.select { |r| r[0] == "rn.one" }.uniq)
+      .to eq([["rn.one", "waiting", 'handler missing on this node: "App Handlers".rn_row (local socket)', "f", "60000"]])
+    expect(rows.select { |r| r[0] == "ok.one" }.map { |r| r[1] }.uniq).to eq(["done"])
+    expect(states("rn.one")).to eq("pending 0 x5")
+    expect(states("ok.one")).to eq("done 0 x5")
+    expect(db.int("SELECT count(*) FROM webhook_inbox WHERE event_type = 'rn.one' AND next_attempt_at > now() + interval '50 seconds'")).to eq(5)
+    expect(db.int("SELECT count(*) FROM t_rn_runs")).to eq(0)
+    # A missing batch handler alone holds nothing: the row handler runs its events (as at n = 1).
+    db.psql(<<~SQL)
+      ALTER FUNCTION "App Handlers".rn_row_away(webhook_inbox) RENAME TO rn_row;
+      ALTER FUNCTION rn_batch(webhook_inbox[]) RENAME TO rn_batch_away;
+      UPDATE webhook_inbox SET next_attempt_at = now() WHERE status = 'pending';
+    SQL
+    expect(rows("SELECT DISTINCT result, detail FROM webhook_inbox_dispatch_batch(20, 'wait', 5, 10, 100, 60000)"))
+      .to eq([["done", "by row"]])
+    expect(db.value("SELECT count(*) || ' ' || min(by) FROM t_rn_runs")).to eq("5 row")
+  end
+
+  it "lets the sidecar run the other types, logs the missing function, and runs its events once it exists" do
     insert("miss", 30)
+    other("ok", 30)
     db.psql(<<~SQL)
       ALTER FUNCTION rn_batch(webhook_inbox[]) RENAME TO rn_batch_away;
       ALTER FUNCTION "App Handlers".rn_row(webhook_inbox) RENAME TO rn_row_away;
     SQL
-    # Straight: the statement fails with WIH01, naming the function; no handler ran.
-    conn = PG.connect(db.url)
-    begin
-      expect { conn.exec("SELECT * FROM webhook_inbox_dispatch_batch(10, 'wait', 5, 10, 100, 1000)") }
-        .to raise_error(PG::Error) { |e|
-          expect(e.result.error_field(PG::Result::PG_DIAG_SQLSTATE)).to eq("WIH01")
-          expect(e.message).to match(/the handler (public\.rn_batch|"App Handlers"\.rn_row) of the route for rn\.one does not exist on this node/)
-        }
-    ensure
-      conn.close
-    end
     pid, log = spawn_sidecar("run", "--database-url", db.url, "--poll-interval", "0.1s", "--batch-size", "10",
-                             "--max-attempts", "2", "--log-level", "warn")
+                             "--max-attempts", "2", "--unrouted-delay", "1s", "--log-level", "warn")
+    wait_for(20, 0.1, "the other type done") { states("ok.one") == "done 0 x30" }
     wait_for(20, 0.1, "handler_missing logged") { File.read(log).include?("msg=handler_missing") }
-    sleep 1.5 # a retry or two: still nothing charged, nothing redone one event per statement
-    expect(db.value("SELECT string_agg(s || ' x' || n, ', ') FROM (SELECT status || ' ' || attempts AS s, count(*) AS n " \
-                    "FROM webhook_inbox GROUP BY 1) x")).to eq("pending 0 x30")
+    sleep 1.5 # a wait or two: still nothing charged
+    expect(states("rn.one")).to eq("pending 0 x30")
     expect(db.int("SELECT count(*) FROM t_rn_runs")).to eq(0)
     text = File.read(log)
-    expect(text.scan("msg=handler_missing").size).to eq(1) # once a minute, not once a batch
-    expect(text).not_to include("batch_failed", "dispatch_failed")
+    expect(text.scan("msg=handler_missing").size).to eq(1) # once a minute per function, not once a batch
+    expect(text[/msg=handler_missing.*/]).to include("handler=").and include("App Handlers").and include("rn_row").and include("type=rn.one")
+    expect(text).not_to include("batch_failed", "dispatch_failed", "unrouted_event")
     db.psql(<<~SQL)
       ALTER FUNCTION rn_batch_away(webhook_inbox[]) RENAME TO rn_batch;
       ALTER FUNCTION "App Handlers".rn_row_away(webhook_inbox) RENAME TO rn_row;
     SQL
-    wait_for(20, 0.1, "every event done") { db.value("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "30" }
+    wait_for(20, 0.1, "every event done") { db.value("SELECT count(*) FROM webhook_inbox WHERE status = 'done'") == "60" }
     expect(db.value("SELECT count(*) || ' ' || count(DISTINCT event_id) FROM t_rn_runs")).to eq("30 30")
     expect(db.value("SELECT max(attempts) FROM webhook_inbox")).to eq("0")
     expect(wait_exit(pid, 0)).to be_nil # still running
   end
 
-  it "refuses in careful mode's one-event path too, charging nothing" do
+  it "makes the event wait in the one-event path too (careful mode, Citus), charging nothing" do
     insert("one", 1)
     db.psql(%(ALTER FUNCTION "App Handlers".rn_row(webhook_inbox) RENAME TO rn_row_away))
-    conn = PG.connect(db.url)
-    begin
-      conn.exec("BEGIN")
-      expect { conn.exec("SELECT * FROM webhook_inbox_dispatch('scope', 'one_1', 'wait', 5, 10, 100, 1000)") }
-        .to raise_error(PG::Error, /WIH01|does not exist on this node/)
-      conn.exec("ROLLBACK")
-    ensure
-      conn.close
-    end
+    expect(rows("SELECT result, detail, charged FROM webhook_inbox_dispatch('scope', 'one_1', 'quarantine', 5, 10, 100, 1000)"))
+      .to eq([["waiting", 'handler missing on this node: "App Handlers".rn_row (local socket)', "f"]])
+    expect(rows("SELECT result, detail FROM webhook_inbox_dispatch_batch(1, 'retry', 5, 10, 100, 1000)")).to eq([])
+    db.psql("UPDATE webhook_inbox SET next_attempt_at = now()")
+    expect(rows("SELECT result, charged FROM webhook_inbox_dispatch_batch(1, 'retry', 5, 10, 100, 1000)"))
+      .to eq([["waiting", "f"]])
     expect(db.value("SELECT status || ' ' || attempts FROM webhook_inbox WHERE event_id = 'one_1'")).to eq("pending 0")
+    # The older lookups still name the missing function (WIH01).
+    expect { db.psql("SELECT webhook_inbox_route('rn.one')") }.to raise_error(/WIH01|does not exist on this node/)
   end
 end

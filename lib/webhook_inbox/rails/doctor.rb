@@ -68,8 +68,8 @@ module WebhookInbox
           next unless r["missing"]
 
           problem!
-          lines << "    MISSING: #{r['missing']} resolves to no function here: the sidecar refuses its events' batches " \
-                   "(WIH01, nothing charged); create it, or write the route again (add_webhook_inbox_route)"
+          lines << "    MISSING: #{r['missing']} resolves to no function here: its events wait, uncharged, " \
+                   "while the others run; create it, or write the route again (add_webhook_inbox_route)"
         end
         lines
       end

@@ -41,12 +41,19 @@ static const struct wi_pg_stmt tx_stmts[] = {
 #define SCHEMA_RETRY_S 3.0
 #define SCHEMA_LOG_EVERY_S 60.0
 
-/* After a batch refused because a route's handler is missing on the node that ran it (WIH01:
- * not propagated there yet), the worker looks again this long after; nothing is charged. */
+/* After a batch refused because a route's handler is missing on the node that ran it (WIH01,
+ * from function bodies the first v29 gem applied), the worker looks again this long after;
+ * nothing is charged. */
 #define HANDLER_MISSING_RETRY_S 1.0
 
 /* The warning about one unrouted event type is logged at most this often. */
 #define UNROUTED_LOG_EVERY_S 60.0
+
+/* The detail of a 'waiting' event whose route's handler is missing on the node that ran it
+ * (webhook_inbox_run_event, v29), followed by "<function> (<node>)"; its error line is logged at
+ * most once per HANDLER_MISSING_LOG_EVERY_S per function and node. */
+#define HANDLER_MISSING_DETAIL "handler missing on this node: "
+#define HANDLER_MISSING_LOG_EVERY_S 60.0
 
 /* The reconnect delay (wi_retry_backoff) grows per consecutive failure (lost connection or
  * failed connect) and is reset to the floor only by a transaction that went through - never
@@ -126,6 +133,21 @@ static void warn_unrouted(const struct wi_worker *w, const struct wi_event *e)
               w->id, wi_log_quote(type, sizeof type, e->event_type, 120), (double)e->retry_in_ms / 1000);
 }
 
+/* A rate-limited error per routed handler missing on the node that ran it (the function's,
+ * the node's and the type's names, never the payload). */
+static void warn_missing(const struct wi_worker *w, const struct wi_event *e, const char *handler)
+{
+    char key[200], fn[160], type[160];
+
+    snprintf(key, sizeof key, "handler_missing\037%s", handler);
+    if (!wi_log_every(key, HANDLER_MISSING_LOG_EVERY_S))
+        return;
+    log_errorx("handler_missing", "worker=%d handler=%s type=%s retry_in_s=%.0f note=\"the route's handler does not "
+               "exist on that node: its events wait, uncharged, the others run; create the function there\"",
+               w->id, wi_log_quote(fn, sizeof fn, handler, 120), wi_log_quote(type, sizeof type, e->event_type, 120),
+               (double)e->retry_in_ms / 1000);
+}
+
 /* Counts and logs one event whose result is durable (its transaction committed); batch_s is
  * the worker's time for that transaction (0 when unknown: an event charged on its own). */
 static void report_event(const struct wi_worker *w, const struct wi_event *e, const struct snap *s, double batch_s)
@@ -158,7 +180,10 @@ static void report_event(const struct wi_worker *w, const struct wi_event *e, co
         snprintf(extra, sizeof extra, " retry_in_ms=%lld", e->retry_in_ms);
         if (s->log_events)
             log_event(w, e, "waiting", e->attempts, extra);
-        warn_unrouted(w, e);
+        if (e->detail && !strncmp(e->detail, HANDLER_MISSING_DETAIL, strlen(HANDLER_MISSING_DETAIL)))
+            warn_missing(w, e, e->detail + strlen(HANDLER_MISSING_DETAIL));
+        else
+            warn_unrouted(w, e);
     }
 }
 
