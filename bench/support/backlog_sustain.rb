@@ -62,7 +62,8 @@ class BacklogSustain
                 out: log, err: log)
     samples = load_and_sample(pid)
     drain_and_check(pid, log)
-    report(samples, retention_runs(log))
+    stop(pid)
+    report(samples, retention_runs(log), compact_sizes)
   ensure
     stop(pid) if pid
   end
@@ -115,6 +116,17 @@ class BacklogSustain
     raise "#{@inserted} events inserted, #{sunk} handled" unless sunk == @inserted
   end
 
+  # Each index's size at the end, then rebuilt (REINDEX) from the same rows: the steady indexes'
+  # multiple of their compact size.
+  def compact_sizes
+    sizes = "SELECT json_object_agg(c.relname, pg_relation_size(c.oid)) FROM pg_index i JOIN pg_class c " \
+            "ON c.oid = i.indexrelid WHERE i.indrelid = 'webhook_inbox'::regclass"
+    before = JSON.parse(@pg.psql(sizes))
+    @pg.psql("REINDEX TABLE webhook_inbox")
+    after = JSON.parse(@pg.psql(sizes))
+    before.to_h { |ix, b| [ix, [b, after[ix]]] }
+  end
+
   def stop(pid)
     Process.kill("TERM", pid)
     Process.wait(pid)
@@ -130,7 +142,7 @@ class BacklogSustain
       forgotten: runs.sum { |l| l[/\bforgotten=(\d+)/, 1].to_i }, failed: lines.grep(/retention_failed/).size }
   end
 
-  def report(samples, retention)
+  def report(samples, retention, compact)
     mb = ->(b) { format("%.1f", b / 1_048_576.0) }
     @out.puts "bench/backlog --sustain #{@seconds}: #{@rate} events/s for #{@seconds} s, sidecar run --concurrency " \
               "#{@concurrency} --batch-size #{@batch} --retain 3d (events prunable #{@window} s after their insert, " \
@@ -146,10 +158,13 @@ class BacklogSustain
     growth = { "table" => thirds(samples) { |s| s["table"] }, "indexes" => thirds(samples) { |s| s["indexes"] } }
     samples.last["index"].each_key { |ix| growth[ix] = thirds(samples) { |s| s["index"][ix] } }
     @out.puts "  growth in the first third -> the last third of the run (levels off: the last under " \
-              "#{(RULE * 100).round}% of the first), final size:"
+              "#{(RULE * 100).round}% of the first), final size, and for each index its compact size (REINDEX):"
     growth.each do |name, g|
-      @out.puts format("    %-34s %8s MB -> %8s MB  %-16s %8s MB", name, mb.(g[:first]), mb.(g[:last]),
-                       g[:level] ? "levels off" : "still growing", mb.(g[:final]))
+      size, small = compact[name]
+      g[:compact] = small
+      @out.puts format("    %-34s %8s MB -> %8s MB  %-14s %8s MB%s", name, mb.(g[:first]), mb.(g[:last]),
+                       g[:level] ? "levels off" : "still growing", mb.(g[:final]),
+                       small ? format("  compact %8s MB (%.2fx)", mb.(small), size.to_f / small) : "")
     end
     { rate: @rate, seconds: @seconds, inserted: @inserted, retention: retention, growth: growth, samples: samples }
   end
