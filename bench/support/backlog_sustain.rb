@@ -15,7 +15,9 @@ require "pg"
 # received 3 days minus --window seconds ago (received_at; it is due at once): it becomes
 # prunable --window seconds after its insert, retention empties it (every 2 s here, not 1 h),
 # and deletes the emptied row --remember seconds later (--remember-pruned). The steady table
-# thus holds about rate x (window + remember) rows, plus what vacuum has not reclaimed yet.
+# thus holds about rate x (window + remember) rows, plus what vacuum has not reclaimed yet. Event
+# ids are random (an md5), as providers' are: ids in insert order would fill the primary key from
+# one side, sequential numbers as text from places that move through the run.
 class BacklogSustain
   RULE = 0.1 # levels off: the last third grew by less than this share of the first third's growth
 
@@ -34,7 +36,7 @@ class BacklogSustain
 
   INSERT = <<~SQL
     INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, received_at, next_attempt_at)
-      SELECT 'bench:sustain', 'evt_' || i, 'bench.one', jsonb_build_object('type', 'bench.one', 'n', i),
+      SELECT 'bench:sustain', 'evt_' || md5(i::text), 'bench.one', jsonb_build_object('type', 'bench.one', 'n', i),
              now() - interval '3 days' + $3::double precision * interval '1 second', now()
         FROM generate_series($1::bigint, $2::bigint) i
   SQL
