@@ -21,12 +21,14 @@ require "pg"
 class BacklogSustain
   RULE = 0.1 # levels off: the last third grew by less than this share of the first third's growth
 
+  INDEX_SIZES = "SELECT json_object_agg(c.relname, pg_relation_size(c.oid)) FROM pg_index i JOIN pg_class c " \
+                "ON c.oid = i.indexrelid WHERE i.indrelid = 'webhook_inbox'::regclass"
+
   SAMPLE = <<~SQL
     SELECT json_build_object(
       'table', pg_relation_size('webhook_inbox'),
       'indexes', pg_indexes_size('webhook_inbox'),
-      'index', (SELECT json_object_agg(c.relname, pg_relation_size(c.oid)) FROM pg_index i
-                  JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'webhook_inbox'::regclass),
+      'index', (#{INDEX_SIZES}),
       'pending', (SELECT count(*) FROM webhook_inbox WHERE status = 'pending'),
       'done', (SELECT count(*) FROM webhook_inbox WHERE status = 'done' AND pruned_at IS NULL),
       'emptied', (SELECT count(*) FROM webhook_inbox WHERE pruned_at IS NOT NULL),
@@ -62,7 +64,7 @@ class BacklogSustain
     pid = spawn(@sidecar, "run", "--database-url", @pg.url, "--concurrency", @concurrency.to_s, "--batch-size", @batch.to_s,
                 "--log-events=false", "--retain", "3d", "--retain-interval", "2s", "--remember-pruned", "#{@remember}s",
                 out: log, err: log)
-    samples = load_and_sample(pid)
+    samples = load_and_sample(pid, log)
     drain_and_check(pid, log)
     stop(pid)
     report(samples, retention_runs(log), compact_sizes)
@@ -72,7 +74,7 @@ class BacklogSustain
 
   private
 
-  def load_and_sample(pid)
+  def load_and_sample(pid, log)
     conn = PG.connect(@pg.url)
     conn.prepare("insert", INSERT)
     watcher = PG.connect(@pg.url)
@@ -81,7 +83,7 @@ class BacklogSustain
     tick = 0
     next_sample = @every
     while (now = clock - t0) < @seconds
-      raise "the sidecar exited during the load (see #{@pg.dir}/sidecar.log)" if Process.waitpid(pid, Process::WNOHANG)
+      raise "the sidecar exited during the load:\n#{tail(log)}" if exited?(pid)
 
       due = ((tick + 1) * 0.1 * @rate).round # events that should be in by the end of this tick
       conn.exec_prepared("insert", [@inserted + 1, due, @window].map(&:to_s)) if due > @inserted
@@ -109,8 +111,8 @@ class BacklogSustain
   def drain_and_check(pid, log)
     deadline = clock + 120
     until @pg.psql("SELECT count(*) FROM webhook_inbox WHERE status = 'pending'").to_i.zero?
-      raise "events still pending 120 s after the load stopped (see #{log})" if clock > deadline
-      raise "the sidecar exited (see #{log})" if Process.waitpid(pid, Process::WNOHANG)
+      raise "events still pending 120 s after the load stopped:\n#{tail(log)}" if clock > deadline
+      raise "the sidecar exited:\n#{tail(log)}" if exited?(pid)
 
       sleep 0.5
     end
@@ -121,15 +123,26 @@ class BacklogSustain
   # Each index's size at the end, then rebuilt (REINDEX) from the same rows: the steady indexes'
   # multiple of their compact size.
   def compact_sizes
-    sizes = "SELECT json_object_agg(c.relname, pg_relation_size(c.oid)) FROM pg_index i JOIN pg_class c " \
-            "ON c.oid = i.indexrelid WHERE i.indrelid = 'webhook_inbox'::regclass"
-    before = JSON.parse(@pg.psql(sizes))
+    before = JSON.parse(@pg.psql(INDEX_SIZES))
     @pg.psql("REINDEX TABLE webhook_inbox")
-    after = JSON.parse(@pg.psql(sizes))
+    after = JSON.parse(@pg.psql(INDEX_SIZES))
     before.to_h { |ix, b| [ix, [b, after[ix]]] }
   end
 
+  def exited?(pid)
+    @stopped = true if Process.waitpid(pid, Process::WNOHANG)
+  end
+
+  # The sidecar's last log lines (the cluster, and its directory, go at exit).
+  def tail(log)
+    File.exist?(log) ? File.readlines(log).last(20).join : "(no sidecar log)"
+  end
+
+  # Stops the sidecar once (a reaped pid may belong to another process by the second call).
   def stop(pid)
+    return if @stopped
+
+    @stopped = true
     Process.kill("TERM", pid)
     Process.wait(pid)
   rescue Errno::ESRCH, Errno::ECHILD
