@@ -373,7 +373,7 @@ COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
 -- router query); each run charged by its key, the times in variables (Citus refuses a
 -- VOLATILE function in an UPDATE: the backoff's jitter).
 -- On one node the claim resumes where the session's last claim ended (issue 33): a cursor
--- (next_attempt_at, created_at of the last run it charged) in a session setting,
+-- (next_attempt_at, created_at of the last run its read met, inclusive) in a session setting,
 -- webhook_inbox.ruby_cursor (us since the epoch: 'at created head_end head_cost', nothing
 -- written). Under a long-open snapshot every run processed since leaves dead entries at the
 -- head of the pending index, which a read from the head walks at every claim. As the sidecar's
@@ -454,7 +454,7 @@ BEGIN
                     h_t1 := clock_timestamp();
                 END IF;
                 IF n > 0 AND due.attempts > 0 THEN
-                    EXIT claim;
+                    EXIT;                  -- left uncharged, first in line next round
                 END IF;
                 t := clock_timestamp();
                 nxt := t + webhook_inbox_retry_delay_ms(due.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
@@ -465,17 +465,18 @@ BEGIN
                 RETURNING o.operation_id, o.attempts, due.attempts >= p_max_attempts INTO operation_id, attempt, exhausted;
                 RETURN NEXT;
                 n := n + 1;
-                IF from_cursor OR c_at IS NULL THEN
-                    l_at := due.next_attempt_at;
-                    l_cr := due.created_at;
-                END IF;
-                IF due.attempts > 0 OR n >= p_limit THEN
-                    EXIT claim;
-                END IF;
-            END LOOP; -- short from the cursor: the head for the rest
+                EXIT WHEN due.attempts > 0 OR n >= p_limit;
+            END LOOP;
+            -- The cursor moves to the last row this read met (charged, or the retry run left
+            -- uncharged: the bound is inclusive), when it read from the cursor or there was none.
+            IF FOUND AND (from_cursor OR c_at IS NULL) THEN
+                l_at := due.next_attempt_at;
+                l_cr := due.created_at;
+            END IF;
             IF h_t0 IS NOT NULL AND h_t1 IS NULL THEN
                 h_t1 := clock_timestamp(); -- the head's read found nothing
             END IF;
+            EXIT claim WHEN n >= p_limit OR (FOUND AND due.attempts > 0); -- else short: the head for the rest
         END LOOP;
     END LOOP;
     IF h_t0 IS NOT NULL THEN
