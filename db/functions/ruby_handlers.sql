@@ -405,7 +405,7 @@ DECLARE
     h_t0   timestamptz;        -- this claim's read from the head: began (NULL: none)
     h_t1   timestamptz;        -- reached its first row or its end
     pass   integer;
-    l_at   timestamptz;        -- the last run charged from the cursor's read (or, without one, at all)
+    l_at   timestamptz;        -- the new cursor: the last run the cursor's read met (without a cursor, the head's)
     l_cr   timestamptz;
     b_at   timestamptz;        -- this pass's lower bound: the cursor, or -infinity (the head)
     b_cr   timestamptz;
