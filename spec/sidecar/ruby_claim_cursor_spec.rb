@@ -17,9 +17,7 @@ RSpec.describe "webhook_inbox_ruby_start_batch under a long-open snapshot", :sid
 
   before do
     db.psql("TRUNCATE webhook_inbox_outbox, webhook_inbox_flow")
-    @holder = PG.connect(db.url)
-    @holder.exec("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    @holder.exec("SELECT count(*) FROM webhook_inbox_outbox") # the snapshot VACUUM must keep rows for
+    @holder = open_snapshot(db.url, "webhook_inbox_outbox") # the snapshot VACUUM must keep rows for
     @worker = PG.connect(db.url)
   end
 
