@@ -380,8 +380,8 @@ COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
 -- claim (claim_dispatch.sql), it reads from the head when the session has no cursor, for the
 -- rest of a batch the cursor's read left short, and when the time since its last read from the
 -- head is at least nine times what that read cost (up to its first row): at most a tenth of the
--- time walks from the head, and on a healthy table, where the head costs next to nothing, every
--- claim reads from the head as before. A run that appears before the cursor (its creating
+-- time walks from the head; on a healthy table, where that read costs less than a millisecond,
+-- the session keeps no cursor and every claim reads from the head as before. A run that appears before the cursor (its creating
 -- transaction committed after a claim passed its due time, a claim another worker rolled back)
 -- waits at most nine times that read's cost, or until a claim comes up short. The cursor is a
 -- hint, never a filter: every claimable run is claimable from the head. A read from the head
@@ -485,7 +485,9 @@ BEGIN
     END IF;
     l_at := coalesce(l_at, c_at);
     l_cr := coalesce(l_cr, c_cr);
-    IF s IS NULL AND l_at IS NOT NULL AND h_end IS NOT NULL THEN
+    -- Kept only while the head costs a millisecond or more: on a healthy table every claim reads
+    -- from the head, and saves nothing.
+    IF s IS NULL AND l_at IS NOT NULL AND h_end IS NOT NULL AND h_cost >= interval '1 millisecond' THEN
         PERFORM set_config('webhook_inbox.ruby_cursor',
                            (extract(epoch FROM l_at) * 1000000)::bigint || ' ' || (extract(epoch FROM l_cr) * 1000000)::bigint
                            || ' ' || (extract(epoch FROM h_end) * 1000000)::bigint

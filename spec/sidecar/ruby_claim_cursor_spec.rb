@@ -33,14 +33,15 @@ RSpec.describe "webhook_inbox_ruby_start_batch under a long-open snapshot", :sid
             "VALUES #{values.join(', ')}")
   end
 
-  # One claim in the worker's session, the read from the head priced out once there is a
-  # cursor; returns the operation ids it charged (in order) and the claim index entries its
-  # scans read. Its runs are then delivered.
+  # One claim in the worker's session, the read from the head priced out (the session's last
+  # one "cost" 1,000,000 s; without a cursor yet, one before every run: the first claim reads
+  # what the head would), unless head; returns the operation ids it charged (in order) and the
+  # claim index entries its scans read. Its runs are then delivered.
   def claim(limit = 10, head: false)
     unless head
-      @worker.exec("SELECT CASE WHEN c <> '' THEN set_config('webhook_inbox.ruby_cursor', split_part(c, ' ', 1) || ' ' || " \
-                   "split_part(c, ' ', 2) || ' ' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint || ' 1000000000000', " \
-                   "false) END FROM coalesce(current_setting('webhook_inbox.ruby_cursor', true), '') c")
+      @worker.exec("SELECT set_config('webhook_inbox.ruby_cursor', CASE WHEN c <> '' THEN split_part(c, ' ', 1) || ' ' || " \
+                   "split_part(c, ' ', 2) ELSE '0 0' END || ' ' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint " \
+                   "|| ' 1000000000000', false) FROM coalesce(current_setting('webhook_inbox.ruby_cursor', true), '') c")
     end
     @worker.exec("BEGIN")
     before = entries_read
@@ -79,6 +80,7 @@ RSpec.describe "webhook_inbox_ruby_start_batch under a long-open snapshot", :sid
     expect(claimed).to eq((1..3_000).map { |i| format("r%05d", i) }) # due order, each once
     expect(reads.drop(1).max).to be < 500, reads.inspect # from the cursor: the batch and a few entries around it
     @worker.exec("RESET webhook_inbox.ruby_cursor") # a new session: no cursor, the head
+    expect(@worker.exec("SELECT current_setting('webhook_inbox.ruby_cursor', true)").getvalue(0, 0).to_s).to eq("")
     ids, read = claim(100, head: true)
     expect(ids).to eq((3_001..3_100).map { |i| format("r%05d", i) })
     expect(read).to be >= 3_000 # the dead entries the snapshot keeps, walked from the head
