@@ -157,7 +157,10 @@ RSpec.describe "README commands" do
        "--runs", "3"] => /ratio 20000\/2000 rows: \(s\) stats/,
       ["bench/effects", "--effects", "200"] => %r{\(b\)/\(a\)},
       ["bench/ruby_handlers", "--runs", "50", "--rounds", "1", "--batch-sizes", "10"] => /ratio \d/,
-      ["bench/backlog", "--events", "500"] => /snapshot .* [\d.]+x none .*\n.*claim index/,
+      ["bench/backlog", "--events", "500"] => /snapshot .* [\d.]+x none .*\n.*claim index.*after VACUUM \/ steady +[\d.]+x/m,
+      ["bench/backlog", "--sustain", "4", "--rate", "200", "--every", "1", "--window", "1", "--remember", "1"] =>
+        /all handled once.*retention: \d+ runs.*webhook_inbox_pkey .*(levels off|still growing).*compact/m,
+      ["bench/ruby_claim", "--runs", "300"] => /this snapshot +[\d.]+ entries read per claim/,
       ["bench/snapshot_flow", "--drained", "500", "--rounds", "3"] => /claim index entries read \d+ in \d+ claims/,
       # The peers' own bundle (bench/peers/Gemfile.lock, installed by bin/setup):
       ["bench/peers/run", "--quick", "--events", "30", "--sidecar-events", "200", "--rounds", "1"] => %r{\(c\)/peer = .*\(d\)/peer = },

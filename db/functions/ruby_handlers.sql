@@ -372,16 +372,44 @@ COMMENT ON FUNCTION webhook_inbox_ruby_start(integer, bigint, bigint) IS
 -- (webhook_inbox_outbox_claim_scopes: all at once on one node; on Citus one shard each, a
 -- router query); each run charged by its key, the times in variables (Citus refuses a
 -- VOLATILE function in an UPDATE: the backoff's jitter).
+-- On one node the claim resumes where the session's last claim ended (issue 33): a cursor
+-- (next_attempt_at, created_at of the last run its read met, inclusive) in a session setting,
+-- webhook_inbox.ruby_cursor (us since the epoch: 'at created head_end head_cost', nothing
+-- written). Under a long-open snapshot every run processed since leaves dead entries at the
+-- head of the pending index, which a read from the head walks at every claim. As the sidecar's
+-- claim (claim_dispatch.sql), it reads from the head when the session has no cursor, for the
+-- rest of a batch the cursor's read left short, and when the time since its last read from the
+-- head is at least nine times what that read cost (up to its first row): at most a tenth of the
+-- time walks from the head; on a healthy table, where that read costs less than a millisecond,
+-- the session keeps no cursor and every claim reads from the head as before. A run that appears before the cursor (its creating
+-- transaction committed after a claim passed its due time, a claim another worker rolled back)
+-- waits at most nine times that read's cost, or until a claim comes up short. The cursor is a
+-- hint, never a filter: every claimable run is claimable from the head. A read from the head
+-- after the cursor's read in the same claim never takes those runs again: they are leased (due
+-- later) by then.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_start_batch(p_limit integer, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
 RETURNS TABLE (operation_id text, attempt integer, exhausted boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
-    s   text;
-    due record;
-    n   integer := 0;
-    t   timestamptz;
-    nxt timestamptz;
+    s      text;
+    due    record;
+    n      integer := 0;
+    t      timestamptz;
+    nxt    timestamptz;
+    cur    text := current_setting('webhook_inbox.ruby_cursor', true);
+    c_at   timestamptz;        -- the cursor (NULL: none, or the head may be read)
+    c_cr   timestamptz;
+    h_end  timestamptz;        -- when the session's last read from the head ended
+    h_cost interval;           -- and what it cost, up to its first row
+    h_t0   timestamptz;        -- this claim's read from the head: began (NULL: none)
+    h_t1   timestamptz;        -- reached its first row or its end
+    pass   integer;
+    l_at   timestamptz;        -- the new cursor: the last run the cursor's read met (without a cursor, the head's)
+    l_cr   timestamptz;
+    b_at   timestamptz;        -- this pass's lower bound: the cursor, or -infinity (the head)
+    b_cr   timestamptz;
+    from_cursor boolean := false;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         RAISE EXCEPTION 'webhook_inbox_ruby_start_batch: p_limit and p_max_attempts must be >= 1' USING ERRCODE = '22023';
@@ -389,33 +417,82 @@ BEGIN
     IF EXISTS (SELECT 1 FROM webhook_inbox_flow f WHERE f.kind = 'destination' AND f.target = 'ruby' AND f.paused) THEN
         RETURN;
     END IF;
+    IF cur ~ '^-?[0-9]{1,17} -?[0-9]{1,17} -?[0-9]{1,17} [0-9]{1,17}$' THEN
+        h_end := 'epoch'::timestamptz + split_part(cur, ' ', 3)::bigint * interval '1 microsecond';
+        h_cost := split_part(cur, ' ', 4)::bigint * interval '1 microsecond';
+        IF clock_timestamp() - h_end < 9 * h_cost THEN
+            c_at := 'epoch'::timestamptz + split_part(cur, ' ', 1)::bigint * interval '1 microsecond';
+            c_cr := 'epoch'::timestamptz + split_part(cur, ' ', 2)::bigint * interval '1 microsecond';
+        END IF;
+    END IF;
+    <<claim>>
     FOR s IN SELECT x FROM webhook_inbox_outbox_claim_scopes('ruby') x LOOP
-        FOR due IN
-            SELECT o.operation_id, o.source_scope, o.attempts
-              FROM webhook_inbox_outbox o
-             WHERE (s IS NULL OR o.source_scope = s) AND o.destination = 'ruby' AND o.status = 'pending'
-               AND o.next_attempt_at <= now()
-             ORDER BY o.next_attempt_at, o.created_at
-             LIMIT p_limit - n
-               FOR UPDATE SKIP LOCKED
-        LOOP
-            IF n > 0 AND due.attempts > 0 THEN
-                RETURN;
+        FOR pass IN 1..2 LOOP
+            -- pass 1 from the cursor (one node, a cursor), pass 2 from the head for the rest
+            CONTINUE WHEN pass = 1 AND (s IS NOT NULL OR c_at IS NULL);
+            from_cursor := pass = 1;
+            IF from_cursor THEN
+                b_at := c_at;
+                b_cr := c_cr;
+            ELSE
+                b_at := '-infinity';
+                b_cr := '-infinity';
+                h_t0 := clock_timestamp();
+                h_t1 := NULL;
             END IF;
-            t := clock_timestamp();
-            nxt := t + webhook_inbox_retry_delay_ms(due.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
-            UPDATE webhook_inbox_outbox o
-               SET attempts = o.attempts + CASE WHEN due.attempts < p_max_attempts THEN 1 ELSE 0 END,
-                   last_attempt_at = t, next_attempt_at = nxt
-             WHERE o.source_scope = due.source_scope AND o.operation_id = due.operation_id
-            RETURNING o.operation_id, o.attempts, due.attempts >= p_max_attempts INTO operation_id, attempt, exhausted;
-            RETURN NEXT;
-            n := n + 1;
-            IF due.attempts > 0 OR n >= p_limit THEN
-                RETURN;
+            FOR due IN
+                SELECT o.operation_id, o.source_scope, o.attempts, o.next_attempt_at, o.created_at
+                  FROM webhook_inbox_outbox o
+                 WHERE (s IS NULL OR o.source_scope = s) AND o.destination = 'ruby' AND o.status = 'pending'
+                   AND o.next_attempt_at <= now()
+                   AND (o.next_attempt_at, o.created_at) >= (b_at, b_cr)
+                 ORDER BY o.next_attempt_at, o.created_at
+                 LIMIT p_limit - n
+                   FOR UPDATE SKIP LOCKED
+            LOOP
+                IF h_t0 IS NOT NULL AND h_t1 IS NULL THEN
+                    h_t1 := clock_timestamp();
+                END IF;
+                IF n > 0 AND due.attempts > 0 THEN
+                    EXIT;                  -- left uncharged, first in line next round
+                END IF;
+                t := clock_timestamp();
+                nxt := t + webhook_inbox_retry_delay_ms(due.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
+                UPDATE webhook_inbox_outbox o
+                   SET attempts = o.attempts + CASE WHEN due.attempts < p_max_attempts THEN 1 ELSE 0 END,
+                       last_attempt_at = t, next_attempt_at = nxt
+                 WHERE o.source_scope = due.source_scope AND o.operation_id = due.operation_id
+                RETURNING o.operation_id, o.attempts, due.attempts >= p_max_attempts INTO operation_id, attempt, exhausted;
+                RETURN NEXT;
+                n := n + 1;
+                EXIT WHEN due.attempts > 0 OR n >= p_limit;
+            END LOOP;
+            -- The cursor moves to the last row this read met (charged, or the retry run left
+            -- uncharged: the bound is inclusive), when it read from the cursor or there was none.
+            IF FOUND AND (from_cursor OR c_at IS NULL) THEN
+                l_at := due.next_attempt_at;
+                l_cr := due.created_at;
             END IF;
+            IF h_t0 IS NOT NULL AND h_t1 IS NULL THEN
+                h_t1 := clock_timestamp(); -- the head's read found nothing
+            END IF;
+            EXIT claim WHEN n >= p_limit OR (FOUND AND due.attempts > 0); -- else short: the head for the rest
         END LOOP;
     END LOOP;
+    IF h_t0 IS NOT NULL THEN
+        h_end := clock_timestamp();
+        h_cost := coalesce(h_t1, h_end) - h_t0;
+    END IF;
+    l_at := coalesce(l_at, c_at);
+    l_cr := coalesce(l_cr, c_cr);
+    -- Kept only while the head costs a millisecond or more: on a healthy table every claim reads
+    -- from the head, and saves nothing.
+    IF s IS NULL AND l_at IS NOT NULL AND h_end IS NOT NULL AND h_cost >= interval '1 millisecond' THEN
+        PERFORM set_config('webhook_inbox.ruby_cursor',
+                           (extract(epoch FROM l_at) * 1000000)::bigint || ' ' || (extract(epoch FROM l_cr) * 1000000)::bigint
+                           || ' ' || (extract(epoch FROM h_end) * 1000000)::bigint
+                           || ' ' || (extract(epoch FROM h_cost) * 1000000)::bigint, false);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_start_batch(integer, integer, bigint, bigint) IS

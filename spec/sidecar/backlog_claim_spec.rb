@@ -37,9 +37,7 @@ RSpec.describe "webhook-inbox-sidecar claims under a long-open snapshot", :sidec
   before do
     db.psql("TRUNCATE webhook_inbox, bk_applied, webhook_inbox_flow; DELETE FROM webhook_inbox_routes; " \
             "INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('bk.*', 'bk_apply')")
-    @holder = PG.connect(db.url)
-    @holder.exec("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    @holder.exec("SELECT count(*) FROM webhook_inbox") # the snapshot VACUUM must keep rows for
+    @holder = open_snapshot(db.url) # the snapshot VACUUM must keep rows for
     @worker = PG.connect(db.url)
   end
 

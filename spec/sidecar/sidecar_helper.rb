@@ -177,6 +177,16 @@ module SidecarHelper
     end
   end
 
+  # A session holding a long-open snapshot (an idle REPEATABLE READ transaction that has read
+  # table), as a report or a forgotten console does: VACUUM keeps every row version it may see.
+  # The caller closes it.
+  def open_snapshot(url, table = "webhook_inbox")
+    holder = PG.connect(url)
+    holder.exec("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.exec("SELECT count(*) FROM #{table}") # takes the snapshot
+    holder
+  end
+
   def kill_spawned
     (@spawned || []).each do |pid|
       Process.kill("KILL", pid)
