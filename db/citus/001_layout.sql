@@ -14,8 +14,8 @@
 --   effects received, actions,     and functions over their row types (webhook_inbox_ruby_settle)
 --   rejections)                    could not be created on the workers
 --   the gem's functions            propagated to the workers where their types allow
---                                  (create_distributed_function), so a route's regproc
---                                  resolves on every node
+--                                  (create_distributed_function), so a route's handler
+--                                  name (v29) resolves on every node
 -- Wake-ups: the NOTIFY trigger on webhook_inbox is dropped. It fires on the worker that holds
 -- the shard, where no sidecar listens, and a NOTIFY inside a transaction that Citus commits
 -- with two-phase commit (one touching two nodes) fails it ("cannot PREPARE a transaction that
@@ -59,8 +59,8 @@ BEGIN
     FOR f IN
         SELECT p.oid::regprocedure FROM pg_proc p
          WHERE (p.proname LIKE 'webhook\_inbox\_%'
-                OR p.oid IN (SELECT r.handler::oid FROM webhook_inbox_routes r
-                             UNION ALL SELECT r.batch_handler::oid FROM webhook_inbox_routes r)) -- batch: v19
+                OR p.oid IN (SELECT to_regproc(r.handler_name)::oid FROM webhook_inbox_routes r -- by name: v29
+                             UNION ALL SELECT to_regproc(r.batch_handler_name)::oid FROM webhook_inbox_routes r)) -- batch: v19
            AND p.prokind = 'f'
            AND p.oid NOT IN (SELECT o.objid FROM pg_dist_object o WHERE o.classid = 'pg_proc'::regclass)
            AND NOT EXISTS (SELECT 1 FROM unnest(p.proargtypes::oid[] || p.prorettype) t
@@ -80,16 +80,18 @@ COMMENT ON FUNCTION webhook_inbox_citus_propagate() IS
 -- The routes written again with each handler by name, so that every node's copy of the
 -- reference table holds that node's OID of the function. A regproc is an OID: when Citus
 -- creates a function on a worker again (the node re-activated, its metadata synced again by
--- start_metadata_sync_to_node), the copy there keeps an OID that no longer exists, and every
--- event routed to it fails on that node (42601, the OID run as a name). Run by every
--- `migrate --citus`: run it again after re-activating a node. Returns the routes rewritten.
+-- start_metadata_sync_to_node) or copies the routes to a node added, the copy there keeps
+-- OIDs that name nothing there. Since v29 the dispatch resolves handlers by name
+-- (handler_name, db/029) and never reads those OIDs; this keeps the regproc columns true on
+-- every node for whoever reads them there. Run by every `migrate --citus`. Returns the routes
+-- rewritten.
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_resolve_routes() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
     n integer := 0;
 BEGIN
-    FOR r IN SELECT event_type, handler::text AS handler, batch_handler::text AS batch_handler
+    FOR r IN SELECT event_type, handler_name AS handler, batch_handler_name AS batch_handler -- names: v29
                FROM webhook_inbox_routes ORDER BY event_type
     LOOP
         EXECUTE format('UPDATE webhook_inbox_routes SET handler = %L::regproc, batch_handler = %L::regproc WHERE event_type = %L',
@@ -100,7 +102,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_citus_resolve_routes() IS
-    'Citus: rewrites each route''s handler and batch handler by name, so every node''s copy names its own OID of the function (stale after a node is re-activated); returns how many routes.';
+    'Citus: rewrites each route''s handler and batch handler from their names, so every node''s copy names its own OID of the function (stale after a node is re-activated or added; the dispatch reads the names since v29); returns how many routes.';
 
 DO $$
 BEGIN
@@ -288,15 +290,21 @@ RETURNS TABLE (source_scope text, event_id text, event_type text, result text, d
                attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    c record;
+    scopes text[];
+    ids    text[];
+    types  text[];
 BEGIN
-    FOR c IN SELECT * FROM webhook_inbox_citus_claim(p_limit) LOOP
-        source_scope := c.source_scope;
-        event_id := c.event_id;
-        event_type := c.event_type;
+    SELECT array_agg(c.source_scope ORDER BY c.n), array_agg(c.event_id ORDER BY c.n), array_agg(c.event_type ORDER BY c.n)
+      INTO scopes, ids, types
+      FROM webhook_inbox_citus_claim(p_limit) WITH ORDINALITY AS c(source_scope, event_id, event_type, attempts, n);
+    PERFORM webhook_inbox_route_check(types); -- v29: WIH01 before any handler runs when a route's is missing here
+    FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
+        source_scope := scopes[i];
+        event_id := ids[i];
+        event_type := types[i];
         SELECT d.result, d.detail, d.attempts, d.latency_ms, d.charged, d.retry_in_ms
           INTO result, detail, attempts, latency_ms, charged, retry_in_ms
-          FROM webhook_inbox_dispatch(c.source_scope, c.event_id, p_unrouted, p_max_attempts, p_backoff_base_ms,
+          FROM webhook_inbox_dispatch(scopes[i], ids[i], p_unrouted, p_max_attempts, p_backoff_base_ms,
                                       p_backoff_cap_ms, p_unrouted_delay_ms) d;
         RETURN NEXT;
     END LOOP;
@@ -355,7 +363,9 @@ DECLARE
     shard regclass := to_regclass(shard_name('webhook_inbox', get_shard_id_for_distribution_column('webhook_inbox', p_key)));
     types text[];
     strict_types text[];
-    c record;
+    scopes text[];
+    ids text[];
+    claimed_types text[];
 BEGIN
     IF shard IS NULL THEN
         RETURN QUERY SELECT * FROM webhook_inbox_citus_dispatch_batch(p_limit, p_unrouted, p_max_attempts, p_backoff_base_ms,
@@ -376,9 +386,12 @@ BEGIN
     strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
     -- db/021: each claimed keyed row's key tried on this node, after the claim locked it (as
     -- webhook_inbox_dispatch_batch does); a row whose key another transaction holds is left out.
-    FOR c IN EXECUTE format($q$
-        SELECT c.source_scope, c.event_id FROM (
-            SELECT w.source_scope, w.event_id, w.ordering_key FROM %1$s w
+    -- v29: the claimed events' routes resolved here (WIH01) before any handler runs.
+    EXECUTE format($q$
+        SELECT array_agg(c.source_scope ORDER BY c.next_attempt_at, c.received_at),
+               array_agg(c.event_id ORDER BY c.next_attempt_at, c.received_at),
+               array_agg(DISTINCT c.event_type) FROM (
+            SELECT w.source_scope, w.event_id, w.event_type, w.ordering_key, w.next_attempt_at, w.received_at FROM %1$s w
              WHERE w.status = 'pending' AND w.next_attempt_at <= now()
                AND (w.ordering_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM %1$s p
@@ -389,13 +402,14 @@ BEGIN
              LIMIT $1
                FOR UPDATE OF w SKIP LOCKED) c
          WHERE c.ordering_key IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.source_scope, c.ordering_key))
-        $q$, shard) USING p_limit, strict_types
-    LOOP
-        source_scope := c.source_scope;
-        event_id := c.event_id;
+        $q$, shard) INTO scopes, ids, claimed_types USING p_limit, strict_types;
+    PERFORM webhook_inbox_route_check(claimed_types);
+    FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
+        source_scope := scopes[i];
+        event_id := ids[i];
         SELECT d.event_type, d.result, d.detail, d.attempts, d.latency_ms, d.charged, d.retry_in_ms
           INTO event_type, result, detail, attempts, latency_ms, charged, retry_in_ms
-          FROM webhook_inbox_dispatch(c.source_scope, c.event_id, p_unrouted, p_max_attempts, p_backoff_base_ms,
+          FROM webhook_inbox_dispatch(scopes[i], ids[i], p_unrouted, p_max_attempts, p_backoff_base_ms,
                                       p_backoff_cap_ms, p_unrouted_delay_ms) d;
         RETURN NEXT;
     END LOOP;

@@ -323,10 +323,48 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_route_match(text) IS
     'The routes row an event type takes: exact match, else the longest matching ''prefix*'' pattern (''*'' matches all); NULL when unrouted.';
 
+-- A route's handler by its name (db/029), on the node that asks: never by the stored regproc,
+-- an OID that a node whose functions Citus created again, or a node added, does not share.
+-- When the name resolves to nothing here (not propagated to this node yet, dropped, or
+-- overloaded: a route names one function), raises WIH01 outside any handler's savepoint: the
+-- dispatch's statement fails before a handler of its batch runs, its transaction rolls back,
+-- and nothing is charged; the sidecar logs it and tries again later (sidecar/src/claim/worker.c).
+CREATE OR REPLACE FUNCTION webhook_inbox_route_missing(p_name text, p_event_type text) RETURNS regproc
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'WIH01',
+          MESSAGE = format('webhook_inbox: the handler %s of the route for %s does not exist on this node (%s), or names several functions',
+                           p_name, p_event_type, coalesce(host(inet_server_addr()) || ':' || inet_server_port(), 'local socket')),
+          HINT = 'Create it on this node (Citus: SELECT create_distributed_function(''name(args)'') on the coordinator, or migrate --citus); its events wait, uncharged.';
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_route_missing(text, text) IS
+    'Raises WIH01: a route''s handler (or batch handler) p_name, taken by p_event_type, resolves to no single function on this node (webhook_inbox_route_proc).';
+
+-- SQL, inlined where it is called: the PL/pgSQL raise above only when the name resolves to nothing.
+CREATE OR REPLACE FUNCTION webhook_inbox_route_proc(p_name text, p_event_type text) RETURNS regproc
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN p_name IS NOT NULL THEN coalesce(to_regproc(p_name), webhook_inbox_route_missing(p_name, p_event_type)) END
+$$;
+COMMENT ON FUNCTION webhook_inbox_route_proc(text, text) IS
+    'A route''s handler (or batch handler) by its name on this node, NULL for NULL; raises WIH01 when the name resolves to no single function here (the dispatch refuses its batch, uncharged).';
+
 CREATE OR REPLACE FUNCTION webhook_inbox_route(p_event_type text) RETURNS regproc
-LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).handler $$;
+LANGUAGE sql STABLE AS $$ SELECT webhook_inbox_route_proc((webhook_inbox_route_match(p_event_type)).handler_name, p_event_type) $$;
 COMMENT ON FUNCTION webhook_inbox_route(text) IS
-    'The handler for an event type (webhook_inbox_route_match''s); NULL when unrouted.';
+    'The handler for an event type (webhook_inbox_route_match''s), resolved by name on this node (v29; WIH01 when missing here); NULL when unrouted.';
+
+-- Every route the given event types take, resolved on this node (webhook_inbox_route_proc):
+-- a batch's dispatch checks its types with it before any handler runs (db/citus/001).
+CREATE OR REPLACE FUNCTION webhook_inbox_route_check(p_types text[]) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM webhook_inbox_route_proc(m.handler_name, x.t), webhook_inbox_route_proc(m.batch_handler_name, x.t)
+       FROM (SELECT DISTINCT t FROM unnest(p_types) t) x, webhook_inbox_route_match(x.t) m;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_route_check(text[]) IS
+    'Raises WIH01 when a route these event types take names a handler or batch handler missing on this node (see webhook_inbox_route_proc).';
 
 CREATE OR REPLACE FUNCTION webhook_inbox_route_destination(p_event_type text) RETURNS text
 LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).destination $$;
@@ -344,7 +382,7 @@ BEGIN
     SELECT t.event_type, t.n
       FROM (SELECT w.event_type, count(*) AS n FROM webhook_inbox w
              WHERE w.status = 'pending' GROUP BY w.event_type) t
-     WHERE webhook_inbox_route(t.event_type) IS NULL AND webhook_inbox_ruby_handlers_for(t.event_type) IS NULL
+     WHERE (webhook_inbox_route_match(t.event_type)).event_type IS NULL AND webhook_inbox_ruby_handlers_for(t.event_type) IS NULL
      ORDER BY t.n DESC, t.event_type;
 END
 $$;
@@ -461,9 +499,9 @@ COMMENT ON FUNCTION webhook_inbox_batch_failure(webhook_inbox) IS
     'webhook_inbox_dispatch_batch only: raises again the error a handler raised in the batch''s first run (its SQLSTATE and message).';
 
 CREATE OR REPLACE FUNCTION webhook_inbox_route_batch_handler(p_event_type text) RETURNS regproc
-LANGUAGE sql STABLE AS $$ SELECT (webhook_inbox_route_match(p_event_type)).batch_handler $$;
+LANGUAGE sql STABLE AS $$ SELECT webhook_inbox_route_proc((webhook_inbox_route_match(p_event_type)).batch_handler_name, p_event_type) $$;
 COMMENT ON FUNCTION webhook_inbox_route_batch_handler(text) IS
-    'The batch handler named by the route an event type takes (webhook_inbox_route_match''s), or NULL.';
+    'The batch handler named by the route an event type takes (webhook_inbox_route_match''s), resolved by name on this node (v29; WIH01 when missing here), or NULL.';
 
 -- Called by a batch handler: "not these, not all at once". Its events go to the row handler.
 CREATE OR REPLACE FUNCTION webhook_inbox_batch_defer(reason text) RETURNS void
@@ -819,7 +857,9 @@ BEGIN
         -- or rate-limited route matches it, nor does it hold a slot or was it held. The others
         -- go through webhook_inbox_run_event.
         types := ARRAY(SELECT DISTINCT e.event_type FROM unnest(evs) e);
-        SELECT array_agg(m.handler ORDER BY t.i), array_agg(m.batch_handler ORDER BY t.i) INTO handlers, batchers
+        -- By name on this node (db/029): WIH01 here, before any handler ran, when one is missing.
+        SELECT array_agg(webhook_inbox_route_proc(m.handler_name, t.event_type) ORDER BY t.i),
+               array_agg(webhook_inbox_route_proc(m.batch_handler_name, t.event_type) ORDER BY t.i) INTO handlers, batchers
           FROM unnest(types) WITH ORDINALITY AS t(event_type, i)
           LEFT JOIN LATERAL webhook_inbox_route_match(t.event_type) AS m ON true;
         calls := ARRAY(SELECT format('SELECT %s($1)', h) FROM unnest(handlers) h);

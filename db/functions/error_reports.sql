@@ -5,34 +5,60 @@
 -- go in any order (a runner applies each file as one transaction).
 SET LOCAL check_function_bodies = off;
 
+-- Where a reporter's scan starts (this file's take and app_reports.sql's): at p_since,
+-- the watermark, for a full scan (p_window_s NULL, or >= p_grace_s); else p_window_s seconds
+-- before now, never before p_since. Raises 22023 on a limit below 1 or a negative grace or window.
+CREATE OR REPLACE FUNCTION webhook_inbox_report_scan_from(p_limit integer, p_grace_s double precision,
+                                                          p_window_s double precision, p_since timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_grace_s IS NULL OR p_grace_s < 0 OR p_window_s < 0 THEN
+        RAISE EXCEPTION 'webhook_inbox: limit must be >= 1, grace and window >= 0' USING ERRCODE = '22023';
+    END IF;
+    IF p_window_s IS NULL OR p_window_s >= p_grace_s THEN
+        RETURN p_since;
+    END IF;
+    RETURN greatest(p_since, now() - p_window_s * interval '1 second');
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_report_scan_from(integer, double precision, double precision, timestamptz) IS
+    'Internal: where a reporter''s take scans from: the watermark p_since for a full scan, else p_window_s seconds before now (not before p_since); checks the take''s arguments.';
+
 -- Up to p_limit quarantines not reported yet, oldest first, each recorded in
 -- webhook_inbox_error_reports in the caller's transaction: the caller reports them and then
 -- commits. Another worker's call that picks the same quarantine waits on its row until this
 -- transaction ends, then skips it (committed) or takes it (rolled back: a worker that died
 -- before its commit; so at least once toward the tracker, once when nothing crashes).
 -- A Ruby handler's quarantine is recorded too but not returned: the worker reported it when
--- its run committed. The scan starts at webhook_inbox_error_reporter.since, a watermark: the
--- table's creation (no history is reported; the first call after that row was emptied starts
--- it again from now), moved on by each scan that saw every quarantine to
--- p_grace_s seconds before now. So a poll rereads the last p_grace_s seconds of quarantines (one
--- index probe each), and a quarantine whose transaction commits more than p_grace_s after it
--- set processed_at (a sidecar batch stuck that long) is never reported.
---   BEGIN; SELECT * FROM webhook_inbox_error_reports_take(100, 3600); -- report each --; COMMIT;
+-- its run committed. handler: the handler of the route the event type takes now
+-- (webhook_inbox_route_match; NULL when unrouted).
+-- The scan starts at webhook_inbox_error_reporter.since, a watermark: the table's creation
+-- (no history is reported; the first call after that row was emptied starts it again from
+-- now), moved on by each full scan that saw every quarantine to p_grace_s seconds before now.
+-- A full scan (p_window_s NULL, or >= p_grace_s) rereads the last p_grace_s seconds of
+-- quarantines, one index probe each; a short one reads only the last p_window_s seconds
+-- (from the watermark at most) and never moves it: the Ruby worker's polls are short, with a
+-- full scan about once a minute. So a quarantine whose transaction commits more than
+-- p_window_s after it set processed_at is reported by the next full scan, and one that
+-- commits more than p_grace_s after (a sidecar batch stuck that long) is never reported.
+--   BEGIN; SELECT * FROM webhook_inbox_error_reports_take(100, 3600, 10); -- report each --; COMMIT;
 DROP FUNCTION IF EXISTS webhook_inbox_error_reports_take(integer);
-CREATE OR REPLACE FUNCTION webhook_inbox_error_reports_take(p_limit integer, p_grace_s double precision)
+DROP FUNCTION IF EXISTS webhook_inbox_error_reports_take(integer, double precision);
+CREATE OR REPLACE FUNCTION webhook_inbox_error_reports_take(p_limit integer, p_grace_s double precision,
+                                                            p_window_s double precision DEFAULT NULL)
 RETURNS TABLE (source_scope text, event_id text, event_type text, attempts integer, last_error text,
-               processed_at timestamptz)
+               processed_at timestamptz, handler text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_since timestamptz;
+    v_from  timestamptz;
     q       record;
     n       integer := 0;
 BEGIN
-    IF p_limit IS NULL OR p_limit < 1 OR p_grace_s IS NULL OR p_grace_s < 0 THEN
-        RAISE EXCEPTION 'webhook_inbox: limit must be >= 1, grace >= 0' USING ERRCODE = '22023';
-    END IF;
     SELECT s.since INTO v_since FROM webhook_inbox_error_reporter s;
+    v_from := webhook_inbox_report_scan_from(p_limit, p_grace_s, p_window_s, v_since);
     IF v_since IS NULL THEN -- emptied (a test suite's truncation): report from now on
         INSERT INTO webhook_inbox_error_reporter (id) VALUES (true) ON CONFLICT DO NOTHING;
         RETURN;
@@ -41,7 +67,7 @@ BEGIN
     -- the outbox: on Citus the inbox is distributed and they are not).
     FOR q IN SELECT w.source_scope, w.event_id, w.event_type, w.attempts, w.last_error, w.processed_at
                FROM webhook_inbox w
-              WHERE w.status = 'quarantined' AND w.processed_at >= v_since
+              WHERE w.status = 'quarantined' AND w.processed_at >= v_from
               ORDER BY w.processed_at
     LOOP
         -- Skips one already recorded; waits for another worker's uncommitted row of it.
@@ -58,15 +84,16 @@ BEGIN
         attempts := q.attempts;
         last_error := q.last_error;
         processed_at := q.processed_at;
+        handler := (webhook_inbox_route_match(q.event_type)).handler::text;
         RETURN NEXT;
         n := n + 1;
         EXIT WHEN n >= p_limit;
     END LOOP;
-    IF n < p_limit THEN -- every quarantine seen: the next scan starts p_grace_s before now
+    IF v_from = v_since AND n < p_limit THEN -- a full scan saw every quarantine: the next scan starts p_grace_s before now
         UPDATE webhook_inbox_error_reporter s SET since = now() - p_grace_s * interval '1 second'
          WHERE s.since < now() - p_grace_s * interval '1 second';
     END IF;
 END
 $$;
-COMMENT ON FUNCTION webhook_inbox_error_reports_take(integer, double precision) IS
-    'Ruby worker: up to p_limit quarantines (since the watermark webhook_inbox_error_reporter.since, moved to p_grace_s before now by a complete scan; not a Ruby handler''s) not reported to Rails.error yet, recorded as reported in the caller''s transaction; commit after reporting them. Once each across workers.';
+COMMENT ON FUNCTION webhook_inbox_error_reports_take(integer, double precision, double precision) IS
+    'Ruby worker: up to p_limit quarantines (since the watermark webhook_inbox_error_reporter.since, moved to p_grace_s before now by a complete full scan; of the last p_window_s seconds only when given; not a Ruby handler''s) not reported to Rails.error yet, with their route''s handler, recorded as reported in the caller''s transaction; commit after reporting them. Once each across workers.';

@@ -12,8 +12,13 @@ SET LOCAL check_function_bodies = off;
 -- 24: the 1.0 layout (db/README.md); no table changed.
 -- 25: webhook_inbox_error_reports (db/025): quarantines reported to Rails.error once each.
 -- 26: the outbox's key (db/026): one key on one node and on Citus.
+-- 27: webhook_inbox_recovery_reports, _effect_reports (db/027): reconcile's recoveries and the
+--     HTTP effects quarantined told to the app once each.
+-- 28: webhook_inbox_alerts (db/028): operational notifications (`run --notify`).
+-- 29: webhook_inbox_routes.handler_name, batch_handler_name (db/029): handlers resolved by name
+--     on the node that runs them.
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 26 $$;
+LANGUAGE sql STABLE AS $$ SELECT 29 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN, db/functions/ of this version). Sidecars older or newer check it at start and after every reconnect.';
 

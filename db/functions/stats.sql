@@ -7,7 +7,9 @@ SET LOCAL check_function_bodies = off;
 
 -- Stats that scale: the same columns as before, each read through an index whose size
 -- follows pending, quarantined or recent rows, never the whole table:
---   pending, oldest age, attempts, retrying  webhook_inbox_claim_idx (pending rows)
+--   pending, oldest age, attempts, retrying  webhook_inbox_claim_idx (pending rows); retrying also
+--                                            counts pending events charged on a Ruby handler run
+--                                            (webhook_inbox_outbox_claim_idx: pending Ruby runs)
 --   quarantined                              webhook_inbox_quarantined_idx
 --   done, latency percentiles                webhook_inbox_done_idx, over the LAST HOUR
 -- done is therefore "done in the last hour", and the latencies are those of the last
@@ -18,12 +20,19 @@ CREATE OR REPLACE FUNCTION webhook_inbox_stats(
         OUT latency_p50_ms double precision, OUT latency_p95_ms double precision,
         OUT latency_p99_ms double precision)
 LANGUAGE sql STABLE AS $$
-    SELECT p.n, p.oldest, p.attempts, p.retrying, q.n, d.n, d.p50, d.p95, d.p99
+    SELECT p.n, p.oldest, p.attempts, p.retrying + rr.n, q.n, d.n, d.p50, d.p95, d.p99
       FROM (SELECT count(*) AS n,
                    coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 AS oldest,
                    coalesce(sum(attempts), 0)::bigint AS attempts,
                    count(*) FILTER (WHERE attempts > 0) AS retrying
               FROM webhook_inbox WHERE status = 'pending') p,
+           -- pending events charged only on a Ruby handler run (the dashboard's retrying filter)
+           (SELECT count(*) AS n
+              FROM (SELECT DISTINCT o.source_scope, o.source_event_id FROM webhook_inbox_outbox o
+                     WHERE o.destination = 'ruby' AND o.status = 'pending' AND o.attempts > 0
+                       AND EXISTS (SELECT 1 FROM webhook_inbox w
+                                    WHERE w.source_scope = o.source_scope AND w.event_id = o.source_event_id
+                                      AND w.status = 'pending' AND w.attempts = 0)) x) rr,
            (SELECT count(*) AS n FROM webhook_inbox WHERE status = 'quarantined') q,
            (SELECT count(*) AS n,
                    percentile_cont(0.50) WITHIN GROUP (ORDER BY l) AS p50,
@@ -34,7 +43,7 @@ LANGUAGE sql STABLE AS $$
                      WHERE status = 'done' AND processed_at >= now() - interval '1 hour') r) d
 $$;
 COMMENT ON FUNCTION webhook_inbox_stats() IS
-    'One row of inbox health: pending backlog, its oldest age, attempts and retrying; quarantined; done IN THE LAST HOUR and the latency percentiles (ms, receipt or latest requeue to done) of those. Reads only pending, quarantined and last-hour rows through partial indexes.';
+    'One row of inbox health: pending backlog, its oldest age, attempts and retrying (an attempt charged on the event or on one of its Ruby handler runs); quarantined; done IN THE LAST HOUR and the latency percentiles (ms, receipt or latest requeue to done) of those. Reads only pending, quarantined and last-hour rows through partial indexes.';
 
 -- Per-hour activity for charts: done and quarantined counts by the hour they finished,
 -- the last p_hours hours (only those rows are read), and the done events' p95 latency.

@@ -41,6 +41,45 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_on_requeue() IS
     'Row trigger: a row moved back to pending from done or quarantined gets requeued_at = now() and a ''requeued'' attempt_log entry.';
 
+-- A route's names (db/029) from its regprocs, on the node that resolves the write: filled
+-- when an INSERT leaves one out, and again when an UPDATE changes a regproc but not its name
+-- (webhook_inbox_citus_resolve_routes, add_webhook_inbox_route's batch handler). A name the
+-- write gives is kept: Citus copies a reference table to a new node with the names and
+-- another node's OIDs. Schema-qualified and quoted, so it resolves whatever the search_path.
+CREATE OR REPLACE FUNCTION webhook_inbox_routes_names() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR (NEW.handler IS DISTINCT FROM OLD.handler AND NEW.handler_name IS NOT DISTINCT FROM OLD.handler_name) THEN
+        IF TG_OP = 'UPDATE' OR NEW.handler_name IS NULL THEN
+            SELECT format('%I.%I', n.nspname, p.proname) INTO NEW.handler_name
+              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = NEW.handler::oid;
+        END IF;
+    END IF;
+    IF (TG_OP = 'INSERT' AND NEW.batch_handler_name IS NULL)
+       OR (TG_OP = 'UPDATE' AND NEW.batch_handler IS DISTINCT FROM OLD.batch_handler
+           AND NEW.batch_handler_name IS NOT DISTINCT FROM OLD.batch_handler_name) THEN
+        NEW.batch_handler_name := NULL;
+        IF NEW.batch_handler IS NOT NULL THEN
+            SELECT format('%I.%I', n.nspname, p.proname) INTO NEW.batch_handler_name
+              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = NEW.batch_handler::oid;
+            IF NEW.batch_handler_name IS NULL THEN
+                RAISE EXCEPTION 'webhook_inbox: the route % names a batch handler that does not exist (OID %)',
+                      NEW.event_type, NEW.batch_handler::oid USING ERRCODE = '42883';
+            END IF;
+        END IF;
+    END IF;
+    IF NEW.handler_name IS NULL THEN
+        RAISE EXCEPTION 'webhook_inbox: the route % names a handler that does not exist (OID %)', NEW.event_type, NEW.handler::oid
+              USING ERRCODE = '42883';
+    END IF;
+    -- A name the write gave must at least parse as one (42602 here, not at every dispatch).
+    PERFORM to_regproc(NEW.handler_name), to_regproc(NEW.batch_handler_name);
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_routes_names() IS
+    'Row trigger on webhook_inbox_routes: handler_name and batch_handler_name (schema-qualified) from the regprocs, unless the write gives them; refuses a regproc that names no function and a name that does not parse.';
+
 -- The triggers, each created when missing (never dropped and created again: a current
 -- database takes no lock here). The NOTIFY ones never on a table Citus distributes:
 -- db/citus/ drops them there (on a worker a NOTIFY fails the two-phase commit, and no sidecar
@@ -70,6 +109,12 @@ BEGIN
             BEFORE UPDATE OF status ON webhook_inbox
             FOR EACH ROW WHEN (OLD.status <> 'pending' AND NEW.status = 'pending')
             EXECUTE FUNCTION webhook_inbox_on_requeue();
+    END IF;
+    IF to_regclass('webhook_inbox_routes') IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'webhook_inbox_routes'::regclass AND tgname = 'webhook_inbox_routes_names') THEN
+        CREATE TRIGGER webhook_inbox_routes_names
+            BEFORE INSERT OR UPDATE ON webhook_inbox_routes
+            FOR EACH ROW EXECUTE FUNCTION webhook_inbox_routes_names();
     END IF;
 END
 $$;

@@ -2,6 +2,7 @@
  * row, or many in one statement: as arrays, or as VALUES rows), wait on the socket with a
  * deadline, reconnect once on a lost connection. No ruby.h. */
 #include "store.h"
+#include "ordering.h"
 #include "redact.h"
 
 #include <arpa/inet.h>
@@ -24,10 +25,12 @@
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
 
-/* $8 is request_headers (schema v5); $9 and $10 the ordering key spec and event time path
- * (schema v14): PostgreSQL derives ordering_key and ordering_at from the stored payload
- * (webhook_inbox_ordering_key/_time, STRICT: no call for an unordered row) and starts a keyed
- * row's next_attempt_at at its event time when that is earlier. Against an older schema the
+/* $8 is request_headers (schema v5); $9 to $12 the ordering (schema v14): the key and event
+ * time are read in C from the payload when ordering.c can match the SQL functions byte for
+ * byte ($11 the key, $12 the time in seconds as float8 text, $9 and $10 NULL); otherwise
+ * PostgreSQL derives them from the stored jsonb with webhook_inbox_ordering_key/_time from
+ * the spec $9 and time path $10 (STRICT: no call when $9 is NULL). A keyed row's
+ * next_attempt_at starts at its event time when that is earlier. Against an older schema the
  * session prepares the *_NO_ORDER or *_NO_HEADERS forms instead (session_setup): a gem
  * upgraded before its migration ran keeps storing receipts, without what the schema lacks. */
 #define INSERT_SQL_HEAD                                                                        \
@@ -39,26 +42,30 @@
 #define ON_CONFLICT " ON CONFLICT (source_scope, event_id) DO NOTHING"
 #define RETURNING_KEYS " RETURNING source_scope, event_id"
 #define ORDER_VALUES ", o.key, o.at, least(now(), o.at)"
-/* the key and time of payload p for spec k and time path t */
-#define ORDER_FROM(p, k, t)                                                                    \
-    "(SELECT k.key, CASE WHEN k.key IS NOT NULL THEN coalesce(webhook_inbox_ordering_time(" p  \
-    ", " t "), now()) END AS at FROM (SELECT webhook_inbox_ordering_key(" p ", " k ") AS key) k) o"
+/* The key: the one read in C (dk), else PostgreSQL's from payload p for spec k; the time of a
+ * keyed row: read in C (seconds da), else PostgreSQL's at path t, else the receipt's. */
+#define ORDER_KEY(p, k, dk) "coalesce(" dk ", webhook_inbox_ordering_key(" p ", " k "))"
+#define ORDER_TIME(p, t, da)                                                                   \
+    "coalesce(to_timestamp(" da "::float8), webhook_inbox_ordering_time(" p ", " t "), now())"
+#define ORDER_FROM(p, k, t, dk, da)                                                            \
+    "(SELECT k.key, CASE WHEN k.key IS NOT NULL THEN " ORDER_TIME(p, t, da) " END AS at"        \
+    " FROM (SELECT " ORDER_KEY(p, k, dk) " AS key) k) o"
 /* The one-row form is INSERT ... VALUES, not INSERT ... SELECT: Citus routes a VALUES row to
  * its shard directly (0.7 ms a row through the coordinator, measured) but runs an INSERT ...
- * SELECT through the coordinator's INSERT ... SELECT machinery (3.4 ms). The key is derived
- * again for ordering_at and next_attempt_at; no call at all for an unordered row ($9 NULL:
- * the functions are STRICT). An ordered row pays for each call: PostgreSQL 15 plans a SQL
- * function's body at every call site (~60 us each, measured), which is why a batch of
- * ordered rows derives them once (BATCH_SQL's LATERAL), never per VALUES row. */
-#define ORDER_AT(p, k, t)                                                                      \
-    "CASE WHEN webhook_inbox_ordering_key(" p ", " k ") IS NOT NULL"                            \
-    " THEN coalesce(webhook_inbox_ordering_time(" p ", " t "), now()) END"
+ * SELECT through the coordinator's INSERT ... SELECT machinery (3.4 ms). The key is named
+ * again for ordering_at and next_attempt_at; no call at all when C read it or the row is
+ * unordered ($9 NULL: the functions are STRICT). A row left to SQL pays for each call:
+ * PostgreSQL 15 plans a SQL function's body at every call site (~60 us each, measured), which
+ * is why a batch derives them once (BATCH_SQL's LATERAL), never per VALUES row. */
+#define ORDER_AT(p, k, t, dk, da)                                                              \
+    "CASE WHEN " ORDER_KEY(p, k, dk) " IS NOT NULL THEN " ORDER_TIME(p, t, da) " END"
 /* One row's VALUES tuple, numbered from $1: the one-row statement's; and, for a VALUES batch
  * (values_sql), with the numbers moved on for each row. A VALUES batch holds unordered rows
  * only: ROW_SQL_UNORDERED is what ROW_SQL stores for $9 NULL, without the calls. */
 #define ROW_SQL                                                                                \
-    "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, webhook_inbox_ordering_key($4, $9), " \
-    ORDER_AT("$4", "$9", "$10") ", least(now(), " ORDER_AT("$4", "$9", "$10") "))"
+    "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, " ORDER_KEY("$4", "$9", "$11") ", "   \
+    ORDER_AT("$4", "$9", "$10", "$11", "$12") ", least(now(), "                                  \
+    ORDER_AT("$4", "$9", "$10", "$11", "$12") "))"
 #define ROW_SQL_UNORDERED "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, NULL, NULL, now())"
 #define ROW_SQL_NO_ORDER "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8)"
 #define ROW_SQL_NO_HEADERS "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ")"
@@ -67,12 +74,13 @@ static const char INSERT_SQL_NO_ORDER[] =
     INSERT_SQL_HEAD ", request_headers) VALUES " ROW_SQL_NO_ORDER ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_NO_HEADERS[] = INSERT_SQL_HEAD ") VALUES " ROW_SQL_NO_HEADERS ON_CONFLICT " RETURNING 1";
 
-#define NPARAMS 10        /* with request_headers and the ordering spec */
+#define NPARAMS 12        /* with request_headers and the ordering (spec, path, key, time) */
 #define NPARAMS_NO_ORDER 8
 #define NPARAMS_NO_HEADERS 7
 
-/* Oids of the statement's parameters: text, text, text, jsonb, bytea, text, text, jsonb, text, text. */
-static const Oid PARAM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25};
+/* Oids of the statement's parameters: text, text, text, jsonb, bytea, text, text, jsonb, then
+ * text for the ordering's four. */
+static const Oid PARAM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25};
 
 /* Many rows in one statement and one commit: one array per column, unnested in order.
  * ON CONFLICT DO NOTHING also skips the second of two rows with the same key in the batch
@@ -81,8 +89,9 @@ static const char BATCH_SQL[] =
     INSERT_SQL_HEAD ORDER_COLS
     " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END, h" ORDER_VALUES
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
-    " $7::text[], $8::jsonb[], $9::text[], $10::text[]) AS u(s, e, t, p, r, st, le, h, ok, ot),"
-    " LATERAL " ORDER_FROM("u.p", "u.ok", "u.ot") ON_CONFLICT RETURNING_KEYS;
+    " $7::text[], $8::jsonb[], $9::text[], $10::text[], $11::text[], $12::text[])"
+    " AS u(s, e, t, p, r, st, le, h, ok, ot, dk, da),"
+    " LATERAL " ORDER_FROM("u.p", "u.ok", "u.ot", "u.dk", "u.da") ON_CONFLICT RETURNING_KEYS;
 static const char BATCH_SQL_NO_ORDER[] =
     INSERT_SQL_HEAD ", request_headers)"
     " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END, h"
@@ -118,8 +127,8 @@ static const struct values_form VALUES_FORMS[] = {
 _Static_assert(VALUES_MAX_ROWS * NPARAMS_NO_ORDER <= 65535, "a batch's parameters fit a Bind message");
 
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
-static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25};
-static const Oid BATCH_PARAM_TYPES[NPARAMS] = {1009, 1009, 1009, 3807, 1001, 1009, 1009, 3807, 1009, 1009};
+static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25};
+static const Oid BATCH_PARAM_TYPES[NPARAMS] = {1009, 1009, 1009, 3807, 1001, 1009, 1009, 3807, 1009, 1009, 1009, 1009};
 
 /* The insert being made. Invariant: active only while conn is open (drop_conn clears it). */
 struct attempt {
@@ -574,6 +583,42 @@ static enum trip send_prepared(struct wi_store *s, struct attempt *a, const char
     return sent(s, a, PQsendQueryPrepared(s->conn, stmt, s->nparams, values, lengths, formats, 0), err);
 }
 
+/* Reads row's ordering key and time from its payload into *o (ordering.c); nothing to read
+ * for an unordered row or a raw one (no jsonb: the SQL functions give NULL too). */
+static void derive_ordering(const struct wi_store_row *row, int raw, struct wi_ordering *o)
+{
+    if (!row->order_key || raw) {
+        o->key = o->time = WI_ORDERING_NONE;
+        return;
+    }
+    wi_ordering_derive(row->payload, row->payload_len, row->order_key, row->order_key_len,
+                       row->order_time, row->order_time_len, o);
+}
+
+/* Ordering parameter col (8: spec, 9: time path, 10: key, 11: time) of row r, whose reading
+ * is o: the spec and path only for what C left to SQL, the key and time only for what it
+ * read (NULL: SQL NULL). */
+static const char *ordering_field(const struct wi_store_row *r, const struct wi_ordering *o, int col, size_t *len)
+{
+    int key_sql = o->key == WI_ORDERING_SQL, key_c = o->key == WI_ORDERING_VALUE;
+
+    *len = 0;
+    switch (col) {
+    case 8:
+        *len = r->order_key_len;
+        return key_sql ? r->order_key : NULL;
+    case 9:
+        *len = r->order_time_len;
+        return key_sql || (key_c && o->time == WI_ORDERING_SQL) ? r->order_time : NULL;
+    case 10:
+        *len = o->key_len;
+        return key_c ? o->key_text : NULL;
+    default:
+        *len = o->time_len;
+        return key_c && o->time == WI_ORDERING_VALUE ? o->time_text : NULL;
+    }
+}
+
 /* Sends the insert for attempt a on the open connection (nothing waits here: libpq copies
  * the parameters into its output buffer, finish_trip flushes it). Starts a's deadline. */
 static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
@@ -581,9 +626,12 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
 {
     const char *values[NPARAMS];
     int lengths[NPARAMS];
-    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
+    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
     char *jsonb = NULL, *headers = NULL;
     const char *status = a->quarantined ? "quarantined" : "pending";
+    struct wi_ordering order;
+    size_t len;
+    int col;
     enum trip t;
 
     values[0] = row->source_scope; lengths[0] = (int)row->source_scope_len;
@@ -621,8 +669,11 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
         memcpy(headers + 1, row->headers, row->headers_len);
         values[7] = headers;       lengths[7] = (int)row->headers_len + 1;
     }
-    values[8] = row->order_key;    lengths[8] = (int)row->order_key_len;
-    values[9] = row->order_time;   lengths[9] = (int)row->order_time_len;
+    derive_ordering(row, a->raw, &order);
+    for (col = 8; col < NPARAMS; col++) {
+        values[col] = ordering_field(row, &order, col, &len);
+        lengths[col] = (int)len;
+    }
 
     t = send_prepared(s, a, STMT_NAME, values, lengths, formats, err);
     free(jsonb);
@@ -662,10 +713,10 @@ static char *put32(char *p, uint32_t v)
 }
 
 /* Column col of row r for a batch (PARAM_TYPES' order), as the bytes of its array element or
- * VALUES parameter (NULL: SQL NULL). jsonb ones (IS_JSONB) are their text; arrays_send and
- * values_send add the version byte. */
+ * VALUES parameter (NULL: SQL NULL); o is r's ordering as read (derive_ordering). jsonb ones
+ * (IS_JSONB) are their text; arrays_send and values_send add the version byte. */
 #define IS_JSONB(col) ((col) == 3 || (col) == 7)
-static const char *batch_field(const struct wi_store_row *r, int col, size_t *len)
+static const char *batch_field(const struct wi_store_row *r, const struct wi_ordering *o, int col, size_t *len)
 {
     switch (col) {
     case 0: *len = r->source_scope_len; return r->source_scope;
@@ -678,8 +729,7 @@ static const char *batch_field(const struct wi_store_row *r, int col, size_t *le
         return r->quarantined ? "quarantined" : "pending";
     case 6: *len = r->last_error_len; return r->last_error;
     case 7: *len = r->headers_len; return r->headers;
-    case 8: *len = r->order_key_len; return r->order_key;
-    default: *len = r->order_time_len; return r->order_time;
+    default: return ordering_field(r, o, col, len);
     }
 }
 
@@ -691,25 +741,34 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
 {
     const char *values[NPARAMS];
     int lengths[NPARAMS];
-    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     size_t sizes[NPARAMS], total = 0, i, len;
+    struct wi_ordering *orders;
     char *buf, *p;
     int col;
     enum trip t;
 
+    if (!(orders = malloc(n * sizeof *orders))) {
+        set_err(s, err, WI_ERR_NOMEM, "out of memory");
+        return TRIP_FAIL;
+    }
+    for (i = 0; i < n; i++)
+        derive_ordering(&rows[i], rows[i].raw, &orders[i]);
     for (col = 0; col < s->nparams; col++) {
         sizes[col] = 20;
         for (i = 0; i < n; i++) {
-            const char *v = batch_field(&rows[i], col, &len);
+            const char *v = batch_field(&rows[i], &orders[i], col, &len);
             sizes[col] += 4 + (v ? len + IS_JSONB(col) : 0);
         }
         if (sizes[col] > 0x3fffffff) {
+            free(orders);
             set_err(s, err, WI_ERR_ARG, "batch too large");
             return TRIP_FAIL;
         }
         total += sizes[col];
     }
     if (!(buf = malloc(total))) {
+        free(orders);
         set_err(s, err, WI_ERR_NOMEM, "out of memory");
         return TRIP_FAIL;
     }
@@ -725,7 +784,7 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
         p = put32(p, (uint32_t)n);
         p = put32(p, 1);
         for (i = 0; i < n; i++) {
-            const char *v = batch_field(&rows[i], col, &len);
+            const char *v = batch_field(&rows[i], &orders[i], col, &len);
             if (!v) {
                 p = put32(p, 0xffffffffu);
                 has_null = 1;
@@ -744,6 +803,7 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
 
     t = send_prepared(s, a, BATCH_STMT_NAME, values, lengths, formats, err);
     free(buf);
+    free(orders);
     return t;
 }
 
@@ -793,6 +853,9 @@ static char *values_sql(const struct values_form *f, size_t n)
     return sql;
 }
 
+/* The reading of an unordered row: its ordering parameters are NULL. */
+static const struct wi_ordering UNORDERED = {.key = WI_ORDERING_NONE, .time = WI_ORDERING_NONE};
+
 /* Sends the VALUES batch statement for rows[0..n) (unordered) on the open connection: each
  * row's fields as its tuple's parameters, binary, jsonb with its version byte. An unnamed
  * statement: its text depends on n, so nothing is prepared and nothing accumulates on the
@@ -814,7 +877,7 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
     }
     for (k = 0; k < total; k++) {
         int col = (int)(k % (size_t)f->row_nparams);
-        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], col, &len);
+        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], &UNORDERED, col, &len);
         jsonb_bytes += v && IS_JSONB(col) ? len + 1 : 0;
         bytes += 4 + (v ? len + IS_JSONB(col) : 0);
     }
@@ -828,7 +891,7 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
     }
     for (k = 0, p = jsonb; k < total; k++) {
         int col = (int)(k % (size_t)f->row_nparams);
-        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], col, &len);
+        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], &UNORDERED, col, &len);
 
         if (v && IS_JSONB(col)) {
             *p = 1; /* jsonb binary format: version 1, then the JSON text */

@@ -30,7 +30,8 @@ module WebhookInbox
                 webhook_inbox_outbox webhook_inbox_effects_received webhook_inbox_ruby_handlers
                 webhook_inbox_reconcile_cursors webhook_inbox_redeliveries webhook_inbox_refused
                 webhook_inbox_flow webhook_inbox_workers webhook_inbox_error_reports
-                webhook_inbox_error_reporter].freeze
+                webhook_inbox_error_reporter webhook_inbox_recovery_reports
+                webhook_inbox_effect_reports webhook_inbox_alerts].freeze
     FUNCTION_PREFIX = "webhook_inbox_"
 
     # 2: versioned, 1: the inbox predates versioning, 0: no inbox. (A CASE cannot call a

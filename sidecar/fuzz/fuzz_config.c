@@ -1,5 +1,6 @@
 /* fuzz_config.c - libFuzzer target for the sidecar's configuration parsers: command-line
- * flags, the key = value file (--config, fed through a memfd) and durations. */
+ * flags, the key = value file (--config, fed through a memfd), durations, and the --notify
+ * and --notify-setting values of a loaded configuration (notify.c). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "core/config.h"
 #include "core/duration.h"
+#include "observability/notify.h"
 
 #define MAX_ARGS 16
 
@@ -50,8 +52,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     argv[argc] = NULL;
     memset(&cfg, 0, sizeof cfg);
-    if (wi_config_load(&cfg, argc, argv, &err) == 0)
+    if (wi_config_load(&cfg, argc, argv, &err) == 0) {
+        char d[256], f[256], st[256]; /* small: the "too many values" bounds are reached too */
+        (void)wi_notify_targets(&cfg, d, sizeof d, f, sizeof f, st, sizeof st, &err);
         wi_config_free(&cfg);
+    }
     if (fd >= 0)
         close(fd);
     free(buf);

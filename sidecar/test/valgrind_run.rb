@@ -129,6 +129,21 @@ begin
   effects = pg.psql("SELECT string_agg(operation_id || '=' || status, ',' ORDER BY operation_id) FROM webhook_inbox_outbox").strip
   abort "unexpected effects after run --once: #{effects}" unless
     effects == "op_app=delivered,op_bad=quarantined,op_down=quarantined,op_ok=delivered"
+  # Operational notifications (notify.c): a quarantine told through the outbox, then SIGTERM.
+  log = File.join(pg.dir, "notify-run.log")
+  pid = Process.spawn(*(SANITIZER ? [] : VALGRIND), bin, "run", "--database-url", url, "--concurrency", "1",
+                      "--destination", "ops=#{api}/200", "--notify", "ops", "--notify-interval", "1s",
+                      "--notify-setting", "quarantine_burst=1", out: File::NULL, err: log)
+  deadline = Time.now + 90
+  told = -> { pg.psql("SELECT count(*) FROM webhook_inbox_outbox WHERE operation_id LIKE 'alert-firing-%' AND status = 'delivered'").strip == "1" }
+  sleep 0.2 until told.call || Time.now > deadline
+  Process.kill("TERM", pid)
+  _, st = Process.wait2(pid)
+  out = File.read(log)
+  abort "no notification delivered:\n#{out}" unless told.call
+  abort "#{SANITIZER ? 'sanitizer' : 'valgrind'} run failed for run --notify:\n#{out}" unless
+    st.success? && !out.match?(/definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]|runtime error|Sanitizer/)
+  puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: run --notify, a quarantine told through the outbox, stopped by SIGTERM"
   http.shutdown
   server.join
   vg(bin, "stats", "--json", "--database-url", url)

@@ -91,8 +91,9 @@ RSpec.describe "the sidecar's batches on Citus" do
   ensure
     if worker
       sql("SELECT start_metadata_sync_to_node('127.0.0.1', #{worker.port})")
-      # Citus created the functions on the node again, with new OIDs: the routes' copy there
-      # names the old ones until migrate writes the routes again by name (docs/capacity.md)
+      # Citus created the functions on the node again, with new OIDs: the routes' regprocs there
+      # name the old ones until migrate writes the routes again by name (the dispatch reads the
+      # names, v29: citus_nodes_spec.rb; docs/capacity.md)
       migrate_citus!
       expect(worker.psql("SELECT count(*) FROM webhook_inbox_routes r JOIN pg_proc p ON p.oid = r.handler").strip)
         .to eq(sql("SELECT count(*) FROM webhook_inbox_routes"))

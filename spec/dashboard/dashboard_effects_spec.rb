@@ -257,14 +257,21 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
   end
 
   it "lists a pending event whose Ruby handler run was charged an attempt under status=retrying, as its badge says" do
+    retrying = -> { db_psql("SELECT retrying FROM webhook_inbox_stats()").strip.to_i }
     insert_event("evt_fx_retry", status: "pending")
     insert_event("evt_fx_fresh", status: "pending")
     effect("ruby:evt_fx_retry", handler: "dash_receipt", event: ["dash:fx", "evt_fx_retry"])
+    before = retrying.call
     db_psql("UPDATE webhook_inbox_outbox SET attempts = 1 WHERE operation_id = 'ruby:evt_fx_retry'")
     body = admin.get("/webhook_inbox/events?status=retrying&scope=dash:fx").last
     expect(body).to include("evt_fx_retry")
     expect(body).not_to include("evt_fx_fresh")
     expect(body[%r{<tr>(?:(?!</tr>).)*evt_fx_retry.*?</tr>}m]).to include('badge retrying">retrying')
+    # and the overview's retrying card (webhook_inbox_stats, also the metric) counts it, once
+    # however many of its runs were charged
+    effect("ruby:evt_fx_retry:2", handler: "dash_other", event: ["dash:fx", "evt_fx_retry"])
+    db_psql("UPDATE webhook_inbox_outbox SET attempts = 2 WHERE operation_id = 'ruby:evt_fx_retry:2'")
+    expect(retrying.call).to eq(before + 1)
   end
 
   it "a Ruby handler's permanent failure shows as a quarantined run; requeued from the dashboard, it runs and its event is done" do

@@ -269,6 +269,7 @@ RSpec.describe "a generated Rails app: Ruby handlers" do
        ["evt_rep_sql", "WebhookInbox::Handlers::QuarantineReports::Quarantined", false, "error", 0]]
     )
     expect(reports.last["message"]).to eq("refused by the SQL handler")
+    expect(reports.last["context"]).to include("handler" => "spec_refuses", "event_type" => "order.flagged") # its route's
     expect(reports.first["context"]).to include("provider" => "stripe", "scope" => scope, "event_type" => "payment_intent.succeeded",
                                                 "handler" => "PaymentIntentSucceededHandler")
     expect(reports.to_s).not_to include("card_4242")

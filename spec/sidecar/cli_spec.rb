@@ -79,9 +79,9 @@ RSpec.describe "webhook-inbox-sidecar CLI", :sidecar do
     st, _, err = sidecar("migrate", "--database-url", url)
     expect(st.exitstatus).to eq(0), err
     tables = TestDatabase.cluster.psql("SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE tablename LIKE 'webhook_inbox%'", db: fresh).strip
-    expect(tables).to eq("webhook_inbox,webhook_inbox_actions,webhook_inbox_effects_received,webhook_inbox_error_reporter," \
+    expect(tables).to eq("webhook_inbox,webhook_inbox_actions,webhook_inbox_alerts,webhook_inbox_effect_reports,webhook_inbox_effects_received,webhook_inbox_error_reporter," \
                          "webhook_inbox_error_reports,webhook_inbox_flow,webhook_inbox_outbox," \
-                         "webhook_inbox_reconcile_cursors,webhook_inbox_redeliveries,webhook_inbox_refused,webhook_inbox_rejections," \
+                         "webhook_inbox_reconcile_cursors,webhook_inbox_recovery_reports,webhook_inbox_redeliveries,webhook_inbox_refused,webhook_inbox_rejections," \
                          "webhook_inbox_routes," \
                          "webhook_inbox_ruby_handlers,webhook_inbox_workers")
     # The v3 signature (kept for v3 sidecars during a rolling deploy) and the v4 one.

@@ -9,8 +9,8 @@ require_relative "../support/receiver_helpers"
 require_relative "../support/schema_statements_connection"
 
 # Per-object ordering at receipt (db/014): the endpoint's ordering spec travels with the
-# insert and PostgreSQL derives ordering_key / ordering_at from the stored payload, in the
-# one-row and the batch statement; the provider entries name the defaults, the app overrides
+# insert and ordering_key / ordering_at are read from the stored payload (by ordering.c, or by
+# PostgreSQL for what it leaves to SQL), in the one-row and the batch statement; the provider entries name the defaults, the app overrides
 # them per type. Rows are read back with psql.
 RSpec.describe WebhookInbox::Ordering do
   include ReceiverHelpers
@@ -81,7 +81,7 @@ RSpec.describe WebhookInbox::Ordering do
   # group-commit statement only the PL/pgSQL key (its plans kept for the session) may be
   # called. (The one-row statement's custom plans fold the calls on its parameters into
   # constants once per plan, not per row.)
-  it "derives the key and time in the batch receipt INSERT with no SQL function called per row" do
+  it "reads the usual keys and times in C: no SQL function called for them, one called for a row left to SQL" do
     funcs = "p.proname IN ('webhook_inbox_ordering_key', 'webhook_inbox_ordering_time')"
     pg.psql("SELECT pg_stat_reset_single_function_counters(p.oid) FROM pg_proc p WHERE #{funcs}")
     tracked = WebhookInbox::Inbox.new(database_url: "#{pg.url} options='-c track_functions=all'")
@@ -89,7 +89,12 @@ RSpec.describe WebhookInbox::Ordering do
     rows = (1..4).map do |i|
       [scope, "evt_f#{i}", "customer.updated", stripe_body("evt_f#{i}", "cus_#{i}", 1_700_000_000 + i), false, false, nil, nil, spec]
     end
-    tracked.send(:with_connection) { |conn| conn.insert_batch(rows) }
+    # a path through an array: jsonb reads "0" as an index there, which ordering.c leaves to SQL
+    left = [scope, "evt_f5", "t", %({"data":[{"id":"cus_5"}]}), false, false, nil, nil, ["data.0.id", nil]]
+    tracked.send(:with_connection) do |conn|
+      conn.insert_batch(rows)
+      conn.insert(*left)
+    end
     tracked.close # an exiting backend reports its function counts
     calls = ""
     deadline = Time.now + 10
@@ -99,9 +104,12 @@ RSpec.describe WebhookInbox::Ordering do
                       "JOIN pg_language l ON l.oid = p.prolang WHERE #{funcs}")
       sleep 0.05
     end
-    # the key in PL/pgSQL (the statement may evaluate it for each column it feeds), the time inlined
-    expect(calls).to match(/\Awebhook_inbox_ordering_key plpgsql \d+\Z/)
-    expect(ordering_rows.values_at("evt_f1", "evt_f4").map { |k, at, _| [k, at] }).to eq([%w[cus_1 1700000001], %w[cus_4 1700000004]])
+    # the one row left to SQL calls the key function once for each column it feeds (3) and the
+    # time function for the two that take the time; the four read in C would add calls of their own
+    expect(calls).to match(/\Awebhook_inbox_ordering_key plpgsql [123](, webhook_inbox_ordering_time sql [12])?\Z/)
+    stored = ordering_rows
+    expect(stored.values_at("evt_f1", "evt_f4").map { |k, at, _| [k, at] }).to eq([%w[cus_1 1700000001], %w[cus_4 1700000004]])
+    expect(stored["evt_f5"][0]).to eq("cus_5")
   end
 
   it "derives the same keys and times as 014's SQL definitions, edge cases included" do

@@ -14,6 +14,7 @@ require "webhook_inbox/handlers/worker"
 require_relative "../sidecar/sidecar_helper"
 require_relative "../support/receiver_helpers"
 require_relative "../support/forked_ruby_worker"
+require_relative "../support/stubbed_rails"
 
 # The C sidecar's quarantines reach the app's Rails.error through the Ruby worker
 # (Handlers::QuarantineReports, schema v25): one unhandled report per quarantine across
@@ -26,6 +27,7 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
   include SidecarHelper
   include SidecarHelper::Payloads
   include ForkedRubyWorker
+  include StubbedRails # rails_with(tracker, log): inherited by forked workers
 
   # A tracker as Sentry's: subscribed to Rails.error; appends each report as a JSON line to
   # a file shared by the forked workers (one short write each, O_APPEND).
@@ -68,17 +70,6 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
 
   def conn = ActiveRecord::Base.connection
 
-  # Rails with a real ErrorReporter, tracker subscribed (inherited by forked workers), and a
-  # tagged logger into log.
-  def rails_with(tracker, log = StringIO.new)
-    reporter = ActiveSupport::ErrorReporter.new.tap { |r| r.subscribe(tracker) }
-    logger = ActiveSupport::TaggedLogging.new(Logger.new(log))
-    stub_const("Rails", Module.new.tap do |m|
-      m.define_singleton_method(:error) { reporter }
-      m.define_singleton_method(:logger) { logger }
-    end)
-  end
-
   # n amount mismatches, quarantined by the real sidecar's example SQL handler.
   def quarantine_by_sidecar(ids)
     ids.each { |id| db.insert_event(id, "payment_intent.succeeded", succeeded("pi_#{id}", "t1", "o1", 1999, "jpy")) }
@@ -103,7 +94,7 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
                          "severity" => "error", "source" => "webhook_inbox")
     expect(r["message"]).to start_with("amount/currency mismatch")
     expect(r["context"]).to eq("provider" => "stripe", "scope" => SidecarHelper::SCOPE, "event_id" => "evt_007",
-                               "event_type" => "payment_intent.succeeded", "handler" => nil, "attempt" => 0)
+                               "event_type" => "payment_intent.succeeded", "handler" => "orders_on_payment_succeeded", "attempt" => 0)
     expect(worker_log.lines.grep(/event=quarantine_reported event_id=evt_007 type=payment_intent.succeeded/).size).to eq(1)
     expect(worker_log).to include("event=ruby_worker_starting report_only=true")
     expect(db.int("SELECT count(*) FROM webhook_inbox_error_reports")).to eq(ids.size)
@@ -126,7 +117,8 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
     expect(described_class.new.run(conn).map { |row| row["event_id"] }).to eq(["evt_card"])
     expect(tracker.reports.map { |r| r["message"] }).to eq(["22P02: database error at the last attempt (its text is in the dashboard)"])
     expect(seen.map(&:keys)).to eq([WebhookInbox::Instrumentation::KEYS["quarantine.webhook_inbox"]])
-    expect(seen.first).to include(event_id: "evt_card", event_type: "test.card", handler: nil, attempt: 1, error: a_string_starting_with("22P02: "))
+    expect(seen.first).to include(event_id: "evt_card", event_type: "test.card", handler: "test_casts_card", attempt: 1,
+                                  error: a_string_starting_with("22P02: "))
     expect(log.string.lines.size).to eq(1)
     expect(log.string).to include("[event_id=evt_card] [type=test.card] [attempt=1] webhook_inbox event=quarantine_reported " \
                                   "event_id=evt_card type=test.card attempt=1 scope=#{SidecarHelper::SCOPE}")
@@ -154,6 +146,7 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
     expect(reporter.run(conn).map { |row| row["event_id"] }).to eq(["evt_sql"]) # taken again: the first take rolled back
     expect(reporter.run(conn)).to eq([])
     expect(tracker.reports.map { |r| [r["context"]["event_id"], r["handled"]] }).to eq([["evt_sql", false], ["evt_sql", false]])
+    expect(tracker.reports.map { |r| r["context"]["handler"] }).to eq([nil, nil]) # type t: unrouted
   end
 
   it "moves its watermark on after a complete scan, and still reports a quarantine committed late within the grace" do
@@ -170,6 +163,23 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
             "('s', 'evt_too_late', 't', '{}', 'quarantined', now() - interval '90 seconds')")
     expect(described_class.new(grace_s: 60).run(conn).map { |row| row["event_id"] }).to eq(["evt_late"])
     expect(described_class.new(grace_s: 60).run(conn)).to eq([])
+  end
+
+  it "reads only the last seconds in a short poll (the watermark stays), the whole grace in the full poll after rescan_every_s" do
+    rails_with(QuarantineSpecTracker.new)
+    db.psql("UPDATE webhook_inbox_error_reporter SET since = now() - interval '1 day'") # the database may be younger than a minute
+    reporter = described_class.new(grace_s: 60, window_s: 10, rescan_every_s: 3600)
+    expect(reporter.run(conn)).to eq([]) # the first poll is a full one
+    since = db.value("SELECT since FROM webhook_inbox_error_reporter")
+    db.psql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, status, processed_at) VALUES " \
+            "('s', 'evt_new', 't', '{}', 'quarantined', now() - interval '2 seconds'), " \
+            "('s', 'evt_late', 't', '{}', 'quarantined', now() - interval '30 seconds')") # committed 30 s late
+    expect(reporter.run(conn).map { |row| row["event_id"] }).to eq(["evt_new"])
+    expect(reporter.run(conn)).to eq([])
+    expect(db.value("SELECT since FROM webhook_inbox_error_reporter")).to eq(since) # short polls never move it
+    # rescan_every_s 0: every poll is a full one, which finds the late commit within the grace
+    expect(described_class.new(grace_s: 60, window_s: 10, rescan_every_s: 0).run(conn).map { |row| row["event_id"] }).to eq(["evt_late"])
+    expect(described_class.new(grace_s: 60, window_s: 10, rescan_every_s: 0).run(conn)).to eq([])
   end
 
   it "reports a requeued event's new quarantine, and prunes the report of a quarantine that is over" do
@@ -198,11 +208,13 @@ RSpec.describe WebhookInbox::Handlers::QuarantineReports, :sidecar do
   end
 
   it "exits 1 in report-only mode on a schema without the reporter (fail closed)" do
-    db.psql("ALTER FUNCTION webhook_inbox_error_reports_take(integer, double precision) RENAME TO webhook_inbox_error_reports_take_gone")
+    db.psql("ALTER FUNCTION webhook_inbox_error_reports_take(integer, double precision, double precision) " \
+            "RENAME TO webhook_inbox_error_reports_take_gone")
     out = StringIO.new
     expect(WebhookInbox::Handlers::Worker.cli(["--report-only"], out: out)).to eq(1)
     expect(out.string).to include("level=error event=ruby_worker_schema_old")
   ensure
-    db.psql("ALTER FUNCTION webhook_inbox_error_reports_take_gone(integer, double precision) RENAME TO webhook_inbox_error_reports_take")
+    db.psql("ALTER FUNCTION webhook_inbox_error_reports_take_gone(integer, double precision, double precision) " \
+            "RENAME TO webhook_inbox_error_reports_take")
   end
 end

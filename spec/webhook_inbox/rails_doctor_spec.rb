@@ -67,6 +67,20 @@ RSpec.describe WebhookInbox::Rails::Doctor do
     expect([ok, out]).to match([false, match(/Ruby worker: DOWN .*\(last seen: h pid 1, 12\ds ago\)/)])
   end
 
+  it "fails naming a route whose handler's name resolves to nothing (renamed after the route was written)" do
+    sql("CREATE FUNCTION shop_refunds(ev webhook_inbox) RETURNS text LANGUAGE sql AS $$ SELECT 'refunded' $$")
+    sql("INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('charge.refunded', 'shop_refunds')")
+    out, ok, = doctor
+    expect([ok, out]).to match([true, include("SQL routes:\n  charge.refunded -> shop_refunds")])
+    expect(out).not_to include("MISSING")
+    sql("ALTER FUNCTION shop_refunds(webhook_inbox) RENAME TO shop_refunds_v2")
+    out, ok, = doctor
+    expect(ok).to be(false)
+    expect(out).to include("  charge.refunded -> shop_refunds_v2\n    MISSING: public.shop_refunds resolves to no function here")
+  ensure
+    sql("DROP FUNCTION IF EXISTS shop_refunds_v2(webhook_inbox)")
+  end
+
   # Issue 33: a real long-open REPEATABLE READ snapshot in this database, named by pid,
   # application_name and state, never by its query; HELD BACK past the threshold (here 3
   # transactions, counted: no clock in the test), a warning that does not fail the check.

@@ -5,9 +5,9 @@ CC ?= cc
 SAN_CC ?= $(shell command -v clang-14 >/dev/null 2>&1 && echo clang-14 || echo gcc)
 PG_INC := $(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql)
 WARN = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -I$(PG_INC)
-CORE = ../store.c ../redact.c
+CORE = ../store.c ../redact.c ../ordering.c ../json.c ../json_skip.c ../num.c
 HDRS = $(wildcard ../*.h) check.h
-LIBS = -lpq
+LIBS = -lpq -lm -pthread
 OUT ?= build
 
 all: test asan

@@ -35,10 +35,12 @@ module WebhookInbox
       end
 
       # Ids and names only: the event whose handler enqueued the job (nil when not read), the
-      # job's effect key (WebhookInbox.effect_key) and class, the attempt.
+      # job's effect key (WebhookInbox.effect_key), its outbox destination ("active_job") and
+      # class, the attempt.
       def context(result)
         { provider: result.source_scope && Instrumentation.provider_of(result.source_scope), scope: result.source_scope,
-          event_id: result.source_event_id, effect_key: result.key, job_class: result.job_class, attempt: result.attempt }
+          event_id: result.source_event_id, effect_key: result.key, destination: Effects::DESTINATION,
+          job_class: result.job_class, attempt: result.attempt }
       end
     end
   end

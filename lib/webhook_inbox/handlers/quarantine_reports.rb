@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../instrumentation"
+require_relative "report_poll"
 
 module WebhookInbox
   module Handlers
@@ -8,23 +9,17 @@ module WebhookInbox
     # webhook_inbox_quarantine or an error at its last attempt, an unrouted event, one
     # quarantined at receipt) told to the app, from the Ruby worker: one Rails.error report
     # each (unhandled, error) and quarantine.webhook_inbox, once across every worker (schema
-    # v25, db/functions/error_reports.sql). Per poll, in one transaction: up to limit
-    # quarantines taken (recorded as reported), each reported, then the commit. A worker that
-    # dies before its commit leaves them to the next poll of any worker: at least once toward
-    # the tracker, exactly once when nothing crashes. Quarantines from before the v25
-    # migration are never reported, nor one committed more than grace_s after it set
-    # processed_at (the scan's watermark follows an hour behind). A Ruby handler's quarantine is not one of these: the
-    # worker reports it when the run commits (Reporting). Each one also logs a line through
-    # Rails.logger tagged with the event id, type and attempt. Never the payload.
-    class QuarantineReports
-      PROC = "webhook_inbox_error_reports_take(integer,double precision)" # db/025: this class's schema
-      TAKE_SQL = "SELECT * FROM webhook_inbox_error_reports_take($1::int, $2::float8)"
+    # v25, db/functions/error_reports.sql), polled as ReportPoll says. Quarantines from before
+    # the v25 migration are never reported, nor one committed more than grace_s after it set
+    # processed_at. A Ruby handler's quarantine is not one of these: the worker reports it
+    # when the run commits (Reporting). Each one also logs a line through Rails.logger tagged
+    # with the event id, type and attempt. Never the payload.
+    class QuarantineReports < ReportPoll
+      PROC = "webhook_inbox_error_reports_take(integer,double precision,double precision)" # v27: this class's schema
+      TAKE_SQL = "SELECT * FROM webhook_inbox_error_reports_take($1::int, $2::float8, $3::float8)"
       PRUNE_SQL = "SELECT webhook_inbox_error_reports_prune($1::int)"
-      LIMIT = 100
-      # How long after it set processed_at a quarantine's transaction may commit and still be
-      # reported; each poll rereads the quarantines of this last hour (one index probe each).
-      GRACE_S = 3600
-      PRUNE_EVERY_S = 60
+      NAME = "webhook_inbox quarantine reports"
+      LOG_EVENT = "quarantine_reported"
 
       # What Rails.error gets for a sidecar's quarantine; its message says why (QuarantineReports.message).
       class Quarantined < Error; end
@@ -42,37 +37,16 @@ module WebhookInbox
         code ? "#{code}: database error at the last attempt (its text is in the dashboard)" : text
       end
 
-      # on_failure: called with (row, exception) when the notification or Rails.error raised
-      # for one row (the others are still reported; the row stays reported).
-      def initialize(limit: LIMIT, grace_s: GRACE_S, on_failure: nil)
-        @limit = Integer(limit)
-        @grace_s = Float(grace_s)
-        @on_failure = on_failure
-        @pruned_at = nil
-      end
-
-      # Whether the database has the reporter's functions (schema v25+).
-      def self.available?(connection)
-        [true, "t"].include?(connection.select_value("SELECT to_regprocedure('#{PROC}') IS NOT NULL"))
-      end
-
-      # One poll on connection (outside a transaction: its own; in the caller's, a savepoint):
-      # the rows reported, as the function returned them. Raises when the database does
-      # (nothing then counts as reported).
-      def run(connection)
-        prune(connection)
-        connection.transaction(requires_new: true) do
-          rows = connection.select_all(TAKE_SQL, "webhook_inbox quarantine reports", [@limit, @grace_s]).to_a
-          rows.each { |row| report(row) }
-          rows
-        end
-      end
-
       # What the report and the notification say of one quarantine (ids and names only;
-      # handler nil: the sidecar's, not a Ruby handler).
+      # handler: the SQL handler of the route its event type takes, nil when unrouted).
       def self.context(row)
         { provider: Instrumentation.provider_of(row["source_scope"]), scope: row["source_scope"],
-          event_id: row["event_id"], event_type: row["event_type"], handler: nil, attempt: Integer(row["attempts"]) }
+          event_id: row["event_id"], event_type: row["event_type"], handler: row["handler"], attempt: Integer(row["attempts"]) }
+      end
+
+      # The worker's own log line's fields.
+      def log_fields(row)
+        "event_id=#{row['event_id']} type=#{row['event_type']} attempt=#{row['attempts']} scope=#{row['source_scope']}"
       end
 
       private
@@ -82,20 +56,8 @@ module WebhookInbox
         message = self.class.message(row["last_error"])
         Instrumentation.report_error(Quarantined.new(message), handled: false, severity: :error, context: context)
         Instrumentation.instrument("quarantine.webhook_inbox", context.merge(error: message))
-        Instrumentation.log(:error, "webhook_inbox event=quarantine_reported event_id=#{row['event_id']} type=#{row['event_type']} " \
-                                    "attempt=#{row['attempts']} scope=#{row['source_scope']}",
+        Instrumentation.log(:error, "webhook_inbox event=#{LOG_EVENT} #{log_fields(row)}",
                             tags: ["event_id=#{row['event_id']}", "type=#{row['event_type']}", "attempt=#{row['attempts']}"])
-      rescue StandardError => e
-        @on_failure&.call(row, e)
-      end
-
-      # Report rows of quarantines that are over, at most once a minute per worker.
-      def prune(connection)
-        now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        return if @pruned_at && now - @pruned_at < PRUNE_EVERY_S
-
-        @pruned_at = now
-        connection.select_value(PRUNE_SQL, "webhook_inbox quarantine reports prune", [@limit * 10])
       end
     end
   end

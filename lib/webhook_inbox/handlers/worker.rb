@@ -6,6 +6,8 @@ require_relative "../effects/reporting"
 require_relative "heartbeat"
 require_relative "reporting"
 require_relative "quarantine_reports"
+require_relative "recovery_reports"
+require_relative "effect_reports"
 
 module WebhookInbox
   module Handlers
@@ -32,10 +34,11 @@ module WebhookInbox
     # charged a failure; its batch-mates commit. The outcome of each run (outcome=done, retry,
     # quarantined) is logged once its batch committed, and reported to the app (Reporting:
     # notifications, Rails.error, Rails.logger). Each round of its first thread also reports
-    # the sidecar's quarantines to Rails.error, once across workers (QuarantineReports, schema
-    # v25; off, with a log line, on an older schema). `--report-only` (or
-    # WEBHOOK_INBOX_REPORT_ONLY=1), for apps whose handlers are all SQL: only that, no
-    # handler needed, no heartbeat (doctor counts workers that run handlers).
+    # the sidecar's quarantines and the HTTP effects it quarantined to Rails.error, and
+    # reconcile's recoveries as notifications, once across workers (QuarantineReports,
+    # EffectReports, RecoveryReports, schema v27; off, with a log line, on an older schema).
+    # `--report-only` (or WEBHOOK_INBOX_REPORT_ONLY=1), for apps whose handlers are all SQL:
+    # only that, no handler needed, no heartbeat (doctor counts workers that run handlers).
     class Worker
       DEFAULTS = { concurrency: 1, batch_size: 10, poll_interval: 1.0, max_attempts: 10, backoff_base_ms: 1000,
                    backoff_cap_ms: 3_600_000, handler_timeout: nil, job_lease_ms: 60_000, report_only: nil }.freeze
@@ -63,7 +66,7 @@ module WebhookInbox
           o.on("--job-lease D", "a job from a handler taken by a worker that died runs again after this (1m)") do |v|
             opts[:job_lease_ms] = [(seconds(v) * 1000).round, 1].max
           end
-          o.on("--report-only", "only report the sidecar's quarantines to Rails.error (apps with SQL handlers only; " \
+          o.on("--report-only", "only report the sidecar's quarantines, effects and recoveries to the app (SQL handlers only; " \
                                 "#{REPORT_ONLY_ENV}=1)") { opts[:report_only] = true }
         end.parse!(argv.dup)
         new(**opts, out: out).run
@@ -86,7 +89,7 @@ module WebhookInbox
         @out = out
         @stop = false
         @report_only = @opts[:report_only].nil? ? %w[1 true yes].include?(ENV[REPORT_ONLY_ENV].to_s.downcase) : @opts[:report_only]
-        @quarantines = QuarantineReports.new(on_failure: method(:quarantine_report_failed))
+        @sidecar_reports = [QuarantineReports, RecoveryReports, EffectReports].map { |k| k.new(on_failure: method(:sidecar_report_failed)) }
         @runner = Runner.new(registry, max_attempts: @opts[:max_attempts], backoff_base_ms: @opts[:backoff_base_ms],
                                        backoff_cap_ms: @opts[:backoff_cap_ms], on_result: method(:on_result),
                                        time_limit: @opts.fetch(:handler_timeout) || WebhookInbox.configuration.handler_timeout)
@@ -109,17 +112,17 @@ module WebhookInbox
         end
         n = ::ActiveRecord::Base.connection_pool.with_connection { |c| Handlers.register(c, @registry) }
         @heartbeat = Heartbeat.new(@jobs.owner, handlers: @registry.subscriptions.size)
-        reports = quarantine_reports?
+        reports = sidecar_reports?
         log("ruby_worker_starting", "handlers=#{@registry.subscriptions.size} registered=#{n} concurrency=#{@opts[:concurrency]} " \
                                     "handler_timeout_s=#{@runner.time_limit || 'none'} quarantine_reports=#{reports ? 'on' : 'off'}")
         work_until_stopped
       end
 
-      # --report-only: the sidecar's quarantines to Rails.error, nothing else; exits 1 on a
-      # schema without the reporter (fail closed: it would do nothing).
+      # --report-only: the sidecar's quarantines, effects and recoveries to the app, nothing else;
+      # exits 1 on a schema without the reporters (fail closed: it would do nothing).
       def run_report_only
-        unless quarantine_reports?
-          log("ruby_worker_schema_old", %(note="the inbox schema is older than v25 (no #{QuarantineReports::PROC}): run migrate; exiting"),
+        unless sidecar_reports?
+          log("ruby_worker_schema_old", %(note="the inbox schema is older than v27 (no #{QuarantineReports::PROC}): run migrate; exiting"),
               level: "error")
           return 1
         end
@@ -134,10 +137,16 @@ module WebhookInbox
 
       private
 
-      # Whether this database has the quarantine reporter (v25); remembered for the rounds.
-      def quarantine_reports?
-        @reports = ::ActiveRecord::Base.connection_pool.with_connection { |c| QuarantineReports.available?(c) }
-        log("ruby_worker_quarantine_reports_off", %(note="schema older than v25: the sidecar's quarantines are not reported to Rails.error")) unless @reports
+      # Whether this database has the reporters' functions (v27: all three or none); remembered
+      # for the rounds.
+      def sidecar_reports?
+        @reports = ::ActiveRecord::Base.connection_pool.with_connection do |c|
+          @sidecar_reports.all? { |r| r.class.available?(c) }
+        end
+        unless @reports
+          log("ruby_worker_quarantine_reports_off",
+              %(note="schema older than v27: the sidecar's quarantines, effects and recoveries are not reported to the app"))
+        end
         @reports
       end
 
@@ -193,7 +202,7 @@ module WebhookInbox
         n = in_app do
           on_connection do |c|
             c.uncached do
-              reported = worker.zero? && @reports ? report_quarantines(c) : 0
+              reported = worker.zero? && @reports ? report_sidecar(c) : 0
               next reported if @report_only
 
               @heartbeat.beat(c)
@@ -258,21 +267,24 @@ module WebhookInbox
 
       # A performed job: its log line, then the app's notification and, for a job quarantined
       # for good, its error report (Effects::Reporting); a subscriber that raises is logged.
-      # One poll of QuarantineReports when due (at most every poll interval, unless the last one
-      # was full): one log line per quarantine reported; the number reported.
-      # Its failure (its transaction rolled back: reported again later) is logged and never
-      # keeps the round's handlers from running; a lost connection fails them next anyway.
-      def report_quarantines(connection)
+      # One poll of each sidecar reporter (QuarantineReports, RecoveryReports, EffectReports)
+      # when due (at most every poll interval, unless the last one was full): one log line per
+      # row told; the number told. A failed poll (its transaction rolled back: told again
+      # later) is logged and never keeps the round's handlers from running; a lost connection
+      # fails them next anyway.
+      def report_sidecar(connection)
         now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         return 0 if @next_report_at && now < @next_report_at
 
-        rows = @quarantines.run(connection)
-        @next_report_at = rows.size >= QuarantineReports::LIMIT ? nil : now + @opts[:poll_interval]
-        rows.each do |row|
-          log("quarantine_reported", "event_id=#{row['event_id']} type=#{row['event_type']} attempt=#{row['attempts']} " \
-                                     "scope=#{row['source_scope']}")
+        full = false
+        told = @sidecar_reports.sum do |reporter|
+          rows = reporter.run(connection)
+          full ||= rows.size >= reporter.limit
+          rows.each { |row| log(reporter.class::LOG_EVENT, reporter.log_fields(row)) }
+          rows.size
         end
-        rows.size
+        @next_report_at = full ? nil : now + @opts[:poll_interval]
+        told
       rescue StandardError => e
         raise if @report_only
 
@@ -281,8 +293,9 @@ module WebhookInbox
         0
       end
 
-      def quarantine_report_failed(row, error)
-        log("ruby_worker_report_failed", %(event_id=#{row['event_id']} error="#{error.class}"), level: "error")
+      def sidecar_report_failed(row, error)
+        id = row["operation_id"] ? "operation_id=#{row['operation_id']}" : "event_id=#{row['event_id']}"
+        log("ruby_worker_report_failed", %(#{id} error="#{error.class}"), level: "error")
       end
 
       def log_job(r)

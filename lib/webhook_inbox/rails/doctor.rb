@@ -51,20 +51,32 @@ module WebhookInbox
         ["schema: MISSING OR STALE - #{problem}"]
       end
 
-      # SQL routes (regproc columns read as text: the driver knows no such type).
+      # SQL routes (regproc columns read as text: the driver knows no such type). From v29 the
+      # sidecar runs a route's handlers by name (handler_name): a name that resolves to no
+      # function here (the function renamed or dropped) fails, as the sidecar refuses its batches.
       def routes
         return [] unless table?("webhook_inbox_routes")
 
         optional = %w[destination batch_handler].map { |c| column?("webhook_inbox_routes", c) ? "#{c}::text" : "NULL::text AS #{c}" }
+        optional << (column?("webhook_inbox_routes", "handler_name") ? MISSING_NAMES : "NULL::text AS missing")
         rows = @conn.select_all("SELECT event_type, handler::text AS handler, #{optional.join(', ')} FROM webhook_inbox_routes " \
                                 "ORDER BY event_type", "webhook_inbox doctor").to_a
         lines = [rows.empty? ? "SQL routes: none" : "SQL routes:"]
         rows.each do |r|
           lines << "  #{r['event_type']} -> #{r['handler']}#{" (destination #{r['destination']})" if r['destination']}" \
                    "#{" (batch #{r['batch_handler']})" if r['batch_handler']}"
+          next unless r["missing"]
+
+          problem!
+          lines << "    MISSING: #{r['missing']} resolves to no function here: the sidecar refuses its events' batches " \
+                   "(WIH01, nothing charged); create it, or write the route again (add_webhook_inbox_route)"
         end
         lines
       end
+
+      # The names of a route (v29) that to_regproc cannot resolve, or NULL.
+      MISSING_NAMES = "nullif(concat_ws(', ', CASE WHEN to_regproc(handler_name) IS NULL THEN handler_name END, " \
+                      "CASE WHEN to_regproc(batch_handler_name) IS NULL THEN batch_handler_name END), '') AS missing"
 
       def ruby_handlers
         return [] unless table?("webhook_inbox_ruby_handlers")

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
+
 static const struct wi_pg_stmt layout_stmts[] = {
     {"wi_citus_layout", "SELECT to_regprocedure('webhook_inbox_citus_claim(integer)') IS NOT NULL"},
     {"wi_citus_installed", "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"},
@@ -103,7 +105,9 @@ void wi_citus_shards_free(struct wi_citus_shards *s)
     for (i = 0; i < s->n; i++)
         free(s->key[i]);
     free(s->key);
+    free(s->rest_until);
     s->key = NULL;
+    s->rest_until = NULL;
     s->n = s->next = 0;
 }
 
@@ -126,7 +130,9 @@ int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start,
         PQclear(res);
         return -1;
     }
-    if (!(s->key = calloc((size_t)n, sizeof *s->key))) {
+    if (!(s->key = calloc((size_t)n, sizeof *s->key)) || !(s->rest_until = calloc((size_t)n, sizeof *s->rest_until))) {
+        free(s->key);
+        s->key = NULL;
         PQclear(res);
         return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
     }
@@ -144,21 +150,38 @@ int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start,
     return 0;
 }
 
-int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int limit, const struct wi_policy *p,
+int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, int limit, const struct wi_policy *p,
                       struct wi_batch *b, struct wi_err *err)
 {
-    int tried, n = 0;
+    int tried, n = 0, refused = 0;
+    double now = wi_clock_s();
+    struct wi_err refusal;
 
     char lock_timeout[sizeof s->lock_timeout];
 
     for (tried = 0; tried < s->n && n == 0; tried++) {
-        const char *key = s->key[s->next];
+        int k = s->next;
         s->next = (s->next + 1) % s->n; /* round robin: each batch on the next shard, busy or not */
-        if ((n = wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, key, s->lock_timeout, limit, p, b, err)) < 0)
-            return -1;
+        if (s->rest_until[k] > now)
+            continue;
+        if ((n = wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err)) < 0) {
+            if (!wi_dispatch_handler_missing(err) || !wi_pg_ok(pg))
+                return -1;
+            /* Its node lacks a routed handler (not propagated yet): nothing ran or was charged.
+             * The shard rests; the others go on. */
+            wi_dispatch_log_missing(worker, err);
+            s->rest_until[k] = wi_clock_s() + WI_CITUS_REST_S;
+            refusal = *err;
+            refused = 1;
+            n = 0;
+        }
     }
     if (n > 0)
         return n;
+    if (refused) {
+        *err = refusal;
+        return -1;
+    }
     /* Idle: the keys again, in case shards were split or added (a key per new shard). */
     memcpy(lock_timeout, s->lock_timeout, sizeof lock_timeout);
     return wi_citus_shards_load(pg, s, s->next, lock_timeout, err) < 0 ? -1 : 0;

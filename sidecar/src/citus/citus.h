@@ -32,6 +32,8 @@ struct wi_citus_shards {
     char **key; /* n distribution values, one hashing into each shard; owned */
     int n;
     int next;   /* the shard of the next batch */
+    double *rest_until; /* n wi_clock_s() times: a shard whose node refused for a missing
+                         * handler (WIH01) is passed over until then; owned */
     char lock_timeout[32]; /* the sessions' lock_timeout, set in each batch on the worker */
 };
 
@@ -50,8 +52,13 @@ void wi_citus_shards_free(struct wi_citus_shards *s);
  * shard runs claim, handlers and results as one transaction of its own. Fills *b (previous
  * content freed). Returns the events committed, 0 when no shard had any (the keys are then
  * loaded again: shards may have been split or added; s->n may become 0), or -1 with *err
- * (that batch rolled back, *b empty). Needs s->n > 0. */
-int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int limit, const struct wi_policy *p,
+ * (that batch rolled back, *b empty). A shard whose node refuses because a route's handler
+ * is missing there (wi_dispatch_handler_missing) is logged, rests WI_CITUS_REST_S (or until
+ * the keys are loaded again) and the next shard is tried; when no shard had work and one
+ * refused, -1 with that refusal in *err.
+ * worker: the worker's number, for the log. Needs s->n > 0. */
+#define WI_CITUS_REST_S 5.0
+int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, int limit, const struct wi_policy *p,
                       struct wi_batch *b, struct wi_err *err);
 
 /* Runs a static script (an embedded migration) one statement at a time: Citus refuses

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
+
 /* The handler name never passes through C: the SQL function resolves the route and calls
  * the regproc (printed quoted by PostgreSQL) inside BEGIN ... EXCEPTION, a savepoint. */
 const struct wi_pg_stmt wi_dispatch_stmt = {
@@ -149,4 +151,17 @@ int wi_dispatch(struct wi_pg *pg, struct wi_event *e, const struct wi_policy *p,
     }
     PQclear(res);
     return 0;
+}
+
+int wi_dispatch_handler_missing(const struct wi_err *err)
+{
+    return err && !strncmp(err->msg, "WIH01:", 6);
+}
+
+void wi_dispatch_log_missing(int worker, const struct wi_err *err)
+{
+    if (!wi_log_every(err->msg, 60.0))
+        return;
+    log_errorx("handler_missing", "worker=%d error=%s note=\"events of this route wait, uncharged, and are tried again: "
+               "create the function on that node\"", worker, WI_LOG_Q(err->msg));
 }

@@ -44,4 +44,14 @@ int wi_dispatch_batch_tx(struct wi_pg *pg, int limit, const struct wi_policy *p,
 int wi_dispatch_batch_keyed(struct wi_pg *pg, const char *name, const char *key, const char *lock_timeout, int limit,
                             const struct wi_policy *p, struct wi_batch *b, struct wi_err *err);
 
+/* 1 when err is a dispatch statement's refusal because a route the batch takes names a handler
+ * missing on the node that ran it (SQLSTATE WIH01, webhook_inbox_route_proc in
+ * db/functions/claim_dispatch.sql): raised before any handler ran, its transaction rolled back,
+ * nothing charged. Not an event's fault: the caller charges nothing and tries again later. */
+int wi_dispatch_handler_missing(const struct wi_err *err);
+
+/* Logs such a refusal as an error (the server's message: the function, the route, the node),
+ * at most once a minute per message. worker: the worker's number. */
+void wi_dispatch_log_missing(int worker, const struct wi_err *err);
+
 #endif

@@ -41,6 +41,10 @@ static const struct wi_pg_stmt tx_stmts[] = {
 #define SCHEMA_RETRY_S 3.0
 #define SCHEMA_LOG_EVERY_S 60.0
 
+/* After a batch refused because a route's handler is missing on the node that ran it (WIH01:
+ * not propagated there yet), the worker looks again this long after; nothing is charged. */
+#define HANDLER_MISSING_RETRY_S 1.0
+
 /* The warning about one unrouted event type is logged at most this often. */
 #define UNROUTED_LOG_EVERY_S 60.0
 
@@ -191,7 +195,8 @@ static void charge_alone(const struct wi_worker *w, struct wi_pg *pg, struct wi_
  * in one pipeline (a lost COMMIT reply is a lost connection: the row is then either done,
  * or pending again and re-claimed, never both). Returns events
  * handled, 0 when nothing was due, -1 when the connection is lost, -2 when the statement
- * failed (rolled back; the caller redoes the batch one statement per event). */
+ * failed (rolled back; the caller redoes the batch one statement per event), -5 when it
+ * refused because a route's handler is missing on its node (rolled back, nothing charged). */
 static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct snap *s, struct wi_batch *b)
 {
     struct wi_err err;
@@ -200,7 +205,7 @@ static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct s
 
     /* BEGIN, claim+dispatch, COMMIT: one round trip (pipelined); on Citus one statement, its
      * own transaction on the node of the shard it names (citus.h). */
-    if ((n = w->shards.n > 0 ? wi_citus_dispatch(pg, &w->shards, s->batch_size, &s->policy, b, &err)
+    if ((n = w->shards.n > 0 ? wi_citus_dispatch(pg, &w->shards, w->id, s->batch_size, &s->policy, b, &err)
                              : wi_dispatch_batch_tx(pg, s->batch_size, &s->policy, b, &err)) >= 0) {
         if (n > 0)
             report(w, b, s, t0);
@@ -209,6 +214,11 @@ static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct s
     if (!wi_pg_ok(pg)) {
         log_warnx("connection_lost", "worker=%d in=transaction error=%s", w->id, WI_LOG_Q(err.msg));
         return -1;
+    }
+    if (wi_dispatch_handler_missing(&err)) { /* no event's fault: no redo, nothing charged */
+        if (w->shards.n == 0) /* citus.c logged its shards' refusals */
+            wi_dispatch_log_missing(w->id, &err);
+        return -5;
     }
     log_warnx("batch_failed", "worker=%d error=%s note=\"redoing the batch one event per statement\"", w->id, WI_LOG_Q(err.msg));
     wi_batch_free(b);
@@ -264,7 +274,7 @@ static int dispatch_one(const struct wi_worker *w, struct wi_pg *pg, struct wi_e
         return -1;
     if (wi_dispatch(pg, e, &s->policy, &derr) == 0)
         return wi_pg_cmd(pg, "wi_release", 0, NULL, err);
-    if (!wi_pg_ok(pg)) {
+    if (!wi_pg_ok(pg) || wi_dispatch_handler_missing(&derr)) { /* the latter: no event's fault, nothing to charge */
         *err = derr;
         return -1;
     }
@@ -323,6 +333,10 @@ abort:
         struct wi_err rerr;
         (void)wi_pg_cmd(pg, "wi_rollback", 0, NULL, &rerr);
     }
+    if (wi_dispatch_handler_missing(&err)) { /* rolled back above: nothing ran, nothing charged */
+        wi_dispatch_log_missing(w->id, &err);
+        return -5;
+    }
     if (committing && n > 1) {
         log_warnx("commit_failed", "worker=%d events=%d error=%s note=\"redoing one event per transaction\"", w->id, n,
                   WI_LOG_Q(err.msg));
@@ -369,7 +383,7 @@ static int run_batch(struct wi_worker *w, struct wi_pg *pg, const struct snap *s
     *took_all = 0;
     if (careful)
         return run_batch_stepwise(w, pg, s, 1, b, lost);
-    if ((n = run_batch_fused(w, pg, s, b)) != -2) {
+    if ((n = run_batch_fused(w, pg, s, b)) != -2) { /* -5 too: the redo would be refused the same way */
         /* On Citus a short batch took one shard's due events: the others may have more. */
         *took_all = n >= 0 && n < s->batch_size && w->shards.n == 0;
         return n;
@@ -630,6 +644,8 @@ void *wi_worker_main(void *arg)
             } else if (n == -4) {
                 wi_pg_free(pg); /* the reconnect checks the schema again, and waits while it is refused */
                 pg = NULL;
+            } else if (n == -5) {
+                wi_runtime_nap(rt, HANDLER_MISSING_RETRY_S); /* logged; its events wait, uncharged */
             } else {
                 wi_runtime_nap(rt, 0.2);
             }

@@ -46,8 +46,13 @@ struct wi_config {
     /* recovery from providers' APIs (reconcile.h): not reloadable */
     struct wi_strlist endpoints;        /* --endpoint NAME=PROVIDER:SCOPE ... (reconcile: bare NAMEs select) */
     struct wi_strlist reconciles;       /* run --reconcile NAME=INTERVAL */
+    /* operational notifications (observability/notify.h): not reloadable */
+    struct wi_strlist notifies;         /* run --notify NAME[:json|:slack]: destinations told */
+    struct wi_strlist notify_settings;  /* run --notify-setting KEY=NUMBER: thresholds */
+    double notify_interval;             /* run --notify: seconds between checks */
     /* command options (flags only, not reloaded, not printed) */
     int once;             /* run: drain what is due, then exit */
+    int test;             /* notify: send a test message */
     int json;             /* stats: JSON output */
     int all;              /* requeue: every quarantined event */
     int replay;           /* requeue: done events back to pending (run again) instead of quarantined ones */

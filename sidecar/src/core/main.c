@@ -26,6 +26,7 @@
 #include "observability/exporter.h"
 #include "observability/metrics.h"
 #include "pg/schema.h"
+#include "observability/notify.h"
 #include "reconcile/reconcile.h"
 #include "retention/prune.h"
 #include "retention/retention.h"
@@ -75,6 +76,8 @@ static void usage(FILE *out)
           "  resume    let it go again, optionally at --rate N events/s (over all sidecars; routes, destinations)\n"
           "  reconcile recover what a provider sent and the inbox lacks, from its API (--endpoint NAME, --since 72h;\n"
           "            endpoints defined by --endpoint NAME=PROVIDER:SCOPE ...); run --reconcile NAME=1h does it on a schedule\n"
+          "  notify    notify --test: a test message to each --notify destination, delivered by a running sidecar;\n"
+          "            run --notify NAME tells that destination when an operational condition starts or clears\n"
           "\n"
           "options (flag > environment > --config file > default):\n",
           out);
@@ -120,6 +123,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     struct wi_exporter *exporter = NULL;
     struct wi_retention *retention = NULL;
     struct wi_rc_sched *reconciler = NULL;
+    struct wi_notify *notifier = NULL;
     struct wi_err err;
     struct wi_outbox *outbox = NULL;
     struct wi_listener *listener = NULL;
@@ -174,6 +178,8 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
         log_errorx("retention_failed", "error=%s note=\"running without scheduled retention\"", WI_LOG_Q(err.msg));
     if (rt.cfg.reconciles.n > 0 && !rt.cfg.once && !(reconciler = wi_rc_sched_start(&rt.cfg, &err)))
         log_errorx("reconcile_failed", "error=%s note=\"running without scheduled reconcile\"", WI_LOG_Q(err.msg));
+    if (rt.cfg.notifies.n > 0 && !rt.cfg.once && !(notifier = wi_notify_start(&rt.cfg, &err)))
+        log_errorx("notify_failed", "error=%s note=\"running without operational notifications\"", WI_LOG_Q(err.msg));
     for (i = 0; i < rt.cfg.concurrency; i++) {
         workers[i].id = i + 1;
         workers[i].rt = &rt;
@@ -225,6 +231,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     wi_outbox_join(outbox);
     wi_retention_stop(retention); /* a delete batch in flight finishes first */
     wi_rc_sched_stop(reconciler); /* a page in flight commits first */
+    wi_notify_stop(notifier);     /* a check in flight commits first */
     wi_exporter_stop(exporter);   /* serves the final counts until the workers are done */
     wi_metrics_log_summary();
     rc = atomic_load(&rt.failed) ? 1 : 0;
@@ -291,7 +298,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "run") && strcmp(cmd, "migrate") && strcmp(cmd, "stats") && strcmp(cmd, "requeue") &&
         strcmp(cmd, "prune") && strcmp(cmd, "reconcile") && strcmp(cmd, "pause") && strcmp(cmd, "resume") &&
-        strcmp(cmd, "--print-config")) {
+        strcmp(cmd, "notify") && strcmp(cmd, "--print-config")) {
         usage(stderr);
         fprintf(stderr, "\nwebhook-inbox-sidecar: unknown command '%s'\n", cmd);
         return 2;
@@ -323,6 +330,14 @@ int main(int argc, char **argv)
                 !strcmp(cmd, "requeue") ? "add --effects" : "a destination to deliver to is --destination NAME=URL");
         rc = 2;
         goto out;
+    }
+    if (!strcmp(cmd, "run") && cfg.notifies.n > 0) { /* a wrong --notify refuses to start, never runs untold */
+        char d[2048], f[2048], s[2048];
+        if (wi_notify_targets(&cfg, d, sizeof d, f, sizeof f, s, sizeof s, &err) < 0) {
+            fprintf(stderr, "webhook-inbox-sidecar run: %s\n", err.msg);
+            rc = 2;
+            goto out;
+        }
     }
     if (!strcmp(cmd, "run")) {
         rc = cmd_run(&cfg, argc - first, argv + first);
@@ -381,6 +396,13 @@ int main(int argc, char **argv)
         }
     } else if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
         rc = cmd_flow(&cfg, !strcmp(cmd, "resume"));
+    } else if (!strcmp(cmd, "notify")) {
+        if (!cfg.test) {
+            fprintf(stderr, "webhook-inbox-sidecar notify: only notify --test (run --notify NAME sends the real ones)\n");
+            rc = 2;
+        } else {
+            rc = wi_notify_test(&cfg, 15.0, stdout);
+        }
     } else if (!strcmp(cmd, "reconcile")) {
         rc = wi_rc_command(&cfg, stdout, stderr);
     } else if (!strcmp(cmd, "prune")) {

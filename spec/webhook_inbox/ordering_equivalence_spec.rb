@@ -1,0 +1,118 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "json"
+require_relative "../support/receiver_helpers"
+
+# The receiver reads a row's ordering key and time in C (ext/webhook_inbox/ordering.c) when it
+# can match db/functions/ordering.sql byte for byte, and leaves the rest to those functions.
+# Random JSON texts (duplicate and escaped keys, whitespace, every scalar form, nesting) and
+# random specs go through the one-row and the batch statement; every stored key and time must
+# be what the SQL functions give for the stored payload.
+RSpec.describe "ordering read in C against the SQL functions" do
+  include ReceiverHelpers
+
+  let(:pg) { TestDatabase.cluster }
+  let(:scope) { unique_scope("ordeq") }
+  let(:inbox) { WebhookInbox::Inbox.new(database_url: pg.url) }
+
+  before(:all) { ReceiverHelpers.apply_schema(TestDatabase.cluster) }
+  after { inbox.close }
+
+  NAMES = %w[a b id].freeze # few names: random paths meet random objects often
+  # JSON text generator: texts that JSON.generate never writes (duplicate keys, escapes, spaces).
+  class JsonText
+    def initialize(rng) = @rng = rng
+
+    def pick(list) = list[@rng.rand(list.size)]
+    def space = pick(["", "", "", " ", "\n\t ", "\r\n"])
+
+    def key
+      name = pick(NAMES)
+      case @rng.rand(8)
+      when 0 then name.chars.map { |c| format("\\u%04x", c.ord) }.join # the same key, escaped
+      when 1 then name.sub(/\A./) { |c| format("\\u%04X", c.ord) }
+      when 2 then "#{name}x" # a near miss
+      else name
+      end
+    end
+
+    def string
+      pick(["cus_1", "", "x" * 150, "x" * 201, "a\\\"b", "tab\\there", "\\u00e9t\\u00E9", "caf\u00e9", "\\ud83d\\ude00",
+            "\\/slash", "ctl\\u0001", "back\\\\slash", "ÿ" * 120, "#{@rng.rand(1000)}"])
+    end
+
+    def number
+      pick(%w[0 -0 7 -7 42 1700000000 1700000000123 99999999999 100000000000 99999999999999 100000000000000
+              123456789012345678901234567890 1.5 -0.0 1e3 1E+2 1.70e9 1700000000.5 2.5e-3 1700000000123.0])
+    end
+
+    def value(depth)
+      case @rng.rand(depth > 2 ? 6 : 9)
+      when 0, 1 then %("#{string}")
+      when 2, 3 then number
+      when 4 then pick(%w[true false])
+      when 5 then "null"
+      when 6, 7 then object(depth + 1)
+      else "[#{Array.new(@rng.rand(3)) { value(depth + 1) }.join(",#{space}")}]"
+      end
+    end
+
+    def object(depth = 0)
+      members = Array.new(@rng.rand(depth.zero? ? 2..6 : 0..4)) { %(#{space}"#{key}"#{space}:#{space}#{value(depth)}#{space}) }
+      "{#{members.join(',')}}"
+    end
+
+    def path = Array.new(1 + @rng.rand(3)) { @rng.rand(10).zero? ? pick(%w[0 1]) : pick(NAMES) }.join(".")
+
+    def spec
+      Array.new(1 + @rng.rand(3)) { Array.new(1 + @rng.rand(2)) { path }.join("|") }.join(",")
+    end
+  end
+
+  def quote(text) = "'#{text.to_s.gsub("'", "''")}'"
+
+  # Rows whose stored key or time differs from what the SQL functions give for the stored
+  # payload, and how many rows were compared.
+  def mismatches(specs)
+    pairs = specs.map { |id, (spec, time)| "(#{quote(id)}, #{quote(spec)}, #{time ? quote(time) : 'NULL'})" }
+    out = pg.psql(<<~SQL)
+      WITH want AS (
+        SELECT i.event_id, i.ordering_key AS got_key, i.ordering_at AS got_at, i.received_at,
+               webhook_inbox_ordering_key(i.payload, s.spec) AS key, webhook_inbox_ordering_time(i.payload, s.tpath) AS at
+          FROM webhook_inbox i JOIN (VALUES #{pairs.join(', ')}) s(event_id, spec, tpath) USING (event_id)
+         WHERE i.source_scope = #{quote(scope)})
+      SELECT count(*) FILTER (WHERE got_key IS DISTINCT FROM key
+                                 OR got_at IS DISTINCT FROM CASE WHEN key IS NOT NULL THEN coalesce(at, received_at) END)
+             || ' ' || count(*) || ' ' || count(key) || ' ' || count(at)
+             || ' ' || coalesce(string_agg(event_id, ',') FILTER (WHERE got_key IS DISTINCT FROM key
+                          OR got_at IS DISTINCT FROM CASE WHEN key IS NOT NULL THEN coalesce(at, received_at) END), '')
+        FROM want
+    SQL
+    bad, total, keyed, timed, ids = out.strip.split(" ", 5)
+    [bad.to_i, total.to_i, keyed.to_i, timed.to_i, ids.to_s]
+  end
+
+  it "stores what the SQL functions give, one row at a time and in batches, for random payloads and specs" do
+    rng = Random.new(RSpec.configuration.seed)
+    gen = JsonText.new(rng)
+    specs = {}
+    rows = Array.new(1_200) do |i|
+      body = gen.object
+      spec = gen.spec
+      time = [nil, gen.path, gen.path].sample(random: rng)
+      id = "e#{i}"
+      specs[id] = [spec, time]
+      [scope, id, "t", body, false, false, nil, nil, [spec, time]]
+    end
+    inbox.send(:with_connection) do |conn|
+      rows.first(300).each { |r| conn.insert(*r) }
+      rows.drop(300).each_slice(100) { |batch| conn.insert_batch(batch) }
+    end
+    bad, total, keyed, timed, ids = mismatches(specs)
+    expect(total).to eq(1_200)
+    expect(bad).to eq(0), "rows whose key or time differs from SQL's: #{ids[0, 300]}"
+    expect(keyed).to be > 100 # the cases reach keys (about 170 of 1,200),
+    expect(timed).to be > 10  # and times (about 25)
+  end
+end
