@@ -140,7 +140,8 @@ $$;
 -- so that a call with a column argument is pushed down to the shard, where it stamps the
 -- entry with the real clock (its arguments are never all constants in the gem's
 -- functions, so nothing folds it at planning). Re-applied after every migrate: CREATE OR
--- REPLACE in db/NNN resets both.
+-- REPLACE in db/functions/ resets both. The search_path is set on the gem's functions by
+-- citus/005_functions.sql, the last file, once every function of db/citus/ exists.
 CREATE SCHEMA IF NOT EXISTS webhook_inbox_citus;
 COMMENT ON SCHEMA webhook_inbox_citus IS 'Citus layout: clock_timestamp() as STABLE for the gem''s functions (db/citus/001_layout.sql).';
 CREATE OR REPLACE FUNCTION webhook_inbox_citus.clock_timestamp() RETURNS timestamptz
@@ -415,21 +416,3 @@ COMMENT ON FUNCTION webhook_inbox_citus_dispatch_shard(text, text, integer, text
     'Citus: webhook_inbox_dispatch_batch() on the shard p_key hashes to, pushed down to its node (lock_timeout p_lock_timeout) - claim up to p_limit due events of that shard, webhook_inbox_dispatch() each; same rows.';
 SELECT create_distributed_function('webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint)',
                                    'p_key', colocate_with := 'webhook_inbox');
-
--- Every gem function but triggers (they run on the shards) and the STABLE SQL ones that
--- are inlined (a SET would stop that) runs with the shadowed clock first. A SET stays in
--- force in the functions and handlers it calls.
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-         WHERE p.proname LIKE 'webhook\_inbox\_%' AND p.pronamespace = current_schema()::regnamespace
-           AND p.prokind = 'f' AND p.prorettype <> 'trigger'::regtype
-           AND (l.lanname = 'plpgsql' OR p.provolatile = 'v')
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s SET search_path = webhook_inbox_citus, pg_catalog, %I', f, current_schema());
-    END LOOP;
-END
-$$;

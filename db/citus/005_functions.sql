@@ -29,8 +29,10 @@ BEGIN
 END
 $$;
 
--- Every PL/pgSQL or volatile gem function (those of citus/003 included) runs with citus/001's
--- STABLE clock first on its search_path; citus/001 did the same for the functions there were then.
+-- Every gem function but triggers (they run on the shards) and the STABLE SQL ones that are
+-- inlined (a SET would stop that) - every PL/pgSQL or volatile one, those of db/citus/ included -
+-- runs with citus/001's STABLE clock first on its search_path. A SET stays in force in the
+-- functions and handlers it calls. Distributed functions take the ALTER to the workers.
 DO $$
 DECLARE
     f regprocedure;

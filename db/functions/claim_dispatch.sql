@@ -391,6 +391,25 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_unrouted() IS
     'Pending events whose event type has neither a route nor a Ruby handler, counted by type (what `webhook-inbox-sidecar stats` reports as waiting_for_route).';
 
+-- The dispatch's arguments (webhook_inbox_run_event's, webhook_inbox_dispatch_batch's): fails
+-- with SQLSTATE 22023 naming the bad one, returns nothing otherwise. One PL/pgSQL call per
+-- run_event call and per batch; the claim and the plain path's events call nothing here.
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_check(
+        p_unrouted text, p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint,
+        p_unrouted_delay_ms bigint) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    PERFORM webhook_inbox_check_choice('webhook_inbox', 'p_unrouted', p_unrouted, 'wait', 'ignore', 'quarantine', 'retry');
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 OR p_backoff_base_ms IS NULL OR p_backoff_cap_ms IS NULL
+       OR p_unrouted_delay_ms IS NULL OR p_unrouted_delay_ms < 0 THEN
+        RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
+              USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_dispatch_check(text, integer, bigint, bigint, bigint) IS
+    'Sidecar: the checks of webhook_inbox_run_event''s and webhook_inbox_dispatch_batch''s arguments (unrouted policy, max attempts, backoff, unrouted delay); raises 22023.';
+
 -- As in 009, plus the gate first: 'paused' and 'throttled' leave the row pending, uncharged
 -- (charged false, retry_in_ms: when a throttled row is due). With no rule at all the gate
 -- costs one scan of an empty table.
@@ -406,15 +425,8 @@ DECLARE
     ruby text[];
     missing text;              -- the name of the event's route's handler when it is missing on this node
 BEGIN
-    IF p_unrouted IS NULL OR p_unrouted NOT IN ('wait', 'ignore', 'quarantine', 'retry') THEN
-        RAISE EXCEPTION 'webhook_inbox: p_unrouted must be wait, ignore, quarantine or retry, not %', p_unrouted
-              USING ERRCODE = '22023';
-    END IF;
-    IF p_max_attempts IS NULL OR p_max_attempts < 1 OR p_backoff_base_ms IS NULL OR p_backoff_cap_ms IS NULL
-       OR p_unrouted_delay_ms IS NULL OR p_unrouted_delay_ms < 0 THEN
-        RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
-              USING ERRCODE = '22023';
-    END IF;
+    PERFORM webhook_inbox_dispatch_check(p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                         p_unrouted_delay_ms);
     charged := false;
     IF EXISTS (SELECT 1 FROM webhook_inbox_flow) OR ev.held_at IS NOT NULL OR ev.rate_slot_at IS NOT NULL THEN
         SELECT g.result, g.detail, g.retry_in_ms INTO result, detail, retry_in_ms FROM webhook_inbox_flow_gate(ev) g;
@@ -825,16 +837,9 @@ DECLARE
     r_charge boolean[];
     r_retry  bigint[];
 BEGIN
-    -- webhook_inbox_run_event's checks, which the plain path does not call; before the claim.
-    IF p_unrouted IS NULL OR p_unrouted NOT IN ('wait', 'ignore', 'quarantine', 'retry') THEN
-        RAISE EXCEPTION 'webhook_inbox: p_unrouted must be wait, ignore, quarantine or retry, not %', p_unrouted
-              USING ERRCODE = '22023';
-    END IF;
-    IF p_max_attempts IS NULL OR p_max_attempts < 1 OR p_backoff_base_ms IS NULL OR p_backoff_cap_ms IS NULL
-       OR p_unrouted_delay_ms IS NULL OR p_unrouted_delay_ms < 0 THEN
-        RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
-              USING ERRCODE = '22023';
-    END IF;
+    -- webhook_inbox_run_event's checks (the plain path does not call it), before the claim.
+    PERFORM webhook_inbox_dispatch_check(p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                         p_unrouted_delay_ms);
     -- The claim: webhook_inbox_claim_due (above), from this session's cursor when walking from
     -- the head of the pending index has become expensive.
     SELECT c.evs, c.tids INTO evs, tids FROM webhook_inbox_claim_due(p_limit) c;

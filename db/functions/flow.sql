@@ -234,23 +234,17 @@ CREATE OR REPLACE FUNCTION webhook_inbox_flow_stats(
         OUT changed_at timestamptz, OUT changed_by text)
 RETURNS SETOF record
 LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    f webhook_inbox_flow;
 BEGIN
-    FOR f IN SELECT * FROM webhook_inbox_flow r ORDER BY r.kind, r.target LOOP
-        kind := f.kind;
-        target := f.target;
-        paused := f.paused;
-        rate := f.rate;
-        changed_at := f.changed_at;
-        changed_by := f.changed_by;
-        IF f.kind = 'route' THEN
+    FOR kind, target, paused, rate, changed_at, changed_by IN
+        SELECT r.kind, r.target, r.paused, r.rate, r.changed_at, r.changed_by FROM webhook_inbox_flow r ORDER BY r.kind, r.target
+    LOOP
+        IF kind = 'route' THEN
             SELECT count(*) INTO pending FROM webhook_inbox w
-             WHERE w.status = 'pending' AND webhook_inbox_flow_matches(f.target, w.event_type);
-        ELSIF f.kind = 'scope' THEN
-            SELECT count(*) INTO pending FROM webhook_inbox w WHERE w.status = 'pending' AND w.source_scope = f.target;
+             WHERE w.status = 'pending' AND webhook_inbox_flow_matches(target, w.event_type);
+        ELSIF kind = 'scope' THEN
+            SELECT count(*) INTO pending FROM webhook_inbox w WHERE w.status = 'pending' AND w.source_scope = target;
         ELSE
-            SELECT count(*) INTO pending FROM webhook_inbox_outbox o WHERE o.status = 'pending' AND o.destination = f.target;
+            SELECT count(*) INTO pending FROM webhook_inbox_outbox o WHERE o.status = 'pending' AND o.destination = target;
         END IF;
         RETURN NEXT;
     END LOOP;

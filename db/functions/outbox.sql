@@ -119,10 +119,7 @@ DECLARE
     t          timestamptz := clock_timestamp();
     nxt        timestamptz;
 BEGIN
-    IF p_result IS NULL OR p_result NOT IN ('delivered', 'retry', 'quarantine') THEN
-        RAISE EXCEPTION 'webhook_inbox: p_result must be delivered, retry or quarantine, not %', p_result
-              USING ERRCODE = '22023';
-    END IF;
+    PERFORM webhook_inbox_check_choice('webhook_inbox', 'p_result', p_result, 'delivered', 'retry', 'quarantine');
     SELECT o.attempts, o.status, o.lease_owner, o.next_attempt_at INTO seen, cur_status, cur_owner, nxt
       FROM webhook_inbox_outbox o
      WHERE o.source_scope = p_scope AND o.operation_id = p_operation_id

@@ -27,14 +27,15 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_handler_operation_id(text, text, text) IS
     'handler_<sha256(scope, event id, handler)>: the operation id of one handler''s run for one event.';
 
--- After one run's handler, in the claiming transaction. p_result: 'done' (the handler's
--- writes commit with this), 'retry' (its writes were rolled back; backoff as the events',
--- quarantined at p_max_attempts) or 'quarantine' (WebhookInbox::Permanent). Then settles the
--- event: done when every run of it is delivered, quarantined with the run's error when the
--- run is. Returns the run's new status. The run is found by its key: its scope is the one the
--- claim kept in this transaction (webhook_inbox.ruby_scope: the Citus claim takes one scope),
--- else read by its operation id. The times are in variables: Citus refuses VOLATILE
--- functions, and non-IMMUTABLE ones in a CASE, in an UPDATE.
+-- After one run's handler, in the claiming transaction (009's one-step save, for workers of
+-- v9-v12). p_result: 'done' (the handler's writes commit with this), 'retry' (its writes were
+-- rolled back; backoff as the events', quarantined at p_max_attempts) or 'quarantine'
+-- (WebhookInbox::Permanent). Then settles the event: done when every run of it is delivered,
+-- quarantined with the run's error when the run is. Returns the run's new status. The run is
+-- found by its key: its scope is the one the claim kept in this transaction
+-- (webhook_inbox.ruby_scope: the Citus claim takes one scope), else read by its operation id.
+-- It is the v13 steps' charge and finish in one call: the attempt charged here (none for
+-- 'done'), then webhook_inbox_ruby_finish() at that attempt records and settles.
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_save(
         p_operation_id text, p_result text, p_error text, p_duration_ms double precision,
         p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint)
@@ -42,15 +43,10 @@ RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     run   webhook_inbox_outbox;
-    st    text;
     scope text := nullif(current_setting('webhook_inbox.ruby_scope', true), '');
     t     timestamptz := clock_timestamp();
-    nxt   timestamptz;
 BEGIN
-    IF p_result IS NULL OR p_result NOT IN ('done', 'retry', 'quarantine') THEN
-        RAISE EXCEPTION 'webhook_inbox_ruby_save: p_result must be done, retry or quarantine, not %', p_result
-              USING ERRCODE = '22023';
-    END IF;
+    PERFORM webhook_inbox_check_choice('webhook_inbox_ruby_save', 'p_result', p_result, 'done', 'retry', 'quarantine');
     IF scope IS NULL THEN
         SELECT o.source_scope INTO scope FROM webhook_inbox_outbox o WHERE o.operation_id = p_operation_id; -- see ruby_lock
     END IF;
@@ -60,24 +56,13 @@ BEGIN
     IF NOT FOUND OR run.destination <> 'ruby' OR run.status <> 'pending' THEN
         RETURN NULL;
     END IF;
-    st := CASE WHEN p_result = 'done' THEN 'delivered'
-               WHEN p_result = 'quarantine' OR run.attempts + 1 >= p_max_attempts THEN 'quarantined'
-               ELSE 'pending' END;
-    nxt := run.next_attempt_at;
-    IF p_result = 'retry' THEN
-        nxt := t + webhook_inbox_retry_delay_ms(run.attempts, p_backoff_base_ms, p_backoff_cap_ms) * interval '1 millisecond';
-    END IF;
     UPDATE webhook_inbox_outbox o
-       SET status = st,
-           processed_at = CASE WHEN st <> 'pending' THEN t END,
-           attempts = o.attempts + CASE WHEN p_result = 'done' THEN 0 ELSE 1 END,
-           last_error = CASE WHEN p_result = 'done' THEN NULL ELSE left(p_error, 1000) END,
-           last_attempt_at = t,
-           next_attempt_at = nxt
+       SET attempts = o.attempts + CASE WHEN p_result = 'done' THEN 0 ELSE 1 END,
+           last_attempt_at = t
      WHERE o.source_scope = scope AND o.operation_id = p_operation_id
     RETURNING o.* INTO run;
-    PERFORM webhook_inbox_ruby_settle(run, p_duration_ms);
-    RETURN run.status;
+    RETURN webhook_inbox_ruby_finish(p_operation_id, run.attempts, p_result, p_error, p_duration_ms,
+                                     p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms);
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_save(text, text, text, double precision, integer, bigint, bigint) IS
@@ -152,10 +137,7 @@ DECLARE
     t     timestamptz := clock_timestamp();
     nxt   timestamptz;
 BEGIN
-    IF p_result IS NULL OR p_result NOT IN ('done', 'retry', 'quarantine') THEN
-        RAISE EXCEPTION 'webhook_inbox_ruby_finish: p_result must be done, retry or quarantine, not %', p_result
-              USING ERRCODE = '22023';
-    END IF;
+    PERFORM webhook_inbox_check_choice('webhook_inbox_ruby_finish', 'p_result', p_result, 'done', 'retry', 'quarantine');
     IF current_setting('webhook_inbox.ruby_op', true) IS NOT DISTINCT FROM p_operation_id THEN
         scope := current_setting('webhook_inbox.ruby_scope', true);
     ELSE

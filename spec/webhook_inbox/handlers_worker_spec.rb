@@ -260,6 +260,26 @@ RSpec.describe WebhookInbox::Handlers::Worker do
     expect(sql("SELECT status FROM webhook_inbox WHERE event_id = 'evt_1'")).to eq("done")
   end
 
+  # webhook_inbox_ruby_save is the charge and the finish in one call: what it records must stay
+  # what the v9 worker's save recorded.
+  it "keeps the v9 one-step save working: done uncharged, retry charged with backoff, quarantined at the last attempt" do
+    reg = registry(steady: ["steady.x", nil])
+    register(reg)
+    store_and_dispatch([%w[evt_1 steady.x], %w[evt_2 steady.x], %w[evt_3 steady.x]])
+    ops = sql("SELECT string_agg(operation_id, ',' ORDER BY source_event_id) FROM webhook_inbox_outbox").split(",")
+    sql("UPDATE webhook_inbox_outbox SET attempts = 2 WHERE source_event_id = 'evt_3'") # two failures before
+    save = ->(op, result) { sql("SELECT webhook_inbox_ruby_save('#{op}', '#{result}', 'upstream down', 1, 3, 60000, 60000)") }
+    expect([save.(ops[0], "done"), save.(ops[1], "retry"), save.(ops[2], "retry")]).to eq(%w[delivered pending quarantined])
+    expect(save.(ops[0], "done")).to eq("") # no longer pending: NULL, nothing changed
+    expect(sql("SELECT string_agg(concat_ws(' ', source_event_id, status, attempts, coalesce(last_error, '-'), " \
+               "last_attempt_at IS NOT NULL, processed_at IS NOT NULL), ',' ORDER BY source_event_id) FROM webhook_inbox_outbox"))
+      .to eq("evt_1 delivered 0 - t t,evt_2 pending 1 upstream down t f,evt_3 quarantined 3 upstream down t t")
+    expect(sql("SELECT next_attempt_at >= last_attempt_at + interval '30 seconds' FROM webhook_inbox_outbox " \
+               "WHERE source_event_id = 'evt_2'")).to eq("t") # equal jitter over 60 s: 30 to 60 s
+    expect(sql("SELECT string_agg(event_id || ' ' || status, ',' ORDER BY event_id) FROM webhook_inbox"))
+      .to eq("evt_1 done,evt_2 pending,evt_3 quarantined")
+  end
+
   it "refuses batch arrays of different lengths, and locks a batch in its events' order, skipping a run past its attempt" do
     reg = registry(steady: ["steady.x", nil])
     register(reg)
