@@ -12,7 +12,7 @@ SET LOCAL check_function_bodies = off;
 -- worker waits on the first's row, then skips it or, after a rollback, takes it). how:
 -- 'fetched' (inserted from the provider's event list: Stripe, Paddle, Square) or
 -- 'redelivered' (a redelivery reconcile asked for, stored by the receiver and marked by
--- webhook_inbox_reconcile_mark: GitHub). The scan (webhook_inbox_report_scan_from) and its watermark,
+-- webhook_inbox_reconcile_mark: GitHub). The scan (webhook_inbox_report_scan, _scanned: error_reports.sql) and its watermark,
 -- webhook_inbox_error_reporter.recovered_since, work as the quarantines' do: a full scan
 -- (p_window_s NULL or >= p_grace_s) rereads the last p_grace_s seconds and moves the
 -- watermark; a short one reads the last p_window_s seconds only. A recovery whose transaction
@@ -29,10 +29,8 @@ DECLARE
     q       record;
     n       integer := 0;
 BEGIN
-    SELECT s.recovered_since INTO v_since FROM webhook_inbox_error_reporter s;
-    v_from := webhook_inbox_report_scan_from(p_limit, p_grace_s, p_window_s, v_since);
+    SELECT r.since, r.scan_from INTO v_since, v_from FROM webhook_inbox_report_scan('recoveries', p_limit, p_grace_s, p_window_s) r;
     IF v_since IS NULL THEN -- emptied (a test suite's truncation): publish from now on
-        INSERT INTO webhook_inbox_error_reporter (id) VALUES (true) ON CONFLICT DO NOTHING;
         RETURN;
     END IF;
     -- Event by event, each statement on one table (on Citus the inbox is distributed, the
@@ -56,10 +54,7 @@ BEGIN
         n := n + 1;
         EXIT WHEN n >= p_limit;
     END LOOP;
-    IF v_from = v_since AND n < p_limit THEN -- a full scan saw every recovery: the next scan starts p_grace_s before now
-        UPDATE webhook_inbox_error_reporter s SET recovered_since = now() - p_grace_s * interval '1 second'
-         WHERE s.recovered_since < now() - p_grace_s * interval '1 second';
-    END IF;
+    PERFORM webhook_inbox_report_scanned('recoveries', v_since, v_from, n, p_limit, p_grace_s);
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_recovery_reports_take(integer, double precision, double precision) IS
@@ -73,7 +68,7 @@ COMMENT ON FUNCTION webhook_inbox_recovery_reports_take(integer, double precisio
 -- 'active_job': jobs and mails) are not these: it reports them when it quarantines them.
 -- last_error is the sidecar's own text (an HTTP status, curl's generic error, max attempts:
 -- never the URL, the request's body or a credential); the answer's body is not returned.
--- The scan (webhook_inbox_report_scan_from) and its watermark,
+-- The scan (webhook_inbox_report_scan, _scanned: error_reports.sql) and its watermark,
 -- webhook_inbox_error_reporter.effects_since, work as the quarantines' do.
 --   BEGIN; SELECT * FROM webhook_inbox_effect_reports_take(100, 3600, 10); -- report each --; COMMIT;
 CREATE OR REPLACE FUNCTION webhook_inbox_effect_reports_take(p_limit integer, p_grace_s double precision,
@@ -88,10 +83,8 @@ DECLARE
     q       record;
     n       integer := 0;
 BEGIN
-    SELECT s.effects_since INTO v_since FROM webhook_inbox_error_reporter s;
-    v_from := webhook_inbox_report_scan_from(p_limit, p_grace_s, p_window_s, v_since);
+    SELECT r.since, r.scan_from INTO v_since, v_from FROM webhook_inbox_report_scan('effects', p_limit, p_grace_s, p_window_s) r;
     IF v_since IS NULL THEN -- emptied (a test suite's truncation): report from now on
-        INSERT INTO webhook_inbox_error_reporter (id) VALUES (true) ON CONFLICT DO NOTHING;
         RETURN;
     END IF;
     -- Effect by effect, each statement on one table (on Citus the outbox is distributed, the
@@ -120,10 +113,7 @@ BEGIN
         n := n + 1;
         EXIT WHEN n >= p_limit;
     END LOOP;
-    IF v_from = v_since AND n < p_limit THEN -- a full scan saw every quarantined effect
-        UPDATE webhook_inbox_error_reporter s SET effects_since = now() - p_grace_s * interval '1 second'
-         WHERE s.effects_since < now() - p_grace_s * interval '1 second';
-    END IF;
+    PERFORM webhook_inbox_report_scanned('effects', v_since, v_from, n, p_limit, p_grace_s);
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_effect_reports_take(integer, double precision, double precision) IS

@@ -5,25 +5,60 @@
 -- go in any order (a runner applies each file as one transaction).
 SET LOCAL check_function_bodies = off;
 
--- Where a reporter's scan starts (this file's take and app_reports.sql's): at p_since,
--- the watermark, for a full scan (p_window_s NULL, or >= p_grace_s); else p_window_s seconds
--- before now, never before p_since. Raises 22023 on a limit below 1 or a negative grace or window.
-CREATE OR REPLACE FUNCTION webhook_inbox_report_scan_from(p_limit integer, p_grace_s double precision,
-                                                          p_window_s double precision, p_since timestamptz)
-RETURNS timestamptz
-LANGUAGE plpgsql STABLE AS $$
+-- The reporters' scans (this file's take and app_reports.sql's two), each over its own kind
+-- of row with its own watermark in webhook_inbox_error_reporter ('quarantines': since,
+-- 'recoveries': recovered_since, 'effects': effects_since).
+-- webhook_inbox_report_scan: where a take's scan starts: at the watermark for a full scan
+-- (p_window_s NULL, or >= p_grace_s); else p_window_s seconds before now, never before the
+-- watermark. Both NULL when the reporter's row was emptied (a test suite's truncation): it is
+-- made again, and reports start from now on. Raises 22023 on a limit below 1 or a negative
+-- grace or window.
+DROP FUNCTION IF EXISTS webhook_inbox_report_scan_from(integer, double precision, double precision, timestamptz);
+CREATE OR REPLACE FUNCTION webhook_inbox_report_scan(p_kind text, p_limit integer, p_grace_s double precision,
+                                                     p_window_s double precision, OUT since timestamptz,
+                                                     OUT scan_from timestamptz)
+LANGUAGE plpgsql AS $$
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_grace_s IS NULL OR p_grace_s < 0 OR p_window_s < 0 THEN
         RAISE EXCEPTION 'webhook_inbox: limit must be >= 1, grace and window >= 0' USING ERRCODE = '22023';
     END IF;
-    IF p_window_s IS NULL OR p_window_s >= p_grace_s THEN
-        RETURN p_since;
+    SELECT CASE p_kind WHEN 'quarantines' THEN s.since WHEN 'recoveries' THEN s.recovered_since
+                       WHEN 'effects' THEN s.effects_since END
+      INTO since FROM webhook_inbox_error_reporter s;
+    IF since IS NULL THEN
+        INSERT INTO webhook_inbox_error_reporter (id) VALUES (true) ON CONFLICT DO NOTHING;
+        RETURN;
     END IF;
-    RETURN greatest(p_since, now() - p_window_s * interval '1 second');
+    scan_from := CASE WHEN p_window_s IS NULL OR p_window_s >= p_grace_s THEN since
+                      ELSE greatest(since, now() - p_window_s * interval '1 second') END;
 END
 $$;
-COMMENT ON FUNCTION webhook_inbox_report_scan_from(integer, double precision, double precision, timestamptz) IS
-    'Internal: where a reporter''s take scans from: the watermark p_since for a full scan, else p_window_s seconds before now (not before p_since); checks the take''s arguments.';
+COMMENT ON FUNCTION webhook_inbox_report_scan(text, integer, double precision, double precision) IS
+    'Internal: where a reporter''s take of p_kind (quarantines, recoveries, effects) scans from: its watermark for a full scan, else p_window_s seconds before now (not before the watermark); NULLs after the reporter''s row was emptied; checks the take''s arguments.';
+
+-- After a take of p_kind whose scan started at p_from (the watermark p_since for a full scan)
+-- and returned p_taken rows: a full scan that saw every row (fewer than p_limit taken) moves the
+-- watermark to p_grace_s before now; a short scan never moves it.
+CREATE OR REPLACE FUNCTION webhook_inbox_report_scanned(p_kind text, p_since timestamptz, p_from timestamptz,
+                                                        p_taken integer, p_limit integer, p_grace_s double precision)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    mark timestamptz := now() - p_grace_s * interval '1 second';
+BEGIN
+    IF p_from IS DISTINCT FROM p_since OR p_taken >= p_limit THEN
+        RETURN;
+    END IF;
+    UPDATE webhook_inbox_error_reporter s
+       SET since = CASE WHEN p_kind = 'quarantines' THEN mark ELSE s.since END,
+           recovered_since = CASE WHEN p_kind = 'recoveries' THEN mark ELSE s.recovered_since END,
+           effects_since = CASE WHEN p_kind = 'effects' THEN mark ELSE s.effects_since END
+     WHERE CASE p_kind WHEN 'quarantines' THEN s.since WHEN 'recoveries' THEN s.recovered_since
+                       WHEN 'effects' THEN s.effects_since END < mark;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_report_scanned(text, timestamptz, timestamptz, integer, integer, double precision) IS
+    'Internal: after a reporter''s take of p_kind, a full scan that saw every row moves that kind''s watermark to p_grace_s before now.';
 
 -- Up to p_limit quarantines not reported yet, oldest first, each recorded in
 -- webhook_inbox_error_reports in the caller's transaction: the caller reports them and then
@@ -57,10 +92,8 @@ DECLARE
     q       record;
     n       integer := 0;
 BEGIN
-    SELECT s.since INTO v_since FROM webhook_inbox_error_reporter s;
-    v_from := webhook_inbox_report_scan_from(p_limit, p_grace_s, p_window_s, v_since);
+    SELECT r.since, r.scan_from INTO v_since, v_from FROM webhook_inbox_report_scan('quarantines', p_limit, p_grace_s, p_window_s) r;
     IF v_since IS NULL THEN -- emptied (a test suite's truncation): report from now on
-        INSERT INTO webhook_inbox_error_reporter (id) VALUES (true) ON CONFLICT DO NOTHING;
         RETURN;
     END IF;
     -- Event by event, each statement on one table (no join of the inbox with the reports or
@@ -89,10 +122,7 @@ BEGIN
         n := n + 1;
         EXIT WHEN n >= p_limit;
     END LOOP;
-    IF v_from = v_since AND n < p_limit THEN -- a full scan saw every quarantine: the next scan starts p_grace_s before now
-        UPDATE webhook_inbox_error_reporter s SET since = now() - p_grace_s * interval '1 second'
-         WHERE s.since < now() - p_grace_s * interval '1 second';
-    END IF;
+    PERFORM webhook_inbox_report_scanned('quarantines', v_since, v_from, n, p_limit, p_grace_s);
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_error_reports_take(integer, double precision, double precision) IS
