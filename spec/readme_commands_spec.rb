@@ -38,6 +38,12 @@ RSpec.describe "README commands" do
       "spec/sidecar/reconcile_spec.rb",
     "webhook-inbox-sidecar run --endpoint 'billing=stripe:stripe:acct_123:live' --reconcile billing=1h" =>
       "spec/sidecar/reconcile_spec.rb",
+    # Against a local receiver standing in for the ops endpoint and Slack (its own URLs):
+    'webhook-inbox-sidecar run --destination "ops=https://ops.example.com/hooks/webhook-inbox sign=standard_webhooks" ' \
+    '--notify ops --destination "chat=https://hooks.slack.com/services/T000/B000/XXXX" --notify chat:slack' =>
+      "spec/sidecar/notify_spec.rb",
+    'webhook-inbox-sidecar notify --test --destination "ops=https://ops.example.com/hooks/webhook-inbox sign=standard_webhooks" ' \
+    "--notify ops" => "spec/sidecar/notify_spec.rb",
     # In spec/rails_app under Puma, with refused deliveries kept:
     "bin/rails webhook_inbox:reverify ENDPOINT=stripe ACTOR=ops@example.com" => "spec/dashboard/dashboard_refused_spec.rb"
   }
