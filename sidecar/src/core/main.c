@@ -332,7 +332,7 @@ int main(int argc, char **argv)
         goto out;
     }
     if (!strcmp(cmd, "run") && cfg.notifies.n > 0) { /* a wrong --notify refuses to start, never runs untold */
-        char d[2048], f[2048], s[2048];
+        char d[WI_NOTIFY_TARGETS_MAX], f[WI_NOTIFY_TARGETS_MAX], s[WI_NOTIFY_TARGETS_MAX];
         if (wi_notify_targets(&cfg, d, sizeof d, f, sizeof f, s, sizeof s, &err) < 0) {
             fprintf(stderr, "webhook-inbox-sidecar run: %s\n", err.msg);
             rc = 2;

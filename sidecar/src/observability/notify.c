@@ -18,7 +18,6 @@
 #include "pg/schema.h"
 
 #define FIRST_S 3.0  /* the first check, after start */
-#define TARGETS_MAX 2048
 
 static const struct wi_pg_stmt check_stmt = {
     "wi_notify_check",
@@ -33,7 +32,7 @@ static const struct wi_pg_stmt test_stmts[2] = {
 /* Invariant: pg is NULL or an open connection with check_stmt prepared. */
 struct wi_notify {
     char *conninfo;
-    char dests[TARGETS_MAX], formats[TARGETS_MAX], settings[TARGETS_MAX];
+    char dests[WI_NOTIFY_TARGETS_MAX], formats[WI_NOTIFY_TARGETS_MAX], settings[WI_NOTIFY_TARGETS_MAX];
     double interval;
     atomic_int stopping;
     pthread_t thread;
@@ -204,7 +203,7 @@ void wi_notify_stop(struct wi_notify *nt)
 
 int wi_notify_test(const struct wi_config *cfg, double wait_s, FILE *out)
 {
-    char dests[TARGETS_MAX], formats[TARGETS_MAX], settings[TARGETS_MAX];
+    char dests[WI_NOTIFY_TARGETS_MAX], formats[WI_NOTIFY_TARGETS_MAX], settings[WI_NOTIFY_TARGETS_MAX];
     const char *params[2] = {dests, formats};
     struct wi_pg *pg = NULL;
     struct wi_err err;

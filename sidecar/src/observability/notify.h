@@ -11,6 +11,8 @@
 
 struct wi_notify; /* opaque: the checking thread and its connection */
 
+#define WI_NOTIFY_TARGETS_MAX 2048 /* bytes of each of wi_notify_targets' three texts */
+
 /* The --notify and --notify-setting values as the SQL functions take them: dests and formats
  * as text[] literals ({a,b}), settings as a JSON object. Each NAME must be a --destination
  * (a message needs the URL); a FORMAT is json (the default) or slack; a setting is KEY=NUMBER
