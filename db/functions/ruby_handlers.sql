@@ -7,12 +7,16 @@ SET LOCAL check_function_bodies = off;
 
 -- The Ruby handlers for an event type, by name: every registered pattern that matches
 -- (exact, 'prefix*', '*'), each handler once. Empty when the app has none.
+-- PL/pgSQL, so its query is planned once per session (a SQL function's was planned again at
+-- every statement calling it: once per dispatched batch).
 CREATE OR REPLACE FUNCTION webhook_inbox_ruby_handlers_for(p_event_type text) RETURNS text[]
-LANGUAGE sql STABLE AS $$
-    SELECT array_agg(DISTINCT r.handler ORDER BY r.handler)
-      FROM webhook_inbox_ruby_handlers r
-     WHERE r.event_type = p_event_type
-        OR (right(r.event_type, 1) = '*' AND starts_with(p_event_type, left(r.event_type, -1)))
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT array_agg(DISTINCT r.handler ORDER BY r.handler)
+              FROM webhook_inbox_ruby_handlers r
+             WHERE r.event_type = p_event_type
+                OR (right(r.event_type, 1) = '*' AND starts_with(p_event_type, left(r.event_type, -1))));
+END
 $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_handlers_for(text) IS
     'Names of the Ruby handlers whose patterns match an event type (sorted, each once); NULL when none.';
