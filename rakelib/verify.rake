@@ -4,7 +4,7 @@
 # unit tests, the same tests under ASan/UBSan, and bounded libFuzzer runs.
 namespace :verify do
   dir = File.expand_path("../ext/webhook_inbox", __dir__)
-  fuzz_time = ENV.fetch("FUZZ_TIME", "20")
+  fuzz_time = ENV.fetch("FUZZ_TIME", "8")
 
   desc "Verification core C unit tests (ext/webhook_inbox/test)"
   task :ctest do
