@@ -48,8 +48,7 @@ SET LOCAL citus.enable_unsafe_triggers = on;
 
 -- Propagates every gem function whose argument and result types all exist on the workers
 -- (no row type of a table left on the coordinator), and the handlers the routes name (their
--- batch handlers too: Citus dispatches events one by one and never calls those, but the
--- routes' copy on every node must resolve each name).
+-- batch handlers too: the shard's batch on a worker calls them, webhook_inbox_citus_dispatch_shard).
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_propagate() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -344,14 +343,16 @@ COMMENT ON FUNCTION webhook_inbox_citus_shard_keys() IS
 -- co-located with webhook_inbox by p_key, so a call outside a transaction block with a
 -- constant key is pushed down whole to that shard's worker (one round trip from the
 -- coordinator). There, under p_lock_timeout (the sidecar's --lock-timeout, which its session
--- on the coordinator does not carry to the worker), it claims up to p_limit due pending events of the shard, every scope
--- the shard holds (the shard table itself, FOR UPDATE SKIP LOCKED; db/014's ordering as in
--- webhook_inbox_citus_claim, the strict types read from the local copy of the routes), and
--- runs webhook_inbox_dispatch() (the one-event dispatch, unchanged) on each: its statements
--- name the event's scope and run on the local shard, in the worker's transaction, which
--- commits on that node alone. Same rows as webhook_inbox_dispatch_batch(). Where the shard is
--- not local (the call was not pushed down: inside a transaction block, or a node without
--- metadata) it is webhook_inbox_citus_dispatch_batch(), one scope through the coordinator.
+-- on the coordinator does not carry to the worker), it claims up to p_limit due pending events
+-- of the shard, every scope the shard holds (the shard table itself, FOR UPDATE SKIP LOCKED;
+-- db/014's ordering as in webhook_inbox_citus_claim, the strict types read from the local copy
+-- of the routes; db/021's key lock tried on each claimed keyed row), and hands them to the
+-- core's webhook_inbox_dispatch_claimed with the shard as the table to mark: the batch as on
+-- one node (batch handlers once per run of a type, one done UPDATE per batch), its statements
+-- on the local shard planned by PostgreSQL, not by Citus at every call (issue 30). Its
+-- transaction commits on that node alone. Same rows as webhook_inbox_dispatch_batch(). Where
+-- the shard is not local (the call was not pushed down: inside a transaction block, or a node
+-- without metadata) it is webhook_inbox_citus_dispatch_batch(), one scope through the coordinator.
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_dispatch_shard(
         p_key text, p_lock_timeout text, p_limit integer, p_unrouted text, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
@@ -362,15 +363,18 @@ DECLARE
     shard regclass := to_regclass(shard_name('webhook_inbox', get_shard_id_for_distribution_column('webhook_inbox', p_key)));
     types text[];
     strict_types text[];
-    scopes text[];
-    ids text[];
+    evs webhook_inbox[];
+    tids tid[];
 BEGIN
     IF shard IS NULL THEN
         RETURN QUERY SELECT * FROM webhook_inbox_citus_dispatch_batch(p_limit, p_unrouted, p_max_attempts, p_backoff_base_ms,
                                                                        p_backoff_cap_ms, p_unrouted_delay_ms);
         RETURN;
     END IF;
-    PERFORM set_config('lock_timeout', p_lock_timeout, true); -- the sidecar's, set on its coordinator session
+    PERFORM webhook_inbox_dispatch_check(p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                         p_unrouted_delay_ms);
+    PERFORM set_config('lock_timeout', p_lock_timeout, true), -- the sidecar's, set on its coordinator session
+            set_config('citus.enable_manual_changes_to_shards', 'on', true); -- the done marks, in the shard
     IF EXISTS (SELECT 1 FROM webhook_inbox_routes r WHERE r.strict) THEN -- else no type is strict: skip the read
         EXECUTE format($q$
             SELECT ARRAY(SELECT DISTINCT w.event_type FROM %1$s w
@@ -383,11 +387,13 @@ BEGIN
     END IF;
     strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
     -- db/021: each claimed keyed row's key tried on this node, after the claim locked it (as
-    -- webhook_inbox_dispatch_batch does); a row whose key another transaction holds is left out.
+    -- webhook_inbox_claim_due does); a row whose key another transaction holds is left out.
+    -- The rows as webhook_inbox values (the shard's columns are the table's, in its order).
     EXECUTE format($q$
-        SELECT array_agg(c.source_scope ORDER BY c.next_attempt_at, c.received_at),
-               array_agg(c.event_id ORDER BY c.next_attempt_at, c.received_at) FROM (
-            SELECT w.source_scope, w.event_id, w.event_type, w.ordering_key, w.next_attempt_at, w.received_at FROM %1$s w
+        SELECT array_agg(c.ev ORDER BY c.next_attempt_at, c.received_at),
+               array_agg(c.tid ORDER BY c.next_attempt_at, c.received_at) FROM (
+            SELECT ROW(w.*)::webhook_inbox AS ev, w.ctid AS tid, w.source_scope, w.ordering_key, w.next_attempt_at, w.received_at
+              FROM %1$s w
              WHERE w.status = 'pending' AND w.next_attempt_at <= now()
                AND (w.ordering_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM %1$s p
@@ -398,21 +404,16 @@ BEGIN
              LIMIT $1
                FOR UPDATE OF w SKIP LOCKED) c
          WHERE c.ordering_key IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.source_scope, c.ordering_key))
-        $q$, shard) INTO scopes, ids USING p_limit, strict_types;
-    -- v29: each event's route resolved here by webhook_inbox_dispatch (webhook_inbox_route_here):
-    -- a type whose handler is missing on this node waits, uncharged; the others run.
-    FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
-        source_scope := scopes[i];
-        event_id := ids[i];
-        SELECT d.event_type, d.result, d.detail, d.attempts, d.latency_ms, d.charged, d.retry_in_ms
-          INTO event_type, result, detail, attempts, latency_ms, charged, retry_in_ms
-          FROM webhook_inbox_dispatch(scopes[i], ids[i], p_unrouted, p_max_attempts, p_backoff_base_ms,
-                                      p_backoff_cap_ms, p_unrouted_delay_ms) d;
-        RETURN NEXT;
-    END LOOP;
+        $q$, shard) INTO evs, tids USING p_limit, strict_types;
+    -- v29: each type's route resolved here by name (a type whose handler is missing on this
+    -- node waits, uncharged; the others run).
+    IF evs IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM webhook_inbox_dispatch_claimed(evs, tids, shard, p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                                                   p_backoff_cap_ms, p_unrouted_delay_ms);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint) IS
-    'Citus: webhook_inbox_dispatch_batch() on the shard p_key hashes to, pushed down to its node (lock_timeout p_lock_timeout) - claim up to p_limit due events of that shard, webhook_inbox_dispatch() each; same rows.';
+    'Citus: webhook_inbox_dispatch_batch() on the shard p_key hashes to, pushed down to its node (lock_timeout p_lock_timeout) - claim up to p_limit due events of that shard, then webhook_inbox_dispatch_claimed() with the shard as the table to mark; same rows.';
 SELECT create_distributed_function('webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint)',
                                    'p_key', colocate_with := 'webhook_inbox');
