@@ -48,8 +48,7 @@ SET LOCAL citus.enable_unsafe_triggers = on;
 
 -- Propagates every gem function whose argument and result types all exist on the workers
 -- (no row type of a table left on the coordinator), and the handlers the routes name (their
--- batch handlers too: Citus dispatches events one by one and never calls those, but the
--- routes' copy on every node must resolve each name).
+-- batch handlers too: the shard's batch on a worker calls them, webhook_inbox_citus_dispatch_shard).
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_propagate() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -344,14 +343,16 @@ COMMENT ON FUNCTION webhook_inbox_citus_shard_keys() IS
 -- co-located with webhook_inbox by p_key, so a call outside a transaction block with a
 -- constant key is pushed down whole to that shard's worker (one round trip from the
 -- coordinator). There, under p_lock_timeout (the sidecar's --lock-timeout, which its session
--- on the coordinator does not carry to the worker), it claims up to p_limit due pending events of the shard, every scope
--- the shard holds (the shard table itself, FOR UPDATE SKIP LOCKED; db/014's ordering as in
--- webhook_inbox_citus_claim, the strict types read from the local copy of the routes), and
--- runs webhook_inbox_dispatch() (the one-event dispatch, unchanged) on each: its statements
--- name the event's scope and run on the local shard, in the worker's transaction, which
--- commits on that node alone. Same rows as webhook_inbox_dispatch_batch(). Where the shard is
--- not local (the call was not pushed down: inside a transaction block, or a node without
--- metadata) it is webhook_inbox_citus_dispatch_batch(), one scope through the coordinator.
+-- on the coordinator does not carry to the worker), it claims up to p_limit due pending events
+-- of the shard, every scope the shard holds (the shard table itself, FOR UPDATE SKIP LOCKED;
+-- db/014's ordering as in webhook_inbox_citus_claim, the strict types read from the local copy
+-- of the routes; db/021's key lock tried on each claimed keyed row), and hands them to the
+-- core's webhook_inbox_dispatch_claimed with the shard as the table to mark: the batch as on
+-- one node (batch handlers once per run of a type, one done UPDATE per batch), its statements
+-- on the local shard planned by PostgreSQL, not by Citus at every call (issue 30). Its
+-- transaction commits on that node alone. Same rows as webhook_inbox_dispatch_batch(). Where
+-- the shard is not local (the call was not pushed down: inside a transaction block, or a node
+-- without metadata) it is webhook_inbox_citus_dispatch_batch(), one scope through the coordinator.
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_dispatch_shard(
         p_key text, p_lock_timeout text, p_limit integer, p_unrouted text, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
@@ -362,16 +363,35 @@ DECLARE
     shard regclass := to_regclass(shard_name('webhook_inbox', get_shard_id_for_distribution_column('webhook_inbox', p_key)));
     types text[];
     strict_types text[];
-    scopes text[];
-    ids text[];
+    evs webhook_inbox[];
+    tids tid[];
+    claim text := 'webhook_inbox_citus_claim_' || shard::oid || '_' || p_limit; -- this session's prepared claim of the shard
+    plan_mode text;
+    routes regclass := to_regclass(shard_name('webhook_inbox_routes', get_shard_id_for_distribution_column('webhook_inbox_routes')));
+    strict_any boolean;
 BEGIN
     IF shard IS NULL THEN
         RETURN QUERY SELECT * FROM webhook_inbox_citus_dispatch_batch(p_limit, p_unrouted, p_max_attempts, p_backoff_base_ms,
                                                                        p_backoff_cap_ms, p_unrouted_delay_ms);
         RETURN;
     END IF;
-    PERFORM set_config('lock_timeout', p_lock_timeout, true); -- the sidecar's, set on its coordinator session
-    IF EXISTS (SELECT 1 FROM webhook_inbox_routes r WHERE r.strict) THEN -- else no type is strict: skip the read
+    PERFORM webhook_inbox_dispatch_check(p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                         p_unrouted_delay_ms);
+    PERFORM set_config('lock_timeout', p_lock_timeout, true), -- the sidecar's, set on its coordinator session
+            set_config('citus.enable_manual_changes_to_shards', 'on', true); -- the done marks, in the shard
+    -- Whether any route is strict (else no type is: the read below is skipped), from this node's
+    -- copy of the routes, the reference table's local shard read as a plain table and prepared
+    -- once per session: through Citus the read cost an empty shard's call a third of its time.
+    IF routes IS NULL THEN
+        strict_any := EXISTS (SELECT 1 FROM webhook_inbox_routes r WHERE r.strict);
+    ELSE
+        IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = 'webhook_inbox_citus_strict_' || routes::oid) THEN
+            EXECUTE format('PREPARE %I AS SELECT EXISTS (SELECT 1 FROM %s r WHERE r.strict)',
+                           'webhook_inbox_citus_strict_' || routes::oid, routes);
+        END IF;
+        EXECUTE format('EXECUTE %I', 'webhook_inbox_citus_strict_' || routes::oid) INTO strict_any;
+    END IF;
+    IF strict_any THEN
         EXECUTE format($q$
             SELECT ARRAY(SELECT DISTINCT w.event_type FROM %1$s w
                           WHERE w.ordering_key IS NOT NULL AND w.status = 'pending' AND w.next_attempt_at <= now()
@@ -383,36 +403,45 @@ BEGIN
     END IF;
     strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
     -- db/021: each claimed keyed row's key tried on this node, after the claim locked it (as
-    -- webhook_inbox_dispatch_batch does); a row whose key another transaction holds is left out.
-    EXECUTE format($q$
-        SELECT array_agg(c.source_scope ORDER BY c.next_attempt_at, c.received_at),
-               array_agg(c.event_id ORDER BY c.next_attempt_at, c.received_at) FROM (
-            SELECT w.source_scope, w.event_id, w.event_type, w.ordering_key, w.next_attempt_at, w.received_at FROM %1$s w
+    -- webhook_inbox_claim_due does); a row whose key another transaction holds is left out.
+    -- The rows as webhook_inbox values (the shard's columns are the table's, in its order).
+    -- Prepared once per worker session (Citus keeps its connections) and run with its generic
+    -- plan: planned at every call it cost more than a batch's done marks. The name holds the
+    -- shard table's OID (a shard moved away and back is prepared again) and the limit, a
+    -- constant in it (as a parameter the generic plan is costed for a tenth of the pending rows,
+    -- and a backlog turns JIT on: 16 ms a claim at 500,000 pending).
+    IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = claim) THEN
+        EXECUTE format($q$
+        PREPARE %2$I(text[]) AS
+        SELECT array_agg(c.ev ORDER BY c.next_attempt_at, c.received_at),
+               array_agg(c.tid ORDER BY c.next_attempt_at, c.received_at) FROM (
+            SELECT ROW(w.*)::webhook_inbox AS ev, w.ctid AS tid, w.source_scope, w.ordering_key, w.next_attempt_at, w.received_at
+              FROM %1$s w
              WHERE w.status = 'pending' AND w.next_attempt_at <= now()
                AND (w.ordering_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM %1$s p
                      WHERE p.source_scope = w.source_scope AND p.ordering_key = w.ordering_key AND p.status <> 'done'
                        AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
-                       AND (p.status = 'pending' OR w.event_type = ANY ($2))))
+                       AND (p.status = 'pending' OR w.event_type = ANY ($1))))
              ORDER BY w.next_attempt_at, w.received_at
-             LIMIT $1
+             LIMIT %3$s
                FOR UPDATE OF w SKIP LOCKED) c
          WHERE c.ordering_key IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.source_scope, c.ordering_key))
-        $q$, shard) INTO scopes, ids USING p_limit, strict_types;
-    -- v29: each event's route resolved here by webhook_inbox_dispatch (webhook_inbox_route_here):
-    -- a type whose handler is missing on this node waits, uncharged; the others run.
-    FOR i IN 1 .. coalesce(cardinality(ids), 0) LOOP
-        source_scope := scopes[i];
-        event_id := ids[i];
-        SELECT d.event_type, d.result, d.detail, d.attempts, d.latency_ms, d.charged, d.retry_in_ms
-          INTO event_type, result, detail, attempts, latency_ms, charged, retry_in_ms
-          FROM webhook_inbox_dispatch(scopes[i], ids[i], p_unrouted, p_max_attempts, p_backoff_base_ms,
-                                      p_backoff_cap_ms, p_unrouted_delay_ms) d;
-        RETURN NEXT;
-    END LOOP;
+        $q$, shard, claim, p_limit);
+    END IF;
+    plan_mode := current_setting('plan_cache_mode');
+    PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+    EXECUTE format('EXECUTE %I(%L::text[])', claim, strict_types) INTO evs, tids; -- EXECUTE takes no $n
+    PERFORM set_config('plan_cache_mode', plan_mode, true);
+    -- v29: each type's route resolved here by name (a type whose handler is missing on this
+    -- node waits, uncharged; the others run).
+    IF evs IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM webhook_inbox_dispatch_claimed(evs, tids, shard, p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                                                   p_backoff_cap_ms, p_unrouted_delay_ms);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint) IS
-    'Citus: webhook_inbox_dispatch_batch() on the shard p_key hashes to, pushed down to its node (lock_timeout p_lock_timeout) - claim up to p_limit due events of that shard, webhook_inbox_dispatch() each; same rows.';
+    'Citus: webhook_inbox_dispatch_batch() on the shard p_key hashes to, pushed down to its node (lock_timeout p_lock_timeout) - claim up to p_limit due events of that shard, then webhook_inbox_dispatch_claimed() with the shard as the table to mark; same rows.';
 SELECT create_distributed_function('webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint)',
                                    'p_key', colocate_with := 'webhook_inbox');

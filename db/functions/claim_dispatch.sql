@@ -801,15 +801,21 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_next_due() IS
     'Sidecar idle probe after a short claim: seconds until the first pending event a claim could take is due (0: now; NULL: none), read from this session''s claim cursor (webhook_inbox.claim_cursor) when it has one, else from the head.';
 
-CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(
-        p_limit integer, p_unrouted text, p_max_attempts integer,
+-- The sidecar's batch once claimed: evs, the rows the caller's claim locked in this
+-- transaction (oldest due first), tids their row versions; runs each handler (below) and marks
+-- the rows. p_table: where the rows are marked done - NULL for webhook_inbox itself (one node:
+-- static statements, planned once per session), or the table that holds them, by name (Citus:
+-- a worker's local shard of webhook_inbox, db/citus/001's webhook_inbox_citus_dispatch_shard, so
+-- PostgreSQL plans the batch's done marks there, not Citus at every call). The callers check the
+-- arguments (webhook_inbox_dispatch_check) before their claim. Same rows as
+-- webhook_inbox_dispatch_batch.
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_claimed(
+        evs webhook_inbox[], tids tid[], p_table regclass, p_unrouted text, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
 RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
                attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    evs      webhook_inbox[];
-    tids     tid[];            -- their row versions as claimed (the done UPDATE's TID scan)
     ev       webhook_inbox;
     marked   integer;          -- rows the done UPDATE by row version marked
     n        integer;
@@ -845,12 +851,6 @@ DECLARE
     r_charge boolean[];
     r_retry  bigint[];
 BEGIN
-    -- webhook_inbox_run_event's checks (the plain path does not call it), before the claim.
-    PERFORM webhook_inbox_dispatch_check(p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
-                                         p_unrouted_delay_ms);
-    -- The claim: webhook_inbox_claim_due (above), from this session's cursor when walking from
-    -- the head of the pending index has become expensive.
-    SELECT c.evs, c.tids INTO evs, tids FROM webhook_inbox_claim_due(p_limit) c;
     n := coalesce(cardinality(evs), 0);
     IF n = 0 THEN
         RETURN;
@@ -1009,27 +1009,44 @@ BEGIN
     -- scan: a third of the cost of 017's primary key probes); a row some statement of this
     -- transaction updated since (a handler writing the inbox, a held row) has a new version:
     -- those the first statement did not mark, the second marks by primary key.
+    -- In p_table (a shard's name: the same statement, dynamic, planned by PostgreSQL per batch)
+    -- the by-version statement is the static one's text; the second, rare, is dynamic everywhere.
     IF 'done' = ANY (r_result) THEN
-        UPDATE webhook_inbox w
-           SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
-               attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
-          FROM (SELECT e.tid, e.source_scope, e.event_id, e.outcome,
-                       (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
-                  FROM unnest(tids, scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1])
-                       AS e(tid, source_scope, event_id, outcome, result, t0, t1)
-                 WHERE e.result = 'done') d
-         WHERE w.ctid = d.tid AND w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending';
-        GET DIAGNOSTICS marked = ROW_COUNT;
-        IF marked < (SELECT count(*) FROM unnest(r_result) r WHERE r = 'done') THEN
+        IF p_table IS NULL THEN
             UPDATE webhook_inbox w
                SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
                    attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
-              FROM (SELECT e.source_scope, e.event_id, e.outcome,
+              FROM (SELECT e.tid, e.source_scope, e.event_id, e.outcome,
                            (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
-                      FROM unnest(scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1])
-                           AS e(source_scope, event_id, outcome, result, t0, t1)
+                      FROM unnest(tids, scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1])
+                           AS e(tid, source_scope, event_id, outcome, result, t0, t1)
                      WHERE e.result = 'done') d
-             WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending';
+             WHERE w.ctid = d.tid AND w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending';
+            GET DIAGNOSTICS marked = ROW_COUNT;
+        ELSE
+            EXECUTE format($q$
+                UPDATE %s w
+                   SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
+                       attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+                  FROM (SELECT e.tid, e.source_scope, e.event_id, e.outcome,
+                               (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
+                          FROM unnest($1, $2, $3, $4, $5, $6, $7) AS e(tid, source_scope, event_id, outcome, result, t0, t1)
+                         WHERE e.result = 'done') d
+                 WHERE w.ctid = d.tid AND w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending'
+                $q$, p_table) USING tids, scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1];
+            GET DIAGNOSTICS marked = ROW_COUNT;
+        END IF;
+        IF marked < (SELECT count(*) FROM unnest(r_result) r WHERE r = 'done') THEN
+            EXECUTE format($q$
+                UPDATE %s w
+                   SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
+                       attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+                  FROM (SELECT e.source_scope, e.event_id, e.outcome,
+                               (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
+                          FROM unnest($1, $2, $3, $4, $5, $6) AS e(source_scope, event_id, outcome, result, t0, t1)
+                         WHERE e.result = 'done') d
+                 WHERE w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending'
+                $q$, coalesce(p_table, 'webhook_inbox'::regclass)) USING scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1];
         END IF;
     END IF;
     RETURN QUERY
@@ -1037,6 +1054,32 @@ BEGIN
                x.attempts, (extract(epoch FROM ts[x.ordinality::int] - coalesce(x.requeued_at, x.received_at)) * 1000)::float8,
                r_charge[x.ordinality::int], r_retry[x.ordinality::int]
           FROM unnest(evs) WITH ORDINALITY AS x;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_dispatch_claimed(webhook_inbox[], tid[], regclass, text, integer, bigint, bigint, bigint) IS
+    'Sidecar: webhook_inbox_dispatch_batch() after its claim - run the handlers of the claimed (locked) rows evs (tids: their row versions) and record each result; the done marks in p_table (NULL: webhook_inbox; Citus: the local shard the rows were claimed from). One row per event.';
+
+-- The sidecar's batch (sidecar/src/claim/dispatch.c): the arguments checked, the claim
+-- (webhook_inbox_claim_due above, from this session's cursor when walking from the head of the
+-- pending index has become expensive), then webhook_inbox_dispatch_claimed on webhook_inbox.
+CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_batch(
+        p_limit integer, p_unrouted text, p_max_attempts integer,
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
+RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
+               attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    evs  webhook_inbox[];
+    tids tid[];
+BEGIN
+    -- webhook_inbox_run_event's checks (the plain path does not call it), before the claim.
+    PERFORM webhook_inbox_dispatch_check(p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                         p_unrouted_delay_ms);
+    SELECT c.evs, c.tids INTO evs, tids FROM webhook_inbox_claim_due(p_limit) c;
+    IF evs IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM webhook_inbox_dispatch_claimed(evs, tids, NULL, p_unrouted, p_max_attempts, p_backoff_base_ms,
+                                                                   p_backoff_cap_ms, p_unrouted_delay_ms);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_dispatch_batch(integer, text, integer, bigint, bigint, bigint) IS

@@ -61,6 +61,35 @@ RSpec.describe "the sidecar's batches on Citus" do
     expect(out).not_to include("batch_failed")
   end
 
+  # Issue 30: the shard's batch on the worker is the core batch dispatch (one node's
+  # webhook_inbox_dispatch_batch after its claim), so a route's batch handler takes a run of
+  # events in one call there, as on one node (before, each event went through the row handler).
+  it "calls a route's batch handler once per run of events on the worker holding the shard, each event once, done with its log" do
+    sql(<<~SQL)
+      SET citus.multi_shard_modify_mode TO sequential;
+      CREATE TABLE delegate_batches (source_scope text NOT NULL, events integer, port integer);
+      SELECT create_distributed_table('delegate_batches', 'source_scope', colocate_with => 'webhook_inbox');
+      CREATE FUNCTION delegate_batch_handler(evs webhook_inbox[]) RETURNS text[] LANGUAGE plpgsql AS $$
+      BEGIN
+        INSERT INTO delegate_runs SELECT e.source_scope, e.event_id, inet_server_port(), current_setting('lock_timeout') FROM unnest(evs) e;
+        INSERT INTO delegate_batches VALUES (evs[1].source_scope, cardinality(evs), inet_server_port());
+        RETURN array_fill('ran in a batch'::text, ARRAY[cardinality(evs)]);
+      END $$;
+      INSERT INTO webhook_inbox_routes (event_type, handler, batch_handler) VALUES ('delegateb.*', 'delegate_handler', 'delegate_batch_handler');
+    SQL
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
+        "SELECT 'scope_' || (i % 10), 'b_' || i, 'delegateb.one', '{}' FROM generate_series(1, 300) i")
+    out, st = Open3.capture2e(SidecarHelper.binary, "run", "--once", "--database-url", cluster.url, "--concurrency", "2",
+                              "--batch-size", "20", "--log-events=false", "--log-level", "warn")
+    expect(st).to be_success, out
+    expect(sql("SELECT count(*) FILTER (WHERE status = 'done' AND outcome = 'ran in a batch' " \
+               "AND attempt_log -> -1 ->> 'result' = 'done') || '|' || count(*) FROM webhook_inbox WHERE event_id LIKE 'b\\_%'"))
+      .to eq("300|300")
+    expect(runs("b")).to eq("300|300|300") # each event once, on its shard's worker
+    # every event through the batch handler, in calls of more than one event (10 scopes, batches of up to 20)
+    expect(sql("SELECT sum(events) || '|' || (max(events) > 1) || '|' || (count(*) < 300) FROM delegate_batches")).to eq("300|true|true")
+  end
+
   it "claims through the coordinator when the call is not pushed down (inside a transaction block): one scope" do
     receive("t", 40, scopes: 2)
     key = sql("SELECT webhook_inbox_citus_shard_keys() LIMIT 1")
