@@ -368,6 +368,8 @@ DECLARE
     claim text := 'webhook_inbox_citus_claim_' || shard::oid || '_' || p_limit; -- this session's prepared claim of the shard
     plan_mode text;
     routes regclass := to_regclass(shard_name('webhook_inbox_routes', get_shard_id_for_distribution_column('webhook_inbox_routes')));
+    ruby regclass := to_regclass(shard_name('webhook_inbox_ruby_handlers',
+                                            get_shard_id_for_distribution_column('webhook_inbox_ruby_handlers')));
     strict_any boolean;
 BEGIN
     IF shard IS NULL THEN
@@ -434,10 +436,12 @@ BEGIN
     EXECUTE format('EXECUTE %I(%L::text[])', claim, strict_types) INTO evs, tids; -- EXECUTE takes no $n
     PERFORM set_config('plan_cache_mode', plan_mode, true);
     -- v29: each type's route resolved here by name (a type whose handler is missing on this
-    -- node waits, uncharged; the others run).
+    -- node waits, uncharged; the others run). The routes and Ruby handlers read from this
+    -- node's copies (the reference tables' local shards, prepared once per session: through
+    -- Citus each read was planned at every call, a quarter of a batch of 20 on its worker).
     IF evs IS NOT NULL THEN
         RETURN QUERY SELECT * FROM webhook_inbox_dispatch_claimed(evs, tids, shard, p_unrouted, p_max_attempts, p_backoff_base_ms,
-                                                                   p_backoff_cap_ms, p_unrouted_delay_ms);
+                                                                   p_backoff_cap_ms, p_unrouted_delay_ms, routes, ruby);
     END IF;
 END
 $$;

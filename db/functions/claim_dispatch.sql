@@ -331,6 +331,37 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_route_match(text) IS
     'The routes row an event type takes: exact match, else the longest matching ''prefix*'' pattern (''*'' matches all); NULL when unrouted.';
 
+-- The same match read from p_routes, a table of the routes' columns (Citus: this node's copy of
+-- the reference table, its local shard, read as a plain table: through Citus the read was
+-- planned again at every call), prepared once per session; NULL: webhook_inbox_routes above.
+-- The query is the one above with the table named (keep the two alike).
+CREATE OR REPLACE FUNCTION webhook_inbox_route_match_from(p_event_type text, p_routes regclass) RETURNS webhook_inbox_routes
+LANGUAGE plpgsql VOLATILE AS $$ -- VOLATILE: PREPARE is refused in a STABLE function
+DECLARE
+    m    webhook_inbox_routes;
+    stmt text := 'webhook_inbox_route_match_' || p_routes::oid;
+BEGIN
+    IF p_routes IS NULL THEN
+        RETURN webhook_inbox_route_match(p_event_type);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = stmt) THEN
+        EXECUTE format($q$
+            PREPARE %I(text) AS
+            SELECT r.* FROM %s r
+             WHERE r.event_type = $1
+                OR (right(r.event_type, 1) = '*'
+                    AND starts_with($1, left(r.event_type, -1)))
+             ORDER BY (r.event_type = $1) DESC, length(r.event_type) DESC
+             LIMIT 1
+            $q$, stmt, p_routes);
+    END IF;
+    EXECUTE format('EXECUTE %I(%L)', stmt, p_event_type) INTO m; -- EXECUTE takes no $n
+    RETURN m;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_route_match_from(text, regclass) IS
+    'webhook_inbox_route_match(text) read from p_routes (Citus: the local shard of the routes), prepared once per session; NULL reads webhook_inbox_routes.';
+
 -- A route's handler by its name (db/029), on the node that asks: never by the stored regproc,
 -- an OID that a node whose functions Citus created again, or a node added, does not share.
 -- When the name resolves to nothing here (not propagated to this node yet, dropped, or
@@ -807,11 +838,15 @@ COMMENT ON FUNCTION webhook_inbox_next_due() IS
 -- static statements, planned once per session), or the table that holds them, by name (Citus:
 -- a worker's local shard of webhook_inbox, db/citus/001's webhook_inbox_citus_dispatch_shard, so
 -- PostgreSQL plans the batch's done marks there, not Citus at every call). The callers check the
--- arguments (webhook_inbox_dispatch_check) before their claim. Same rows as
--- webhook_inbox_dispatch_batch.
+-- arguments (webhook_inbox_dispatch_check) before their claim. p_routes, p_ruby_handlers: where
+-- the batch reads each type's route and Ruby handlers (NULL: webhook_inbox_routes and
+-- webhook_inbox_ruby_handlers; Citus: this node's copies, the reference tables' local shards,
+-- read as plain tables). Same rows as webhook_inbox_dispatch_batch.
+DROP FUNCTION IF EXISTS webhook_inbox_dispatch_claimed(webhook_inbox[], tid[], regclass, text, integer, bigint, bigint, bigint);
 CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_claimed(
         evs webhook_inbox[], tids tid[], p_table regclass, p_unrouted text, p_max_attempts integer,
-        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
+        p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint,
+        p_routes regclass DEFAULT NULL, p_ruby_handlers regclass DEFAULT NULL)
 RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
                attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
 LANGUAGE plpgsql AS $$
@@ -880,13 +915,22 @@ BEGIN
         -- By name on this node (db/029), never raising: a type whose handler is missing here has
         -- none (its events wait, uncharged, in webhook_inbox_run_event); a missing batch handler
         -- is none (the row handler runs its events, as at n = 1 and on Citus).
-        SELECT array_agg(to_regproc(m.handler_name) ORDER BY t.i),
-               array_agg(to_regproc(m.batch_handler_name) ORDER BY t.i) INTO handlers, batchers
-          FROM unnest(types) WITH ORDINALITY AS t(event_type, i)
-          LEFT JOIN LATERAL webhook_inbox_route_match(t.event_type) AS m ON true;
+        IF p_routes IS NULL THEN
+            SELECT array_agg(to_regproc(m.handler_name) ORDER BY t.i),
+                   array_agg(to_regproc(m.batch_handler_name) ORDER BY t.i) INTO handlers, batchers
+              FROM unnest(types) WITH ORDINALITY AS t(event_type, i)
+              LEFT JOIN LATERAL webhook_inbox_route_match(t.event_type) AS m ON true;
+        ELSE
+            SELECT array_agg(to_regproc(m.handler_name) ORDER BY t.i),
+                   array_agg(to_regproc(m.batch_handler_name) ORDER BY t.i) INTO handlers, batchers
+              FROM unnest(types) WITH ORDINALITY AS t(event_type, i)
+              LEFT JOIN LATERAL webhook_inbox_route_match_from(t.event_type, p_routes) AS m ON true;
+        END IF;
         calls := ARRAY(SELECT format('SELECT %s($1)', h) FROM unnest(handlers) h);
         bcalls := ARRAY(SELECT format('SELECT %s($1)', b) FROM unnest(batchers) b);
-        plain := ARRAY(SELECT h IS NOT NULL AND webhook_inbox_ruby_handlers_for(t) IS NULL
+        plain := ARRAY(SELECT h IS NOT NULL
+                              AND CASE WHEN p_ruby_handlers IS NULL THEN webhook_inbox_ruby_handlers_for(t)
+                                       ELSE webhook_inbox_ruby_handlers_from(t, p_ruby_handlers) END IS NULL
                          FROM unnest(types, handlers) AS x(t, h));
         k := ARRAY(SELECT array_position(types, e.event_type) FROM unnest(evs) e);
         fast := ARRAY(
@@ -1056,8 +1100,8 @@ BEGIN
           FROM unnest(evs) WITH ORDINALITY AS x;
 END
 $$;
-COMMENT ON FUNCTION webhook_inbox_dispatch_claimed(webhook_inbox[], tid[], regclass, text, integer, bigint, bigint, bigint) IS
-    'Sidecar: webhook_inbox_dispatch_batch() after its claim - run the handlers of the claimed (locked) rows evs (tids: their row versions) and record each result; the done marks in p_table (NULL: webhook_inbox; Citus: the local shard the rows were claimed from). One row per event.';
+COMMENT ON FUNCTION webhook_inbox_dispatch_claimed(webhook_inbox[], tid[], regclass, text, integer, bigint, bigint, bigint, regclass, regclass) IS
+    'Sidecar: webhook_inbox_dispatch_batch() after its claim - run the handlers of the claimed (locked) rows evs (tids: their row versions) and record each result; the done marks in p_table (NULL: webhook_inbox; Citus: the local shard the rows were claimed from), the routes and Ruby handlers read from p_routes and p_ruby_handlers (NULL: the tables; Citus: their local shards). One row per event.';
 
 -- The sidecar's batch (sidecar/src/claim/dispatch.c): the arguments checked, the claim
 -- (webhook_inbox_claim_due above, from this session's cursor when walking from the head of the

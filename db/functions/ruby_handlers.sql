@@ -21,6 +21,34 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_ruby_handlers_for(text) IS
     'Names of the Ruby handlers whose patterns match an event type (sorted, each once); NULL when none.';
 
+-- The same read from p_ruby_handlers, a table of webhook_inbox_ruby_handlers' columns (Citus:
+-- this node's copy of the reference table, its local shard), prepared once per session; NULL:
+-- the table above. The query is the one above with the table named (keep the two alike).
+CREATE OR REPLACE FUNCTION webhook_inbox_ruby_handlers_from(p_event_type text, p_ruby_handlers regclass) RETURNS text[]
+LANGUAGE plpgsql VOLATILE AS $$ -- VOLATILE: PREPARE is refused in a STABLE function
+DECLARE
+    names text[];
+    stmt  text := 'webhook_inbox_ruby_handlers_for_' || p_ruby_handlers::oid;
+BEGIN
+    IF p_ruby_handlers IS NULL THEN
+        RETURN webhook_inbox_ruby_handlers_for(p_event_type);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = stmt) THEN
+        EXECUTE format($q$
+            PREPARE %I(text) AS
+            SELECT array_agg(DISTINCT r.handler ORDER BY r.handler)
+              FROM %s r
+             WHERE r.event_type = $1
+                OR (right(r.event_type, 1) = '*' AND starts_with($1, left(r.event_type, -1)))
+            $q$, stmt, p_ruby_handlers);
+    END IF;
+    EXECUTE format('EXECUTE %I(%L)', stmt, p_event_type) INTO names; -- EXECUTE takes no $n
+    RETURN names;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_ruby_handlers_from(text, regclass) IS
+    'webhook_inbox_ruby_handlers_for(text) read from p_ruby_handlers (Citus: the local shard of the Ruby handlers), prepared once per session; NULL reads webhook_inbox_ruby_handlers.';
+
 -- The operation id of one (event, handler): stable across duplicates, replays, crashes and
 -- redeliveries; the run's primary key and the idempotency key a handler passes to APIs.
 CREATE OR REPLACE FUNCTION webhook_inbox_handler_operation_id(p_scope text, p_event_id text, p_handler text)
