@@ -106,8 +106,10 @@ void wi_citus_shards_free(struct wi_citus_shards *s)
         free(s->key[i]);
     free(s->key);
     free(s->rest_until);
+    free(s->empty_until);
     s->key = NULL;
     s->rest_until = NULL;
+    s->empty_until = NULL;
     s->n = s->next = 0;
 }
 
@@ -130,9 +132,12 @@ int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start,
         PQclear(res);
         return -1;
     }
-    if (!(s->key = calloc((size_t)n, sizeof *s->key)) || !(s->rest_until = calloc((size_t)n, sizeof *s->rest_until))) {
+    if (!(s->key = calloc((size_t)n, sizeof *s->key)) || !(s->rest_until = calloc((size_t)n, sizeof *s->rest_until)) ||
+        !(s->empty_until = calloc((size_t)n, sizeof *s->empty_until))) {
         free(s->key);
+        free(s->rest_until);
         s->key = NULL;
+        s->rest_until = NULL;
         PQclear(res);
         return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
     }
@@ -153,27 +158,38 @@ int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start,
 int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, int limit, const struct wi_policy *p,
                       struct wi_batch *b, struct wi_err *err)
 {
-    int tried, n = 0, refused = 0;
+    int tried, n = 0, refused = 0, skipped = 0, pass;
     double now = wi_clock_s();
     struct wi_err refusal;
 
     char lock_timeout[sizeof s->lock_timeout];
 
-    for (tried = 0; tried < s->n && n == 0; tried++) {
-        int k = s->next;
-        s->next = (s->next + 1) % s->n; /* round robin: each batch on the next shard, busy or not */
-        if (s->rest_until[k] > now)
-            continue;
-        if ((n = wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err)) < 0) {
-            if (!wi_dispatch_handler_missing(err) || !wi_pg_ok(pg))
-                return -1;
-            /* Its node lacks a routed handler (not propagated yet): nothing ran or was charged.
-             * The shard rests; the others go on. */
-            wi_dispatch_log_missing(worker, err);
-            s->rest_until[k] = wi_clock_s() + WI_CITUS_REST_S;
-            refusal = *err;
-            refused = 1;
-            n = 0;
+    /* Pass 0 passes over the shards that came back empty lately (empty_until > now); pass 1,
+     * only when pass 0 found nothing and passed one over, tries those before the worker goes
+     * idle. A shard pass 0 tried and found empty has empty_until >= now + WI_CITUS_EMPTY_S
+     * since; one it passed over, less. */
+    for (pass = 0; pass < 2 && n == 0 && (pass == 0 || skipped); pass++) {
+        for (tried = 0; tried < s->n && n == 0; tried++) {
+            int k = s->next;
+            int resting = s->empty_until[k] > now && s->empty_until[k] < now + WI_CITUS_EMPTY_S;
+
+            s->next = (s->next + 1) % s->n; /* round robin: each batch on the next shard */
+            if (s->rest_until[k] > now || (pass == 0) == resting) {
+                skipped |= resting;
+                continue;
+            }
+            if ((n = wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err)) < 0) {
+                if (!wi_dispatch_handler_missing(err) || !wi_pg_ok(pg))
+                    return -1;
+                /* Its node lacks a routed handler (not propagated yet): nothing ran or was charged.
+                 * The shard rests; the others go on. */
+                wi_dispatch_log_missing(worker, err);
+                s->rest_until[k] = wi_clock_s() + WI_CITUS_REST_S;
+                refusal = *err;
+                refused = 1;
+                n = 0;
+            }
+            s->empty_until[k] = n == 0 ? wi_clock_s() + WI_CITUS_EMPTY_S : 0;
         }
     }
     if (n > 0)
