@@ -331,6 +331,20 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_route_match(text) IS
     'The routes row an event type takes: exact match, else the longest matching ''prefix*'' pattern (''*'' matches all); NULL when unrouted.';
 
+-- PREPARE p_name(p_types) AS p_query in this session unless a statement of that name is
+-- prepared already (prepared statements live until the session ends; the callers name each
+-- after the OIDs it reads). VOLATILE: PREPARE is refused in a STABLE function.
+CREATE OR REPLACE FUNCTION webhook_inbox_prepare_once(p_name text, p_types text, p_query text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = p_name) THEN
+        EXECUTE format('PREPARE %I(%s) AS %s', p_name, p_types, p_query);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_prepare_once(text, text, text) IS
+    'PREPAREs p_name(p_types) AS p_query in this session unless p_name is prepared already.';
+
 -- The same match read from p_routes, a table of the routes' columns (Citus: this node's copy of
 -- the reference table, its local shard, read as a plain table: through Citus the read was
 -- planned again at every call), prepared once per session; NULL: webhook_inbox_routes above.
@@ -344,17 +358,14 @@ BEGIN
     IF p_routes IS NULL THEN
         RETURN webhook_inbox_route_match(p_event_type);
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = stmt) THEN
-        EXECUTE format($q$
-            PREPARE %I(text) AS
-            SELECT r.* FROM %s r
-             WHERE r.event_type = $1
-                OR (right(r.event_type, 1) = '*'
-                    AND starts_with($1, left(r.event_type, -1)))
-             ORDER BY (r.event_type = $1) DESC, length(r.event_type) DESC
-             LIMIT 1
-            $q$, stmt, p_routes);
-    END IF;
+    PERFORM webhook_inbox_prepare_once(stmt, 'text', format($q$
+        SELECT r.* FROM %s r
+         WHERE r.event_type = $1
+            OR (right(r.event_type, 1) = '*'
+                AND starts_with($1, left(r.event_type, -1)))
+         ORDER BY (r.event_type = $1) DESC, length(r.event_type) DESC
+         LIMIT 1
+        $q$, p_routes));
     EXECUTE format('EXECUTE %I(%L)', stmt, p_event_type) INTO m; -- EXECUTE takes no $n
     RETURN m;
 END
@@ -1073,9 +1084,8 @@ BEGIN
             -- Prepared once per session and table (its OID in the name), run with its generic
             -- plan: planned at every batch it was a fifth of a worker's batch of 20 on Citus.
             done_stmt := 'webhook_inbox_done_' || p_table::oid;
-            IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = done_stmt) THEN
-                EXECUTE format($q$
-                    PREPARE %2$I(tid[], text[], text[], text[], text[], timestamptz[], timestamptz[]) AS
+            PERFORM webhook_inbox_prepare_once(done_stmt, 'tid[], text[], text[], text[], text[], timestamptz[], timestamptz[]',
+                format($q$
                     WITH u AS (
                     UPDATE %1$s w
                        SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
@@ -1087,8 +1097,7 @@ BEGIN
                      WHERE w.ctid = d.tid AND w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending'
                     RETURNING 1)
                     SELECT count(*)::int FROM u -- the rows marked, as a value (not left to ROW_COUNT after an EXECUTE)
-                    $q$, p_table, done_stmt);
-            END IF;
+                    $q$, p_table));
             plan_mode := current_setting('plan_cache_mode');
             PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
             EXECUTE format('EXECUTE %I(%L, %L, %L, %L, %L, %L, %L)', done_stmt, tids, scopes, ids, r_detail, r_result,

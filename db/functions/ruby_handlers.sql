@@ -33,15 +33,12 @@ BEGIN
     IF p_ruby_handlers IS NULL THEN
         RETURN webhook_inbox_ruby_handlers_for(p_event_type);
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = stmt) THEN
-        EXECUTE format($q$
-            PREPARE %I(text) AS
-            SELECT array_agg(DISTINCT r.handler ORDER BY r.handler)
-              FROM %s r
-             WHERE r.event_type = $1
-                OR (right(r.event_type, 1) = '*' AND starts_with($1, left(r.event_type, -1)))
-            $q$, stmt, p_ruby_handlers);
-    END IF;
+    PERFORM webhook_inbox_prepare_once(stmt, 'text', format($q$
+        SELECT array_agg(DISTINCT r.handler ORDER BY r.handler)
+          FROM %s r
+         WHERE r.event_type = $1
+            OR (right(r.event_type, 1) = '*' AND starts_with($1, left(r.event_type, -1)))
+        $q$, p_ruby_handlers)); -- webhook_inbox_prepare_once: claim_dispatch.sql
     EXECUTE format('EXECUTE %I(%L)', stmt, p_event_type) INTO names; -- EXECUTE takes no $n
     RETURN names;
 END
