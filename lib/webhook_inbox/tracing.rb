@@ -62,7 +62,9 @@ module WebhookInbox
     def continue(name, traceparent, attributes)
       return yield(nil) unless on?
 
-      tracer.in_span(name, attributes: attributes, kind: :internal, with_parent: parent_context(traceparent)) { |span| yield span }
+      parent = parent_context(traceparent)
+      run = proc { tracer.in_span(name, attributes: attributes, kind: :internal) { |span| yield span } }
+      parent ? ::OpenTelemetry::Context.with_current(parent, &run) : run.call
     end
   end
 end

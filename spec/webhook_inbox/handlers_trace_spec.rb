@@ -1,0 +1,64 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "active_record"
+require "webhook_inbox/handlers"
+require_relative "../support/receiver_helpers"
+require_relative "../support/forked"
+
+# Issue 31 item 1 (the Ruby worker): a Ruby handler's run continues the receipt's trace: a
+# webhook_inbox.handle span, the child of the context stored with the event (the run's outbox
+# row inherits it, db/functions/ruby_handlers.sql), with ids, names and the outcome, never the
+# payload. A real OpenTelemetry SDK with an in-memory exporter, in a forked child (this process
+# never loads the API); without a context, no span.
+RSpec.describe "Ruby handler runs in the receipt's trace" do
+  TRACE = "0af7651916cd43dd8448eb211c80319c"
+  RECEIPT_SPAN = "b7ad6b7169203331"
+
+  before(:all) do
+    @pg = TestDatabase.cluster
+    @db = "handlers_trace_#{SecureRandom.hex(4)}"
+    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
+    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @url = ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db)
+  end
+
+  def sql(text) = @pg.psql(text, db: @db).strip
+
+  it "runs the handler in a webhook_inbox.handle span whose parent is the stored receipt span" do
+    sql(<<~SQL)
+      INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, trace_context) VALUES
+        ('s', 'evt_traced', 'order.paid', '{"card": "SECRET_PAYLOAD"}', '00-#{TRACE}-#{RECEIPT_SPAN}-01'),
+        ('s', 'evt_plain', 'order.paid', '{"card": "SECRET_PAYLOAD"}', NULL)
+    SQL
+    url = @url
+    spans = Forked.call do
+      require "opentelemetry/sdk"
+      exporter = OpenTelemetry::SDK::Trace::Export::InMemorySpanExporter.new
+      OpenTelemetry::SDK.configure do |c|
+        c.logger = Logger.new(File::NULL)
+        c.add_span_processor(OpenTelemetry::SDK::Trace::Export::SimpleSpanProcessor.new(exporter))
+      end
+      ActiveRecord::Base.establish_connection(url)
+      reg = WebhookInbox::Handlers::Registry.new.tap { |r| r.add(["order.paid"], ->(_e) {}, name: "h") }
+      conn = ActiveRecord::Base.connection
+      conn.select_value("SELECT webhook_inbox_ruby_register('#{JSON.generate(reg.pairs)}')")
+      conn.select_value("SELECT count(*) FROM webhook_inbox_dispatch_batch(100, 'wait', 10, 1000, 3600000, 60000)")
+      results = WebhookInbox::Handlers::Runner.new(reg).run_batch(conn, 10)
+      raise "runs: #{results.map(&:status)}" unless results.map(&:status) == %w[delivered delivered]
+
+      exporter.finished_spans.map do |s|
+        { name: s.name, trace: s.hex_trace_id, parent: s.hex_parent_span_id, kind: s.kind, attrs: s.attributes.to_h }
+      end
+    end
+    expect(spans.size).to eq(1) # the event without a context: no span
+    span = spans.first
+    expect(span).to include(name: "webhook_inbox.handle", trace: TRACE, parent: RECEIPT_SPAN, kind: :internal)
+    expect(span[:attrs]).to include("webhook_inbox.source_scope" => "s", "webhook_inbox.event_id" => "evt_traced",
+                                    "webhook_inbox.event_type" => "order.paid", "webhook_inbox.handler" => "h",
+                                    "webhook_inbox.attempt" => 1, "webhook_inbox.result" => "done")
+    expect(span[:attrs].values.join(" ")).not_to include("SECRET_PAYLOAD")
+    expect(sql("SELECT trace_context FROM webhook_inbox_outbox WHERE destination = 'ruby' AND source_event_id = 'evt_traced'"))
+      .to eq("00-#{TRACE}-#{RECEIPT_SPAN}-01")
+  end
+end
