@@ -5,6 +5,7 @@ require "active_record"
 require "webhook_inbox/handlers"
 require_relative "../support/receiver_helpers"
 require_relative "../support/forked"
+require_relative "../support/in_memory_spans"
 
 # Issue 31 item 1 (the Ruby worker): a Ruby handler's run continues the receipt's trace: a
 # webhook_inbox.handle span, the child of the context stored with the event (the run's outbox
@@ -33,12 +34,7 @@ RSpec.describe "Ruby handler runs in the receipt's trace" do
     SQL
     url = @url
     spans = Forked.call do
-      require "opentelemetry/sdk"
-      exporter = OpenTelemetry::SDK::Trace::Export::InMemorySpanExporter.new
-      OpenTelemetry::SDK.configure do |c|
-        c.logger = Logger.new(File::NULL)
-        c.add_span_processor(OpenTelemetry::SDK::Trace::Export::SimpleSpanProcessor.new(exporter))
-      end
+      finished = InMemorySpans.configure
       ActiveRecord::Base.establish_connection(url)
       reg = WebhookInbox::Handlers::Registry.new.tap { |r| r.add(["order.paid"], ->(_e) {}, name: "h") }
       conn = ActiveRecord::Base.connection
@@ -47,9 +43,7 @@ RSpec.describe "Ruby handler runs in the receipt's trace" do
       results = WebhookInbox::Handlers::Runner.new(reg).run_batch(conn, 10)
       raise "runs: #{results.map(&:status)}" unless results.map(&:status) == %w[delivered delivered]
 
-      exporter.finished_spans.map do |s|
-        { name: s.name, trace: s.hex_trace_id, parent: s.hex_parent_span_id, kind: s.kind, attrs: s.attributes.to_h }
-      end
+      finished.call
     end
     expect(spans.size).to eq(1) # the event without a context: no span
     span = spans.first

@@ -3,6 +3,7 @@
 require "spec_helper"
 require_relative "../support/receiver_helpers"
 require_relative "../support/forked"
+require_relative "../support/in_memory_spans"
 
 # Schema v31: the receipt's W3C trace context (trace_context) on the inbox and on the outbox.
 # The native insert (one row, arrays batch, VALUES batch) and the Rails store keep a valid
@@ -115,21 +116,14 @@ RSpec.describe "trace_context (schema v31)" do
     scope = unique_scope("stripe")
     url = @pg.url
     spans = Forked.call do
-      require "opentelemetry/sdk"
-      exporter = OpenTelemetry::SDK::Trace::Export::InMemorySpanExporter.new
-      OpenTelemetry::SDK.configure do |c|
-        c.logger = Logger.new(File::NULL)
-        c.add_span_processor(OpenTelemetry::SDK::Trace::Export::SimpleSpanProcessor.new(exporter))
-      end
+      finished = InMemorySpans.configure
       inbox = WebhookInbox::Inbox.new(database_url: url)
       receiver = WebhookInbox::Receiver.new(provider: :stripe, secrets: ["whsec_test"], source_scope: scope, inbox: inbox)
       body = %({"id":"evt_traced","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1"}}})
       expect(receiver.receive(body, stripe_env(body, "whsec_test")).http_status).to eq(200)
       expect(receiver.receive(body, stripe_env(body, "whsec_wrong")).http_status).to eq(401)
       inbox.close
-      exporter.finished_spans.map do |s|
-        { name: s.name, kind: s.kind, trace: s.hex_trace_id, span: s.hex_span_id, attrs: s.attributes.to_h }
-      end
+      finished.call
     end
     expect(spans.map { |s| s[:name] }).to eq(%w[webhook_inbox.receive webhook_inbox.receive])
     ok, refused = spans
