@@ -77,6 +77,23 @@ RSpec.describe "trace_context (schema v31)" do
     expect(traces(scope)).to eq("a" => VALID, "b" => VALID, "c" => "NULL")
   end
 
+  it "stores through the Rails store (ActiveRecordStore, transactional receipts) by the same rule" do
+    require "active_record"
+    model = Class.new(ActiveRecord::Base) do
+      self.abstract_class = true
+      def self.name = "TraceContextSpecRecord"
+    end
+    model.establish_connection(ReceiverHelpers.ar_url(@pg))
+    store = WebhookInbox::ActiveRecordStore.new(model: model)
+    scope = unique_scope
+    store.insert(source_scope: scope, event_id: "a", payload: "{}", trace: VALID, ordering: ["data.object.id", nil])
+    store.insert(source_scope: scope, event_id: "b", payload: "{}", trace: MALFORMED.first, ordering: ["data.object.id", nil])
+    store.insert(source_scope: scope, event_id: "c", payload: "{}", trace: MALFORMED.last(2).first)
+    expect(traces(scope)).to eq("a" => VALID, "b" => "NULL", "c" => "NULL")
+  ensure
+    model&.remove_connection
+  end
+
   it "still takes receipts on a schema without the column (a gem upgraded before its migration)" do
     @pg.psql("CREATE DATABASE wi_v29")
     ReceiverHelpers.apply_schema(@pg, db: "wi_v29")
