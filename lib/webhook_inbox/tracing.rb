@@ -14,7 +14,14 @@ module WebhookInbox
     HANDLE = "webhook_inbox.handle"
     EFFECT = "webhook_inbox.effect"
 
+    # Whether the outbox has trace_context (schema v31): callers ask once and keep the answer.
+    OUTBOX_COLUMN_SQL = "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('webhook_inbox_outbox') " \
+                        "AND attname = 'trace_context' AND NOT attisdropped"
+
     module_function
+
+    # true when an ActiveRecord connection's outbox has trace_context (schema v31).
+    def outbox_column?(connection) = connection.select_value(OUTBOX_COLUMN_SQL, "webhook_inbox traced") == 1
 
     # true when the app loaded the OpenTelemetry API (spans go to its SDK, or nowhere).
     def on?

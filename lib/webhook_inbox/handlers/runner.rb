@@ -51,8 +51,6 @@ module WebhookInbox
       # Schema v31, read only when the app traces (Tracing.on?): the runs' receipt contexts.
       TRACES_SQL = "SELECT operation_id, trace_context FROM webhook_inbox_outbox WHERE source_scope = ANY ($1::text[]) " \
                    "AND operation_id = ANY ($2::text[]) AND trace_context IS NOT NULL"
-      TRACED_SQL = "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('webhook_inbox_outbox') " \
-                   "AND attname = 'trace_context' AND NOT attisdropped"
       TEXT_ARRAY = PG::TextEncoder::Array.new
       FLOAT_ARRAY = PG::TextEncoder::Array.new(elements_type: PG::TextEncoder::Float.new)
 
@@ -130,7 +128,7 @@ module WebhookInbox
       def trace_contexts(connection, rows)
         return {} unless Tracing.on?
 
-        @traced = connection.select_value(TRACED_SQL, "webhook_inbox ruby traced") == 1 if @traced.nil?
+        @traced = Tracing.outbox_column?(connection) if @traced.nil?
         return {} unless @traced
 
         connection.select_rows(TRACES_SQL, "webhook_inbox ruby traces",
@@ -167,7 +165,7 @@ module WebhookInbox
                   "webhook_inbox.event_id" => row["event_id"].to_s, "webhook_inbox.handler" => row["handler"].to_s,
                   "webhook_inbox.attempt" => attempt }
         Tracing.continue(Tracing::HANDLE, trace, attrs) do |span|
-          out = instrumented_call(connection, row, attempt, statement)
+          out = instrumented_call(connection, row, attempt, statement, traced: true)
           span&.set_attribute("webhook_inbox.result", RUN_OUTCOMES.fetch(out[0]))
           span&.status = ::OpenTelemetry::Trace::Status.error(out[0]) if span && out[0] != "done"
           out
@@ -175,13 +173,13 @@ module WebhookInbox
       end
 
       # call_handler inside the run.webhook_inbox notification (ids and names only).
-      def instrumented_call(connection, row, attempt, statement)
+      def instrumented_call(connection, row, attempt, statement, traced: false)
         payload = lambda do |(result, *)|
           { provider: Instrumentation.provider_of(row["source_scope"]), scope: row["source_scope"], event_id: row["event_id"],
             event_type: row["event_type"], handler: row["handler"], attempt: attempt, outcome: RUN_OUTCOMES.fetch(result) }
         end
         Instrumentation.instrument("run.webhook_inbox", payload) do
-          call_handler(connection, row["handler"], event_for(row), statement)
+          call_handler(connection, row["handler"], event_for(row), statement, traced)
         end
       end
 
@@ -195,7 +193,8 @@ module WebhookInbox
       end
 
       # ["done", nil] | ["retry", error(, exception)] | ["quarantine", reason(, exception)]
-      def call_handler(connection, name, event, statement)
+      # traced: in a handle span, whose context the jobs it enqueues keep (their effect spans' parent).
+      def call_handler(connection, name, event, statement, traced = false)
         subscription = @registry[name]
         return ["retry", "no handler named #{name} is subscribed in this app"] unless subscription
         return ["retry", "the event row is missing"] if event.type.nil?
@@ -205,7 +204,8 @@ module WebhookInbox
         Savepoint.run(connection) do |sp|
           savepoint = sp
           # Jobs and mails it enqueues go to the outbox in this savepoint (Effects).
-          Effects.capture(connection, event.operation_id, source_scope: event.scope, source_event_id: event.id) do
+          Effects.capture(connection, event.operation_id, source_scope: event.scope, source_event_id: event.id,
+                                                          trace: traced ? Tracing.traceparent : nil) do
             @time_limit.run(statement) { subscription.callable.call(event) }
           end
           completed = true
