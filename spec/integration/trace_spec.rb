@@ -35,6 +35,11 @@ RSpec.describe "traces from receipt to effect", :sidecar do
     SQL
     @api = FakeReceiptApi.new
     @otlp = OtlpReceiver.new
+    @scope = "stripe:#{SecureRandom.hex(6)}:live"
+    # started here, not in an example: after(:all) sees only what before(:all) set
+    @puma = ReceiverHelpers.endpoint_puma(@db, scope: @scope, secret: SECRET, threads: "1:2", pool: 1,
+                                          env: { "WI_OTEL" => "1", "OTEL_EXPORTER_OTLP_ENDPOINT" => @otlp.url,
+                                                 "OTEL_TRACES_EXPORTER" => "otlp", "OTEL_BSP_SCHEDULE_DELAY" => "100" })
   end
 
   after(:all) do
@@ -46,12 +51,6 @@ RSpec.describe "traces from receipt to effect", :sidecar do
   after { kill_spawned }
 
   let(:db) { @db }
-
-  def puma(scope)
-    @puma ||= ReceiverHelpers.endpoint_puma(db, scope: scope, secret: SECRET, threads: "1:2", pool: 1,
-                                            env: { "WI_OTEL" => "1", "OTEL_EXPORTER_OTLP_ENDPOINT" => @otlp.url,
-                                                   "OTEL_TRACES_EXPORTER" => "otlp", "OTEL_BSP_SCHEDULE_DELAY" => "100" })
-  end
 
   def post_event(port, id)
     body = JSON.generate(id: id, type: "invoice.paid", data: { object: { id: "in_1", note: PAYLOAD_MARK } })
@@ -69,8 +68,8 @@ RSpec.describe "traces from receipt to effect", :sidecar do
   end
 
   it "follows one event from the HTTP request through the handler to the effect's HTTP call" do
-    scope = unique_scope("stripe")
-    port = puma(scope).port
+    scope = @scope
+    port = @puma.port
     expect(post_event(port, "evt_traced_1").code).to eq("200")
     stored = db.value("SELECT trace_context FROM webhook_inbox WHERE event_id = 'evt_traced_1'")
     expect(stored).to match(/\A00-\h{32}-\h{16}-01\z/)
