@@ -44,6 +44,8 @@ RSpec.describe "README commands" do
       "spec/sidecar/notify_spec.rb",
     'webhook-inbox-sidecar notify --test --destination "ops=https://ops.example.com/hooks/webhook-inbox sign=standard_webhooks" ' \
     "--notify ops" => "spec/sidecar/notify_spec.rb",
+    # Against the spec's local OTLP receiver (its own port):
+    "webhook-inbox-sidecar run --otlp-endpoint http://127.0.0.1:4318" => "spec/integration/trace_spec.rb",
     # In spec/rails_app under Puma, with refused deliveries kept:
     "bin/rails webhook_inbox:reverify ENDPOINT=stripe ACTOR=ops@example.com" => "spec/dashboard/dashboard_refused_spec.rb"
   }

@@ -289,10 +289,12 @@ DECLARE
     outcome text;
 BEGIN
     PERFORM set_config('webhook_inbox.source_scope', ev.source_scope, true),
-            set_config('webhook_inbox.source_event_id', ev.event_id, true);
+            set_config('webhook_inbox.source_event_id', ev.event_id, true),
+            set_config('webhook_inbox.trace_context', coalesce(ev.trace_context, ''), true); -- v30
     EXECUTE format('SELECT %s($1)', p_handler) INTO outcome USING ev;
     PERFORM set_config('webhook_inbox.source_scope', '', true),
-            set_config('webhook_inbox.source_event_id', '', true);
+            set_config('webhook_inbox.source_event_id', '', true),
+            set_config('webhook_inbox.trace_context', '', true);
     result := 'done';
     detail := coalesce(outcome, 'done');
 EXCEPTION
@@ -979,7 +981,8 @@ BEGIN
                     -- A run of events for the type's batch handler: one call, one outcome each.
                     run_end := j;
                     PERFORM set_config('webhook_inbox.source_scope', '', true),
-                            set_config('webhook_inbox.source_event_id', '', true);
+                            set_config('webhook_inbox.source_event_id', '', true),
+                            set_config('webhook_inbox.trace_context', '', true);
                     t0 := ts[i];
                     EXECUTE bcalls[k[i]] INTO outcomes USING evs[i:j];
                     IF cardinality(outcomes) IS DISTINCT FROM j - i + 1 THEN
@@ -997,7 +1000,8 @@ BEGIN
                 ELSIF fast[i] THEN
                     -- 006's webhook_inbox_run_handler without its savepoint: a raise leaves the loop.
                     PERFORM set_config('webhook_inbox.source_scope', evs[i].source_scope, true),
-                            set_config('webhook_inbox.source_event_id', evs[i].event_id, true);
+                            set_config('webhook_inbox.source_event_id', evs[i].event_id, true),
+                            set_config('webhook_inbox.trace_context', coalesce(evs[i].trace_context, ''), true);
                     EXECUTE calls[k[i]] INTO outcome USING evs[i];
                     r_detail[i] := coalesce(outcome, 'done');
                 ELSE
@@ -1014,7 +1018,8 @@ BEGIN
             ts[n + 1] := clock_timestamp();
             running := NULL;
             PERFORM set_config('webhook_inbox.source_scope', '', true),
-                    set_config('webhook_inbox.source_event_id', '', true);
+                    set_config('webhook_inbox.source_event_id', '', true),
+                    set_config('webhook_inbox.trace_context', '', true);
         EXCEPTION
             WHEN OTHERS THEN
                 IF running IS NULL OR NOT fast[running] THEN

@@ -23,6 +23,7 @@ DECLARE
     existing text;
     scope    text := coalesce(current_setting('webhook_inbox.source_scope', true), '');
     event    text := nullif(current_setting('webhook_inbox.source_event_id', true), '');
+    trace    text := webhook_inbox_trace_context(current_setting('webhook_inbox.trace_context', true)); -- v30
 BEGIN
     IF p_operation_id IS NULL OR p_operation_id !~ '^[!-~]{1,200}$' THEN
         RAISE EXCEPTION 'webhook_inbox_emit: operation id must be 1..200 printable ASCII characters without spaces'
@@ -34,8 +35,8 @@ BEGIN
     IF p_payload IS NULL THEN
         RAISE EXCEPTION 'webhook_inbox_emit: payload must not be NULL' USING ERRCODE = '22023';
     END IF;
-    INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, source_scope, source_event_id)
-    VALUES (p_operation_id, p_destination, p_payload, scope, event)
+    INSERT INTO webhook_inbox_outbox (operation_id, destination, payload, source_scope, source_event_id, trace_context)
+    VALUES (p_operation_id, p_destination, p_payload, scope, event, trace)
     ON CONFLICT (source_scope, operation_id) DO NOTHING;
     IF FOUND THEN
         RETURN true;
@@ -416,9 +417,20 @@ COMMENT ON FUNCTION webhook_inbox_outbox_claim_scopes(text) IS
 -- effects are updated by their ids (an index probe each, whatever the generic plan guesses of
 -- the claim's size: joined with it, the plan read the whole outbox), then matched to their
 -- scope (an operation id has no newline).
+-- v30: the result gains trace_context (the effect's inherited receipt context): the older
+-- form, whose result lacks it, is dropped first (a result type cannot be replaced in place).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_proc p
+                WHERE p.oid = to_regprocedure('webhook_inbox_outbox_claim(text, integer, text, bigint, integer)')
+                  AND NOT 'trace_context' = ANY (coalesce(p.proargnames, '{}'))) THEN
+        DROP FUNCTION webhook_inbox_outbox_claim(text, integer, text, bigint, integer);
+    END IF;
+END
+$$;
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_claim(
         p_destination text, p_limit integer, p_owner text, p_lease_ms bigint, p_max_attempts integer)
-RETURNS TABLE (operation_id text, payload text, attempts integer)
+RETURNS TABLE (operation_id text, payload text, attempts integer, trace_context text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     s    text;
@@ -470,7 +482,7 @@ BEGIN
            AND o.operation_id = ANY (ARRAY(SELECT d.operation_id FROM due d WHERE NOT d.spent))
            AND o.operation_id || E'\n' || o.source_scope
                = ANY (ARRAY(SELECT d.operation_id || E'\n' || d.source_scope FROM due d WHERE NOT d.spent))
-        RETURNING o.operation_id, o.payload::text, o.attempts;
+        RETURNING o.operation_id, o.payload::text, o.attempts, o.trace_context;
         GET DIAGNOSTICS k = ROW_COUNT;
         got := got + k;
         EXIT WHEN got >= lim;
@@ -481,7 +493,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_outbox_claim(text, integer, text, bigint, integer) IS
-    'Sidecar v6: lease up to p_limit due pending effects of one destination to p_owner for p_lease_ms (attempts + 1 each); due effects already at p_max_attempts (last delivery never saved) are quarantined instead, and not returned. v15: nothing while the destination is paused, one per rate slot when it is rate limited. Args: destination, limit, owner, lease ms, max attempts.';
+    'Sidecar v6: lease up to p_limit due pending effects of one destination to p_owner for p_lease_ms (attempts + 1 each); due effects already at p_max_attempts (last delivery never saved) are quarantined instead, and not returned. v15: nothing while the destination is paused, one per rate slot when it is rate limited. v30: each with its trace context (trace_context). Args: destination, limit, owner, lease ms, max attempts.';
 
 -- As in 006, plus: a paused destination has nothing due (its deliverer sleeps until resume
 -- wakes it), a rate-limited one nothing before its next free slot. PL/pgSQL, as the other

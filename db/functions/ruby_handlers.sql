@@ -234,8 +234,10 @@ BEGIN
     END IF;
     FOREACH h IN ARRAY p_ruby LOOP
         ops := ops || webhook_inbox_handler_operation_id(ev.source_scope, ev.event_id, h);
-        INSERT INTO webhook_inbox_outbox AS o (operation_id, destination, payload, source_scope, source_event_id)
-        VALUES (ops[cardinality(ops)], 'ruby', jsonb_build_object('handler', h), ev.source_scope, ev.event_id)
+        INSERT INTO webhook_inbox_outbox AS o (operation_id, destination, payload, source_scope, source_event_id,
+                                               trace_context) -- v30: the run continues the receipt's trace
+        VALUES (ops[cardinality(ops)], 'ruby', jsonb_build_object('handler', h), ev.source_scope, ev.event_id,
+                ev.trace_context)
         ON CONFLICT (source_scope, operation_id) DO UPDATE
            SET status = 'pending', attempts = 0, next_attempt_at = due, processed_at = NULL
          WHERE o.status = 'quarantined';

@@ -17,8 +17,10 @@ SET LOCAL check_function_bodies = off;
 -- 28: webhook_inbox_alerts (db/028): operational notifications (`run --notify`).
 -- 29: webhook_inbox_routes.handler_name, batch_handler_name (db/029): handlers resolved by name
 --     on the node that runs them.
+-- 30: webhook_inbox.trace_context, webhook_inbox_outbox.trace_context (db/030): the receipt's
+--     W3C trace context, inherited by its effects.
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 29 $$;
+LANGUAGE sql STABLE AS $$ SELECT 30 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN, db/functions/ of this version). Sidecars older or newer check it at start and after every reconnect.';
 

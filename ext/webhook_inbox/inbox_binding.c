@@ -210,10 +210,12 @@ static void set_opt(const char **ptr, size_t *len, VALUE pins, VALUE str)
 /* Fills *row from the Ruby values, pinning each string into pins (kept alive by the caller
  * until the call returns). Text fields must already be UTF-8 without NUL (Inbox checks);
  * headers is nil or a JSON object's text (Inbox builds it); ordering is nil or
- * [key spec, time path or nil] (Inbox checks their form). */
+ * [key spec, time path or nil] (Inbox checks their form); trace is nil or the receipt span's
+ * traceparent: one of another length than 55 bytes is left out here (the INSERT checks the
+ * rest, store.c), never an error. */
 static void fill_row(struct wi_store_row *row, VALUE pins, VALUE scope, VALUE id, VALUE type,
                      VALUE payload, VALUE raw, VALUE quarantined, VALUE last_error, VALUE headers,
-                     VALUE ordering)
+                     VALUE ordering, VALUE trace)
 {
     memset(row, 0, sizeof *row);
     scope = pinned(scope);
@@ -249,6 +251,8 @@ static void fill_row(struct wi_store_row *row, VALUE pins, VALUE scope, VALUE id
         if (!NIL_P(time))
             set_opt(&row->order_time, &row->order_time_len, pins, StringValue(time));
     }
+    if (RB_TYPE_P(trace, T_STRING) && RSTRING_LEN(trace) == WI_TRACEPARENT_LEN)
+        set_opt(&row->trace, &row->trace_len, pins, trace);
     row->raw = RTEST(raw);
     row->quarantined = RTEST(quarantined);
 }
@@ -259,22 +263,23 @@ static VALUE result_code(const struct wi_store_result *out)
     return INT2FIX(out->inserted | out->stored_raw << 1 | out->quarantined << 2);
 }
 
-/* #insert(scope, event_id, event_type, payload, raw, quarantined, last_error, headers[, ordering])
+/* #insert(scope, event_id, event_type, payload, raw, quarantined, last_error, headers[, ordering[, trace]])
  * -> Integer (see result_code). Text fields must already be UTF-8 without NUL
  * (Inbox#insert checks). */
 static VALUE conn_insert(int argc, VALUE *argv, VALUE self)
 {
-    VALUE scope, id, type, payload, raw, quarantined, last_error, headers, ordering;
+    VALUE scope, id, type, payload, raw, quarantined, last_error, headers, ordering, trace;
     struct conn *c = get_conn(self);
     struct insert_call a;
     struct wi_store_row row;
     struct wi_store_result out;
     VALUE pins = rb_ary_new_capa(6);
 
-    rb_scan_args(argc, argv, "81", &scope, &id, &type, &payload, &raw, &quarantined, &last_error, &headers, &ordering);
+    rb_scan_args(argc, argv, "82", &scope, &id, &type, &payload, &raw, &quarantined, &last_error, &headers, &ordering,
+                 &trace);
     memset(&a, 0, sizeof a);
     memset(&out, 0, sizeof out);
-    fill_row(&row, pins, scope, id, type, payload, raw, quarantined, last_error, headers, ordering);
+    fill_row(&row, pins, scope, id, type, payload, raw, quarantined, last_error, headers, ordering, trace);
     a.rows = &row;
     a.outs = &out;
     a.n = 1;
@@ -283,7 +288,7 @@ static VALUE conn_insert(int argc, VALUE *argv, VALUE self)
     return result_code(&out);
 }
 
-/* #insert_batch([[scope, event_id, event_type, payload, raw, quarantined, last_error, headers[, ordering]], ...])
+/* #insert_batch([[scope, event_id, event_type, payload, raw, quarantined, last_error, headers[, ordering[, trace]]], ...])
  * -> [Integer or StoreError, ...]: the rows in one statement and one commit (see
  * wi_store_insert_batch), per row, in order, its result code - or, for a row the server
  * refused alone (nothing of it stored), a StoreError saying why. At most
@@ -308,11 +313,12 @@ static VALUE conn_insert_batch(VALUE self, VALUE list)
     for (i = 0; i < n; i++) {
         VALUE r = rb_ary_entry(list, i);
         Check_Type(r, T_ARRAY);
-        if (RARRAY_LEN(r) != 8 && RARRAY_LEN(r) != 9)
-            rb_raise(rb_eArgError, "a batch row has 8 fields, or 9 with ordering");
+        if (RARRAY_LEN(r) < 8 || RARRAY_LEN(r) > 10)
+            rb_raise(rb_eArgError, "a batch row has 8 fields, 9 with ordering, 10 with a trace");
         fill_row(&rows[i], pins, RARRAY_AREF(r, 0), RARRAY_AREF(r, 1), RARRAY_AREF(r, 2),
                  RARRAY_AREF(r, 3), RARRAY_AREF(r, 4), RARRAY_AREF(r, 5), RARRAY_AREF(r, 6),
-                 RARRAY_AREF(r, 7), RARRAY_LEN(r) == 9 ? RARRAY_AREF(r, 8) : Qnil);
+                 RARRAY_AREF(r, 7), RARRAY_LEN(r) >= 9 ? RARRAY_AREF(r, 8) : Qnil,
+                 RARRAY_LEN(r) == 10 ? RARRAY_AREF(r, 9) : Qnil);
     }
     memset(&a, 0, sizeof a);
     memset(outs, 0, (size_t)n * sizeof *outs);

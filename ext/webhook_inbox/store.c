@@ -38,7 +38,16 @@
     " status, last_error, processed_at"
 #define INSERT_SQL_TAIL                                                                        \
     " CASE WHEN $6 = 'quarantined' THEN now() END"
-#define ORDER_COLS ", request_headers, ordering_key, ordering_at, next_attempt_at)"
+#define ORDER_COLS_LIST ", request_headers, ordering_key, ordering_at, next_attempt_at"
+#define ORDER_COLS ORDER_COLS_LIST ")"
+/* $13 (schema v30): the receipt span's W3C traceparent, kept only when it is a version-00 one
+ * of 55 characters with non-zero ids (webhook_inbox_trace_context's test, inline: no call);
+ * anything else is stored as NULL, never refused. NULL when tracing is off: no cost. The
+ * length anchors the pattern's end: no '$' in it, which values_sql would take for a parameter. */
+#define TRACE_COLS ORDER_COLS_LIST ", trace_context)"
+#define TRACE_SQL(p)                                                                           \
+    "CASE WHEN octet_length(" p ") = 55 AND " p                                               \
+    " ~ '^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}' THEN " p " END"
 #define ON_CONFLICT " ON CONFLICT (source_scope, event_id) DO NOTHING"
 #define RETURNING_KEYS " RETURNING source_scope, event_id"
 #define ORDER_VALUES ", o.key, o.at, least(now(), o.at)"
@@ -62,29 +71,43 @@
 /* One row's VALUES tuple, numbered from $1: the one-row statement's; and, for a VALUES batch
  * (values_sql), with the numbers moved on for each row. A VALUES batch holds unordered rows
  * only: ROW_SQL_UNORDERED is what ROW_SQL stores for $9 NULL, without the calls. */
-#define ROW_SQL                                                                                \
-    "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, " ORDER_KEY("$4", "$9", "$11") ", "   \
+#define ROW_SQL_FIELDS                                                                         \
+    "$1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, " ORDER_KEY("$4", "$9", "$11") ", "    \
     ORDER_AT("$4", "$9", "$10", "$11", "$12") ", least(now(), "                                  \
-    ORDER_AT("$4", "$9", "$10", "$11", "$12") "))"
+    ORDER_AT("$4", "$9", "$10", "$11", "$12") ")"
+#define ROW_SQL "(" ROW_SQL_FIELDS ")"
+#define ROW_SQL_TRACED "(" ROW_SQL_FIELDS ", " TRACE_SQL("$13") ")"
 #define ROW_SQL_UNORDERED "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, NULL, NULL, now())"
+#define ROW_SQL_UNORDERED_TRACED                                                               \
+    "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, NULL, NULL, now(), " TRACE_SQL("$9") ")"
 #define ROW_SQL_NO_ORDER "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8)"
 #define ROW_SQL_NO_HEADERS "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ")"
+static const char INSERT_SQL_TRACED[] = INSERT_SQL_HEAD TRACE_COLS " VALUES " ROW_SQL_TRACED ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL[] = INSERT_SQL_HEAD ORDER_COLS " VALUES " ROW_SQL ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_NO_ORDER[] =
     INSERT_SQL_HEAD ", request_headers) VALUES " ROW_SQL_NO_ORDER ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_NO_HEADERS[] = INSERT_SQL_HEAD ") VALUES " ROW_SQL_NO_HEADERS ON_CONFLICT " RETURNING 1";
 
-#define NPARAMS 12        /* with request_headers and the ordering (spec, path, key, time) */
+#define NPARAMS 13        /* with request_headers, the ordering (spec, path, key, time), the trace */
+#define NPARAMS_NO_TRACE 12
+#define TRACE_COL 12      /* the trace's parameter (and batch_field column) */
 #define NPARAMS_NO_ORDER 8
 #define NPARAMS_NO_HEADERS 7
 
 /* Oids of the statement's parameters: text, text, text, jsonb, bytea, text, text, jsonb, then
- * text for the ordering's four. */
-static const Oid PARAM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25};
+ * text for the ordering's four and the trace. */
+static const Oid PARAM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25, 25};
 
 /* Many rows in one statement and one commit: one array per column, unnested in order.
  * ON CONFLICT DO NOTHING also skips the second of two rows with the same key in the batch
  * (only DO UPDATE refuses that), so RETURNING names each key inserted exactly once. */
+static const char BATCH_SQL_TRACED[] =
+    INSERT_SQL_HEAD TRACE_COLS
+    " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END, h" ORDER_VALUES ", " TRACE_SQL("tc")
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[], $6::text[],"
+    " $7::text[], $8::jsonb[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])"
+    " AS u(s, e, t, p, r, st, le, h, ok, ot, dk, da, tc),"
+    " LATERAL " ORDER_FROM("u.p", "u.ok", "u.ot", "u.dk", "u.da") ON_CONFLICT RETURNING_KEYS;
 static const char BATCH_SQL[] =
     INSERT_SQL_HEAD ORDER_COLS
     " SELECT s, e, t, p, r, st, le, CASE WHEN st = 'quarantined' THEN now() END, h" ORDER_VALUES
@@ -114,7 +137,8 @@ struct values_form {
     int row_nparams;
 };
 static const struct values_form VALUES_FORMS[] = {
-    {NPARAMS, INSERT_SQL_HEAD ORDER_COLS, ROW_SQL_UNORDERED, NPARAMS_NO_ORDER},
+    {NPARAMS, INSERT_SQL_HEAD TRACE_COLS, ROW_SQL_UNORDERED_TRACED, NPARAMS_NO_ORDER + 1}, /* $9: TRACE_COL */
+    {NPARAMS_NO_TRACE, INSERT_SQL_HEAD ORDER_COLS, ROW_SQL_UNORDERED, NPARAMS_NO_ORDER},
     {NPARAMS_NO_ORDER, INSERT_SQL_HEAD ", request_headers)", ROW_SQL_NO_ORDER, NPARAMS_NO_ORDER},
     {NPARAMS_NO_HEADERS, INSERT_SQL_HEAD ")", ROW_SQL_NO_HEADERS, NPARAMS_NO_HEADERS},
 };
@@ -124,11 +148,11 @@ static const struct values_form VALUES_FORMS[] = {
  * coordinator is paid once a statement. */
 #define VALUES_MAX_ROWS 32
 /* A VALUES batch's parameters are its rows' in turn; the protocol numbers at most 65535. */
-_Static_assert(VALUES_MAX_ROWS * NPARAMS_NO_ORDER <= 65535, "a batch's parameters fit a Bind message");
+_Static_assert(VALUES_MAX_ROWS * (NPARAMS_NO_ORDER + 1) <= 65535, "a batch's parameters fit a Bind message");
 
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
-static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25};
-static const Oid BATCH_PARAM_TYPES[NPARAMS] = {1009, 1009, 1009, 3807, 1001, 1009, 1009, 3807, 1009, 1009, 1009, 1009};
+static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25, 25};
+static const Oid BATCH_PARAM_TYPES[NPARAMS] = {1009, 1009, 1009, 3807, 1001, 1009, 1009, 3807, 1009, 1009, 1009, 1009, 1009};
 
 /* The insert being made. Invariant: active only while conn is open (drop_conn clears it). */
 struct attempt {
@@ -165,8 +189,8 @@ struct wi_store {
     struct attempt attempt;         /* the insert in flight, if attempt.active */
     struct batch batch;             /* the batch in progress, if batch.active */
     unsigned long reconnects;       /* connections reopened after a loss */
-    int nparams;                    /* of the prepared statements: NPARAMS, NPARAMS_NO_ORDER or
-                                     * NPARAMS_NO_HEADERS (what the schema has) */
+    int nparams;                    /* of the prepared statements: a STMT_FORMS entry's (what
+                                     * the schema has) */
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int values_batches;             /* wi_store_set_values_batches */
     int ever_connected;
@@ -414,11 +438,25 @@ static int prepare(struct wi_store *s, const char *name, const char *sql, const 
     return setup_step(s, PGRES_COMMAND_OK, deadline, err);
 }
 
+/* The statements of each schema form, newest first: the one row's and the batch's. */
+struct stmt_form {
+    int nparams;
+    const char *insert;
+    const char *batch;
+};
+static const struct stmt_form STMT_FORMS[] = {
+    {NPARAMS, INSERT_SQL_TRACED, BATCH_SQL_TRACED},
+    {NPARAMS_NO_TRACE, INSERT_SQL, BATCH_SQL},
+    {NPARAMS_NO_ORDER, INSERT_SQL_NO_ORDER, BATCH_SQL_NO_ORDER},
+    {NPARAMS_NO_HEADERS, INSERT_SQL_NO_HEADERS, BATCH_SQL_NO_HEADERS},
+};
+
 /* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME and
  * BATCH_STMT_NAME (with request_headers when the table has it). Returns 0, or -1 and fills
  * *err. Also run again when the server lost STMT_NAME. */
 static int session_setup(struct wi_store *s, long long deadline, struct wi_err *err)
 {
+    const struct stmt_form *f;
     char sql[64];
 
     snprintf(sql, sizeof sql, "SET statement_timeout = %d", s->statement_timeout_ms);
@@ -431,27 +469,18 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
     if (PQserverVersion(s->conn) >= 140000 &&
         setup_cmd(s, "SET client_connection_check_interval = " CHECK_CLOSED_MS, 0, deadline, err) < 0)
         return -1;
-    /* 42703: a column the schema lacks (ordering_key: v13 or older; request_headers: v4);
-     * 42883: the ordering functions are missing. Each refusal tries the next older form. */
-    s->nparams = NPARAMS;
-    if (prepare(s, STMT_NAME, INSERT_SQL, PARAM_TYPES, deadline, err) < 0) {
-        if (strcmp(s->sqlstate, "42703") && strcmp(s->sqlstate, "42883"))
+    /* 42703: a column the schema lacks (trace_context: v30 or older; ordering_key: v13 or
+     * older; request_headers: v4); 42883: the ordering functions are missing. Each refusal
+     * tries the next older form. */
+    for (f = STMT_FORMS;; f++) {
+        s->nparams = f->nparams;
+        if (prepare(s, STMT_NAME, f->insert, PARAM_TYPES, deadline, err) == 0)
+            break;
+        if ((strcmp(s->sqlstate, "42703") && strcmp(s->sqlstate, "42883")) || f->nparams == NPARAMS_NO_HEADERS)
             return -1;
         s->sqlstate[0] = '\0';
-        s->nparams = NPARAMS_NO_ORDER;
-        if (prepare(s, STMT_NAME, INSERT_SQL_NO_ORDER, PARAM_TYPES, deadline, err) < 0) {
-            if (strcmp(s->sqlstate, "42703")) /* not "column request_headers does not exist" */
-                return -1;
-            s->sqlstate[0] = '\0';
-            s->nparams = NPARAMS_NO_HEADERS;
-            if (prepare(s, STMT_NAME, INSERT_SQL_NO_HEADERS, PARAM_TYPES, deadline, err) < 0)
-                return -1;
-        }
     }
-    return prepare(s, BATCH_STMT_NAME,
-                   s->nparams == NPARAMS ? BATCH_SQL : s->nparams == NPARAMS_NO_ORDER ? BATCH_SQL_NO_ORDER
-                                                                                 : BATCH_SQL_NO_HEADERS,
-                   BATCH_PARAM_TYPES, deadline, err);
+    return prepare(s, BATCH_STMT_NAME, f->batch, BATCH_PARAM_TYPES, deadline, err);
 }
 
 struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
@@ -626,7 +655,7 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
 {
     const char *values[NPARAMS];
     int lengths[NPARAMS];
-    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
+    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}; /* binary: lengths, no NUL needed */
     char *jsonb = NULL, *headers = NULL;
     const char *status = a->quarantined ? "quarantined" : "pending";
     struct wi_ordering order;
@@ -670,10 +699,11 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
         values[7] = headers;       lengths[7] = (int)row->headers_len + 1;
     }
     derive_ordering(row, a->raw, &order);
-    for (col = 8; col < NPARAMS; col++) {
+    for (col = 8; col < TRACE_COL; col++) {
         values[col] = ordering_field(row, &order, col, &len);
         lengths[col] = (int)len;
     }
+    values[TRACE_COL] = row->trace; lengths[TRACE_COL] = (int)row->trace_len;
 
     t = send_prepared(s, a, STMT_NAME, values, lengths, formats, err);
     free(jsonb);
@@ -729,6 +759,7 @@ static const char *batch_field(const struct wi_store_row *r, const struct wi_ord
         return r->quarantined ? "quarantined" : "pending";
     case 6: *len = r->last_error_len; return r->last_error;
     case 7: *len = r->headers_len; return r->headers;
+    case TRACE_COL: *len = r->trace_len; return r->trace;
     default: return ordering_field(r, o, col, len);
     }
 }
@@ -741,7 +772,7 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
 {
     const char *values[NPARAMS];
     int lengths[NPARAMS];
-    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     size_t sizes[NPARAMS], total = 0, i, len;
     struct wi_ordering *orders;
     char *buf, *p;
@@ -853,6 +884,15 @@ static char *values_sql(const struct values_form *f, size_t n)
     return sql;
 }
 
+/* The batch_field column of a VALUES batch's parameter k in form f: a row's parameters are
+ * its first row_nparams columns, the last one the trace in the form that has it. */
+static int values_col(const struct values_form *f, size_t k)
+{
+    int col = (int)(k % (size_t)f->row_nparams);
+
+    return col == NPARAMS_NO_ORDER ? TRACE_COL : col;
+}
+
 /* The reading of an unordered row: its ordering parameters are NULL. */
 static const struct wi_ordering UNORDERED = {.key = WI_ORDERING_NONE, .time = WI_ORDERING_NONE};
 
@@ -876,7 +916,7 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
         goto done;
     }
     for (k = 0; k < total; k++) {
-        int col = (int)(k % (size_t)f->row_nparams);
+        int col = values_col(f, k);
         const char *v = batch_field(&rows[k / (size_t)f->row_nparams], &UNORDERED, col, &len);
         jsonb_bytes += v && IS_JSONB(col) ? len + 1 : 0;
         bytes += 4 + (v ? len + IS_JSONB(col) : 0);
@@ -890,7 +930,7 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
         goto done;
     }
     for (k = 0, p = jsonb; k < total; k++) {
-        int col = (int)(k % (size_t)f->row_nparams);
+        int col = values_col(f, k);
         const char *v = batch_field(&rows[k / (size_t)f->row_nparams], &UNORDERED, col, &len);
 
         if (v && IS_JSONB(col)) {
@@ -928,7 +968,7 @@ static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows,
     for (i = 0; s->values_batches && n <= VALUES_MAX_ROWS && i < sizeof VALUES_FORMS / sizeof VALUES_FORMS[0]; i++)
         if (VALUES_FORMS[i].nparams == s->nparams)
             f = &VALUES_FORMS[i];
-    for (i = 0; f && s->nparams == NPARAMS && i < n; i++)
+    for (i = 0; f && s->nparams >= NPARAMS_NO_TRACE && i < n; i++)
         if (rows[i].order_key)
             f = NULL;
     return f ? values_send(s, f, rows, n, a, err) : arrays_send(s, rows, n, a, err);

@@ -35,6 +35,9 @@ struct wi_store_row {
     const char *headers;      size_t headers_len;    /* request_headers: a JSON object; NULL for none */
     const char *order_key;    size_t order_key_len;  /* ordering key spec ("data.object.id"); NULL: unordered */
     const char *order_time;   size_t order_time_len; /* path of the event time ("created"); NULL: receipt time */
+    const char *trace;        size_t trace_len;      /* the receipt span's W3C traceparent; NULL: none. Stored
+                                                      * as NULL unless a valid version-00 one (schema v30;
+                                                      * left out against an older schema) */
 };
 
 /* What wi_store_insert did. */
@@ -45,6 +48,8 @@ struct wi_store_result {
     struct wi_err failed; /* batch only: code != 0 when the server refused this row alone
                            * (nothing of it committed); the other fields are then 0 */
 };
+
+#define WI_TRACEPARENT_LEN 55 /* a version-00 W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex> */
 
 #define WI_STORE_INVALID_JSON_REASON "payload is not valid JSON"
 

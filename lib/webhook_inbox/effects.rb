@@ -29,6 +29,9 @@ module WebhookInbox
       VALUES ($1, $2, $3::jsonb, coalesce($4, ''), $5, coalesce(to_timestamp($6::float8), now()))
       ON CONFLICT (source_scope, operation_id) DO NOTHING
     SQL
+    # Schema v30, only for a capture that has a trace context (the handle span's): the job keeps it.
+    INSERT_SQL_TRACED = INSERT_SQL.sub("next_attempt_at)", "next_attempt_at, trace_context)")
+                                  .sub("now()))", "now()), webhook_inbox_trace_context($7))").freeze
     # webhook_inbox_emit() with the handler's event as the source (the Ruby worker does not set
     # the settings the SQL handlers' runs set).
     EMIT_SQL = <<~SQL.tr("\n", " ").freeze
@@ -39,15 +42,16 @@ module WebhookInbox
     CURRENT = :webhook_inbox_effect_key   # likewise: the key of the effect being performed
 
     # What enqueues record into while a handler (or a captured job) runs: its connection, its
-    # key, the event it came from, and how many it recorded so far.
-    Scope = Struct.new(:connection, :key, :source_scope, :source_event_id, :count) do
+    # key, the event it came from, how many it recorded so far, and the trace context its jobs
+    # keep (nil: none; Tracing).
+    Scope = Struct.new(:connection, :key, :source_scope, :source_event_id, :count, :trace) do
       # Inserts job (an ActiveJob instance) into the outbox; returns its key.
       def record(job)
         self.count += 1
         key = Effects.child_key(self.key, count)
         binds = [key, DESTINATION, JSON.generate(job.serialize), source_scope, source_event_id,
                  job.scheduled_at&.to_f]
-        connection.exec_query(INSERT_SQL, "webhook_inbox effect", binds)
+        connection.exec_query(trace ? INSERT_SQL_TRACED : INSERT_SQL, "webhook_inbox effect", trace ? binds << trace : binds)
         job.provider_job_id = key if job.respond_to?(:provider_job_id=)
         key
       end
@@ -58,9 +62,9 @@ module WebhookInbox
     # Runs the block with enqueues captured into the outbox on connection; key is the
     # enqueuer's own stable key (a handler run's operation id, or a captured job's key).
     # Nests: the inner capture is restored to the outer one when the block ends.
-    def capture(connection, key, source_scope: nil, source_event_id: nil)
+    def capture(connection, key, source_scope: nil, source_event_id: nil, trace: nil)
       outer = Thread.current[STATE]
-      Thread.current[STATE] = Scope.new(connection, key, source_scope, source_event_id, 0)
+      Thread.current[STATE] = Scope.new(connection, key, source_scope, source_event_id, 0, trace)
       yield
     ensure
       Thread.current[STATE] = outer

@@ -132,9 +132,11 @@ module WebhookInbox
     # that cannot be stored are left out, never a reason to refuse the event. ordering:
     # [key spec, time path or nil] (Ordering#for) or nil: PostgreSQL derives the event's
     # ordering key and time from the payload (schema v14; left out against an older one).
+    # trace: the receipt span's W3C traceparent (Tracing) or nil; stored in trace_context
+    # (schema v30) when it is a valid one, as NULL otherwise, never a reason to refuse.
     def insert(source_scope:, event_id:, payload:, event_type: "", status: :pending, last_error: nil, raw: false,
-               headers: nil, ordering: nil)
-      row = row_of(source_scope, event_id, payload, event_type, status, last_error, raw, headers, ordering)
+               headers: nil, ordering: nil, trace: nil)
+      row = row_of(source_scope, event_id, payload, event_type, status, last_error, raw, headers, ordering, trace)
       receipt(row, @group_commit ? group_insert(row) : with_connection { |conn| conn.insert(*row) })
     end
 
@@ -152,7 +154,7 @@ module WebhookInbox
 
       built = rows.map do |r|
         row_of(r.fetch(:source_scope), r.fetch(:event_id), r.fetch(:payload), r.fetch(:event_type, ""),
-               r.fetch(:status, :pending), r[:last_error], r[:raw], r[:headers], r[:ordering])
+               r.fetch(:status, :pending), r[:last_error], r[:raw], r[:headers], r[:ordering], r[:trace])
       end
       codes = with_connection { |conn| conn.insert_batch(built) }
       failed = codes.find { |c| c.is_a?(Exception) }
@@ -261,7 +263,7 @@ module WebhookInbox
     private
 
     # Connection#insert's arguments for one event, checked (ArgumentError).
-    def row_of(source_scope, event_id, payload, event_type, status, last_error, raw, headers, ordering)
+    def row_of(source_scope, event_id, payload, event_type, status, last_error, raw, headers, ordering, trace = nil)
       raise ArgumentError, "status must be :pending or :quarantined" unless STATUSES.include?(status.to_sym)
 
       scope = key_text(source_scope, :source_scope)
@@ -270,7 +272,7 @@ module WebhookInbox
 
       [scope, id, key_text(event_type, :event_type), String(payload), raw ? true : false,
        status.to_sym == :quarantined, last_error && text(last_error, :last_error), RequestHeaders.encode(headers),
-       ordering && checked_ordering(ordering)]
+       ordering && checked_ordering(ordering), trace.is_a?(String) ? trace : nil]
     end
 
     def receipt(row, code)

@@ -118,6 +118,7 @@ module WebhookInbox
       @keep_headers = takes_headers?(@inbox)
       rules = Ordering.new(@provider, ordering) # checked even for a store that cannot use it
       @ordering = rules if takes_keyword?(@inbox, :ordering)
+      @trace_ok = takes_keyword?(@inbox, :trace) # the receipt span's context (Tracing) stored with the event
       @keep_refused = Refused.bounds(keep_refused)
       @endpoint = (endpoint || @provider).to_s.freeze
       @refused = refused
@@ -273,6 +274,7 @@ module WebhookInbox
       row = { source_scope: @source_scope, event_id: event.event_id, event_type: event.event_type.to_s,
               payload: payload, raw: form, **headers }
       row[:ordering] = @ordering.for(event.event_type) if @ordering
+      row[:trace] = Tracing.traceparent if @trace_ok && Tracing.on?
       row
     end
 
@@ -320,13 +322,31 @@ module WebhookInbox
       Result.new(http_status: http_status, status: :rejected, reason: reason, headers: headers)
     end
 
-    def finish
+    def finish(&block)
       t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC) if @logger
-      result = yield
+      result = Tracing.on? ? traced(&block) : yield
       WebhookInbox.rejections.add(@source_scope, result.reason) if result.status == :rejected
       log(result, t0) if @logger
       instrument(result) if notifying?
       result
+    end
+
+    # Runs the receipt in a webhook_inbox.receive span (Tracing): row() stores its context with
+    # the event; the outcome's attributes are set once it is known.
+    def traced
+      Tracing.receive("webhook_inbox.provider" => @provider.to_s, "webhook_inbox.source_scope" => @source_scope) do |span|
+        result = yield
+        attrs = { "webhook_inbox.result" => result.status.to_s, "http.response.status_code" => result.http_status }
+        attrs["webhook_inbox.reason"] = result.reason.to_s if result.reason
+        if (event = result.event) && event.event_id
+          attrs["webhook_inbox.event_id"] = event.event_id.to_s
+          attrs["webhook_inbox.event_type"] = event.event_type.to_s
+        end
+        attrs["webhook_inbox.items"] = result.receipts.size if result.receipts
+        span.add_attributes(attrs)
+        span.status = ::OpenTelemetry::Trace::Status.error(result.reason.to_s) if result.http_status >= 500
+        result
+      end
     end
 
     def log(result, t0)

@@ -8,7 +8,7 @@
 # and `run --once` and `stats` refusing an empty database (no schema)
 # against a throwaway PostgreSQL, plus outbox deliveries to a local HTTP server (2xx, 4xx,
 # 5xx, a Standard Webhooks-signed destination, their gauges in /metrics, stats and requeue
-# --effects, also by --destination), under
+# --effects, also by --destination), a traced event's spans exported (--otlp-endpoint), under
 # valgrind --leak-check=full; fails on any error or on
 # definitely/indirectly lost memory. With --sanitizer the binary is an ASan/UBSan build and
 # runs without valgrind (the sanitizers and LeakSanitizer report instead).
@@ -118,6 +118,8 @@ begin
   # The outbox: one delivered, one refused (422), one failing (503) until max attempts, one signed.
   http = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: 0, Logger: WEBrick::Log.new(File::NULL), AccessLog: [])
   http.mount_proc("/") { |req, res| res.status = Integer(req.path[1..]) rescue 200; res.body = '{"id":"x_1"}' }
+  traces = Queue.new # OTLP requests (run --otlp-endpoint below)
+  http.mount_proc("/v1/traces") { |req, res| traces << req.body; res.status = 200; res.body = "{}" }
   server = Thread.new { http.start }
   api = "http://127.0.0.1:#{http.config[:Port]}"
   2.times do
@@ -144,6 +146,21 @@ begin
   abort "#{SANITIZER ? 'sanitizer' : 'valgrind'} run failed for run --notify:\n#{out}" unless
     st.success? && !out.match?(/definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]|runtime error|Sanitizer/)
   puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: run --notify, a quarantine told through the outbox, stopped by SIGTERM"
+  # Traces (otlp.c, handle_spans.c, outbox.c): a traced event whose handler records an effect;
+  # its handle and effect spans exported to the local server, the effect's call traced.
+  pg.psql(<<~SQL)
+    CREATE FUNCTION vg_traced(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
+    BEGIN PERFORM webhook_inbox_emit('op_traced', 'ok', '{}'); RETURN 'traced'; END $$;
+    INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('vg.traced', 'vg_traced');
+    INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload, trace_context)
+    VALUES ('s', 'e_traced', 'vg.traced', '{}', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
+  SQL
+  vg(bin, "run", "--once", "--database-url", url, "--destination", "ok=#{api}/200", "--otlp-endpoint", api)
+  exported = []
+  exported << traces.pop until traces.empty?
+  abort "no handle and effect spans exported: #{exported.inspect}" unless
+    %w[webhook_inbox.handle webhook_inbox.effect].all? { |n| exported.join.include?(%("name":"#{n}")) }
+  puts "#{SANITIZER ? 'asan/ubsan' : 'valgrind'} ok: run --once --otlp-endpoint, a handle and an effect span exported"
   http.shutdown
   server.join
   vg(bin, "stats", "--json", "--database-url", url)

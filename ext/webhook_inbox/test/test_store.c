@@ -15,7 +15,7 @@
 static void test_interrupt_before_insert_is_kept(void)
 {
     struct wi_err err;
-    struct wi_store_row row = {"s", 1, "e", 1, "", 0, "{}", 2, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
+    struct wi_store_row row = {"s", 1, "e", 1, "", 0, "{}", 2, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0};
     struct wi_store_result out;
     struct wi_store *s = wi_store_new(NOWHERE, 1000, 1000, &err);
 
@@ -39,8 +39,8 @@ static void test_interrupt_before_insert_is_kept(void)
 static void test_batch_without_server(void)
 {
     struct wi_err err;
-    struct wi_store_row rows[2] = {{"s", 1, "e1", 2, "", 0, "{}", 2, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0},
-                                   {"s", 1, "e2", 2, "", 0, "{}", 2, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0}};
+    struct wi_store_row rows[2] = {{"s", 1, "e1", 2, "", 0, "{}", 2, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0},
+                                   {"s", 1, "e2", 2, "", 0, "{}", 2, 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0}};
     struct wi_store_result outs[2];
     struct wi_store *s = wi_store_new(NOWHERE, 1000, 1000, &err);
 

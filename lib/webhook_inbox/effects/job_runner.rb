@@ -27,6 +27,7 @@ module WebhookInbox
       LEASE_MS = 60_000 # the worker's --job-lease
       CLAIM_SQL = "SELECT operation_id, payload, attempts FROM webhook_inbox_outbox_claim($1, $2::int, $3, $4::bigint, $5::int)"
       SAVE_SQL = "SELECT new_status FROM webhook_inbox_outbox_save($1, $2, $3, $4, NULL, NULL, NULL, $5::int, $6::bigint, $7::bigint)"
+      CLAIM_SQL_TRACED = CLAIM_SQL.sub("attempts FROM", "attempts, trace_context FROM").freeze # v30, when tracing
       SOURCE_SQL = "SELECT source_scope, source_event_id FROM webhook_inbox_outbox WHERE operation_id = $1"
 
       # status: "delivered", "pending" (retried later), "quarantined", or nil (the lease was lost).
@@ -51,13 +52,37 @@ module WebhookInbox
       def run_batch(connection, limit)
         return [] unless defined?(::ActiveJob::Base)
 
+        claim = traced?(connection) ? CLAIM_SQL_TRACED : CLAIM_SQL
         claimed = in_own_transaction(connection) do
-          connection.select_all(CLAIM_SQL, "webhook_inbox job claim", [DESTINATION, Integer(limit), @owner, @lease_ms, @max_attempts]).to_a
+          connection.select_all(claim, "webhook_inbox job claim", [DESTINATION, Integer(limit), @owner, @lease_ms, @max_attempts]).to_a
         end
-        claimed.map { |row| perform(connection, row).tap { |r| @on_result&.call(r) } }
+        claimed.map { |row| traced_perform(connection, row).tap { |r| @on_result&.call(r) } }
       end
 
       private
+
+      # The app traces (Tracing.on?) and the outbox keeps contexts (v30; asked once).
+      def traced?(connection)
+        return false unless Tracing.on?
+
+        @traced = Tracing.outbox_column?(connection) if @traced.nil?
+        @traced
+      end
+
+      # perform, in a webhook_inbox.effect span when the job has a trace context (the handle
+      # span of the handler that enqueued it): its key, class, attempt and outcome.
+      def traced_perform(connection, row)
+        return perform(connection, row) unless row["trace_context"]
+
+        attrs = { "webhook_inbox.destination" => DESTINATION, "webhook_inbox.operation_id" => row["operation_id"].to_s,
+                  "webhook_inbox.attempt" => Integer(row["attempts"]) }
+        Tracing.continue(Tracing::EFFECT, row["trace_context"], attrs) do |span|
+          perform(connection, row).tap do |r|
+            span&.add_attributes("webhook_inbox.result" => r.status.to_s, "webhook_inbox.job_class" => r.job_class.to_s)
+            span&.status = ::OpenTelemetry::Trace::Status.error(r.exception&.class&.name.to_s) if span && r.status != "delivered"
+          end
+        end
+      end
 
       def perform(connection, row)
         key = row["operation_id"]

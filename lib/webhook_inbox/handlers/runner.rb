@@ -48,6 +48,9 @@ module WebhookInbox
       LOCK_BATCH_SQL = "SELECT * FROM webhook_inbox_ruby_lock_batch($1::text[], $2::int[])"
       FINISH_BATCH_SQL = "SELECT * FROM webhook_inbox_ruby_finish_batch($1::text[], $2::int[], $3::text[], $4::text[], " \
                          "$5::float8[], $6::int, $7::bigint, $8::bigint)"
+      # Schema v30, read only when the app traces (Tracing.on?): the runs' receipt contexts.
+      TRACES_SQL = "SELECT operation_id, trace_context FROM webhook_inbox_outbox WHERE source_scope = ANY ($1::text[]) " \
+                   "AND operation_id = ANY ($2::text[]) AND trace_context IS NOT NULL"
       TEXT_ARRAY = PG::TextEncoder::Array.new
       FLOAT_ARRAY = PG::TextEncoder::Array.new(elements_type: PG::TextEncoder::Float.new)
 
@@ -108,7 +111,8 @@ module WebhookInbox
         return [] if rows.empty?
 
         statement = @time_limit.statement_for(connection) # what TimeLimit cancels, taken in this thread
-        ran = rows.map { |row| run_one(connection, row, exhausted.fetch(row["operation_id"]), statement) }
+        traces = trace_contexts(connection, rows)
+        ran = rows.map { |row| run_one(connection, row, exhausted.fetch(row["operation_id"]), statement, traces[row["operation_id"]]) }
         statuses = finish(connection, ran)
         ran.map do |r, _outcome|
           # NULL: the run locked is no longer pending at this attempt (changed under the lock:
@@ -119,15 +123,31 @@ module WebhookInbox
         end
       end
 
+      # { operation_id => traceparent } of the locked runs that have a receipt context, when the
+      # app traces (Tracing.on?) and the schema has them (v30); {} otherwise, without a query.
+      def trace_contexts(connection, rows)
+        return {} unless Tracing.on?
+
+        @traced = Tracing.outbox_column?(connection) if @traced.nil?
+        return {} unless @traced
+
+        connection.select_rows(TRACES_SQL, "webhook_inbox ruby traces",
+                               [TEXT_ARRAY.encode(rows.map { |r| r["source_scope"] }.uniq),
+                                TEXT_ARRAY.encode(rows.map { |r| r["operation_id"] })]).to_h
+      end
+
       # The handler of one locked run (or the quarantine of an exhausted one): [its Result
-      # (status set once saved), "done" | "retry" | "quarantine"].
-      def run_one(connection, row, exhausted, statement)
+      # (status set once saved), "done" | "retry" | "quarantine"]. With a receipt context
+      # (trace), in a webhook_inbox.handle span, its child (Tracing.continue).
+      def run_one(connection, row, exhausted, statement, trace = nil)
         attempt = Integer(row["attempt"])
         t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         result, error, exception =
           if exhausted
             ["quarantine", "attempt #{attempt} started and never finished (the worker was killed, crashed or lost its " \
                            "connection during the handler); it was the last of #{@max_attempts}"]
+          elsif trace
+            traced_call(connection, row, attempt, statement, trace)
           else
             instrumented_call(connection, row, attempt, statement)
           end
@@ -138,14 +158,28 @@ module WebhookInbox
          result]
       end
 
+      # instrumented_call in a webhook_inbox.handle span, the child of the run's receipt span:
+      # ids, names and the outcome, never the payload.
+      def traced_call(connection, row, attempt, statement, trace)
+        attrs = { "webhook_inbox.source_scope" => row["source_scope"].to_s, "webhook_inbox.event_type" => row["event_type"].to_s,
+                  "webhook_inbox.event_id" => row["event_id"].to_s, "webhook_inbox.handler" => row["handler"].to_s,
+                  "webhook_inbox.attempt" => attempt }
+        Tracing.continue(Tracing::HANDLE, trace, attrs) do |span|
+          out = instrumented_call(connection, row, attempt, statement, traced: true)
+          span&.set_attribute("webhook_inbox.result", RUN_OUTCOMES.fetch(out[0]))
+          span&.status = ::OpenTelemetry::Trace::Status.error(out[0]) if span && out[0] != "done"
+          out
+        end
+      end
+
       # call_handler inside the run.webhook_inbox notification (ids and names only).
-      def instrumented_call(connection, row, attempt, statement)
+      def instrumented_call(connection, row, attempt, statement, traced: false)
         payload = lambda do |(result, *)|
           { provider: Instrumentation.provider_of(row["source_scope"]), scope: row["source_scope"], event_id: row["event_id"],
             event_type: row["event_type"], handler: row["handler"], attempt: attempt, outcome: RUN_OUTCOMES.fetch(result) }
         end
         Instrumentation.instrument("run.webhook_inbox", payload) do
-          call_handler(connection, row["handler"], event_for(row), statement)
+          call_handler(connection, row["handler"], event_for(row), statement, traced)
         end
       end
 
@@ -159,7 +193,8 @@ module WebhookInbox
       end
 
       # ["done", nil] | ["retry", error(, exception)] | ["quarantine", reason(, exception)]
-      def call_handler(connection, name, event, statement)
+      # traced: in a handle span, whose context the jobs it enqueues keep (their effect spans' parent).
+      def call_handler(connection, name, event, statement, traced = false)
         subscription = @registry[name]
         return ["retry", "no handler named #{name} is subscribed in this app"] unless subscription
         return ["retry", "the event row is missing"] if event.type.nil?
@@ -169,7 +204,8 @@ module WebhookInbox
         Savepoint.run(connection) do |sp|
           savepoint = sp
           # Jobs and mails it enqueues go to the outbox in this savepoint (Effects).
-          Effects.capture(connection, event.operation_id, source_scope: event.scope, source_event_id: event.id) do
+          Effects.capture(connection, event.operation_id, source_scope: event.scope, source_event_id: event.id,
+                                                          trace: traced ? Tracing.traceparent : nil) do
             @time_limit.run(statement) { subscription.callable.call(event) }
           end
           completed = true

@@ -31,6 +31,9 @@ module WebhookInbox
                 FROM (SELECT webhook_inbox_ordering_key($4::jsonb, $9) AS key) k) o
       ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING 1
     SQL
+    # Schema v30: the receipt span's traceparent too, kept only when valid (NULL otherwise).
+    SQL_TRACED = SQL_ORDERED.sub("next_attempt_at)", "next_attempt_at, trace_context)")
+                            .sub("least(now(), o.at)", "least(now(), o.at), webhook_inbox_trace_context($11)").freeze
     # What webhook_inbox_dispatch writes when a handler succeeds (db/005_history.sql): done,
     # the outcome, processed_at, last_error cleared, a 'done' attempt_log entry (schema v5 on).
     DONE_SQL = <<~SQL.tr("\n", " ").freeze
@@ -46,13 +49,13 @@ module WebhookInbox
     end
 
     def insert(source_scope:, event_id:, payload:, event_type: "", status: :pending, last_error: nil, raw: false,
-               headers: nil, ordering: nil)
+               headers: nil, ordering: nil, trace: nil)
       quarantined = status.to_sym == :quarantined
       stored_raw = raw
       headers = RequestHeaders.encode(headers, check: true)
       inserted =
         begin
-          run(source_scope, event_id, event_type, payload, raw, quarantined, last_error, headers, ordering)
+          run(source_scope, event_id, event_type, payload, raw, quarantined, last_error, headers, ordering, trace)
         rescue ::ActiveRecord::StatementInvalid => e
           raise StoreError, "#{e.cause.class}: #{e.cause&.message.to_s.lines.first&.strip}" unless !raw && data_exception?(e)
 
@@ -89,7 +92,7 @@ module WebhookInbox
 
     private
 
-    def run(scope, id, type, payload, raw, quarantined, last_error, headers, ordering = nil)
+    def run(scope, id, type, payload, raw, quarantined, last_error, headers, ordering = nil, trace = nil)
       conn = @model.connection
       binds = [
         bind("source_scope", scope), bind("event_id", id), bind("event_type", type.to_s),
@@ -100,13 +103,15 @@ module WebhookInbox
       binds << bind("request_headers", headers) if with_headers
       ordered = with_headers && column?(conn, "ordering_key")
       binds << bind("ordering_key", ordering&.first) << bind("ordering_time", ordering&.last) if ordered
-      sql = ordered ? SQL_ORDERED : with_headers ? SQL : SQL_NO_HEADERS
+      traced = ordered && column?(conn, "trace_context")
+      binds << bind("trace_context", trace.is_a?(String) && trace.bytesize == Tracing::TRACEPARENT_BYTES ? trace : nil) if traced
+      sql = traced ? SQL_TRACED : ordered ? SQL_ORDERED : with_headers ? SQL : SQL_NO_HEADERS
       conn.transaction(requires_new: true) do
         conn.exec_query(sql, "WebhookInbox Insert", binds).rows.size == 1
       end
     end
 
-    # Columns that came with schema v5 (request_headers, attempt_log) or v14 (ordering_key):
+    # Columns that came with schema v5 (request_headers, attempt_log), v14 (ordering_key) or v30 (trace_context):
     # absent before it.
     def column?(conn, name)
       return @columns[name] if @columns.key?(name)

@@ -19,9 +19,11 @@
 #include "citus/citus.h"
 #include "claim/claim.h"
 #include "claim/dispatch.h"
+#include "claim/handle_spans.h"
 #include "claim/retry.h"
 #include "core/log.h"
 #include "observability/metrics.h"
+#include "observability/otlp.h"
 #include "pg/pgw.h"
 #include "pg/schema.h"
 
@@ -188,8 +190,9 @@ static void report_event(const struct wi_worker *w, const struct wi_event *e, co
 }
 
 /* After COMMIT: business work and every event's new state are durable together. t0 is when
- * the transaction began (wi_clock_s()). */
-static void report(struct wi_worker *w, const struct wi_batch *b, const struct snap *s, double t0)
+ * the transaction began (wi_clock_s()). With --otlp-endpoint, the events' handle spans (one
+ * query on pg, outside the transaction). */
+static void report(struct wi_worker *w, struct wi_pg *pg, const struct wi_batch *b, const struct snap *s, double t0)
 {
     double took = wi_clock_s() - t0;
     int i;
@@ -198,6 +201,10 @@ static void report(struct wi_worker *w, const struct wi_batch *b, const struct s
     wi_metrics_batch(b->n, took);
     for (i = 0; i < b->n; i++)
         report_event(w, &b->ev[i], s, took);
+    if (wi_otlp_on()) {
+        long long end_ns = wi_otlp_now_ns();
+        wi_handle_spans(pg, b, end_ns - (long long)(took * 1e9), end_ns);
+    }
 }
 
 /* Charges e one transient failure in a transaction of its own, when the transaction that ran
@@ -233,7 +240,7 @@ static int run_batch_fused(struct wi_worker *w, struct wi_pg *pg, const struct s
     if ((n = w->shards.n > 0 ? wi_citus_dispatch(pg, &w->shards, w->id, s->batch_size, &s->policy, b, &err)
                              : wi_dispatch_batch_tx(pg, s->batch_size, &s->policy, b, &err)) >= 0) {
         if (n > 0)
-            report(w, b, s, t0);
+            report(w, pg, b, s, t0);
         return n;
     }
     if (!wi_pg_ok(pg)) {
@@ -342,7 +349,7 @@ static int run_batch_stepwise(struct wi_worker *w, struct wi_pg *pg, const struc
     committing = 1;
     if (wi_pg_cmd(pg, "wi_commit", 0, NULL, &err) < 0)
         goto abort;
-    report(w, b, s, t0);
+    report(w, pg, b, s, t0);
     return n;
 
 abort:
@@ -452,7 +459,7 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, int *r
                                     struct wi_err *err)
 {
     struct wi_pg_stmt inbox_stmts[] = {wi_claim_stmt, wi_next_due_stmt, wi_dispatch_stmt, wi_dispatch_batch_stmt,
-                                       wi_retry_stmt, wi_claim_before_now_stmt};
+                                       wi_retry_stmt, wi_claim_before_now_stmt, wi_handle_spans_stmt};
     struct wi_pg_stmt stmts[sizeof tx_stmts / sizeof tx_stmts[0] + 4];
     struct wi_pg *pg;
     char lock_timeout[32];

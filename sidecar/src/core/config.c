@@ -95,6 +95,11 @@ static const struct cf_entry table[] = {
      "run --notify: KEY=NUMBER overrides a threshold (quarantine_burst, backlog_age_s, ...: docs/operations.md); repeatable"},
     {"notify-interval", CF_DURATION, F(notify_interval), "30s", 0, 1, 86400, NULL,
      "run --notify: how often one sidecar of many checks the conditions"},
+    {"otlp-endpoint", CF_STR, F(otlp_endpoint), NULL, 0, 0, 0, NULL,
+     "run: export trace spans (handled events, effect deliveries) as OTLP/HTTP JSON to this URL (POST .../v1/traces; "
+     "also OTEL_EXPORTER_OTLP_ENDPOINT); effect calls then carry traceparent. Off when unset"},
+    {"otlp-queue", CF_INT, F(otlp_queue), "2048", 0, 1, 1000000, NULL,
+     "run --otlp-endpoint: spans held for export at most; more are dropped (webhook_inbox_trace_spans_dropped_total)"},
     {"destination-concurrency", CF_INT, F(destination_concurrency), "4", 0, 1, 1024, NULL,
      "outbox: deliveries in flight per destination"},
     {"destination-timeout", CF_DURATION, F(destination_timeout), "30s", 0, 0, 3600, NULL,
@@ -321,6 +326,9 @@ int wi_config_load(struct wi_config *cfg, int argc, char **argv, struct wi_err *
 
     if (getenv("DATABASE_URL") && set(cfg, find("database-url", 12), getenv("DATABASE_URL"), "DATABASE_URL", err) < 0)
         goto fail;
+    if (getenv("OTEL_EXPORTER_OTLP_ENDPOINT") && *getenv("OTEL_EXPORTER_OTLP_ENDPOINT") &&
+        set(cfg, find("otlp-endpoint", 13), getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "OTEL_EXPORTER_OTLP_ENDPOINT", err) < 0)
+        goto fail;
     for (i = 0; i < NENTRIES; i++) {
         char name[64];
         const char *v;
@@ -477,6 +485,24 @@ void wi_config_free(struct wi_config *cfg)
 }
 
 /* The conninfo with any password replaced by "*****"; never prints secrets. */
+/* An http(s) URL with its user:password part, if any, as "***". */
+static void print_userinfo_masked(const char *url, FILE *out)
+{
+    const char *rest = url ? strstr(url, "://") : NULL, *at, *slash;
+
+    if (!rest) {
+        fputs(url ? url : "", out);
+        return;
+    }
+    rest += 3;
+    at = strchr(rest, '@');
+    slash = strchr(rest, '/');
+    if (at && (!slash || at < slash))
+        fprintf(out, "%.*s***%s", (int)(rest - url), url, at);
+    else
+        fputs(url, out);
+}
+
 static void print_url(const char *url, FILE *out)
 {
     PQconninfoOption *opts, *o;
@@ -530,6 +556,8 @@ void wi_config_print(const struct wi_config *cfg, FILE *out)
         case CF_STR:
             if (e->offset == F(database_url))
                 print_url(*(char *const *)p, out);
+            else if (e->offset == F(otlp_endpoint))
+                print_userinfo_masked(*(char *const *)p, out);
             else
                 fputs(*(char *const *)p ? *(char *const *)p : "", out);
             break;

@@ -50,6 +50,9 @@ struct wi_config {
     struct wi_strlist notifies;         /* run --notify NAME[:json|:slack]: destinations told */
     struct wi_strlist notify_settings;  /* run --notify-setting KEY=NUMBER: thresholds */
     double notify_interval;             /* run --notify: seconds between checks */
+    /* traces (observability/otlp.h): not reloadable */
+    char *otlp_endpoint;                /* run: OTLP/HTTP base URL; NULL/"" = no spans, no traceparent */
+    int otlp_queue;                     /* spans held for export at most */
     /* command options (flags only, not reloaded, not printed) */
     int once;             /* run: drain what is due, then exit */
     int test;             /* notify: send a test message */

@@ -27,6 +27,7 @@
 #include "observability/metrics.h"
 #include "pg/schema.h"
 #include "observability/notify.h"
+#include "observability/otlp.h"
 #include "reconcile/reconcile.h"
 #include "retention/prune.h"
 #include "retention/retention.h"
@@ -155,6 +156,13 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
         fatal("out_of_memory", NULL);
     log_info("starting", "concurrency=%d batch_size=%d once=%d", rt.cfg.concurrency, rt.cfg.batch_size, rt.cfg.once);
 
+    /* Trace spans (only with --otlp-endpoint): started before the threads that add them. */
+    if (rt.cfg.otlp_endpoint && *rt.cfg.otlp_endpoint) {
+        if (wi_otlp_start(rt.cfg.otlp_endpoint, rt.cfg.otlp_queue, &err) < 0)
+            log_errorx("otlp_failed", "error=%s note=\"running without trace spans\"", WI_LOG_Q(err.msg));
+        else
+            log_info("otlp_on", "queue=%d", rt.cfg.otlp_queue); /* the URL may hold credentials: not logged */
+    }
     /* The outbox's deliverer (only with --destination): its own thread and connection. */
     if (rt.cfg.destinations.n > 0 && !(outbox = wi_outbox_start(&rt)))
         fatal("outbox_failed", "note=\"destinations are configured but the deliverer could not start\"");
@@ -232,6 +240,7 @@ static int cmd_run(struct wi_config *cfg, int argc, char **argv)
     wi_retention_stop(retention); /* a delete batch in flight finishes first */
     wi_rc_sched_stop(reconciler); /* a page in flight commits first */
     wi_notify_stop(notifier);     /* a check in flight commits first */
+    wi_otlp_stop();               /* the spans of the work above, sent once more */
     wi_exporter_stop(exporter);   /* serves the final counts until the workers are done */
     wi_metrics_log_summary();
     rc = atomic_load(&rt.failed) ? 1 : 0;

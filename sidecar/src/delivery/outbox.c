@@ -26,6 +26,7 @@
 #include "delivery/destination.h"
 #include "delivery/http_client.h"
 #include "hmac.h"
+#include "observability/otlp.h"
 #include "pg/pgarray.h"
 #include "pg/schema.h"
 
@@ -42,7 +43,8 @@
 
 static const struct wi_pg_stmt stmts[] = {
     {"wi_outbox_listen", "LISTEN webhook_inbox_outbox"},
-    {"wi_outbox_claim", "SELECT operation_id, payload, attempts FROM webhook_inbox_outbox_claim($1, $2, $3, $4, $5)"},
+    {"wi_outbox_claim", "SELECT operation_id, payload, attempts, trace_context"
+                        " FROM webhook_inbox_outbox_claim($1, $2, $3, $4, $5)"},
     {"wi_outbox_save_batch", "SELECT operation_id, new_status, new_attempts, retry_in_ms"
                              " FROM webhook_inbox_outbox_save_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     /* The deliverer's commits (claims, saves) do not wait for the WAL flush; see connect_deliverer. */
@@ -83,6 +85,10 @@ struct delivery {
     char *operation_id;
     double started;            /* monotonic seconds */
     double finished;           /* monotonic seconds, when the answer was collected */
+    int traced;                /* --otlp-endpoint and the effect has a trace context: span and traceparent */
+    struct wi_traceparent span;   /* traced: this delivery's span (the receipt's trace, its own id) */
+    unsigned char parent_id[8];   /* traced: the receipt span's id (the effect's stored context) */
+    long long start_ns;           /* traced: Unix ns when the POST started */
 };
 
 struct wi_outbox {
@@ -167,7 +173,8 @@ static int start(struct wi_outbox *o, struct delivery *dl, const char *payload, 
 {
     struct dstate *ds = &o->ds[dl->dest];
     char idem[240], *wid = NULL, wts[48], wsig[128] = "webhook-signature: ";
-    const char *headers[5];
+    char tp[sizeof "traceparent: " + WI_TRACEPARENT_LEN] = "traceparent: ";
+    const char *headers[6];
     int nh = 0;
     struct wi_http_req req;
     struct wi_err err;
@@ -193,6 +200,11 @@ static int start(struct wi_outbox *o, struct delivery *dl, const char *payload, 
         headers[nh++] = wid;
         headers[nh++] = wts;
         headers[nh++] = wsig;
+    }
+    if (dl->traced) { /* the delivery span's context: the destination's spans join the trace */
+        wi_traceparent_format(&dl->span, tp + strlen("traceparent: "));
+        headers[nh++] = tp;
+        dl->start_ns = wi_otlp_now_ns();
     }
     memset(&req, 0, sizeof req);
     req.url = ds->d->url;
@@ -275,6 +287,44 @@ static int claimable(const struct dstate *ds)
     return ds->maybe_due && room(ds) >= (a - ds->limit > 1 ? a - ds->limit : 1);
 }
 
+/* Makes dl a traced delivery, the child of the stored context tc[0..len) (left untraced when
+ * tc is not a valid one). */
+static void trace_delivery(struct delivery *dl, const char *tc, size_t len)
+{
+    struct wi_traceparent parent;
+
+    if (wi_traceparent_parse(tc, len, &parent) < 0 || wi_traceparent_child(&parent, &dl->span) < 0)
+        return;
+    memcpy(dl->parent_id, parent.span_id, sizeof dl->parent_id);
+    dl->traced = 1;
+}
+
+/* The webhook_inbox.effect span of a traced delivery whose answer was judged: outcome is
+ * what the save made of it (delivered, retry, quarantined, lease_lost). */
+static void effect_span(const struct wi_outbox *o, const struct delivery *dl, const struct wi_http_res *res,
+                        const char *outcome)
+{
+    struct wi_span s;
+
+    if (!dl->traced)
+        return;
+    memset(&s, 0, sizeof s);
+    s.name = "webhook_inbox.effect";
+    s.kind = WI_SPAN_CLIENT;
+    s.ctx = dl->span;
+    memcpy(s.parent_id, dl->parent_id, sizeof s.parent_id);
+    s.start_ns = dl->start_ns;
+    s.end_ns = dl->start_ns + (long long)((dl->finished - dl->started) * 1e9);
+    s.error = strcmp(outcome, "delivered") != 0;
+    s.attrs[s.nattrs++] = (struct wi_span_attr){"webhook_inbox.destination", o->ds[dl->dest].d->name, 0};
+    s.attrs[s.nattrs++] = (struct wi_span_attr){"webhook_inbox.operation_id", dl->operation_id, 0};
+    s.attrs[s.nattrs++] = (struct wi_span_attr){"webhook_inbox.result", outcome, 0};
+    s.attrs[s.nattrs++] = (struct wi_span_attr){"webhook_inbox.attempt", NULL, dl->attempts};
+    if (res->status)
+        s.attrs[s.nattrs++] = (struct wi_span_attr){"http.response.status_code", NULL, res->status};
+    wi_otlp_add(&s);
+}
+
 /* Claims up to room() effects of destination i, queues them and starts what the free slots
  * take. Returns how many were claimed, or -1 when the statement failed (*err). */
 static int claim(struct wi_outbox *o, int i, int max_attempts, struct wi_err *err)
@@ -312,6 +362,8 @@ static int claim(struct wi_outbox *o, int i, int max_attempts, struct wi_err *er
         qe->lease_end = lease_end;
         dl->dest = i;
         dl->attempts = atoi(PQgetvalue(res, r, 2));
+        if (wi_otlp_on() && !PQgetisnull(res, r, 3))
+            trace_delivery(dl, PQgetvalue(res, r, 3), (size_t)PQgetlength(res, r, 3));
         ds->nqueued++;
     }
     PQclear(res);
@@ -424,6 +476,7 @@ static int save_batch(struct wi_outbox *o, struct wi_http_res *done, int n, cons
             atomic_fetch_add(&n_lease_lost, 1);
             log_warnx("effect_lease_lost", "operation_id=%s destination=%s note=\"another sidecar owns it now; this "
                       "answer is not saved\"", id, dname);
+            effect_span(o, dl, res, "lease_lost");
             continue;
         }
         st = PQgetvalue(r, j, 1);
@@ -438,6 +491,7 @@ static int save_batch(struct wi_outbox *o, struct wi_http_res *done, int n, cons
                      "error=%s", id, dname, st, res->status, PQgetvalue(r, j, 2), (dl->finished - dl->started) * 1000,
                      PQgetisnull(r, j, 3) ? "" : " retry_in_ms=", PQgetisnull(r, j, 3) ? "" : PQgetvalue(r, j, 3),
                      WI_LOG_Q(v[i].error[0] ? v[i].error : "-"));
+        effect_span(o, dl, res, st);
     }
     PQclear(r);
     return m;

@@ -14,6 +14,7 @@
 #include "admin/outbox_admin.h"
 #include "core/log.h"
 #include "delivery/outbox.h"
+#include "observability/otlp.h"
 #include "pg/schema.h"
 
 static atomic_long counters[WI_M_COUNT];
@@ -415,6 +416,7 @@ static void horizon_gauges(FILE *out, const struct wi_metrics_gauges *g)
 
 void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
 {
+    long spans_exported, spans_dropped;
     int i, o;
 
     if (g) {
@@ -493,6 +495,12 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
     counter(out, "webhook_inbox_batch_handler_fallbacks_total",
             "Batch handler calls whose events the row handler ran instead, one by one: the batch handler deferred them or failed (a failure also logs server_warning)",
             wi_metrics_get(WI_M_BATCH_FALLBACKS));
+    wi_otlp_counts(&spans_exported, &spans_dropped);
+    counter(out, "webhook_inbox_trace_spans_exported_total",
+            "Trace spans sent to --otlp-endpoint (accepted with a 2xx)", spans_exported);
+    counter(out, "webhook_inbox_trace_spans_dropped_total",
+            "Trace spans dropped: the export queue was full (the claim loop never waits for it) or an export failed",
+            spans_dropped);
     counter(out, "webhook_inbox_reconnects_total", "Worker reconnections after a lost or failed connection",
             wi_metrics_get(WI_M_RECONNECTS));
     counter(out, "webhook_inbox_retention_deleted_total",
