@@ -18,6 +18,7 @@ class OtlpReceiver
     @requests = []
     @lock = Mutex.new
     @hang = hang
+    @release = Queue.new # a hanging handler waits on it until #stop
     @server = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: 0, Logger: WEBrick::Log.new(File::NULL), AccessLog: [])
     @server.mount_proc("/v1/traces") { |req, res| receive(req, res) }
     @thread = Thread.new { @server.start }
@@ -27,15 +28,20 @@ class OtlpReceiver
 
   def spans = @lock.synchronize { @spans.dup }
 
+  # Lets a hanging handler answer, stops the server, and ends WEBrick's timeout watcher: left
+  # watching a request that never finished, it deadlocked Ruby's exit (the process printed its
+  # summary and never exited).
   def stop
+    @release.close
     @server.shutdown
     @thread.join(5)
+    WEBrick::Utils::TimeoutHandler.terminate
   end
 
   private
 
   def receive(req, res)
-    sleep if @hang
+    @release.pop if @hang # until #stop (closed: nil)
     @lock.synchronize { @requests << req.content_type.to_s }
     body = req["Content-Encoding"] == "gzip" ? Zlib.gunzip(req.body) : req.body # the Ruby SDK's default
     got = req.content_type.to_s.start_with?("application/json") ? from_json(JSON.parse(body)) : from_protobuf(body)
