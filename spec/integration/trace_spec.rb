@@ -19,7 +19,7 @@ RSpec.describe "traces from receipt to effect", :sidecar do
   include SidecarHelper
   include ReceiverHelpers
 
-  SECRET = "whsec_trace_spec"
+  TRACE_SECRET = "whsec_trace_spec"
   PAYLOAD_MARK = "card_4242_SECRET_PAYLOAD"
 
   before(:all) do
@@ -37,7 +37,7 @@ RSpec.describe "traces from receipt to effect", :sidecar do
     @otlp = OtlpReceiver.new
     @scope = "stripe:#{SecureRandom.hex(6)}:live"
     # started here, not in an example: after(:all) sees only what before(:all) set
-    @puma = ReceiverHelpers.endpoint_puma(@db, scope: @scope, secret: SECRET, threads: "1:2", pool: 1,
+    @puma = ReceiverHelpers.endpoint_puma(@db, scope: @scope, secret: TRACE_SECRET, threads: "1:2", pool: 1,
                                           env: { "WI_OTEL" => "1", "OTEL_EXPORTER_OTLP_ENDPOINT" => @otlp.url,
                                                  "OTEL_TRACES_EXPORTER" => "otlp", "OTEL_BSP_SCHEDULE_DELAY" => "100" })
   end
@@ -54,7 +54,7 @@ RSpec.describe "traces from receipt to effect", :sidecar do
 
   def post_event(port, id)
     body = JSON.generate(id: id, type: "invoice.paid", data: { object: { id: "in_1", note: PAYLOAD_MARK } })
-    headers = WebhookInbox::Testing::Signing.headers(:stripe, body, secret: SECRET)
+    headers = WebhookInbox::Testing::Signing.headers(:stripe, body, secret: TRACE_SECRET)
     Net::HTTP.start("127.0.0.1", port) do |h|
       h.post("/webhooks/stripe", body, headers.merge("Content-Type" => "application/json"))
     end
@@ -107,7 +107,7 @@ RSpec.describe "traces from receipt to effect", :sidecar do
     expect(db.value("SELECT trace_context FROM webhook_inbox_outbox WHERE operation_id = 'receipt:evt_traced_1'")).to eq(stored)
     # never a payload, a header or a secret
     spans.each do |s|
-      s[:attributes].each_value { |v| expect(v.to_s).not_to include(PAYLOAD_MARK, SECRET, "whsec", "v1=") }
+      s[:attributes].each_value { |v| expect(v.to_s).not_to include(PAYLOAD_MARK, TRACE_SECRET, "whsec", "v1=") }
     end
     expect(@otlp.requests).to include(start_with("application/json"), start_with("application/x-protobuf"))
   end

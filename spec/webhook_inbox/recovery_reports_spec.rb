@@ -29,7 +29,7 @@ RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
   include ForkedRubyWorker
   include StubbedRails
 
-  STRIPE_KEY = "sk_test_recovery_#{SecureRandom.hex(8)}".freeze
+  RECOVERY_STRIPE_KEY = "sk_test_recovery_#{SecureRandom.hex(8)}".freeze
   KEYS = %i[provider scope event_id event_type how].freeze
 
   before(:all) do
@@ -45,7 +45,7 @@ RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
 
   around do |example|
     @dir = Dir.mktmpdir("recovery_reports")
-    @api = FakeProviderApis.new(stripe_key: STRIPE_KEY)
+    @api = FakeProviderApis.new(stripe_key: RECOVERY_STRIPE_KEY)
     db.reset!
     db.psql("TRUNCATE webhook_inbox_recovery_reports, webhook_inbox_error_reports, webhook_inbox_reconcile_cursors")
     example.run
@@ -84,7 +84,7 @@ RSpec.describe WebhookInbox::Handlers::RecoveryReports, :sidecar do
                        "data" => { "object" => { "id" => "in_secret_#{i}", "amount_paid" => 4242 } } })
       id
     end
-    env = { "WEBHOOK_INBOX_TEST_STRIPE_API" => @api.url, "WEBHOOK_INBOX_BILLING_API_KEY" => STRIPE_KEY }
+    env = { "WEBHOOK_INBOX_TEST_STRIPE_API" => @api.url, "WEBHOOK_INBOX_BILLING_API_KEY" => RECOVERY_STRIPE_KEY }
     status, out, err = sidecar("reconcile", "--database-url", db.url, "--endpoint", "billing=stripe:#{scope}",
                                "--endpoint", "billing", "--since", "72h", env: env)
     expect(status.exitstatus).to eq(0), err
