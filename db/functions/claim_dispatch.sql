@@ -290,7 +290,8 @@ DECLARE
 BEGIN
     PERFORM set_config('webhook_inbox.source_scope', ev.source_scope, true),
             set_config('webhook_inbox.source_event_id', ev.event_id, true),
-            set_config('webhook_inbox.trace_context', coalesce(ev.trace_context, ''), true); -- v30
+            set_config('webhook_inbox.trace_context', coalesce(webhook_inbox_handle_trace_context(
+                ev.trace_context, ev.source_scope, ev.event_id, ev.attempts), ''), true); -- v30
     EXECUTE format('SELECT %s($1)', p_handler) INTO outcome USING ev;
     PERFORM set_config('webhook_inbox.source_scope', '', true),
             set_config('webhook_inbox.source_event_id', '', true),
@@ -1001,7 +1002,8 @@ BEGIN
                     -- 006's webhook_inbox_run_handler without its savepoint: a raise leaves the loop.
                     PERFORM set_config('webhook_inbox.source_scope', evs[i].source_scope, true),
                             set_config('webhook_inbox.source_event_id', evs[i].event_id, true),
-                            set_config('webhook_inbox.trace_context', coalesce(evs[i].trace_context, ''), true);
+                            set_config('webhook_inbox.trace_context', coalesce(webhook_inbox_handle_trace_context(
+                                evs[i].trace_context, evs[i].source_scope, evs[i].event_id, evs[i].attempts), ''), true);
                     EXECUTE calls[k[i]] INTO outcome USING evs[i];
                     r_detail[i] := coalesce(outcome, 'done');
                 ELSE

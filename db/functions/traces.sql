@@ -16,3 +16,23 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 COMMENT ON FUNCTION webhook_inbox_trace_context(text) IS
     'The value when it is a valid version-00 W3C traceparent (55 characters), else NULL: what the inbox and outbox store as trace_context.';
+
+-- The context a handler runs under, so its effects are children of its handle span, not of the
+-- receipt: the receipt's trace id and flags, a span id that the sidecar derives alike in C
+-- (sidecar/src/observability/traceparent.c, wi_traceparent_handle): the first 8 bytes of
+-- SHA-256 over "<receipt span id hex>:<octets of scope>:<scope><event id>:<attempts before
+-- this run>" (the scope's length keeps scope and id apart; an all-zero id becomes ...01). The
+-- same event and attempt give the same span wherever the batch runs (one node or a Citus
+-- worker), so no id travels back from the database. NULL when the receipt stored none.
+CREATE OR REPLACE FUNCTION webhook_inbox_handle_trace_context(
+        p_receipt text, p_scope text, p_event_id text, p_attempts integer) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT left(p_receipt, 36)
+           || coalesce(nullif(left(encode(sha256(convert_to(
+                  substr(p_receipt, 37, 16) || ':' || octet_length(p_scope) || ':' || p_scope
+                  || p_event_id || ':' || p_attempts, 'UTF8')), 'hex'), 16), '0000000000000000'),
+                       '0000000000000001')
+           || substr(p_receipt, 53)
+$$;
+COMMENT ON FUNCTION webhook_inbox_handle_trace_context(text, text, text, integer) IS
+    'The traceparent of the sidecar''s webhook_inbox.handle span for this event and attempt (child of the receipt context p_receipt, its span id derived from receipt span, scope, event id and attempts; NULL when p_receipt is NULL): what the dispatch sets as webhook_inbox.trace_context, so effects are the handle span''s children.';

@@ -1,5 +1,5 @@
 /* test_traceparent.c - the W3C traceparent parser (observability/traceparent.c): what it keeps,
- * what it refuses, every truncation, and a child's new span id. */
+ * what it refuses, every truncation, a child's new span id and a handle span's derived one. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,5 +60,23 @@ int main(void)
     CHECK(memcmp(child.span_id, tp.span_id, 8) != 0);
     wi_traceparent_format(&child, out);
     CHECK(parses(out));
+
+    /* the handle span: derived, the same vector db/functions/traces.sql's
+     * webhook_inbox_handle_trace_context() gives (spec/integration/trace_context_spec.rb) */
+    CHECK(wi_traceparent_handle(&tp, "stripe:acct_1:live", "evt_1", 2, &child) == 0);
+    wi_traceparent_format(&child, out);
+    CHECK(strcmp(out, "00-0af7651916cd43dd8448eb211c80319c-428e77060a7f45fe-01") == 0);
+    CHECK(wi_traceparent_handle(&tp, "s", "\xc3\xa9", 0, &child) == 0);
+    wi_traceparent_format(&child, out);
+    CHECK(strcmp(out, "00-0af7651916cd43dd8448eb211c80319c-873418cc503b05ef-01") == 0);
+    /* another attempt, another span; the scope/id boundary counts */
+    CHECK(wi_traceparent_handle(&tp, "stripe:acct_1:live", "evt_1", 3, &child) == 0);
+    wi_traceparent_format(&child, out);
+    CHECK(strcmp(out + 36, "428e77060a7f45fe-01") != 0);
+    {
+        struct wi_traceparent a, b;
+        CHECK(wi_traceparent_handle(&tp, "ab", "c", 0, &a) == 0 && wi_traceparent_handle(&tp, "a", "bc", 0, &b) == 0);
+        CHECK(memcmp(a.span_id, b.span_id, 8) != 0);
+    }
     DONE("test_traceparent");
 }

@@ -129,6 +129,20 @@ RSpec.describe "trace_context (schema v30)" do
       .to eq("t|t\n")
   end
 
+  # The sidecar derives the handle span's id in C (sidecar/test/test_traceparent.c holds the same
+  # two vectors); the dispatch hands this context to SQL handlers, so their effects are its children.
+  it "derives the handler's context from the receipt's, event and attempt (the sidecar's handle span)" do
+    derived = lambda do |scope, id, attempts, receipt = VALID|
+      @pg.psql("SELECT coalesce(webhook_inbox_handle_trace_context(#{receipt ? "'#{receipt}'" : 'NULL'}, " \
+               "'#{scope}', '#{id}', #{attempts}), 'NULL')").strip
+    end
+    expect(derived.call("stripe:acct_1:live", "evt_1", 2)).to eq("00-0af7651916cd43dd8448eb211c80319c-428e77060a7f45fe-01")
+    expect(derived.call("s", "\u00e9", 0)).to eq("00-0af7651916cd43dd8448eb211c80319c-873418cc503b05ef-01")
+    expect(derived.call("stripe:acct_1:live", "evt_1", 3)).not_to eq(derived.call("stripe:acct_1:live", "evt_1", 2))
+    expect(derived.call("ab", "c", 0)).not_to eq(derived.call("a", "bc", 0))
+    expect(derived.call("s", "e", 0, nil)).to eq("NULL")
+  end
+
   it "stores the Receiver's webhook_inbox.receive span as the context, with the span's attributes (a real SDK)" do
     scope = unique_scope("stripe")
     url = @pg.url

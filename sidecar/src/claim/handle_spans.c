@@ -1,4 +1,5 @@
-/* handle_spans.c - the handled events' spans: their receipt contexts read, a child span each. */
+/* handle_spans.c - the handled events' spans: their receipt contexts read, a child span each
+ * with the id the dispatch derived for the handler's effects. */
 #define _POSIX_C_SOURCE 200809L
 #include "claim/handle_spans.h"
 
@@ -35,7 +36,8 @@ static void add_span(const struct wi_event *e, const struct wi_traceparent *pare
     struct wi_span s;
 
     memset(&s, 0, sizeof s);
-    if (wi_traceparent_child(parent, &s.ctx) < 0)
+    /* the span the dispatch named as the handler's context (its effects' parent) */
+    if (wi_traceparent_handle(parent, e->scope, e->event_id, e->attempts, &s.ctx) < 0)
         return;
     memcpy(s.parent_id, parent->span_id, sizeof s.parent_id);
     s.name = "webhook_inbox.handle";

@@ -1,8 +1,10 @@
-/* traceparent.c - the W3C traceparent (version 00): parse, print, a child's new span id. */
+/* traceparent.c - the W3C traceparent (version 00): parse, print, a child's new or derived span id. */
 #include "observability/traceparent.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 static int hexval(char c)
@@ -77,5 +79,34 @@ int wi_traceparent_child(const struct wi_traceparent *parent, struct wi_tracepar
         if (RAND_bytes(child->span_id, (int)sizeof child->span_id) != 1)
             return -1;
     } while (all_zero(child->span_id, sizeof child->span_id));
+    return 0;
+}
+
+int wi_traceparent_handle(const struct wi_traceparent *receipt, const char *scope, const char *event_id, int attempts,
+                          struct wi_traceparent *handle)
+{
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    char span[17], head[64], tail[16];
+    unsigned int dlen = 0;
+    EVP_MD_CTX *md;
+    int n, ok;
+
+    wi_traceparent_hex(receipt->span_id, sizeof receipt->span_id, span);
+    n = snprintf(head, sizeof head, "%s:%zu:", span, strlen(scope));
+    if (n < 0 || (size_t)n >= sizeof head || !(md = EVP_MD_CTX_new()))
+        return -1;
+    snprintf(tail, sizeof tail, ":%d", attempts);
+    ok = EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 && EVP_DigestUpdate(md, head, (size_t)n) == 1 &&
+         EVP_DigestUpdate(md, scope, strlen(scope)) == 1 && EVP_DigestUpdate(md, event_id, strlen(event_id)) == 1 &&
+         EVP_DigestUpdate(md, tail, strlen(tail)) == 1 && EVP_DigestFinal_ex(md, digest, &dlen) == 1 &&
+         dlen >= sizeof handle->span_id;
+    EVP_MD_CTX_free(md);
+    if (!ok)
+        return -1;
+    memcpy(handle->trace_id, receipt->trace_id, sizeof handle->trace_id);
+    handle->flags = receipt->flags;
+    memcpy(handle->span_id, digest, sizeof handle->span_id);
+    if (all_zero(handle->span_id, sizeof handle->span_id))
+        handle->span_id[sizeof handle->span_id - 1] = 1;
     return 0;
 }

@@ -31,4 +31,13 @@ void wi_traceparent_hex(const unsigned char *bytes, size_t n, char *out);
  * never all zeros). Returns 0, or -1 when the random generator failed. */
 int wi_traceparent_child(const struct wi_traceparent *parent, struct wi_traceparent *child);
 
+/* The span a handler run has under receipt, the same in every process and on every node:
+ * receipt's trace id and flags, a span id of the first 8 bytes of SHA-256 (OpenSSL) over
+ * "<receipt span id hex>:<strlen(scope)>:<scope><event_id>:<attempts>" (all zeros -> ...01).
+ * db/functions/traces.sql's webhook_inbox_handle_trace_context() derives the same, and the
+ * dispatch hands it to the handler, so the handler's effects are this span's children.
+ * attempts: the event's attempts before this run. Returns 0, or -1 when OpenSSL failed. */
+int wi_traceparent_handle(const struct wi_traceparent *receipt, const char *scope, const char *event_id, int attempts,
+                          struct wi_traceparent *handle);
+
 #endif
