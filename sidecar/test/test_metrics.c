@@ -1,7 +1,7 @@
 /* test_metrics.c - the Prometheus rendering of the process counters: label values escaped,
  * at most WI_METRICS_MAX_TYPES event types then "other", histograms cumulative with
  * le="+Inf" equal to _count, the inbox and outbox gauges only when they were read, the
- * deliverer's counters, and the reconcile walks per endpoint. */
+ * deliverer's counters per destination, and the reconcile walks per endpoint. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,11 +73,11 @@ int main(void)
     CHECK(strstr(out, "webhook_inbox_stats_up 1\n") != NULL);
 
     /* The outbox: per destination gauges only when read, label values escaped; the
-     * deliverer's counters always (zero here: no deliverer ran). */
+     * deliverer's counters' HELP and TYPE always (no series here: no deliverer ran). */
     CHECK(strstr(out, "webhook_inbox_effects_stats_up 0\n") != NULL);
     CHECK(strstr(out, "webhook_inbox_effects_pending") == NULL);
-    CHECK(strstr(out, "webhook_inbox_effects_total{outcome=\"delivered\"} 0\n") != NULL);
-    CHECK(strstr(out, "webhook_inbox_effects_total{outcome=\"lease_lost\"} 0\n") != NULL);
+    CHECK(strstr(out, "# TYPE webhook_inbox_effects_total counter\n") != NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_total{") == NULL);
     free(out);
     g.outbox_valid = 1;
     g.ndests = 2;
@@ -146,12 +146,43 @@ int main(void)
     CHECK(strstr(out, "bad") == NULL);
     free(out);
 
+    /* Deliveries per destination: a declared destination at 0 for every outcome; past
+     * WI_METRICS_MAX_DESTS, or a name that cannot be a label, "other" (shown once it counted). */
+    wi_metrics_effect_destination("app_kyc");
+    wi_metrics_effect_destination("app_kyc");
+    wi_metrics_effect("app_kyc", WI_M_EF_DELIVERED);
+    wi_metrics_effect("app_kyc", WI_M_EF_DELIVERED);
+    wi_metrics_effect("app_kyc", WI_M_EF_RETRY);
+    wi_metrics_effect("mailer", WI_M_EF_QUARANTINED);
+    wi_metrics_effect("app_kyc", WI_M_EF_RESULTS); /* not an outcome: ignored */
+    out = render(NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_total{destination=\"app_kyc\",outcome=\"delivered\"} 2\n"
+                      "webhook_inbox_effects_total{destination=\"app_kyc\",outcome=\"retry\"} 1\n"
+                      "webhook_inbox_effects_total{destination=\"app_kyc\",outcome=\"quarantined\"} 0\n"
+                      "webhook_inbox_effects_total{destination=\"app_kyc\",outcome=\"lease_lost\"} 0\n") != NULL);
+    CHECK(strstr(out, "{destination=\"mailer\",outcome=\"quarantined\"} 1\n") != NULL);
+    CHECK(count(out, "destination=\"app_kyc\",outcome") == 4);
+    CHECK(strstr(out, "destination=\"other\"") == NULL);
+    free(out);
+    for (i = 0; i < WI_METRICS_MAX_DESTS; i++) {
+        snprintf(type, sizeof type, "d%d", i);
+        wi_metrics_effect(type, WI_M_EF_DELIVERED);
+    }
+    wi_metrics_effect("Bad Name\n", WI_M_EF_LEASE_LOST);
+    out = render(NULL);
+    CHECK(strstr(out, "{destination=\"d97\",outcome=\"delivered\"} 1\n") != NULL); /* app_kyc, mailer, d0..d97 */
+    CHECK(strstr(out, "destination=\"d98\"") == NULL);
+    CHECK(strstr(out, "{destination=\"other\",outcome=\"delivered\"} 2\n") != NULL);
+    CHECK(strstr(out, "{destination=\"other\",outcome=\"lease_lost\"} 1\n") != NULL);
+    CHECK(strstr(out, "Bad") == NULL);
+    free(out);
+
     wi_metrics_reset();
     out = render(NULL);
+    CHECK(strstr(out, "webhook_inbox_effects_total{") == NULL);
     CHECK(strstr(out, "webhook_inbox_reconcile_walks_total{") == NULL);
     CHECK(strstr(out, "webhook_inbox_stats_up") == NULL);
     CHECK(strstr(out, "webhook_inbox_effects_stats_up") == NULL);
-    CHECK(strstr(out, "webhook_inbox_effects_total{outcome=\"retry\"} 0\n") != NULL);
     CHECK(strstr(out, "event_type=") == NULL);
     CHECK(strstr(out, "webhook_inbox_receipt_to_done_seconds_count 0\n") != NULL);
     free(out);

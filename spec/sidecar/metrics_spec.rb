@@ -117,7 +117,7 @@ RSpec.describe "webhook-inbox-sidecar /metrics", :sidecar do
       fams = wait_for(20, 0.3, "effects settled and read") do
         f = scrape(host, port)
         f if PrometheusText.value(f, "webhook_inbox_effects_quarantined", { "destination" => "beta" }) == 1.0 &&
-             PrometheusText.value(f, "webhook_inbox_effects_total", { "outcome" => "delivered" }) == 1.0
+             PrometheusText.value(f, "webhook_inbox_effects_total", { "destination" => "alpha", "outcome" => "delivered" }) == 1.0
       end
       { "webhook_inbox_effects_stats_up" => "gauge", "webhook_inbox_effects_pending" => "gauge",
         "webhook_inbox_effects_oldest_pending_age_seconds" => "gauge", "webhook_inbox_effects_quarantined" => "gauge",
@@ -134,9 +134,14 @@ RSpec.describe "webhook-inbox-sidecar /metrics", :sidecar do
       %w[webhook_inbox_effects_pending webhook_inbox_effects_quarantined].each do |name|
         expect(v.call(name, { "destination" => "delta" })).to eq(0)
       end
-      %w[retry quarantined lease_lost].each do |outcome|
-        expect(v.call("webhook_inbox_effects_total", { "outcome" => outcome })).to eq(outcome == "quarantined" ? 1 : 0)
+      # the deliverer's outcomes per configured destination (each at 0 until it counts)
+      { "alpha" => "delivered", "beta" => "quarantined", "delta" => nil }.each do |dest, counted|
+        %w[delivered retry quarantined lease_lost].each do |outcome|
+          expect(v.call("webhook_inbox_effects_total", { "destination" => dest, "outcome" => outcome }))
+            .to eq(outcome == counted ? 1 : 0), "#{dest} #{outcome}"
+        end
       end
+      expect(v.call("webhook_inbox_effects_total", { "destination" => "gamma", "outcome" => "delivered" })).to be_nil
       expect(get(host, port).body).not_to include("op_") # no operation id in labels
     end
 

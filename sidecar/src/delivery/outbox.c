@@ -26,6 +26,7 @@
 #include "delivery/destination.h"
 #include "delivery/http_client.h"
 #include "hmac.h"
+#include "observability/metrics.h"
 #include "observability/otlp.h"
 #include "pg/pgarray.h"
 #include "pg/schema.h"
@@ -474,18 +475,23 @@ static int save_batch(struct wi_outbox *o, struct wi_http_res *done, int n, cons
         wi_log_quote(id, sizeof id, dl->operation_id, 120);
         if (j < 0 || PQgetisnull(r, j, 1)) {
             atomic_fetch_add(&n_lease_lost, 1);
+            wi_metrics_effect(dname, WI_M_EF_LEASE_LOST);
             log_warnx("effect_lease_lost", "operation_id=%s destination=%s note=\"another sidecar owns it now; this "
                       "answer is not saved\"", id, dname);
             effect_span(o, dl, res, "lease_lost");
             continue;
         }
         st = PQgetvalue(r, j, 1);
-        if (!strcmp(st, "delivered"))
+        if (!strcmp(st, "delivered")) {
             atomic_fetch_add(&n_delivered, 1);
-        else if (!strcmp(st, "quarantined"))
+            wi_metrics_effect(dname, WI_M_EF_DELIVERED);
+        } else if (!strcmp(st, "quarantined")) {
             atomic_fetch_add(&n_quarantined, 1);
-        else
+            wi_metrics_effect(dname, WI_M_EF_QUARANTINED);
+        } else {
             atomic_fetch_add(&n_retry, 1);
+            wi_metrics_effect(dname, WI_M_EF_RETRY);
+        }
         if (k->log_events || strcmp(st, "delivered"))
             log_info("effect", "operation_id=%s destination=%s outcome=%s status=%ld attempts=%s latency_ms=%.1f%s%s "
                      "error=%s", id, dname, st, res->status, PQgetvalue(r, j, 2), (dl->finished - dl->started) * 1000,
@@ -859,6 +865,7 @@ static int setup(struct wi_outbox *o, struct wi_err *err)
         double timeout = d->timeout > 0 ? d->timeout : cfg->destination_timeout;
         double lease = cfg->destination_lease > timeout + 1 ? cfg->destination_lease : timeout + 1;
         ds->d = d;
+        wi_metrics_effect_destination(d->name);
         ds->limit = d->concurrency > 0 ? d->concurrency : cfg->destination_concurrency;
         ds->timeout_ms = (long)llround(timeout * 1000);
         ds->connect_ms = (long)llround((d->connect_timeout > 0 ? d->connect_timeout : cfg->destination_connect_timeout) * 1000);
@@ -937,12 +944,4 @@ void wi_outbox_join(struct wi_outbox *o)
         return;
     pthread_join(o->thread, NULL);
     outbox_free(o);
-}
-
-void wi_outbox_counts(struct wi_outbox_counts *c)
-{
-    c->delivered = atomic_load(&n_delivered);
-    c->retry = atomic_load(&n_retry);
-    c->quarantined = atomic_load(&n_quarantined);
-    c->lease_lost = atomic_load(&n_lease_lost);
 }

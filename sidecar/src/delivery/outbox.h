@@ -21,17 +21,6 @@ struct wi_outbox *wi_outbox_start(struct wi_runtime *rt);
 /* Waits for the deliverer to end and frees it; accepts NULL. */
 void wi_outbox_join(struct wi_outbox *o);
 
-/* What this process's deliverer has saved since start (the same numbers as its exit line). */
-struct wi_outbox_counts {
-    long delivered;   /* 2xx saved */
-    long retry;       /* a failure saved as pending again */
-    long quarantined; /* a 4xx, or max attempts */
-    long lease_lost;  /* an answer not saved: the lease had passed to another sidecar */
-};
-
-/* Fills *c; thread-safe (each counter is read atomically, not the four at one instant). */
-void wi_outbox_counts(struct wi_outbox_counts *c);
-
 /* A copy of the JSON-unsafe or non-UTF-8 bytes of s[0..n) replaced by '?' is written in place
  * (NUL and invalid or overlong UTF-8 sequences): an answer body becomes valid text for a
  * text parameter. */

@@ -13,7 +13,6 @@
 #include "admin/flow_admin.h"
 #include "admin/outbox_admin.h"
 #include "core/log.h"
-#include "delivery/outbox.h"
 #include "observability/otlp.h"
 #include "pg/schema.h"
 
@@ -52,14 +51,26 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct type_row rows[WI_METRICS_MAX_TYPES + 1];
 static int nrows;
 static short slots[SLOTS]; /* row index + 1; 0 = empty */
+/* Label values an operator configures ([a-z][a-z0-9_]{0,62}: reconcile endpoints, effect
+ * destinations): the first max names get a row of their own, in order; any later or unusable
+ * name counts in row max, "other". */
+struct names {
+    char (*v)[64];
+    int n, max;
+};
+
 /* Reconcile counters per endpoint; the row at WI_METRICS_MAX_ENDPOINTS is "other". */
 struct rc_row {
-    char name[64];                   /* "" for "other" */
     unsigned long walks[WI_M_RC_RESULTS];
     unsigned long recovered;
 };
+static char rc_name_v[WI_METRICS_MAX_ENDPOINTS][64];
+static struct names rc_names = {rc_name_v, 0, WI_METRICS_MAX_ENDPOINTS};
 static struct rc_row rc_rows[WI_METRICS_MAX_ENDPOINTS + 1];
-static int nrc;
+/* The deliverer's outcomes per destination; the row at WI_METRICS_MAX_DESTS is "other". */
+static char ef_name_v[WI_METRICS_MAX_DESTS][64];
+static struct names ef_names = {ef_name_v, 0, WI_METRICS_MAX_DESTS};
+static unsigned long ef_rows[WI_METRICS_MAX_DESTS + 1][WI_M_EF_RESULTS];
 static struct hist h_handler = {handler_le, (int)(sizeof handler_le / sizeof handler_le[0]), {0}, 0};
 static struct hist h_batch = {batch_le, (int)(sizeof batch_le / sizeof batch_le[0]), {0}, 0};
 static struct hist h_receipt = {receipt_le, (int)(sizeof receipt_le / sizeof receipt_le[0]), {0}, 0};
@@ -154,27 +165,32 @@ void wi_metrics_event(const char *event_type, const char *result, double receipt
     pthread_mutex_unlock(&mu);
 }
 
-/* The row counting endpoint: its own, a new one while there is room, else "other". Under mu. */
-static struct rc_row *rc_row_for(const char *endpoint)
+/* The row counting name in t: its own, a new one while there is room, else t->max ("other"). Under mu. */
+static int name_row(struct names *t, const char *name)
 {
     int i;
 
-    if (!endpoint || !*endpoint || strlen(endpoint) >= sizeof rc_rows[0].name || !labelable(endpoint) ||
-        !strcmp(endpoint, "other"))
-        return &rc_rows[WI_METRICS_MAX_ENDPOINTS];
-    for (i = 0; i < nrc; i++)
-        if (!strcmp(rc_rows[i].name, endpoint))
-            return &rc_rows[i];
-    if (nrc >= WI_METRICS_MAX_ENDPOINTS)
-        return &rc_rows[WI_METRICS_MAX_ENDPOINTS];
-    strcpy(rc_rows[nrc].name, endpoint);
-    return &rc_rows[nrc++];
+    if (!name || !*name || strlen(name) >= sizeof t->v[0] || !labelable(name) || !strcmp(name, "other"))
+        return t->max;
+    for (i = 0; i < t->n; i++)
+        if (!strcmp(t->v[i], name))
+            return i;
+    if (t->n >= t->max)
+        return t->max;
+    strcpy(t->v[t->n], name);
+    return t->n++;
+}
+
+/* Row i's label value in t. */
+static const char *name_of(const struct names *t, int i)
+{
+    return i < t->max ? t->v[i] : "other";
 }
 
 void wi_metrics_reconcile_endpoint(const char *endpoint)
 {
     pthread_mutex_lock(&mu);
-    (void)rc_row_for(endpoint);
+    (void)name_row(&rc_names, endpoint);
     pthread_mutex_unlock(&mu);
 }
 
@@ -185,10 +201,26 @@ void wi_metrics_reconcile(const char *endpoint, int result, long recovered)
     if (result < 0 || result >= WI_M_RC_RESULTS)
         return;
     pthread_mutex_lock(&mu);
-    r = rc_row_for(endpoint);
+    r = &rc_rows[name_row(&rc_names, endpoint)];
     r->walks[result]++;
     if (recovered > 0)
         r->recovered += (unsigned long)recovered;
+    pthread_mutex_unlock(&mu);
+}
+
+void wi_metrics_effect_destination(const char *destination)
+{
+    pthread_mutex_lock(&mu);
+    (void)name_row(&ef_names, destination);
+    pthread_mutex_unlock(&mu);
+}
+
+void wi_metrics_effect(const char *destination, int outcome)
+{
+    if (outcome < 0 || outcome >= WI_M_EF_RESULTS)
+        return;
+    pthread_mutex_lock(&mu);
+    ef_rows[name_row(&ef_names, destination)][outcome]++;
     pthread_mutex_unlock(&mu);
 }
 
@@ -213,7 +245,9 @@ void wi_metrics_reset(void)
     nrows = 0;
     memset(slots, 0, sizeof slots);
     memset(rc_rows, 0, sizeof rc_rows);
-    nrc = 0;
+    rc_names.n = 0;
+    memset(ef_rows, 0, sizeof ef_rows);
+    ef_names.n = 0;
     memset(h_handler.counts, 0, sizeof h_handler.counts);
     memset(h_batch.counts, 0, sizeof h_batch.counts);
     memset(h_receipt.counts, 0, sizeof h_receipt.counts);
@@ -336,7 +370,7 @@ static void flow_gauges(FILE *out, const struct wi_metrics_gauges *g)
 static int rc_shown(int i)
 {
     const struct rc_row *r = &rc_rows[i];
-    return i < WI_METRICS_MAX_ENDPOINTS ? i < nrc : (r->walks[0] | r->walks[1] | r->walks[2]) != 0;
+    return i < WI_METRICS_MAX_ENDPOINTS ? i < rc_names.n : (r->walks[0] | r->walks[1] | r->walks[2]) != 0;
 }
 
 /* The scheduled reconcile walks per endpoint (HELP and TYPE even without endpoints); the
@@ -355,7 +389,7 @@ static void reconcile_counters(FILE *out)
             continue;
         for (k = 0; k < WI_M_RC_RESULTS; k++) {
             fputs("webhook_inbox_reconcile_walks_total{endpoint=\"", out);
-            wi_metrics_write_label(out, i < WI_METRICS_MAX_ENDPOINTS ? r->name : "other");
+            wi_metrics_write_label(out, name_of(&rc_names, i));
             fprintf(out, "\",result=\"%s\"} %lu\n", results[k], r->walks[k]);
         }
     }
@@ -367,29 +401,32 @@ static void reconcile_counters(FILE *out)
         if (!rc_shown(i))
             continue;
         fputs("webhook_inbox_reconcile_recovered_total{endpoint=\"", out);
-        wi_metrics_write_label(out, i < WI_METRICS_MAX_ENDPOINTS ? r->name : "other");
+        wi_metrics_write_label(out, name_of(&rc_names, i));
         fprintf(out, "\"} %lu\n", r->recovered);
     }
 }
 
-/* The deliverer's outcomes in this process. */
+/* The deliverer's outcomes in this process per destination (HELP and TYPE even without
+ * destinations); the "other" row only once it counted something. Under mu. */
 static void effect_counters(FILE *out)
 {
-    struct wi_outbox_counts c;
-    const char *const names[] = {"delivered", "retry", "quarantined", "lease_lost"};
-    long v[4];
-    int i;
+    const char *const outcomes[WI_M_EF_RESULTS] = {"delivered", "retry", "quarantined", "lease_lost"};
+    int i, k;
 
-    wi_outbox_counts(&c);
-    v[0] = c.delivered;
-    v[1] = c.retry;
-    v[2] = c.quarantined;
-    v[3] = c.lease_lost;
     head(out, "webhook_inbox_effects_total", "counter",
-         "Outbox deliveries saved by this process, by outcome: delivered (2xx), retry (pending again), quarantined "
-         "(4xx or max attempts), lease_lost (the answer came after the lease passed to another sidecar: not saved)");
-    for (i = 0; i < 4; i++)
-        fprintf(out, "webhook_inbox_effects_total{outcome=\"%s\"} %ld\n", names[i], v[i]);
+         "Outbox deliveries saved by this process, by destination and outcome: delivered (2xx), retry (pending "
+         "again), quarantined (4xx or max attempts), lease_lost (the answer came after the lease passed to another "
+         "sidecar: not saved)");
+    for (i = 0; i <= WI_METRICS_MAX_DESTS; i++) {
+        if (i < WI_METRICS_MAX_DESTS ? i >= ef_names.n
+                                      : !(ef_rows[i][0] | ef_rows[i][1] | ef_rows[i][2] | ef_rows[i][3]))
+            continue;
+        for (k = 0; k < WI_M_EF_RESULTS; k++) {
+            fputs("webhook_inbox_effects_total{destination=\"", out);
+            wi_metrics_write_label(out, name_of(&ef_names, i));
+            fprintf(out, "\",outcome=\"%s\"} %lu\n", outcomes[k], ef_rows[i][k]);
+        }
+    }
 }
 
 /* The cleanup horizon (exporter.c's read_horizon): what keeps VACUUM from removing the row
@@ -474,6 +511,7 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
               "the worker's time for that run's transaction (an upper bound by at most one batch)",
               &h_receipt);
     reconcile_counters(out);
+    effect_counters(out);
     pthread_mutex_unlock(&mu);
 
     counter(out, "webhook_inbox_unrouted_waits_total",
@@ -508,7 +546,6 @@ void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g)
     counter(out, "webhook_inbox_retention_effects_deleted_total",
             "Delivered outbox effects deleted by the scheduled retention (--retain) run by this process",
             wi_metrics_get(WI_M_PRUNED_EFFECTS));
-    effect_counters(out);
 }
 
 void wi_metrics_log_summary(void)

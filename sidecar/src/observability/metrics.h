@@ -65,8 +65,23 @@ void wi_metrics_reconcile_endpoint(const char *endpoint);
 void wi_metrics_reconcile(const char *endpoint, int result, long recovered);
 
 /* At most this many destinations get outbox gauges (the first by name; the exporter logs
- * when there are more). */
+ * when there are more), and delivery counters (the first configured; later ones count as
+ * "other"). */
 #define WI_METRICS_MAX_DESTS 100
+
+/* The deliverer's outcomes (webhook_inbox_effects_total{destination, outcome}). */
+enum { WI_M_EF_DELIVERED, /* a 2xx saved */
+       WI_M_EF_RETRY,     /* a failure saved as pending again */
+       WI_M_EF_QUARANTINED, /* a 4xx, or max attempts */
+       WI_M_EF_LEASE_LOST,  /* an answer not saved: the lease had passed to another sidecar */
+       WI_M_EF_RESULTS };
+
+/* Declares destination's counters at 0 (so the first delivery is an increase, not a new
+ * series). Thread-safe; copies destination. */
+void wi_metrics_effect_destination(const char *destination);
+
+/* Counts one saved delivery (or lost lease) to destination with outcome WI_M_EF_*. Thread-safe. */
+void wi_metrics_effect(const char *destination, int outcome);
 
 /* One destination's row of webhook_inbox_outbox_stats(). */
 struct wi_metrics_dest {
@@ -112,8 +127,7 @@ struct wi_metrics_gauges {
 };
 
 /* Writes every metric in Prometheus text format 0.0.4 (HELP and TYPE lines, then samples)
- * to out, with the gauges g (NULL: no database gauges), and the deliverer's counters
- * (wi_outbox_counts(): zero in a process that delivers nothing). Thread-safe. */
+ * to out, with the gauges g (NULL: no database gauges). Thread-safe. */
 void wi_metrics_render(FILE *out, const struct wi_metrics_gauges *g);
 
 /* Writes v as a Prometheus label value (without the quotes): \\, \" and \n escaped. */
