@@ -21,6 +21,7 @@
 #include <libpq-fe.h>
 
 #define STMT_NAME "wi_inbox_insert"
+#define READ_STMT_NAME "wi_inbox_insert_read"
 #define BATCH_STMT_NAME "wi_inbox_insert_batch"
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
@@ -82,6 +83,17 @@
     "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, NULL, NULL, now(), " TRACE_SQL("$9") ")"
 #define ROW_SQL_NO_ORDER "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8)"
 #define ROW_SQL_NO_HEADERS "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ")"
+/* The one row whose ordering C decided whole (unordered, raw, or key and time read: $9 and
+ * $10 NULL; what ROW_SQL stores then, without naming the ordering functions). Citus folds a
+ * statement's expressions on the coordinator at every execution and, with them, inlines the
+ * SQL function webhook_inbox_ordering_time again each time (a parse and analysis of its body:
+ * about a quarter of the coordinator's CPU per receipt, perf). $9 and $10 stay declared. */
+#define READ_AT "CASE WHEN $11 IS NOT NULL THEN coalesce(to_timestamp($12::float8), now()) END"
+#define ROW_SQL_READ_FIELDS                                                                    \
+    "$1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, $11, " READ_AT ", least(now(), " READ_AT ")"
+static const char INSERT_SQL_READ_TRACED[] =
+    INSERT_SQL_HEAD TRACE_COLS " VALUES (" ROW_SQL_READ_FIELDS ", " TRACE_SQL("$13") ")" ON_CONFLICT " RETURNING 1";
+static const char INSERT_SQL_READ[] = INSERT_SQL_HEAD ORDER_COLS " VALUES (" ROW_SQL_READ_FIELDS ")" ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_TRACED[] = INSERT_SQL_HEAD TRACE_COLS " VALUES " ROW_SQL_TRACED ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL[] = INSERT_SQL_HEAD ORDER_COLS " VALUES " ROW_SQL ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_NO_ORDER[] =
@@ -438,22 +450,24 @@ static int prepare(struct wi_store *s, const char *name, const char *sql, const 
     return setup_step(s, PGRES_COMMAND_OK, deadline, err);
 }
 
-/* The statements of each schema form, newest first: the one row's and the batch's. */
+/* The statements of each schema form, newest first: the one row's, the batch's, and the one
+ * row's when C read its ordering (READ_STMT_NAME; NULL: the form has no ordering). */
 struct stmt_form {
     int nparams;
     const char *insert;
     const char *batch;
+    const char *read;
 };
 static const struct stmt_form STMT_FORMS[] = {
-    {NPARAMS, INSERT_SQL_TRACED, BATCH_SQL_TRACED},
-    {NPARAMS_NO_TRACE, INSERT_SQL, BATCH_SQL},
-    {NPARAMS_NO_ORDER, INSERT_SQL_NO_ORDER, BATCH_SQL_NO_ORDER},
-    {NPARAMS_NO_HEADERS, INSERT_SQL_NO_HEADERS, BATCH_SQL_NO_HEADERS},
+    {NPARAMS, INSERT_SQL_TRACED, BATCH_SQL_TRACED, INSERT_SQL_READ_TRACED},
+    {NPARAMS_NO_TRACE, INSERT_SQL, BATCH_SQL, INSERT_SQL_READ},
+    {NPARAMS_NO_ORDER, INSERT_SQL_NO_ORDER, BATCH_SQL_NO_ORDER, NULL},
+    {NPARAMS_NO_HEADERS, INSERT_SQL_NO_HEADERS, BATCH_SQL_NO_HEADERS, NULL},
 };
 
-/* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME and
- * BATCH_STMT_NAME (with request_headers when the table has it). Returns 0, or -1 and fills
- * *err. Also run again when the server lost STMT_NAME. */
+/* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME,
+ * BATCH_STMT_NAME and READ_STMT_NAME (with request_headers when the table has it). Returns 0,
+ * or -1 and fills *err. Also run again when the server lost STMT_NAME. */
 static int session_setup(struct wi_store *s, long long deadline, struct wi_err *err)
 {
     const struct stmt_form *f;
@@ -480,6 +494,8 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
             return -1;
         s->sqlstate[0] = '\0';
     }
+    if (f->read && prepare(s, READ_STMT_NAME, f->read, PARAM_TYPES, deadline, err) < 0)
+        return -1;
     return prepare(s, BATCH_STMT_NAME, f->batch, BATCH_PARAM_TYPES, deadline, err);
 }
 
@@ -660,7 +676,7 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
     const char *status = a->quarantined ? "quarantined" : "pending";
     struct wi_ordering order;
     size_t len;
-    int col;
+    int col, read;
     enum trip t;
 
     values[0] = row->source_scope; lengths[0] = (int)row->source_scope_len;
@@ -705,7 +721,9 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
     }
     values[TRACE_COL] = row->trace; lengths[TRACE_COL] = (int)row->trace_len;
 
-    t = send_prepared(s, a, STMT_NAME, values, lengths, formats, err);
+    /* Nothing left to the ordering functions ($9, $10 NULL): the statement without them. */
+    read = s->nparams >= NPARAMS_NO_TRACE && order.key != WI_ORDERING_SQL && order.time != WI_ORDERING_SQL;
+    t = send_prepared(s, a, read ? READ_STMT_NAME : STMT_NAME, values, lengths, formats, err);
     free(jsonb);
     free(headers);
     return t;
