@@ -23,6 +23,7 @@
 #define STMT_NAME "wi_inbox_insert"
 #define READ_STMT_NAME "wi_inbox_insert_read"
 #define BATCH_STMT_NAME "wi_inbox_insert_batch"
+#define VALUES_STMT_NAME "wi_inbox_values_%zu" /* the VALUES batch of that many rows */
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
 
@@ -161,6 +162,7 @@ static const struct values_form VALUES_FORMS[] = {
 #define VALUES_MAX_ROWS 32
 /* A VALUES batch's parameters are its rows' in turn; the protocol numbers at most 65535. */
 _Static_assert(VALUES_MAX_ROWS * (NPARAMS_NO_ORDER + 1) <= 65535, "a batch's parameters fit a Bind message");
+_Static_assert(VALUES_MAX_ROWS < 64, "wi_store.values_prepared has a bit for each size");
 
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
 static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25, 25};
@@ -205,6 +207,7 @@ struct wi_store {
                                      * the schema has) */
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int values_batches;             /* wi_store_set_values_batches */
+    uint64_t values_prepared;       /* bit n: VALUES_STMT_NAME of n rows is prepared on conn */
     int ever_connected;
 };
 
@@ -276,6 +279,7 @@ static void drop_conn(struct wi_store *s)
     else
         PQfinish(s->conn); /* non-blocking connection: the Terminate is never waited on */
     s->conn = NULL;
+    s->values_prepared = 0;
     s->attempt.active = 0;
     s->batch.active = 0;
 }
@@ -473,6 +477,7 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
     const struct stmt_form *f;
     char sql[64];
 
+    s->values_prepared = 0; /* a new session, or one that lost its statements (26000) */
     snprintf(sql, sizeof sql, "SET statement_timeout = %d", s->statement_timeout_ms);
     if (setup_cmd(s, sql, 1, deadline, err) < 0)
         return -1;
@@ -914,10 +919,43 @@ static int values_col(const struct values_form *f, size_t k)
 /* The reading of an unordered row: its ordering parameters are NULL. */
 static const struct wi_ordering UNORDERED = {.key = WI_ORDERING_NONE, .time = WI_ORDERING_NONE};
 
+/* Prepares the VALUES batch of n rows in form f (the session's) under name, once per session
+ * (s->values_prepared): its own round trip, on a's deadline. Returns TRIP_OK, or as
+ * finish_trip (an error result: TRIP_FAIL, err and sqlstate filled, the connection clean). */
+static enum trip values_prepare(struct wi_store *s, const struct values_form *f, size_t n, const char *name,
+                                const Oid *types, struct attempt *a, struct wi_err *err)
+{
+    PGresult *r = NULL;
+    char *sql;
+    enum trip t;
+
+    if (s->values_prepared & (UINT64_C(1) << n))
+        return TRIP_OK;
+    if (!(sql = values_sql(f, n))) {
+        set_err(s, err, WI_ERR_NOMEM, "out of memory");
+        return TRIP_FAIL;
+    }
+    start_attempt(s, a);
+    if (!PQsendPrepare(s->conn, name, sql, (int)(n * (size_t)f->row_nparams), types))
+        t = sent(s, a, 0, err);
+    else
+        t = finish_trip(s, a->deadline, &r, err);
+    free(sql);
+    if (t == TRIP_OK && PQresultStatus(r) != PGRES_COMMAND_OK) {
+        result_err(s, r, err);
+        t = TRIP_FAIL;
+    }
+    PQclear(r);
+    if (t == TRIP_OK)
+        s->values_prepared |= UINT64_C(1) << n;
+    return t;
+}
+
 /* Sends the VALUES batch statement for rows[0..n) (unordered) on the open connection: each
- * row's fields as its tuple's parameters, binary, jsonb with its version byte. An unnamed
- * statement: its text depends on n, so nothing is prepared and nothing accumulates on the
- * server. Starts a's deadline. */
+ * row's fields as its tuple's parameters, binary, jsonb with its version byte. Prepared once
+ * per session and row count (values_prepare: at most VALUES_MAX_ROWS - 1 statements): the
+ * coordinator of a Citus cluster then parses and plans it once, not at every batch. Starts
+ * a's deadline. */
 static enum trip values_send(struct wi_store *s, const struct values_form *f, const struct wi_store_row *rows,
                              size_t n, struct attempt *a, struct wi_err *err)
 {
@@ -925,11 +963,12 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
     const char **values = calloc(total, sizeof *values);
     int *lengths = calloc(total, sizeof *lengths), *formats = calloc(total, sizeof *formats);
     Oid *types = calloc(total, sizeof *types);
-    char *sql = values_sql(f, n), *jsonb = NULL, *p;
+    char name[sizeof VALUES_STMT_NAME + 20], *jsonb = NULL, *p;
     size_t jsonb_bytes = 0, bytes = 0, k, len;
     enum trip t = TRIP_FAIL;
 
-    if (!values || !lengths || !formats || !types || !sql) {
+    snprintf(name, sizeof name, VALUES_STMT_NAME, n);
+    if (!values || !lengths || !formats || !types) {
         set_err(s, err, WI_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -962,14 +1001,15 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
         values[k] = v;
         lengths[k] = v ? (int)len : 0;
     }
+    if ((t = values_prepare(s, f, n, name, types, a, err)) != TRIP_OK)
+        goto done;
     start_attempt(s, a);
-    t = sent(s, a, PQsendQueryParams(s->conn, sql, (int)total, types, values, lengths, formats, 0), err);
+    t = sent(s, a, PQsendQueryPrepared(s->conn, name, (int)total, values, lengths, formats, 0), err);
 done:
     free(values);
     free(lengths);
     free(formats);
     free(types);
-    free(sql);
     free(jsonb);
     return t;
 }

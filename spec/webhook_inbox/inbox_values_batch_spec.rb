@@ -2,6 +2,7 @@
 
 require "spec_helper"
 require_relative "../support/receiver_helpers"
+require_relative "../support/pg_proxy"
 
 # The VALUES batch (Connection.new's 4th argument, which group_by_scope sets for Citus): a
 # group-commit batch of unordered rows as one multi-row INSERT ... VALUES instead of the
@@ -11,7 +12,8 @@ RSpec.describe WebhookInbox::Inbox, "VALUES batches" do
   include ReceiverHelpers
 
   before(:all) do
-    @pg = ThrowawayPostgres.new(settings: { "shared_preload_libraries" => "pg_stat_statements" })
+    @pg = ThrowawayPostgres.new(settings: { "shared_preload_libraries" => "pg_stat_statements",
+                                            "log_min_duration_statement" => "0" }) # the parses, by session
     ReceiverHelpers.apply_schema(@pg)
     @pg.psql("CREATE EXTENSION pg_stat_statements")
   end
@@ -104,5 +106,31 @@ RSpec.describe WebhookInbox::Inbox, "VALUES batches" do
     ensure
       inbox&.close
     end
+  end
+
+  # Prepared once per session and row count (Citus' coordinator then parses and plans it once,
+  # not at every batch), and again when the server dropped it (a pooler's DISCARD ALL: 26000).
+  it "prepares each VALUES batch size once per session, and again after the server dropped it" do
+    proxy = PgProxy.new(@pg.port)
+    conn = WebhookInbox::Inbox::Connection.new(@pg.tcp_url.sub("port=#{@pg.port}", "port=#{proxy.port}"), 5000, 5000, true)
+    scope = unique_scope("prepared")
+    batch = ->(*ids) { conn.insert_batch(ids.map { |id| [scope, id, "t", %({"id": "#{id}"}), false, false, nil, nil] }) }
+    expect(batch.("a1", "a2", "a3")).to eq([1, 1, 1])
+    expect(batch.("b1", "b2", "b3")).to eq([1, 1, 1])
+    expect(batch.("c1", "c2")).to eq([1, 1])
+    expect(batch.("a1", "d1", "d2")).to eq([0, 1, 1]) # a1: a duplicate
+    pid = conn.backend_pid
+    parses = -> { @pg.log_tail(1_000_000).scan(/\[#{pid}\] LOG:  duration: \S+ ms  parse wi_inbox_values_(\d+):/).flatten.tally }
+    expect(parses.()).to eq("3" => 1, "2" => 1)
+    proxy.inject("DISCARD ALL")
+    expect(batch.("e1", "e2", "e3")).to eq([1, 1, 1])
+    expect(conn.backend_pid).to eq(pid) # the same session, set up again
+    expect(parses.()).to eq("3" => 2, "2" => 1)
+    expect(@pg.psql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox " \
+                    "WHERE source_scope = '#{scope}' AND payload->>'id' = event_id").chomp)
+      .to eq("a1,a2,a3,b1,b2,b3,c1,c2,d1,d2,e1,e2,e3")
+  ensure
+    conn&.close
+    proxy&.close
   end
 end
