@@ -70,18 +70,13 @@
  * is why a batch derives them once (BATCH_SQL's LATERAL), never per VALUES row. */
 #define ORDER_AT(p, k, t, dk, da)                                                              \
     "CASE WHEN " ORDER_KEY(p, k, dk) " IS NOT NULL THEN " ORDER_TIME(p, t, da) " END"
-/* One row's VALUES tuple, numbered from $1: the one-row statement's; and, for a VALUES batch
- * (values_sql), with the numbers moved on for each row. A VALUES batch holds unordered rows
- * only: ROW_SQL_UNORDERED is what ROW_SQL stores for $9 NULL, without the calls. */
+/* One row's VALUES tuple, numbered from $1 (the one-row statement's). */
 #define ROW_SQL_FIELDS                                                                         \
     "$1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, " ORDER_KEY("$4", "$9", "$11") ", "    \
     ORDER_AT("$4", "$9", "$10", "$11", "$12") ", least(now(), "                                  \
     ORDER_AT("$4", "$9", "$10", "$11", "$12") ")"
 #define ROW_SQL "(" ROW_SQL_FIELDS ")"
 #define ROW_SQL_TRACED "(" ROW_SQL_FIELDS ", " TRACE_SQL("$13") ")"
-#define ROW_SQL_UNORDERED "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, NULL, NULL, now())"
-#define ROW_SQL_UNORDERED_TRACED                                                               \
-    "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, NULL, NULL, now(), " TRACE_SQL("$9") ")"
 #define ROW_SQL_NO_ORDER "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8)"
 #define ROW_SQL_NO_HEADERS "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ")"
 /* The one row whose ordering C decided whole (unordered, raw, or key and time read: $9 and
@@ -89,12 +84,15 @@
  * statement's expressions on the coordinator at every execution and, with them, inlines the
  * SQL function webhook_inbox_ordering_time again each time (a parse and analysis of its body:
  * about a quarter of the coordinator's CPU per receipt, perf). $9 and $10 stay declared. */
-#define READ_AT "CASE WHEN $11 IS NOT NULL THEN coalesce(to_timestamp($12::float8), now()) END"
-#define ROW_SQL_READ_FIELDS                                                                    \
-    "$1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, $11, " READ_AT ", least(now(), " READ_AT ")"
+#define READ_AT(dk, da) "CASE WHEN " dk " IS NOT NULL THEN coalesce(to_timestamp(" da "::float8), now()) END"
+#define ROW_SQL_READ_FIELDS(dk, da)                                                            \
+    "$1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, " dk ", " READ_AT(dk, da) ", least(now(), " \
+    READ_AT(dk, da) ")"
 static const char INSERT_SQL_READ_TRACED[] =
-    INSERT_SQL_HEAD TRACE_COLS " VALUES (" ROW_SQL_READ_FIELDS ", " TRACE_SQL("$13") ")" ON_CONFLICT " RETURNING 1";
-static const char INSERT_SQL_READ[] = INSERT_SQL_HEAD ORDER_COLS " VALUES (" ROW_SQL_READ_FIELDS ")" ON_CONFLICT " RETURNING 1";
+    INSERT_SQL_HEAD TRACE_COLS " VALUES (" ROW_SQL_READ_FIELDS("$11", "$12") ", " TRACE_SQL("$13") ")" ON_CONFLICT
+    " RETURNING 1";
+static const char INSERT_SQL_READ[] =
+    INSERT_SQL_HEAD ORDER_COLS " VALUES (" ROW_SQL_READ_FIELDS("$11", "$12") ")" ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_TRACED[] = INSERT_SQL_HEAD TRACE_COLS " VALUES " ROW_SQL_TRACED ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL[] = INSERT_SQL_HEAD ORDER_COLS " VALUES " ROW_SQL ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_NO_ORDER[] =
@@ -141,17 +139,21 @@ static const char BATCH_SQL_NO_HEADERS[] =
 
 /* The VALUES batch (wi_store_set_values_batches), per schema form (the session's nparams):
  * the columns, and the tuple of each row, which takes row_nparams parameters numbered on from
- * the previous row's (values_sql). Unordered rows only: ROW_SQL_UNORDERED stores what ROW_SQL
- * does for $9 NULL. */
+ * the previous row's (values_sql); VALUES_COLS gives each one's batch_field column. Rows whose
+ * ordering C decided whole only (the key $9 and time $10 as read, NULL when none): what
+ * ROW_SQL stores for them, with no ordering function (see INSERT_SQL_READ). */
 struct values_form {
     int nparams;
     const char *cols;
     const char *row;
     int row_nparams;
 };
+static const int VALUES_COLS[] = {0, 1, 2, 3, 4, 5, 6, 7, 10, 11, TRACE_COL};
+#define VALUES_ROW_MAX_PARAMS ((int)(sizeof VALUES_COLS / sizeof VALUES_COLS[0]))
 static const struct values_form VALUES_FORMS[] = {
-    {NPARAMS, INSERT_SQL_HEAD TRACE_COLS, ROW_SQL_UNORDERED_TRACED, NPARAMS_NO_ORDER + 1}, /* $9: TRACE_COL */
-    {NPARAMS_NO_TRACE, INSERT_SQL_HEAD ORDER_COLS, ROW_SQL_UNORDERED, NPARAMS_NO_ORDER},
+    {NPARAMS, INSERT_SQL_HEAD TRACE_COLS, "(" ROW_SQL_READ_FIELDS("$9", "$10") ", " TRACE_SQL("$11") ")",
+     VALUES_ROW_MAX_PARAMS},
+    {NPARAMS_NO_TRACE, INSERT_SQL_HEAD ORDER_COLS, "(" ROW_SQL_READ_FIELDS("$9", "$10") ")", VALUES_ROW_MAX_PARAMS - 1},
     {NPARAMS_NO_ORDER, INSERT_SQL_HEAD ", request_headers)", ROW_SQL_NO_ORDER, NPARAMS_NO_ORDER},
     {NPARAMS_NO_HEADERS, INSERT_SQL_HEAD ")", ROW_SQL_NO_HEADERS, NPARAMS_NO_HEADERS},
 };
@@ -161,7 +163,7 @@ static const struct values_form VALUES_FORMS[] = {
  * coordinator is paid once a statement. */
 #define VALUES_MAX_ROWS 32
 /* A VALUES batch's parameters are its rows' in turn; the protocol numbers at most 65535. */
-_Static_assert(VALUES_MAX_ROWS * (NPARAMS_NO_ORDER + 1) <= 65535, "a batch's parameters fit a Bind message");
+_Static_assert(VALUES_MAX_ROWS * 11 <= 65535, "a batch's parameters fit a Bind message"); /* VALUES_ROW_MAX_PARAMS */
 _Static_assert(VALUES_MAX_ROWS < 64, "wi_store.values_prepared has a bit for each size");
 
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
@@ -907,17 +909,11 @@ static char *values_sql(const struct values_form *f, size_t n)
     return sql;
 }
 
-/* The batch_field column of a VALUES batch's parameter k in form f: a row's parameters are
- * its first row_nparams columns, the last one the trace in the form that has it. */
+/* The batch_field column of a VALUES batch's parameter k in form f (VALUES_COLS). */
 static int values_col(const struct values_form *f, size_t k)
 {
-    int col = (int)(k % (size_t)f->row_nparams);
-
-    return col == NPARAMS_NO_ORDER ? TRACE_COL : col;
+    return VALUES_COLS[k % (size_t)f->row_nparams];
 }
-
-/* The reading of an unordered row: its ordering parameters are NULL. */
-static const struct wi_ordering UNORDERED = {.key = WI_ORDERING_NONE, .time = WI_ORDERING_NONE};
 
 /* Prepares the VALUES batch of n rows in form f (the session's) under name, once per session
  * (s->values_prepared): its own round trip, on a's deadline. Returns TRIP_OK, or as
@@ -951,13 +947,14 @@ static enum trip values_prepare(struct wi_store *s, const struct values_form *f,
     return t;
 }
 
-/* Sends the VALUES batch statement for rows[0..n) (unordered) on the open connection: each
- * row's fields as its tuple's parameters, binary, jsonb with its version byte. Prepared once
+/* Sends the VALUES batch statement for rows[0..n), whose orderings C read whole (orders[i],
+ * derive_ordering), on the open connection: each row's fields as its tuple's parameters,
+ * binary, jsonb with its version byte. Prepared once
  * per session and row count (values_prepare: at most VALUES_MAX_ROWS - 1 statements): the
  * coordinator of a Citus cluster then parses and plans it once, not at every batch. Starts
  * a's deadline. */
 static enum trip values_send(struct wi_store *s, const struct values_form *f, const struct wi_store_row *rows,
-                             size_t n, struct attempt *a, struct wi_err *err)
+                             const struct wi_ordering *orders, size_t n, struct attempt *a, struct wi_err *err)
 {
     const size_t total = n * (size_t)f->row_nparams;
     const char **values = calloc(total, sizeof *values);
@@ -974,7 +971,8 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
     }
     for (k = 0; k < total; k++) {
         int col = values_col(f, k);
-        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], &UNORDERED, col, &len);
+        size_t i = k / (size_t)f->row_nparams;
+        const char *v = batch_field(&rows[i], &orders[i], col, &len);
         jsonb_bytes += v && IS_JSONB(col) ? len + 1 : 0;
         bytes += 4 + (v ? len + IS_JSONB(col) : 0);
     }
@@ -988,7 +986,8 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
     }
     for (k = 0, p = jsonb; k < total; k++) {
         int col = values_col(f, k);
-        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], &UNORDERED, col, &len);
+        size_t i = k / (size_t)f->row_nparams;
+        const char *v = batch_field(&rows[i], &orders[i], col, &len);
 
         if (v && IS_JSONB(col)) {
             *p = 1; /* jsonb binary format: version 1, then the JSON text */
@@ -1015,21 +1014,30 @@ done:
 }
 
 /* Sends the batch statement for rows[0..n): the VALUES form when the session asked for it,
- * n <= VALUES_MAX_ROWS and no row is ordered (an ordered row's derivation costs a planning
- * per VALUES row: see ORDER_AT), else BATCH_SQL. Starts a's deadline. */
+ * n <= VALUES_MAX_ROWS and C read every row's ordering whole (a row left to the ordering
+ * functions would cost a planning of them per VALUES row: see ORDER_AT), else BATCH_SQL.
+ * Starts a's deadline. */
 static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
                             struct attempt *a, struct wi_err *err)
 {
+    static const struct wi_ordering none = {.key = WI_ORDERING_NONE, .time = WI_ORDERING_NONE};
+    struct wi_ordering orders[VALUES_MAX_ROWS];
     const struct values_form *f = NULL;
     size_t i;
 
     for (i = 0; s->values_batches && n <= VALUES_MAX_ROWS && i < sizeof VALUES_FORMS / sizeof VALUES_FORMS[0]; i++)
         if (VALUES_FORMS[i].nparams == s->nparams)
             f = &VALUES_FORMS[i];
-    for (i = 0; f && s->nparams >= NPARAMS_NO_TRACE && i < n; i++)
-        if (rows[i].order_key)
+    for (i = 0; f && i < n; i++) {
+        if (s->nparams < NPARAMS_NO_TRACE) {
+            orders[i] = none; /* the schema stores no ordering */
+            continue;
+        }
+        derive_ordering(&rows[i], rows[i].raw, &orders[i]);
+        if (orders[i].key == WI_ORDERING_SQL || orders[i].time == WI_ORDERING_SQL)
             f = NULL;
-    return f ? values_send(s, f, rows, n, a, err) : arrays_send(s, rows, n, a, err);
+    }
+    return f ? values_send(s, f, rows, orders, n, a, err) : arrays_send(s, rows, n, a, err);
 }
 
 /* 1 when row r has the key of result row k (source_scope, event_id as text). */
