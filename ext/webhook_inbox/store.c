@@ -21,7 +21,9 @@
 #include <libpq-fe.h>
 
 #define STMT_NAME "wi_inbox_insert"
+#define READ_STMT_NAME "wi_inbox_insert_read"
 #define BATCH_STMT_NAME "wi_inbox_insert_batch"
+#define VALUES_STMT_NAME "wi_inbox_values_%zu" /* the VALUES batch of that many rows */
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
 
@@ -68,20 +70,29 @@
  * is why a batch derives them once (BATCH_SQL's LATERAL), never per VALUES row. */
 #define ORDER_AT(p, k, t, dk, da)                                                              \
     "CASE WHEN " ORDER_KEY(p, k, dk) " IS NOT NULL THEN " ORDER_TIME(p, t, da) " END"
-/* One row's VALUES tuple, numbered from $1: the one-row statement's; and, for a VALUES batch
- * (values_sql), with the numbers moved on for each row. A VALUES batch holds unordered rows
- * only: ROW_SQL_UNORDERED is what ROW_SQL stores for $9 NULL, without the calls. */
+/* One row's VALUES tuple, numbered from $1 (the one-row statement's). */
 #define ROW_SQL_FIELDS                                                                         \
     "$1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, " ORDER_KEY("$4", "$9", "$11") ", "    \
     ORDER_AT("$4", "$9", "$10", "$11", "$12") ", least(now(), "                                  \
     ORDER_AT("$4", "$9", "$10", "$11", "$12") ")"
 #define ROW_SQL "(" ROW_SQL_FIELDS ")"
 #define ROW_SQL_TRACED "(" ROW_SQL_FIELDS ", " TRACE_SQL("$13") ")"
-#define ROW_SQL_UNORDERED "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, NULL, NULL, now())"
-#define ROW_SQL_UNORDERED_TRACED                                                               \
-    "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, NULL, NULL, now(), " TRACE_SQL("$9") ")"
 #define ROW_SQL_NO_ORDER "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8)"
 #define ROW_SQL_NO_HEADERS "($1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ")"
+/* The one row whose ordering C decided whole (unordered, raw, or key and time read: $9 and
+ * $10 NULL; what ROW_SQL stores then, without naming the ordering functions). Citus folds a
+ * statement's expressions on the coordinator at every execution and, with them, inlines the
+ * SQL function webhook_inbox_ordering_time again each time (a parse and analysis of its body:
+ * about a quarter of the coordinator's CPU per receipt, perf). $9 and $10 stay declared. */
+#define READ_AT(dk, da) "CASE WHEN " dk " IS NOT NULL THEN coalesce(to_timestamp(" da "::float8), now()) END"
+#define ROW_SQL_READ_FIELDS(dk, da)                                                            \
+    "$1, $2, $3, $4, $5, $6, $7," INSERT_SQL_TAIL ", $8, " dk ", " READ_AT(dk, da) ", least(now(), " \
+    READ_AT(dk, da) ")"
+static const char INSERT_SQL_READ_TRACED[] =
+    INSERT_SQL_HEAD TRACE_COLS " VALUES (" ROW_SQL_READ_FIELDS("$11", "$12") ", " TRACE_SQL("$13") ")" ON_CONFLICT
+    " RETURNING 1";
+static const char INSERT_SQL_READ[] =
+    INSERT_SQL_HEAD ORDER_COLS " VALUES (" ROW_SQL_READ_FIELDS("$11", "$12") ")" ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_TRACED[] = INSERT_SQL_HEAD TRACE_COLS " VALUES " ROW_SQL_TRACED ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL[] = INSERT_SQL_HEAD ORDER_COLS " VALUES " ROW_SQL ON_CONFLICT " RETURNING 1";
 static const char INSERT_SQL_NO_ORDER[] =
@@ -128,27 +139,33 @@ static const char BATCH_SQL_NO_HEADERS[] =
 
 /* The VALUES batch (wi_store_set_values_batches), per schema form (the session's nparams):
  * the columns, and the tuple of each row, which takes row_nparams parameters numbered on from
- * the previous row's (values_sql). Unordered rows only: ROW_SQL_UNORDERED stores what ROW_SQL
- * does for $9 NULL. */
+ * the previous row's (values_sql); VALUES_COLS gives each one's batch_field column. Rows whose
+ * ordering C decided whole only (the key $9 and time $10 as read, NULL when none): what
+ * ROW_SQL stores for them, with no ordering function (see INSERT_SQL_READ). */
 struct values_form {
     int nparams;
     const char *cols;
     const char *row;
     int row_nparams;
 };
+static const int VALUES_COLS[] = {0, 1, 2, 3, 4, 5, 6, 7, 10, 11, TRACE_COL};
+#define VALUES_ROW_MAX_PARAMS ((int)(sizeof VALUES_COLS / sizeof VALUES_COLS[0]))
 static const struct values_form VALUES_FORMS[] = {
-    {NPARAMS, INSERT_SQL_HEAD TRACE_COLS, ROW_SQL_UNORDERED_TRACED, NPARAMS_NO_ORDER + 1}, /* $9: TRACE_COL */
-    {NPARAMS_NO_TRACE, INSERT_SQL_HEAD ORDER_COLS, ROW_SQL_UNORDERED, NPARAMS_NO_ORDER},
+    {NPARAMS, INSERT_SQL_HEAD TRACE_COLS, "(" ROW_SQL_READ_FIELDS("$9", "$10") ", " TRACE_SQL("$11") ")",
+     VALUES_ROW_MAX_PARAMS},
+    {NPARAMS_NO_TRACE, INSERT_SQL_HEAD ORDER_COLS, "(" ROW_SQL_READ_FIELDS("$9", "$10") ")", VALUES_ROW_MAX_PARAMS - 1},
     {NPARAMS_NO_ORDER, INSERT_SQL_HEAD ", request_headers)", ROW_SQL_NO_ORDER, NPARAMS_NO_ORDER},
     {NPARAMS_NO_HEADERS, INSERT_SQL_HEAD ")", ROW_SQL_NO_HEADERS, NPARAMS_NO_HEADERS},
 };
-/* Rows a VALUES batch takes at most; a larger batch goes as arrays. On Citus (one scope, measured)
- * VALUES is 3.4x the arrays' rate at 4 rows, 2.5x at 16, 0.87x at 64: its text is planned per
- * statement, on the coordinator and again on the worker, while the arrays' ~3 ms through the
- * coordinator is paid once a statement. */
+/* Rows a VALUES batch takes at most; a larger batch goes as arrays. On Citus (one scope, measured
+ * unprepared) VALUES is 3.4x the arrays' rate at 4 rows, 2.5x at 16, 0.87x at 64: its text is
+ * planned on the worker at every statement, while the arrays' ~3 ms through the coordinator is
+ * paid once a statement. Prepared (the coordinator plans it once), 63 instead of 32 changed
+ * nothing measurable: 64 threads on one scope make batches of about 14. */
 #define VALUES_MAX_ROWS 32
 /* A VALUES batch's parameters are its rows' in turn; the protocol numbers at most 65535. */
-_Static_assert(VALUES_MAX_ROWS * (NPARAMS_NO_ORDER + 1) <= 65535, "a batch's parameters fit a Bind message");
+_Static_assert(VALUES_MAX_ROWS * VALUES_ROW_MAX_PARAMS <= 65535, "a batch's parameters fit a Bind message");
+_Static_assert(VALUES_MAX_ROWS < 64, "wi_store.values_prepared has a bit for each size");
 
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
 static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25, 25};
@@ -193,6 +210,7 @@ struct wi_store {
                                      * the schema has) */
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int values_batches;             /* wi_store_set_values_batches */
+    uint64_t values_prepared;       /* bit n: VALUES_STMT_NAME of n rows is prepared on conn */
     int ever_connected;
 };
 
@@ -264,6 +282,7 @@ static void drop_conn(struct wi_store *s)
     else
         PQfinish(s->conn); /* non-blocking connection: the Terminate is never waited on */
     s->conn = NULL;
+    s->values_prepared = 0;
     s->attempt.active = 0;
     s->batch.active = 0;
 }
@@ -438,27 +457,30 @@ static int prepare(struct wi_store *s, const char *name, const char *sql, const 
     return setup_step(s, PGRES_COMMAND_OK, deadline, err);
 }
 
-/* The statements of each schema form, newest first: the one row's and the batch's. */
+/* The statements of each schema form, newest first: the one row's, the batch's, and the one
+ * row's when C read its ordering (READ_STMT_NAME; NULL: the form has no ordering). */
 struct stmt_form {
     int nparams;
     const char *insert;
     const char *batch;
+    const char *read;
 };
 static const struct stmt_form STMT_FORMS[] = {
-    {NPARAMS, INSERT_SQL_TRACED, BATCH_SQL_TRACED},
-    {NPARAMS_NO_TRACE, INSERT_SQL, BATCH_SQL},
-    {NPARAMS_NO_ORDER, INSERT_SQL_NO_ORDER, BATCH_SQL_NO_ORDER},
-    {NPARAMS_NO_HEADERS, INSERT_SQL_NO_HEADERS, BATCH_SQL_NO_HEADERS},
+    {NPARAMS, INSERT_SQL_TRACED, BATCH_SQL_TRACED, INSERT_SQL_READ_TRACED},
+    {NPARAMS_NO_TRACE, INSERT_SQL, BATCH_SQL, INSERT_SQL_READ},
+    {NPARAMS_NO_ORDER, INSERT_SQL_NO_ORDER, BATCH_SQL_NO_ORDER, NULL},
+    {NPARAMS_NO_HEADERS, INSERT_SQL_NO_HEADERS, BATCH_SQL_NO_HEADERS, NULL},
 };
 
-/* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME and
- * BATCH_STMT_NAME (with request_headers when the table has it). Returns 0, or -1 and fills
- * *err. Also run again when the server lost STMT_NAME. */
+/* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME,
+ * BATCH_STMT_NAME and READ_STMT_NAME (with request_headers when the table has it). Returns 0,
+ * or -1 and fills *err. Also run again when the server lost STMT_NAME. */
 static int session_setup(struct wi_store *s, long long deadline, struct wi_err *err)
 {
     const struct stmt_form *f;
     char sql[64];
 
+    s->values_prepared = 0; /* a new session, or one that lost its statements (26000) */
     snprintf(sql, sizeof sql, "SET statement_timeout = %d", s->statement_timeout_ms);
     if (setup_cmd(s, sql, 1, deadline, err) < 0)
         return -1;
@@ -480,6 +502,8 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
             return -1;
         s->sqlstate[0] = '\0';
     }
+    if (f->read && prepare(s, READ_STMT_NAME, f->read, PARAM_TYPES, deadline, err) < 0)
+        return -1;
     return prepare(s, BATCH_STMT_NAME, f->batch, BATCH_PARAM_TYPES, deadline, err);
 }
 
@@ -660,7 +684,7 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
     const char *status = a->quarantined ? "quarantined" : "pending";
     struct wi_ordering order;
     size_t len;
-    int col;
+    int col, read;
     enum trip t;
 
     values[0] = row->source_scope; lengths[0] = (int)row->source_scope_len;
@@ -705,7 +729,9 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
     }
     values[TRACE_COL] = row->trace; lengths[TRACE_COL] = (int)row->trace_len;
 
-    t = send_prepared(s, a, STMT_NAME, values, lengths, formats, err);
+    /* Nothing left to the ordering functions ($9, $10 NULL): the statement without them. */
+    read = s->nparams >= NPARAMS_NO_TRACE && order.key != WI_ORDERING_SQL && order.time != WI_ORDERING_SQL;
+    t = send_prepared(s, a, read ? READ_STMT_NAME : STMT_NAME, values, lengths, formats, err);
     free(jsonb);
     free(headers);
     return t;
@@ -884,40 +910,70 @@ static char *values_sql(const struct values_form *f, size_t n)
     return sql;
 }
 
-/* The batch_field column of a VALUES batch's parameter k in form f: a row's parameters are
- * its first row_nparams columns, the last one the trace in the form that has it. */
+/* The batch_field column of a VALUES batch's parameter k in form f (VALUES_COLS). */
 static int values_col(const struct values_form *f, size_t k)
 {
-    int col = (int)(k % (size_t)f->row_nparams);
-
-    return col == NPARAMS_NO_ORDER ? TRACE_COL : col;
+    return VALUES_COLS[k % (size_t)f->row_nparams];
 }
 
-/* The reading of an unordered row: its ordering parameters are NULL. */
-static const struct wi_ordering UNORDERED = {.key = WI_ORDERING_NONE, .time = WI_ORDERING_NONE};
+/* Prepares the VALUES batch of n rows in form f (the session's) under name, once per session
+ * (s->values_prepared): its own round trip, on a's deadline. Returns TRIP_OK, or as
+ * finish_trip (an error result: TRIP_FAIL, err and sqlstate filled, the connection clean). */
+static enum trip values_prepare(struct wi_store *s, const struct values_form *f, size_t n, const char *name,
+                                const Oid *types, struct attempt *a, struct wi_err *err)
+{
+    PGresult *r = NULL;
+    char *sql;
+    enum trip t;
 
-/* Sends the VALUES batch statement for rows[0..n) (unordered) on the open connection: each
- * row's fields as its tuple's parameters, binary, jsonb with its version byte. An unnamed
- * statement: its text depends on n, so nothing is prepared and nothing accumulates on the
- * server. Starts a's deadline. */
+    if (s->values_prepared & (UINT64_C(1) << n))
+        return TRIP_OK;
+    if (!(sql = values_sql(f, n))) {
+        set_err(s, err, WI_ERR_NOMEM, "out of memory");
+        return TRIP_FAIL;
+    }
+    start_attempt(s, a);
+    if (!PQsendPrepare(s->conn, name, sql, (int)(n * (size_t)f->row_nparams), types))
+        t = sent(s, a, 0, err);
+    else
+        t = finish_trip(s, a->deadline, &r, err);
+    free(sql);
+    if (t == TRIP_OK && PQresultStatus(r) != PGRES_COMMAND_OK) {
+        result_err(s, r, err);
+        t = TRIP_FAIL;
+    }
+    PQclear(r);
+    if (t == TRIP_OK)
+        s->values_prepared |= UINT64_C(1) << n;
+    return t;
+}
+
+/* Sends the VALUES batch statement for rows[0..n), whose orderings C read whole (orders[i],
+ * derive_ordering), on the open connection: each row's fields as its tuple's parameters,
+ * binary, jsonb with its version byte. Prepared once
+ * per session and row count (values_prepare: at most VALUES_MAX_ROWS - 1 statements): the
+ * coordinator of a Citus cluster then parses and plans it once, not at every batch. Starts
+ * a's deadline. */
 static enum trip values_send(struct wi_store *s, const struct values_form *f, const struct wi_store_row *rows,
-                             size_t n, struct attempt *a, struct wi_err *err)
+                             const struct wi_ordering *orders, size_t n, struct attempt *a, struct wi_err *err)
 {
     const size_t total = n * (size_t)f->row_nparams;
     const char **values = calloc(total, sizeof *values);
     int *lengths = calloc(total, sizeof *lengths), *formats = calloc(total, sizeof *formats);
     Oid *types = calloc(total, sizeof *types);
-    char *sql = values_sql(f, n), *jsonb = NULL, *p;
+    char name[sizeof VALUES_STMT_NAME + 20], *jsonb = NULL, *p;
     size_t jsonb_bytes = 0, bytes = 0, k, len;
     enum trip t = TRIP_FAIL;
 
-    if (!values || !lengths || !formats || !types || !sql) {
+    snprintf(name, sizeof name, VALUES_STMT_NAME, n);
+    if (!values || !lengths || !formats || !types) {
         set_err(s, err, WI_ERR_NOMEM, "out of memory");
         goto done;
     }
     for (k = 0; k < total; k++) {
         int col = values_col(f, k);
-        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], &UNORDERED, col, &len);
+        size_t i = k / (size_t)f->row_nparams;
+        const char *v = batch_field(&rows[i], &orders[i], col, &len);
         jsonb_bytes += v && IS_JSONB(col) ? len + 1 : 0;
         bytes += 4 + (v ? len + IS_JSONB(col) : 0);
     }
@@ -931,7 +987,8 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
     }
     for (k = 0, p = jsonb; k < total; k++) {
         int col = values_col(f, k);
-        const char *v = batch_field(&rows[k / (size_t)f->row_nparams], &UNORDERED, col, &len);
+        size_t i = k / (size_t)f->row_nparams;
+        const char *v = batch_field(&rows[i], &orders[i], col, &len);
 
         if (v && IS_JSONB(col)) {
             *p = 1; /* jsonb binary format: version 1, then the JSON text */
@@ -944,34 +1001,44 @@ static enum trip values_send(struct wi_store *s, const struct values_form *f, co
         values[k] = v;
         lengths[k] = v ? (int)len : 0;
     }
+    if ((t = values_prepare(s, f, n, name, types, a, err)) != TRIP_OK)
+        goto done;
     start_attempt(s, a);
-    t = sent(s, a, PQsendQueryParams(s->conn, sql, (int)total, types, values, lengths, formats, 0), err);
+    t = sent(s, a, PQsendQueryPrepared(s->conn, name, (int)total, values, lengths, formats, 0), err);
 done:
     free(values);
     free(lengths);
     free(formats);
     free(types);
-    free(sql);
     free(jsonb);
     return t;
 }
 
 /* Sends the batch statement for rows[0..n): the VALUES form when the session asked for it,
- * n <= VALUES_MAX_ROWS and no row is ordered (an ordered row's derivation costs a planning
- * per VALUES row: see ORDER_AT), else BATCH_SQL. Starts a's deadline. */
+ * n <= VALUES_MAX_ROWS and C read every row's ordering whole (a row left to the ordering
+ * functions would cost a planning of them per VALUES row: see ORDER_AT), else BATCH_SQL.
+ * Starts a's deadline. */
 static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
                             struct attempt *a, struct wi_err *err)
 {
+    static const struct wi_ordering none = {.key = WI_ORDERING_NONE, .time = WI_ORDERING_NONE};
+    struct wi_ordering orders[VALUES_MAX_ROWS];
     const struct values_form *f = NULL;
     size_t i;
 
     for (i = 0; s->values_batches && n <= VALUES_MAX_ROWS && i < sizeof VALUES_FORMS / sizeof VALUES_FORMS[0]; i++)
         if (VALUES_FORMS[i].nparams == s->nparams)
             f = &VALUES_FORMS[i];
-    for (i = 0; f && s->nparams >= NPARAMS_NO_TRACE && i < n; i++)
-        if (rows[i].order_key)
+    for (i = 0; f && i < n; i++) {
+        if (s->nparams < NPARAMS_NO_TRACE) {
+            orders[i] = none; /* the schema stores no ordering */
+            continue;
+        }
+        derive_ordering(&rows[i], rows[i].raw, &orders[i]);
+        if (orders[i].key == WI_ORDERING_SQL || orders[i].time == WI_ORDERING_SQL)
             f = NULL;
-    return f ? values_send(s, f, rows, n, a, err) : arrays_send(s, rows, n, a, err);
+    }
+    return f ? values_send(s, f, rows, orders, n, a, err) : arrays_send(s, rows, n, a, err);
 }
 
 /* 1 when row r has the key of result row k (source_scope, event_id as text). */

@@ -108,14 +108,13 @@ int wi_store_insert(struct wi_store *s, const struct wi_store_row *row,
 int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, size_t n,
                           struct wi_store_result *outs, struct wi_err *err);
 
-/* on: a batch of unordered rows (up to 32) goes as one multi-row INSERT ... VALUES instead
- * of arrays.
- * Citus routes that statement to the shard of its rows (one hop, as a one-row receipt),
- * while it runs the arrays form's INSERT ... SELECT through the coordinator; on one node the
- * arrays form is the cheaper one (VALUES is parsed and planned per statement). Same rows, same
- * results. A larger batch, or one with an ordered row, keeps the arrays form (planned once;
- * the derivation runs once there, not per VALUES row). Off by default; set before the first
- * batch. */
+/* on: a batch of up to 32 rows whose ordering key and time C read whole (unordered rows
+ * included) goes as one multi-row INSERT ... VALUES instead of arrays, prepared once per
+ * session and row count. Citus routes that statement to the shard of its rows (one hop, as a
+ * one-row receipt), while it runs the arrays form's INSERT ... SELECT through the coordinator.
+ * Same rows, same results. A larger batch, or one with a row left to the SQL ordering
+ * functions, keeps the arrays form (the derivation planned once there, not per VALUES row).
+ * Off by default (one node: no faster than arrays, measured); set before the first batch. */
 void wi_store_set_values_batches(struct wi_store *s, int on);
 
 /* Makes the wi_store_insert/wi_store_connect in progress on another thread - or, if none

@@ -65,11 +65,11 @@ module WebhookInbox
   # On a Citus cluster (the inbox distributed by source_scope: `migrate --citus`), pass
   # group_by_scope: true: a batch then takes only rows of its leader's source_scope, so
   # each statement and commit touch one shard (one node, no two-phase commit); rows of
-  # other scopes wait for the next leader, in their order. Such a batch of up to 32 unordered
-  # rows is sent as one multi-row INSERT ... VALUES, which Citus routes straight to the shard
-  # (a larger batch, or one with an ordered row, goes as arrays, as without group_by_scope:
-  # INSERT ... SELECT, which Citus runs through the coordinator, but which is planned once and
-  # is the cheaper form on one node).
+  # other scopes wait for the next leader, in their order. Such a batch of up to 32 rows is
+  # sent as one multi-row INSERT ... VALUES (prepared once per connection and row count), which
+  # Citus routes straight to the shard (a larger batch, or one with a row whose ordering key the
+  # extension leaves to SQL, goes as arrays, as without group_by_scope: INSERT ... SELECT, which
+  # Citus runs through the coordinator, but which derives the ordering once per statement).
   #
   # Deadlines: each wait for an answer ends after statement_timeout + connect_timeout, even
   # when the server accepts TCP but never answers (a frozen host, a stopped postmaster);

@@ -2,6 +2,7 @@
 
 require "spec_helper"
 require_relative "../support/receiver_helpers"
+require_relative "../support/pg_proxy"
 
 # The VALUES batch (Connection.new's 4th argument, which group_by_scope sets for Citus): a
 # group-commit batch of unordered rows as one multi-row INSERT ... VALUES instead of the
@@ -11,7 +12,8 @@ RSpec.describe WebhookInbox::Inbox, "VALUES batches" do
   include ReceiverHelpers
 
   before(:all) do
-    @pg = ThrowawayPostgres.new(settings: { "shared_preload_libraries" => "pg_stat_statements" })
+    @pg = ThrowawayPostgres.new(settings: { "shared_preload_libraries" => "pg_stat_statements",
+                                            "log_min_duration_statement" => "0" }) # the parses, by session
     ReceiverHelpers.apply_schema(@pg)
     @pg.psql("CREATE EXTENSION pg_stat_statements")
   end
@@ -79,19 +81,38 @@ RSpec.describe WebhookInbox::Inbox, "VALUES batches" do
     conn&.close
   end
 
-  it "keeps the arrays form for a batch with an ordered row (its key derived once, not per VALUES row)" do
-    scope = unique_scope("ordered")
+  # A row whose ordering key and time the extension read goes in the VALUES batch (the key and
+  # time as parameters, no ordering function); one it leaves to the SQL functions (here a key
+  # path through an array) sends the batch as arrays, where the derivation is planned once.
+  it "takes rows whose ordering C read; a row left to the ordering functions keeps the arrays form" do
     conn = connection(true)
-    @pg.psql("SELECT pg_stat_statements_reset()")
-    body = ->(id) { %({"id": "#{id}", "created": 1700000000, "data": {"object": {"id": "cus_1"}}}) }
-    answer = conn.insert_batch([[scope, "o1", "t", body.("o1"), false, false, nil, nil, ["data.object.id", "created"]],
-                                [scope, "u1", "t", body.("u1"), false, false, nil, nil]])
-    expect(answer).to eq([1, 1])
-    expect(batch_statements).to eq(["arrays 1 2"])
-    expect(@pg.psql("SELECT string_agg(event_id || '=' || coalesce(ordering_key, '-'), ',' ORDER BY event_id) " \
-                    "FROM webhook_inbox WHERE source_scope = '#{scope}'").chomp).to eq("o1=cus_1,u1=-")
+    body = ->(id, object) { %({"id": "#{id}", "created": 1700000000, "data": {"object": #{object}}}) }
+    ordered = ["data.object.id", "created"]
+    { "values" => ['{"id": "cus_1"}', '{"id": "cus_2"}'], "arrays" => ['{"id": "cus_1"}', '[{"id": "cus_2"}]'] }
+      .each do |tag, (first, second)|
+        scope = unique_scope(tag)
+        @pg.psql("SELECT pg_stat_statements_reset()")
+        answer = conn.insert_batch([[scope, "o1", "t", body.("o1", first), false, false, nil, nil, ordered],
+                                    [scope, "o2", "t", body.("o2", second), false, false, nil, nil, ["data.object.0.id", nil]],
+                                    [scope, "u1", "t", body.("u1", first), false, false, nil, nil]])
+        expect(answer).to eq([1, 1, 1])
+        expect(batch_statements).to eq(["#{tag} 1 3"])
+        # o2: no member "0" in an object (decided in C: no key), or the array's element (SQL's key,
+        # its time the receipt's)
+        o2 = tag == "values" ? "o2=-=-=t" : "o2=cus_2=#{received(scope, 'o2')}=t"
+        expect(@pg.psql("SELECT string_agg(concat_ws('=', event_id, coalesce(ordering_key, '-'), " \
+                        "coalesce(extract(epoch FROM ordering_at)::bigint::text, '-'), " \
+                        "next_attempt_at = least(received_at, ordering_at)), ',' ORDER BY event_id) " \
+                        "FROM webhook_inbox WHERE source_scope = '#{scope}'").chomp)
+          .to eq("o1=cus_1=1700000000=t,#{o2},u1=-=-=t")
+      end
   ensure
     conn&.close
+  end
+
+  def received(scope, id)
+    @pg.psql("SELECT extract(epoch FROM received_at)::bigint FROM webhook_inbox " \
+             "WHERE source_scope = '#{scope}' AND event_id = '#{id}'").chomp
   end
 
   it "is what an Inbox with group_by_scope sends; the default sends arrays" do
@@ -104,5 +125,31 @@ RSpec.describe WebhookInbox::Inbox, "VALUES batches" do
     ensure
       inbox&.close
     end
+  end
+
+  # Prepared once per session and row count (Citus' coordinator then parses and plans it once,
+  # not at every batch), and again when the server dropped it (a pooler's DISCARD ALL: 26000).
+  it "prepares each VALUES batch size once per session, and again after the server dropped it" do
+    proxy = PgProxy.new(@pg.port)
+    conn = WebhookInbox::Inbox::Connection.new(@pg.tcp_url.sub("port=#{@pg.port}", "port=#{proxy.port}"), 5000, 5000, true)
+    scope = unique_scope("prepared")
+    batch = ->(*ids) { conn.insert_batch(ids.map { |id| [scope, id, "t", %({"id": "#{id}"}), false, false, nil, nil] }) }
+    expect(batch.("a1", "a2", "a3")).to eq([1, 1, 1])
+    expect(batch.("b1", "b2", "b3")).to eq([1, 1, 1])
+    expect(batch.("c1", "c2")).to eq([1, 1])
+    expect(batch.("a1", "d1", "d2")).to eq([0, 1, 1]) # a1: a duplicate
+    pid = conn.backend_pid
+    parses = -> { @pg.log_tail(1_000_000).scan(/\[#{pid}\] LOG:  duration: \S+ ms  parse wi_inbox_values_(\d+):/).flatten.tally }
+    expect(parses.()).to eq("3" => 1, "2" => 1)
+    proxy.inject("DISCARD ALL")
+    expect(batch.("e1", "e2", "e3")).to eq([1, 1, 1])
+    expect(conn.backend_pid).to eq(pid) # the same session, set up again
+    expect(parses.()).to eq("3" => 2, "2" => 1)
+    expect(@pg.psql("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook_inbox " \
+                    "WHERE source_scope = '#{scope}' AND payload->>'id' = event_id").chomp)
+      .to eq("a1,a2,a3,b1,b2,b3,c1,c2,d1,d2,e1,e2,e3")
+  ensure
+    conn&.close
+    proxy&.close
   end
 end

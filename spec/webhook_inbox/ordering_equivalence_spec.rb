@@ -7,8 +7,8 @@ require_relative "../support/receiver_helpers"
 # The receiver reads a row's ordering key and time in C (ext/webhook_inbox/ordering.c) when it
 # can match db/functions/ordering.sql byte for byte, and leaves the rest to those functions.
 # Random JSON texts (duplicate and escaped keys, whitespace, every scalar form, nesting) and
-# random specs go through the one-row and the batch statement; every stored key and time must
-# be what the SQL functions give for the stored payload.
+# random specs go through the one-row and the batch statements (arrays and VALUES); every
+# stored key and time must be what the SQL functions give for the stored payload.
 RSpec.describe "ordering read in C against the SQL functions" do
   include ReceiverHelpers
 
@@ -107,8 +107,13 @@ RSpec.describe "ordering read in C against the SQL functions" do
     end
     inbox.send(:with_connection) do |conn|
       rows.first(300).each { |r| conn.insert(*r) }
-      rows.drop(300).each_slice(100) { |batch| conn.insert_batch(batch) }
+      rows[300, 450].each_slice(100) { |batch| conn.insert_batch(batch) }
     end
+    # VALUES batches (group_by_scope): rows whose ordering C read whole; a batch with a row
+    # left to SQL goes as arrays
+    values = WebhookInbox::Inbox::Connection.new(pg.url, 5000, 5000, true)
+    rows.drop(750).each_slice(3) { |batch| values.insert_batch(batch) }
+    values.close
     bad, total, keyed, timed, ids = mismatches(specs)
     expect(total).to eq(1_200)
     expect(bad).to eq(0), "rows whose key or time differs from SQL's: #{ids[0, 300]}"
