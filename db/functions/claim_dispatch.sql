@@ -1073,13 +1073,16 @@ BEGIN
     -- those the first statement did not mark, the second marks by primary key.
     -- In p_table (a shard's name: the same statement, dynamic, planned by PostgreSQL per batch)
     -- the by-version statement is the static one's text; the second, rare, is dynamic everywhere.
+    -- The attempt_log entry is made in the subquery, so that webhook_inbox_log_append (IMMUTABLE)
+    -- is inlined: with the entry's volatile call in its argument it was run as a SQL function
+    -- per row (about 3.5 us a row).
     IF 'done' = ANY (r_result) THEN
         IF p_table IS NULL THEN
             UPDATE webhook_inbox w
                SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
-                   attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+                   attempt_log = webhook_inbox_log_append(w.attempt_log, d.entry)
               FROM (SELECT e.tid, e.source_scope, e.event_id, e.outcome,
-                           (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
+                           webhook_inbox_log_entry('done', e.outcome, (extract(epoch FROM e.t1 - e.t0) * 1000)::float8) AS entry
                       FROM unnest(tids, scopes, ids, r_detail, r_result, ts[1:n], ts[2:n + 1])
                            AS e(tid, source_scope, event_id, outcome, result, t0, t1)
                      WHERE e.result = 'done') d
@@ -1094,9 +1097,9 @@ BEGIN
                     WITH u AS (
                     UPDATE %1$s w
                        SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
-                           attempt_log = webhook_inbox_log_append(w.attempt_log, webhook_inbox_log_entry('done', d.outcome, d.ms))
+                           attempt_log = webhook_inbox_log_append(w.attempt_log, d.entry)
                       FROM (SELECT e.tid, e.source_scope, e.event_id, e.outcome,
-                                   (extract(epoch FROM e.t1 - e.t0) * 1000)::float8 AS ms
+                                   webhook_inbox_log_entry('done', e.outcome, (extract(epoch FROM e.t1 - e.t0) * 1000)::float8) AS entry
                               FROM unnest($1, $2, $3, $4, $5, $6, $7) AS e(tid, source_scope, event_id, outcome, result, t0, t1)
                              WHERE e.result = 'done') d
                      WHERE w.ctid = d.tid AND w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending'
