@@ -182,13 +182,20 @@ COMMENT ON FUNCTION orders_on_payment_succeeded(webhook_inbox) IS
 -- only the common case, every event paying its awaiting order. Anything else (an order
 -- missing or already paid, a mismatch, a duplicate, two events of one order or payment)
 -- defers the whole run to orders_on_payment_succeeded, event by event, which decides.
--- plan_cache_mode = force_custom_plan: its statement is planned at every call, for the run's
--- length and the tables' size now. A generic plan would be made once per sidecar session and
--- kept until ANALYZE: made while `orders` was small, it hash-joins a sequential scan of every
--- order, and kept while the table grows it cost 450 us per event in bench/pipeline instead of
--- 22 (the whole pipeline's sustained rate halved). Planning costs ~15 us per event in runs of 20.
+-- Its plan: one index lookup per event (the order by its key, the payment's order by
+-- payment_id), made once per sidecar session and right at any table size. With the default
+-- settings PostgreSQL picks by the tables' size when it plans: while `orders` is small, a hash
+-- join over a scan of every order, and a plan kept for the session keeps that scan as the table
+-- grows (450 us per event in bench/pipeline instead of 22: the pipeline's sustained rate
+-- halved). Planned at every call instead (force_custom_plan, until issue 36) it was right but
+-- cost ~25 us per event in runs of 10 (the orders_audit trigger's INSERT planned per call with it).
+-- So the scans and joins that read a whole table are off for its statements (a lookup by key
+-- needs the index it uses: orders' primary key, orders_payment_id_key), and the one generic plan
+-- is kept. These settings hold for everything it calls (the orders_audit trigger: an INSERT).
 CREATE OR REPLACE FUNCTION orders_on_payment_succeeded_batch(evs webhook_inbox[]) RETURNS text[]
-LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
 DECLARE
     paid integer;
 BEGIN

@@ -16,12 +16,16 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_log_entry(text, text, double precision) IS
     'One attempt_log entry {at, result, detail (<= 1000 chars), duration_ms} stamped with clock_timestamp() in UTC.';
 
--- log with entry appended, the oldest dropped beyond 50 entries.
+-- log with entry appended, the oldest dropped beyond 50 entries; p_entry is never NULL
+-- (webhook_inbox_log_entry's; a NULL makes the result NULL). Only immutable calls (jsonb_insert,
+-- not jsonb_build_array, which is STABLE), so PostgreSQL inlines it: run as a SQL function it
+-- cost about 3.5 us a row in the batch's done UPDATE. p_entry, often a volatile call, stays
+-- outside the CASE and COALESCE: Citus refuses a non-IMMUTABLE call inside one in an UPDATE.
 CREATE OR REPLACE FUNCTION webhook_inbox_log_append(p_log jsonb, p_entry jsonb) RETURNS jsonb
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN jsonb_array_length(coalesce(p_log, '[]')) >= 50
-                THEN (p_log - 0) || jsonb_build_array(p_entry)
-                ELSE coalesce(p_log, '[]') || jsonb_build_array(p_entry) END
+    SELECT jsonb_insert(CASE WHEN jsonb_array_length(coalesce(p_log, '[]')) >= 50 THEN p_log - 0
+                             ELSE coalesce(p_log, '[]') END,
+                        '{-1}', p_entry, true)
 $$;
 COMMENT ON FUNCTION webhook_inbox_log_append(jsonb, jsonb) IS
     'attempt_log with one entry appended, keeping the last 50.';
