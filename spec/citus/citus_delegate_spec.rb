@@ -90,6 +90,31 @@ RSpec.describe "the sidecar's batches on Citus" do
     expect(sql("SELECT sum(events) || '|' || (max(events) > 1) || '|' || (count(*) < 300) FROM delegate_batches")).to eq("300|true|true")
   end
 
+  # The worker's batch reads the pause and rate rules and the once-markers from its own copies
+  # of those reference tables (webhook_inbox_batch_clear_from): a rule or marker written on the
+  # coordinator must hold there as it does through Citus.
+  it "holds paused scopes and routes and runs a marked event's route no second time in the worker's batch" do
+    sql("INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('delegateh.*', 'delegate_handler')")
+    sql("SELECT webhook_inbox_pause('scope', 'hold_s', 'ops'), webhook_inbox_pause('route', 'delegateh.*', 'ops')")
+    sql("INSERT INTO webhook_inbox_effects_received (operation_id, name) " \
+        "VALUES (webhook_inbox_handler_operation_id('mark_s', 'h_m1', 'sql:delegate_handler'), 'ran_before')")
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES " \
+        "('hold_s', 'h_s1', 'delegate.one', '{}'), ('hold_s', 'h_s2', 'delegate.one', '{}'), " \
+        "('free_s', 'h_r1', 'delegateh.one', '{}'), ('free_s', 'h_f1', 'delegate.one', '{}'), " \
+        "('mark_s', 'h_m1', 'delegate.one', '{}'), ('mark_s', 'h_m2', 'delegate.one', '{}')")
+    out, st = Open3.capture2e(SidecarHelper.binary, "run", "--once", "--database-url", cluster.url, "--concurrency", "2",
+                              "--batch-size", "20", "--log-events=false", "--log-level", "warn")
+    expect(st).to be_success, out
+    expect(sql("SELECT string_agg(event_id || ' ' || status || ' ' || (held_at IS NOT NULL) || ' ' || coalesce(outcome, '-'), ', ' " \
+               "ORDER BY event_id) FROM webhook_inbox WHERE event_id LIKE 'h\\_%'"))
+      .to eq("h_f1 done false ran, h_m1 done false SQL route delegate_handler already ran for this event, h_m2 done false ran, " \
+             "h_r1 pending true -, h_s1 pending true -, h_s2 pending true -")
+    expect(runs("h")).to eq("2|2|2") # h_f1 and h_m2, on their shards' workers; the marked h_m1 not again
+  ensure
+    sql("SELECT webhook_inbox_resume('scope', 'hold_s', NULL, 'ops'), webhook_inbox_resume('route', 'delegateh.*', NULL, 'ops')")
+    sql("DELETE FROM webhook_inbox WHERE event_id LIKE 'h\\_%'")
+  end
+
   it "claims through the coordinator when the call is not pushed down (inside a transaction block): one scope" do
     receive("t", 40, scopes: 2)
     key = sql("SELECT webhook_inbox_citus_shard_keys() LIMIT 1")
