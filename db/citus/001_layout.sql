@@ -371,6 +371,8 @@ DECLARE
     ruby regclass := to_regclass(shard_name('webhook_inbox_ruby_handlers',
                                             get_shard_id_for_distribution_column('webhook_inbox_ruby_handlers')));
     strict_any boolean;
+    markers regclass; -- with a batch: this node's copies of the effects received and the flow rules
+    flow regclass;
 BEGIN
     IF shard IS NULL THEN
         RETURN QUERY SELECT * FROM webhook_inbox_citus_dispatch_batch(p_limit, p_unrouted, p_max_attempts, p_backoff_base_ms,
@@ -438,10 +440,17 @@ BEGIN
     -- v29: each type's route resolved here by name (a type whose handler is missing on this
     -- node waits, uncharged; the others run). The routes and Ruby handlers read from this
     -- node's copies (the reference tables' local shards, prepared once per session: through
-    -- Citus each read was planned at every call, a quarter of a batch of 20 on its worker).
+    -- Citus each read was planned at every call, a quarter of a batch of 20 on its worker);
+    -- the once-markers and the pause and rate rules too (their statement through Citus was
+    -- the batch's costliest after the claim). Found only for a batch (an empty shard's call
+    -- skips them); either not found on this node: both read through Citus (NULL).
     IF evs IS NOT NULL THEN
+        markers := to_regclass(shard_name('webhook_inbox_effects_received',
+                                          get_shard_id_for_distribution_column('webhook_inbox_effects_received')));
+        flow := to_regclass(shard_name('webhook_inbox_flow', get_shard_id_for_distribution_column('webhook_inbox_flow')));
         RETURN QUERY SELECT * FROM webhook_inbox_dispatch_claimed(evs, tids, shard, p_unrouted, p_max_attempts, p_backoff_base_ms,
-                                                                   p_backoff_cap_ms, p_unrouted_delay_ms, routes, ruby);
+                                                                   p_backoff_cap_ms, p_unrouted_delay_ms, routes, ruby,
+                                                                   markers, flow);
     END IF;
 END
 $$;

@@ -846,6 +846,41 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_next_due() IS
     'Sidecar idle probe after a short claim: seconds until the first pending event a claim could take is due (0: now; NULL: none), read from this session''s claim cursor (webhook_inbox.claim_cursor) when it has one, else from the head.';
 
+-- Which events of a batch no once-marker and no flow rule holds back (per event, in order),
+-- read from p_markers and p_flow, tables of webhook_inbox_effects_received's and
+-- webhook_inbox_flow's columns (Citus: this node's copies, the reference tables' local shards
+-- read as plain tables, prepared once per session: through Citus the batch's statement over
+-- them was planned again at every batch). Event i: p_scopes[i], p_ids[i], its type
+-- p_event_types[i], whose route's handler is p_handlers[array_position(p_types, type)]. The
+-- conditions of webhook_inbox_dispatch_claimed's statement over the tables (keep the two alike).
+CREATE OR REPLACE FUNCTION webhook_inbox_batch_clear_from(
+        p_scopes text[], p_ids text[], p_event_types text[], p_types text[], p_handlers text[],
+        p_markers regclass, p_flow regclass) RETURNS boolean[]
+LANGUAGE plpgsql VOLATILE AS $$ -- VOLATILE: PREPARE is refused in a STABLE function
+DECLARE
+    clear boolean[];
+    stmt  text := 'webhook_inbox_batch_clear_' || p_markers::oid || '_' || p_flow::oid;
+BEGIN
+    PERFORM webhook_inbox_prepare_once(stmt, 'text[], text[], text[], text[], text[]', format($q$
+        SELECT array_agg(NOT EXISTS (
+                   SELECT 1 FROM %1$s r
+                    WHERE r.operation_id = webhook_inbox_handler_operation_id(e.source_scope, e.event_id,
+                                                                              'sql:' || $5[array_position($4, e.event_type)]))
+               AND NOT EXISTS (
+                   SELECT 1 FROM %2$s f
+                    WHERE (f.kind = 'scope' AND f.paused AND f.target = e.source_scope)
+                       OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
+                           AND webhook_inbox_flow_matches(f.target, e.event_type))) ORDER BY e.i)
+          FROM unnest($1, $2, $3) WITH ORDINALITY AS e(source_scope, event_id, event_type, i)
+        $q$, p_markers, p_flow));
+    EXECUTE format('EXECUTE %I(%L, %L, %L, %L, %L)', stmt, p_scopes, p_ids, p_event_types, p_types, p_handlers)
+       INTO clear; -- EXECUTE takes no $n
+    RETURN clear;
+END
+$$;
+COMMENT ON FUNCTION webhook_inbox_batch_clear_from(text[], text[], text[], text[], text[], regclass, regclass) IS
+    'Per event of a batch: no once-marker in p_markers and no pause or rate rule in p_flow holds it back (webhook_inbox_dispatch_claimed''s conditions; Citus: the reference tables'' local shards), prepared once per session.';
+
 -- The sidecar's batch once claimed: evs, the rows the caller's claim locked in this
 -- transaction (oldest due first), tids their row versions; runs each handler (below) and marks
 -- the rows. p_table: where the rows are marked done - NULL for webhook_inbox itself (one node:
@@ -855,12 +890,18 @@ COMMENT ON FUNCTION webhook_inbox_next_due() IS
 -- arguments (webhook_inbox_dispatch_check) before their claim. p_routes, p_ruby_handlers: where
 -- the batch reads each type's route and Ruby handlers (NULL: webhook_inbox_routes and
 -- webhook_inbox_ruby_handlers; Citus: this node's copies, the reference tables' local shards,
--- read as plain tables). Same rows as webhook_inbox_dispatch_batch.
+-- read as plain tables); p_markers, p_flow: where it reads the once-markers and the pause and
+-- rate rules, both or neither (NULL: webhook_inbox_effects_received and webhook_inbox_flow;
+-- Citus: their local shards, webhook_inbox_batch_clear_from). Same rows as
+-- webhook_inbox_dispatch_batch.
 DROP FUNCTION IF EXISTS webhook_inbox_dispatch_claimed(webhook_inbox[], tid[], regclass, text, integer, bigint, bigint, bigint);
+DROP FUNCTION IF EXISTS webhook_inbox_dispatch_claimed(webhook_inbox[], tid[], regclass, text, integer, bigint, bigint, bigint,
+                                                       regclass, regclass);
 CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_claimed(
         evs webhook_inbox[], tids tid[], p_table regclass, p_unrouted text, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint,
-        p_routes regclass DEFAULT NULL, p_ruby_handlers regclass DEFAULT NULL)
+        p_routes regclass DEFAULT NULL, p_ruby_handlers regclass DEFAULT NULL,
+        p_markers regclass DEFAULT NULL, p_flow regclass DEFAULT NULL)
 RETURNS TABLE (source_scope text, event_id text, event_type text, result text, detail text,
                attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
 LANGUAGE plpgsql AS $$
@@ -950,22 +991,35 @@ BEGIN
           INTO calls, bcalls, plain
           FROM unnest(types, handlers, batchers) WITH ORDINALITY AS x(t, h, b, i);
         -- k, fast, and the plain events' results, filled before the loop (the loop then writes
-        -- only their outcome).
-        SELECT array_agg(y.k ORDER BY y.i), array_agg(y.fast ORDER BY y.i), array_agg(CASE WHEN y.fast THEN 'done' END ORDER BY y.i)
-          INTO k, fast, r_result
-          FROM (SELECT x.ordinality AS i, x.k,
-                       plain[x.k] AND x.held_at IS NULL AND x.rate_slot_at IS NULL
-                       AND NOT EXISTS (
-                           SELECT 1 FROM webhook_inbox_effects_received r
-                            WHERE r.operation_id = webhook_inbox_handler_operation_id(x.source_scope, x.event_id,
-                                                                                      'sql:' || handlers[x.k]::text))
-                       AND NOT EXISTS (
-                           SELECT 1 FROM webhook_inbox_flow f
-                            WHERE (f.kind = 'scope' AND f.paused AND f.target = x.source_scope)
-                               OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
-                                   AND webhook_inbox_flow_matches(f.target, x.event_type))) AS fast
-                  FROM (SELECT e.*, array_position(types, e.event_type) AS k
-                          FROM unnest(evs) WITH ORDINALITY AS e) x) y;
+        -- only their outcome). With p_markers and p_flow the tables' part is read from them
+        -- (webhook_inbox_batch_clear_from: the same conditions), the rest is this statement's.
+        IF p_markers IS NOT NULL AND p_flow IS NOT NULL THEN
+            SELECT array_agg(y.k ORDER BY y.i), array_agg(y.fast ORDER BY y.i), array_agg(CASE WHEN y.fast THEN 'done' END ORDER BY y.i)
+              INTO k, fast, r_result
+              FROM (SELECT x.ordinality AS i, x.k,
+                           plain[x.k] AND x.held_at IS NULL AND x.rate_slot_at IS NULL AND c.clear[x.ordinality] AS fast
+                      FROM (SELECT e.*, array_position(types, e.event_type) AS k
+                              FROM unnest(evs) WITH ORDINALITY AS e) x,
+                           webhook_inbox_batch_clear_from(scopes, ids, ARRAY(SELECT e.event_type FROM unnest(evs) WITH ORDINALITY AS e
+                                                                              ORDER BY e.ordinality),
+                                                          types, handlers::text[], p_markers, p_flow) AS c(clear)) y;
+        ELSE
+            SELECT array_agg(y.k ORDER BY y.i), array_agg(y.fast ORDER BY y.i), array_agg(CASE WHEN y.fast THEN 'done' END ORDER BY y.i)
+              INTO k, fast, r_result
+              FROM (SELECT x.ordinality AS i, x.k,
+                           plain[x.k] AND x.held_at IS NULL AND x.rate_slot_at IS NULL
+                           AND NOT EXISTS (
+                               SELECT 1 FROM webhook_inbox_effects_received r
+                                WHERE r.operation_id = webhook_inbox_handler_operation_id(x.source_scope, x.event_id,
+                                                                                          'sql:' || handlers[x.k]::text))
+                           AND NOT EXISTS (
+                               SELECT 1 FROM webhook_inbox_flow f
+                                WHERE (f.kind = 'scope' AND f.paused AND f.target = x.source_scope)
+                                   OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
+                                       AND webhook_inbox_flow_matches(f.target, x.event_type))) AS fast
+                      FROM (SELECT e.*, array_position(types, e.event_type) AS k
+                              FROM unnest(evs) WITH ORDINALITY AS e) x) y;
+        END IF;
         r_charge := array_fill(false, ARRAY[n]);
         r_retry := array_fill(NULL::bigint, ARRAY[n]);
         <<optimistic>>
@@ -1139,8 +1193,8 @@ BEGIN
           FROM unnest(evs) WITH ORDINALITY AS x;
 END
 $$;
-COMMENT ON FUNCTION webhook_inbox_dispatch_claimed(webhook_inbox[], tid[], regclass, text, integer, bigint, bigint, bigint, regclass, regclass) IS
-    'Sidecar: webhook_inbox_dispatch_batch() after its claim - run the handlers of the claimed (locked) rows evs (tids: their row versions) and record each result; the done marks in p_table (NULL: webhook_inbox; Citus: the local shard the rows were claimed from), the routes and Ruby handlers read from p_routes and p_ruby_handlers (NULL: the tables; Citus: their local shards). One row per event.';
+COMMENT ON FUNCTION webhook_inbox_dispatch_claimed(webhook_inbox[], tid[], regclass, text, integer, bigint, bigint, bigint, regclass, regclass, regclass, regclass) IS
+    'Sidecar: webhook_inbox_dispatch_batch() after its claim - run the handlers of the claimed (locked) rows evs (tids: their row versions) and record each result; the done marks in p_table (NULL: webhook_inbox; Citus: the local shard the rows were claimed from), the routes and Ruby handlers read from p_routes and p_ruby_handlers, the once-markers and pause and rate rules from p_markers and p_flow (NULL: the tables; Citus: their local shards). One row per event.';
 
 -- The sidecar's batch (sidecar/src/claim/dispatch.c): the arguments checked, the claim
 -- (webhook_inbox_claim_due above, from this session's cursor when walking from the head of the

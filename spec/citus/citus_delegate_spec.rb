@@ -49,11 +49,17 @@ RSpec.describe "the sidecar's batches on Citus" do
         "FROM delegate_runs r WHERE r.event_id LIKE '#{prefix}\\_%'")
   end
 
+  # `run --once` of the sidecar at batch 20 (its batches pushed down to the workers); its output.
+  def run_once!(concurrency: 2)
+    out, st = Open3.capture2e(SidecarHelper.binary, "run", "--once", "--database-url", cluster.url, "--concurrency",
+                              concurrency.to_s, "--batch-size", "20", "--log-events=false", "--log-level", "warn")
+    expect(st).to be_success, out
+    out
+  end
+
   it "claims and runs each batch on the worker holding its shard, every event once, every shard visited" do
     receive("d", 600)
-    out, st = Open3.capture2e(SidecarHelper.binary, "run", "--once", "--database-url", cluster.url, "--concurrency", "2",
-                              "--batch-size", "20", "--log-events=false", "--log-level", "warn")
-    expect(st).to be_success, out
+    out = run_once!
     expect(sql("SELECT count(*) FILTER (WHERE status = 'done') || '|' || count(*) FROM webhook_inbox WHERE event_id LIKE 'd\\_%'"))
       .to eq("600|600")
     expect(runs("d")).to eq("600|600|600") # each handler once, each on the node of its event's shard
@@ -79,15 +85,36 @@ RSpec.describe "the sidecar's batches on Citus" do
     SQL
     sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
         "SELECT 'scope_' || (i % 10), 'b_' || i, 'delegateb.one', '{}' FROM generate_series(1, 300) i")
-    out, st = Open3.capture2e(SidecarHelper.binary, "run", "--once", "--database-url", cluster.url, "--concurrency", "2",
-                              "--batch-size", "20", "--log-events=false", "--log-level", "warn")
-    expect(st).to be_success, out
+    run_once!
     expect(sql("SELECT count(*) FILTER (WHERE status = 'done' AND outcome = 'ran in a batch' " \
                "AND attempt_log -> -1 ->> 'result' = 'done') || '|' || count(*) FROM webhook_inbox WHERE event_id LIKE 'b\\_%'"))
       .to eq("300|300")
     expect(runs("b")).to eq("300|300|300") # each event once, on its shard's worker
     # every event through the batch handler, in calls of more than one event (10 scopes, batches of up to 20)
     expect(sql("SELECT sum(events) || '|' || (max(events) > 1) || '|' || (count(*) < 300) FROM delegate_batches")).to eq("300|true|true")
+  end
+
+  # The worker's batch reads the pause and rate rules and the once-markers from its own copies
+  # of those reference tables (webhook_inbox_batch_clear_from): a rule or marker written on the
+  # coordinator must hold there as it does through Citus.
+  it "holds paused scopes and routes and runs a marked event's route no second time in the worker's batch" do
+    sql("INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('delegateh.*', 'delegate_handler')")
+    sql("SELECT webhook_inbox_pause('scope', 'hold_s', 'ops'), webhook_inbox_pause('route', 'delegateh.*', 'ops')")
+    sql("INSERT INTO webhook_inbox_effects_received (operation_id, name) " \
+        "VALUES (webhook_inbox_handler_operation_id('mark_s', 'h_m1', 'sql:delegate_handler'), 'ran_before')")
+    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) VALUES " \
+        "('hold_s', 'h_s1', 'delegate.one', '{}'), ('hold_s', 'h_s2', 'delegate.one', '{}'), " \
+        "('free_s', 'h_r1', 'delegateh.one', '{}'), ('free_s', 'h_f1', 'delegate.one', '{}'), " \
+        "('mark_s', 'h_m1', 'delegate.one', '{}'), ('mark_s', 'h_m2', 'delegate.one', '{}')")
+    run_once!
+    expect(sql("SELECT string_agg(event_id || ' ' || status || ' ' || (held_at IS NOT NULL) || ' ' || coalesce(outcome, '-'), ', ' " \
+               "ORDER BY event_id) FROM webhook_inbox WHERE event_id LIKE 'h\\_%'"))
+      .to eq("h_f1 done false ran, h_m1 done false SQL route delegate_handler already ran for this event, h_m2 done false ran, " \
+             "h_r1 pending true -, h_s1 pending true -, h_s2 pending true -")
+    expect(runs("h")).to eq("2|2|2") # h_f1 and h_m2, on their shards' workers; the marked h_m1 not again
+  ensure
+    sql("SELECT webhook_inbox_resume('scope', 'hold_s', NULL, 'ops'), webhook_inbox_resume('route', 'delegateh.*', NULL, 'ops')")
+    sql("DELETE FROM webhook_inbox WHERE event_id LIKE 'h\\_%'")
   end
 
   it "claims through the coordinator when the call is not pushed down (inside a transaction block): one scope" do
@@ -109,9 +136,7 @@ RSpec.describe "the sidecar's batches on Citus" do
     # the node keeps its copy of the metadata (its shards' triggers use it); the coordinator no
     # longer counts it as a node with metadata, so Citus pushes no call down to it
     sql("SELECT stop_metadata_sync_to_node('127.0.0.1', #{worker.port}, clear_metadata := false)")
-    out, st = Open3.capture2e(SidecarHelper.binary, "run", "--once", "--database-url", cluster.url, "--concurrency", "1",
-                              "--batch-size", "20", "--log-events=false", "--log-level", "warn")
-    expect(st).to be_success, out
+    run_once!(concurrency: 1)
     expect(sql("SELECT count(*) FILTER (WHERE status = 'done') FROM webhook_inbox WHERE event_id LIKE 'm\\_%'")).to eq("200")
     expect(runs("m")).to match(/\A200\|200\|\d+\z/) # each handler once
     # "events on the worker without metadata|of them run on the coordinator|the other worker's run on it"
