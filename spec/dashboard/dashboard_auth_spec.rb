@@ -26,9 +26,7 @@ RSpec.describe "WebhookInbox::Engine (the dashboard), closed unless protected" d
 
   before(:all) do
     @pg = TestDatabase.cluster
-    @db = "dash_auth_#{SecureRandom.hex(4)}"
-    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @db = ReceiverHelpers.schema_database(@pg, "dash_auth")
     @servers = {}
   end
   after(:all) { @servers.each_value(&:stop) }

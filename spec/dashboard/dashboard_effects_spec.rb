@@ -17,9 +17,7 @@ RSpec.describe "WebhookInbox::Engine, effects (the outbox) over HTTP" do
 
   before(:all) do
     @pg = TestDatabase.cluster
-    @db = "dash_fx_#{SecureRandom.hex(4)}"
-    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @db = ReceiverHelpers.schema_database(@pg, "dash_fx")
     @env = { "DATABASE_URL" => @pg.url(@db), "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "f" * 64,
              "STRIPE_WEBHOOK_SECRET" => "whsec_dash_fx", "STRIPE_SCOPE" => "stripe:acct_fx:live",
              "ADMIN_USER" => "ops", "ADMIN_PASSWORD" => "correct horse", "WI_DASHBOARD_PAGE_SIZE" => "3" }

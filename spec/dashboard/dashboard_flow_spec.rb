@@ -14,9 +14,7 @@ RSpec.describe "WebhookInbox::Engine, pause and resume over HTTP" do
 
   before(:all) do
     @pg = TestDatabase.cluster
-    @db = "dash_flow_#{SecureRandom.hex(4)}"
-    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @db = ReceiverHelpers.schema_database(@pg, "dash_flow")
     env = { "DATABASE_URL" => @pg.url(@db), "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "f" * 64,
             "STRIPE_WEBHOOK_SECRET" => "whsec_flow", "STRIPE_SCOPE" => "stripe:acct_flow:live", "ADMIN_USER" => "ops", "ADMIN_PASSWORD" => "correct horse" }
     @puma = PumaProcess.new(rackup: File.join(rails_app, "config.ru"), dir: rails_app, threads: "2:2", env: env).start

@@ -24,9 +24,7 @@ RSpec.describe "WebhookInbox::Engine, refused deliveries over HTTP" do
 
   before(:all) do
     @pg = TestDatabase.cluster
-    @db = "dash_ref_#{SecureRandom.hex(4)}"
-    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @db = ReceiverHelpers.schema_database(@pg, "dash_ref")
     @env = { "DATABASE_URL" => @pg.url(@db), "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "r" * 64,
              "STRIPE_WEBHOOK_SECRET" => SECRET, "STRIPE_SCOPE" => REFUSED_SCOPE, "WI_KEEP_REFUSED" => "1",
              "ADMIN_USER" => "ops", "ADMIN_PASSWORD" => "correct horse" }

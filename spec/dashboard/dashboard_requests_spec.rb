@@ -19,9 +19,7 @@ RSpec.describe "WebhookInbox::Engine (the dashboard) over HTTP" do
   before(:all) do
     @pg = TestDatabase.cluster
     # A database of its own: other specs use the cluster's default one (same event ids).
-    @db = "dash_#{SecureRandom.hex(4)}"
-    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @db = ReceiverHelpers.schema_database(@pg, "dash")
     app = File.join(ReceiverHelpers::ROOT, "spec/rails_app")
     @puma = PumaProcess.new(rackup: File.join(app, "config.ru"), dir: app, threads: "4:4",
                             env: { "DATABASE_URL" => @pg.url(@db), "RAILS_ENV" => "production", "SECRET_KEY_BASE" => "d" * 64,

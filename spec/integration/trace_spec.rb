@@ -61,10 +61,7 @@ RSpec.describe "traces from receipt to effect", :sidecar do
   end
 
   def run_once(*extra)
-    status, _out, err = sidecar("run", "--once", "--database-url", db.url, "--concurrency", "1",
-                                "--destination", "receipts=#{@api.url}/receipts", *extra)
-    expect(status.exitstatus).to eq(0), err
-    err
+    run_once_against_db("--concurrency", "1", "--destination", "receipts=#{@api.url}/receipts", *extra)
   end
 
   it "follows one event from the HTTP request through the handler to the effect's HTTP call" do

@@ -29,9 +29,7 @@ RSpec.describe "schema v5: history, requeue/replay, stats", :sidecar do
   end
 
   def run_once(*extra)
-    status, _, log = sidecar("run", "--once", "--database-url", db.url, "--backoff-base", "1ms", "--backoff-cap", "1ms",
-                             *extra)
-    expect(status.exitstatus).to eq(0), log
+    run_once_against_db("--backoff-base", "1ms", "--backoff-cap", "1ms", *extra)
   end
 
   def settle(*extra)

@@ -15,10 +15,7 @@ RSpec.describe "webhook-inbox-sidecar run", :sidecar do
   end
 
   def run_once(*extra)
-    status, _out, err = sidecar("run", "--once", "--database-url", db.url, "--backoff-base", "10ms",
-                                "--backoff-cap", "20ms", *extra)
-    expect(status.exitstatus).to eq(0), err
-    err
+    run_once_against_db("--backoff-base", "10ms", "--backoff-cap", "20ms", *extra)
   end
 
   it "marks a payment done, pays the order once and logs one key=value line per event" do

@@ -108,6 +108,14 @@ module SidecarHelper
     end
   end
 
+  # `run --once` against the example's db (its `db`) with args; expects exit 0 (the log in the
+  # message otherwise) and returns the log (stderr).
+  def run_once_against_db(*args)
+    status, _out, err = sidecar("run", "--once", "--database-url", db.url, *args)
+    expect(status.exitstatus).to eq(0), err
+    err
+  end
+
   # Runs the binary to completion; returns [Process::Status, stdout, stderr].
   def sidecar(*args, timeout: 60, env: {})
     out = err = nil

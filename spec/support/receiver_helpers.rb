@@ -23,6 +23,16 @@ module ReceiverHelpers
     schema_files.each { |f| pg.psql(File.read(f), db: db) }
   end
 
+  # A database of its own on pg ("<prefix>_<random>") with the gem's schema applied; its name.
+  # For specs whose event ids would meet other specs' in the cluster's default database.
+  def self.schema_database(pg, prefix)
+    require "securerandom"
+    db = "#{prefix}_#{SecureRandom.hex(4)}"
+    pg.psql("CREATE DATABASE #{db}", db: "postgres")
+    apply_schema(pg, db: db)
+    db
+  end
+
   # A database URL ActiveRecord understands (TCP) for a ThrowawayPostgres.
   def self.ar_url(pg)
     user = pg.url[/user=(\S+)/, 1]

@@ -60,9 +60,7 @@ RSpec.describe WebhookInbox::Effects do
 
   before(:all) do
     @pg = TestDatabase.cluster
-    @db = "effects_#{SecureRandom.hex(4)}"
-    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @db = ReceiverHelpers.schema_database(@pg, "effects")
     @pg.psql("CREATE TABLE job_rows (id bigserial PRIMARY KEY, name text NOT NULL, effect_key text)", db: @db)
     @url = ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db)
     ActiveRecord::Base.establish_connection(@url)

@@ -22,9 +22,7 @@ module HandlersSavepointSpec
   RSpec.describe "a Ruby handler's own transaction blocks (Handlers::Savepoint)" do
     before(:all) do
       @pg = TestDatabase.cluster
-      @db = "handlers_savepoint_#{SecureRandom.hex(4)}"
-      @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-      ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+      @db = ReceiverHelpers.schema_database(@pg, "handlers_savepoint")
       @pg.psql("CREATE TABLE rows (id bigserial PRIMARY KEY, label text NOT NULL, attempt int NOT NULL DEFAULT 0)", db: @db)
       ActiveRecord::Base.establish_connection(ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db))
     end

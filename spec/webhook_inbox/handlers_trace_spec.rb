@@ -19,9 +19,7 @@ RSpec.describe "Ruby handler runs in the receipt's trace" do
 
   before(:all) do
     @pg = TestDatabase.cluster
-    @db = "handlers_trace_#{SecureRandom.hex(4)}"
-    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @db = ReceiverHelpers.schema_database(@pg, "handlers_trace")
     @url = ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db)
   end
 

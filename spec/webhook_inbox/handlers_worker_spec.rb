@@ -24,9 +24,7 @@ RSpec.describe WebhookInbox::Handlers::Worker do
 
   before(:all) do
     @pg = TestDatabase.cluster
-    @db = "handlers_worker_#{SecureRandom.hex(4)}"
-    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @db = ReceiverHelpers.schema_database(@pg, "handlers_worker")
     @pg.psql("CREATE TABLE calls (id bigserial PRIMARY KEY, handler text NOT NULL, event_id text NOT NULL, attempt int NOT NULL, " \
               "xid bigint NOT NULL DEFAULT txid_current())", db: @db) # the top transaction, also in a savepoint
     @pg.psql(OverlapProbe::SQL, db: @db)

@@ -15,9 +15,7 @@ require_relative "../support/receiver_helpers"
 RSpec.describe WebhookInbox::Rails::Doctor do
   before(:all) do
     @pg = TestDatabase.cluster
-    @db = "doctor_#{SecureRandom.hex(4)}"
-    @pg.psql("CREATE DATABASE #{@db}", db: "postgres")
-    ReceiverHelpers.schema_files.each { |f| @pg.psql(File.read(f), db: @db) }
+    @db = ReceiverHelpers.schema_database(@pg, "doctor")
     ActiveRecord::Base.establish_connection(ReceiverHelpers.ar_url(@pg).sub(@pg.dbname, @db))
   end
 
