@@ -19,8 +19,10 @@ SET LOCAL check_function_bodies = off;
 --     on the node that runs them.
 -- 30: webhook_inbox.trace_context, webhook_inbox_outbox.trace_context (db/030): the receipt's
 --     W3C trace context, inherited by its effects.
+-- 31: webhook_inbox_ordering_idx on (ordering_key, ordering_at) (db/031): a keyed receipt's
+--     index entry less than half the size.
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 30 $$;
+LANGUAGE sql STABLE AS $$ SELECT 31 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN, db/functions/ of this version). Sidecars older or newer check it at start and after every reconnect.';
 
