@@ -107,7 +107,9 @@ RSpec.describe "ordering read in C against the SQL functions" do
     end
     inbox.send(:with_connection) do |conn|
       rows.first(300).each { |r| conn.insert(*r) }
-      rows[300, 450].each_slice(100) { |batch| conn.insert_batch(batch) }
+      rows[300, 150].each_slice(75) { |batch| conn.insert_batch(batch) }
+      # pairs: many are read whole in C and go by the arrays' read statement (BATCH_SQL_READ)
+      rows[450, 300].each_slice(2) { |batch| conn.insert_batch(batch) }
     end
     # VALUES batches (group_by_scope): rows whose ordering C read whole; a batch with a row
     # left to SQL goes as arrays
@@ -119,5 +121,27 @@ RSpec.describe "ordering read in C against the SQL functions" do
     expect(bad).to eq(0), "rows whose key or time differs from SQL's: #{ids[0, 300]}"
     expect(keyed).to be > 100 # the cases reach keys (about 170 of 1,200),
     expect(timed).to be > 10  # and times (about 25)
+  end
+
+  it "sends an arrays batch whose every row C read by the statement without the ordering functions" do
+    db = ReceiverHelpers.schema_database(pg, "ordread")
+    pg.psql("ALTER DATABASE #{db} SET log_statement = 'all'", db: "postgres")
+    pg.psql("ALTER DATABASE #{db} SET log_parameter_max_length = 0", db: "postgres")
+    row = ->(id, created) { [scope, id, "t", %({"data":{"object":{"id":"pi_#{id}"}},"created":#{created}}), false, false, nil, nil, ["data.object.id", "created"]] }
+    conn = WebhookInbox::Inbox::Connection.new(pg.url(db), 5000, 5000, false)
+    conn.insert_batch([row.("r1", 1_700_000_000), row.("r2", 1_700_000_001)]) # read whole in C
+    conn.insert_batch([row.("s1", 1_700_000_000), row.("s2", "1700000000.5")]) # a time left to SQL
+    conn.close
+    log = pg.log_tail(400)
+    expect(log.scan("execute wi_inbox_insert_batch_read:").size).to eq(1)
+    expect(log.scan("execute wi_inbox_insert_batch:").size).to eq(1)
+    stored = pg.psql(<<~SQL, db: db).split
+      SELECT event_id || '=' || (ordering_key IS NOT DISTINCT FROM webhook_inbox_ordering_key(payload, 'data.object.id')
+                                 AND ordering_at IS NOT DISTINCT FROM webhook_inbox_ordering_time(payload, 'created'))
+        FROM webhook_inbox ORDER BY event_id
+    SQL
+    expect(stored).to eq(%w[r1=true r2=true s1=true s2=true])
+  ensure
+    pg.psql("DROP DATABASE IF EXISTS #{db} WITH (FORCE)", db: "postgres") if db
   end
 end
