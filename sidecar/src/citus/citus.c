@@ -317,9 +317,7 @@ static size_t put_conninfo(char *buf, const PQconninfoOption *opts, const char *
     return at + 1;
 }
 
-/* url's connection parameters (a password too) with host and port replaced: heap, the caller
- * wipes and frees it. NULL with *err when url does not parse (not echoed) or out of memory. */
-static char *node_conninfo(const char *url, const char *host, size_t host_len, int port, struct wi_err *err)
+char *wi_citus_node_conninfo(const char *url, const char *host, size_t host_len, int port, struct wi_err *err)
 {
     PQconninfoOption *opts;
     char *errmsg = NULL, *buf, p[16];
@@ -353,7 +351,7 @@ static int node_open(struct wi_citus_shards *s, struct wi_citus_node *nd, struct
     wi_pg_free(nd->pg);
     nd->pg = NULL;
     if (wi_citus_node_override(s->node_override, nd->name, nd->port, &host, &host_len, &port, err) < 0 ||
-        !(ci = node_conninfo(s->direct_url, host, host_len, port, err)))
+        !(ci = wi_citus_node_conninfo(s->direct_url, host, host_len, port, err)))
         return -1;
     nd->pg = wi_pg_connect(ci, &dispatch_shard_stmt, 1, err);
     OPENSSL_cleanse(ci, strlen(ci));

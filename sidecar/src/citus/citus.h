@@ -82,6 +82,11 @@ int wi_citus_node_override(const struct wi_strlist *override, const char *name, 
 int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start, const char *lock_timeout,
                          struct wi_err *err);
 
+/* url's connection parameters (a password too) with host and port replaced (hostaddr dropped),
+ * as a conninfo string of quoted values: heap, the caller wipes (OPENSSL_cleanse) and frees it.
+ * NULL with *err when url does not parse (never echoed) or out of memory. */
+char *wi_citus_node_conninfo(const char *url, const char *host, size_t host_len, int port, struct wi_err *err);
+
 /* Frees the keys and closes the nodes' connections; s is left empty (n == 0, direct off).
  * Accepts an empty s. */
 void wi_citus_shards_free(struct wi_citus_shards *s);
