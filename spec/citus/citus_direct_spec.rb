@@ -3,6 +3,7 @@
 require "open3"
 require_relative "../spec_helper"
 require_relative "../support/citus_cluster"
+require_relative "../support/citus_events"
 require_relative "../sidecar/sidecar_helper"
 
 # The sidecar's batches sent straight to the worker holding each shard (--citus-direct, the
@@ -13,30 +14,17 @@ require_relative "../sidecar/sidecar_helper"
 # when Citus is not installed.
 RSpec.describe "Citus: batches straight on the shard's worker" do
   include CitusClusterSpec
+  include CitusEvents
 
   let(:bin) { SidecarHelper.binary }
 
   before(:all) do
     migrate_citus!
-    @cluster.psql(<<~SQL)
-      SET citus.multi_shard_modify_mode TO sequential;
-      CREATE TABLE direct_runs (source_scope text NOT NULL, event_id text NOT NULL);
-      ALTER TABLE direct_runs REPLICA IDENTITY FULL; -- moved by logical replication with the inbox's shards
-      SELECT create_distributed_table('direct_runs', 'source_scope', colocate_with => 'webhook_inbox');
-      CREATE FUNCTION direct_handler(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
-      BEGIN
-          INSERT INTO direct_runs VALUES (ev.source_scope, ev.event_id);
-          RETURN 'ran';
-      END $$;
-      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('direct.*', 'direct_handler');
-    SQL
+    CitusEvents.create_handler(@cluster, "direct")
     @cluster.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements") # Citus creates it on the workers too
   end
 
-  def spawn_sidecar(log, *extra)
-    Process.spawn(bin, "run", "--database-url", cluster.url, "--concurrency", "2", "--poll-interval", "0.1s",
-                  "--batch-size", "20", "--max-attempts", "3", "--log-level", "warn", *extra, out: log, err: log)
-  end
+  def events_name = "direct"
 
   def run_once(*extra)
     out, st = Open3.capture2e(bin, "run", "--once", "--database-url", cluster.url, "--concurrency", "2",
@@ -44,29 +32,6 @@ RSpec.describe "Citus: batches straight on the shard's worker" do
     raise out unless st.success?
 
     out
-  end
-
-  def receive(prefix, count, scopes: 50)
-    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
-        "SELECT 'scope_' || (i % #{scopes}), '#{prefix}_' || i, 'direct.one', '{}' FROM generate_series(1, #{count}) i")
-  end
-
-  # "status attempts xN, ..." of the events with this prefix.
-  def states(prefix)
-    sql("SELECT string_agg(s || ' x' || n, ', ' ORDER BY s) FROM (SELECT status || ' ' || attempts AS s, count(*) AS n " \
-        "FROM webhook_inbox WHERE event_id LIKE '#{prefix}\\_%' GROUP BY 1) x")
-  end
-
-  # "handler runs, distinct events run" of this prefix.
-  def runs(prefix)
-    sql("SELECT count(*) || ' ' || count(DISTINCT (source_scope, event_id)) FROM direct_runs WHERE event_id LIKE '#{prefix}\\_%'")
-  end
-
-  # Events of this prefix on the shards of the worker on port.
-  def on_node(prefix, port)
-    sql("SELECT count(*) FROM webhook_inbox w JOIN pg_dist_shard_placement p " \
-        "ON p.shardid = get_shard_id_for_distribution_column('webhook_inbox', w.source_scope) " \
-        "WHERE w.event_id LIKE '#{prefix}\\_%' AND p.nodeport = #{port}").to_i
   end
 
   # Calls of the shard batch function a client sent to node (pg_stat_statements, top level).

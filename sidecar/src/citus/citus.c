@@ -18,13 +18,15 @@ static const struct wi_pg_stmt layout_stmts[] = {
 };
 
 /* The shard keys in hash order, each with the worker holding its shard (NULLs where the
- * coordinator holds it); none on a layout without the shard dispatch (an older db/citus/). */
+ * coordinator holds it, or the worker's metadata is not synced: a node with a stale copy could
+ * take a moved shard's call for its old placement); none on a layout without the shard
+ * dispatch (an older db/citus/). */
 static const struct wi_pg_stmt shard_stmts[] = {
     {"wi_citus_shard_keys",
      "SELECT k.k, n.nodename, n.nodeport FROM webhook_inbox_citus_shard_keys() WITH ORDINALITY k(k, i)"
      " LEFT JOIN LATERAL (SELECT d.nodename, d.nodeport FROM pg_dist_placement p JOIN pg_dist_node d ON d.groupid = p.groupid"
      " WHERE p.shardid = get_shard_id_for_distribution_column('webhook_inbox', k.k) AND d.groupid <> 0 AND d.isactive"
-     " AND d.noderole = 'primary' ORDER BY d.nodeid LIMIT 1) n ON true"
+     " AND d.noderole = 'primary' AND d.hasmetadata AND d.metadatasynced ORDER BY d.nodeid LIMIT 1) n ON true"
      " WHERE to_regprocedure('webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint)')"
      " IS NOT NULL ORDER BY k.i"},
 };
@@ -206,6 +208,7 @@ int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start,
     PQclear(res);
     snprintf(s->lock_timeout, sizeof s->lock_timeout, "%s", lock_timeout);
     s->next = (start % n + n) % n;
+    s->loaded_at = wi_clock_s();
     return 0;
 }
 
@@ -397,8 +400,9 @@ int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, i
 
     char lock_timeout[sizeof s->lock_timeout];
 
-    /* A direct batch failed last time: which node holds which shard may have changed. */
-    if (s->reload) {
+    /* A direct batch failed last time, or the nodes were read a while ago (shards move, nodes
+     * stop syncing metadata): which node holds which shard may have changed. */
+    if (s->reload || (s->direct_url && now - s->loaded_at > WI_CITUS_NODES_RELOAD_S)) {
         memcpy(lock_timeout, s->lock_timeout, sizeof lock_timeout);
         if (wi_citus_shards_load(pg, s, s->next, lock_timeout, err) < 0)
             return -1;

@@ -53,7 +53,8 @@ struct wi_citus_shards {
                  * -1: through the coordinator (direct off, the coordinator holds it, no such node); owned */
     struct wi_citus_node *nodes; /* n_nodes, kept (and their connections open) across loads; owned */
     int n_nodes;
-    int reload; /* a direct batch failed: the keys and their nodes are loaded again after this batch */
+    int reload; /* a direct batch failed: the keys and their nodes are loaded again before the next */
+    double loaded_at; /* wi_clock_s() of the last load */
     const char *direct_url;                 /* wi_citus_shards_direct(): borrowed; NULL = direct off */
     const struct wi_strlist *node_override; /* the same; borrowed */
 };
@@ -109,9 +110,14 @@ void wi_citus_shards_free(struct wi_citus_shards *s);
  * committed whole (one transaction on that node): the node's connection is closed, its shards go
  * through pg for WI_CITUS_NODE_REST_S, this shard's batch is sent through pg at once (its claim
  * takes what is still pending: no event twice, none lost), and the keys and their nodes are
- * loaded again after it (citus_node_fallback logged once a minute per node).
+ * loaded again before the next batch (citus_node_fallback logged once a minute per node); they
+ * are also loaded again every WI_CITUS_NODES_RELOAD_S while busy. Only workers whose metadata
+ * the coordinator has synced take batches directly: such a node passes a call for a shard
+ * moved away on to its new node, one with a stale copy of the metadata might run it on the
+ * shard's old placement.
  * worker: the worker's number, for the log. Needs s->n > 0. */
 #define WI_CITUS_NODE_REST_S 10.0
+#define WI_CITUS_NODES_RELOAD_S 10.0
 #define WI_CITUS_REST_S 5.0
 #define WI_CITUS_EMPTY_S 0.1
 int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, int limit, const struct wi_policy *p,
