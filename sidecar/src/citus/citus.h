@@ -4,7 +4,6 @@
 #define WI_CITUS_H
 
 #include "claim/dispatch.h"
-#include "core/config.h"
 #include "pg/pgw.h"
 
 /* 1 when this database has the Citus layout (webhook_inbox_citus_claim() exists), 0 when
@@ -56,23 +55,17 @@ struct wi_citus_shards {
     int reload; /* a direct batch failed: the keys and their nodes are loaded again before the next */
     double loaded_at; /* wi_clock_s() of the last load */
     const char *direct_url;                 /* wi_citus_shards_direct(): borrowed; NULL = direct off */
-    const struct wi_strlist *node_override; /* the same; borrowed */
+    char *const *node_override; /* the same, n_override --citus-node entries; borrowed */
+    int n_override;
 };
 
 /* Sends the batches of the shards loaded from now on straight to the workers holding them:
  * each node's connection takes url's parameters (user, password, dbname, sslmode, ...) with its
  * host and port replaced by pg_dist_node's nodename and nodeport, or by --citus-node's override
  * for it (wi_citus_node_override). url NULL: every batch through the coordinator (as a zeroed s).
- * Borrows url and override (the configuration's, not reloadable: they outlive s). */
-void wi_citus_shards_direct(struct wi_citus_shards *s, const char *url, const struct wi_strlist *override);
+ * Borrows url and override[0..n_override) (the configuration's, not reloadable: they outlive s). */
+void wi_citus_shards_direct(struct wi_citus_shards *s, const char *url, char *const *override, int n_override);
 
-/* --citus-node entries, "NAME[:PORT]=HOST[:PORT]": the worker pg_dist_node calls NAME (with
- * nodeport PORT, or any) is reached at HOST (and PORT, or its nodeport) from this sidecar.
- * With name NULL only checks every entry. Returns 1 and points *host and *host_len at the match's
- * HOST in its entry (*port set), 0 when no entry names that node, or -1 with *err for a
- * malformed entry (nothing of it echoed but its position). */
-int wi_citus_node_override(const struct wi_strlist *override, const char *name, int node_port, const char **host,
-                           size_t *host_len, int *port, struct wi_err *err);
 
 /* Loads the shard keys (previous ones freed) and prepares the shard batch statement, the cycle
  * starting at shard start mod n; each batch runs under lock_timeout (a PostgreSQL value,
@@ -83,10 +76,6 @@ int wi_citus_node_override(const struct wi_strlist *override, const char *name, 
 int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start, const char *lock_timeout,
                          struct wi_err *err);
 
-/* url's connection parameters (a password too) with host and port replaced (hostaddr dropped),
- * as a conninfo string of quoted values: heap, the caller wipes (OPENSSL_cleanse) and frees it.
- * NULL with *err when url does not parse (never echoed) or out of memory. */
-char *wi_citus_node_conninfo(const char *url, const char *host, size_t host_len, int port, struct wi_err *err);
 
 /* Frees the keys and closes the nodes' connections; s is left empty (n == 0, direct off).
  * Accepts an empty s. */

@@ -11,7 +11,7 @@
 #include <libpq-fe.h>
 
 #include "core/duration.h"
-#include "citus/citus.h"
+#include "citus/citus_node.h"
 #include "core/log.h"
 #include "redact.h"
 #include "retention/prune.h"
@@ -412,7 +412,7 @@ int wi_config_load(struct wi_config *cfg, int argc, char **argv, struct wi_err *
     }
     if (wi_dest_list_resolve(&cfg->destinations, err) < 0)
         goto fail;
-    if (wi_citus_node_override(&cfg->citus_nodes, NULL, 0, NULL, NULL, NULL, err) < 0)
+    if (wi_citus_node_override(cfg->citus_nodes.v, cfg->citus_nodes.n, NULL, 0, NULL, NULL, NULL, err) < 0)
         goto fail;
     if (wi_redact_url_split(cfg->database_url)) {
         wi_err_set(err, WI_ERR_ARG, "%s", WI_REDACT_SPLIT_MSG); /* never echo the URL */

@@ -1,12 +1,12 @@
-/* test_citus.c - the direct batches' node addressing: --citus-node entries and the conninfo a
- * worker node is reached with (the coordinator's parameters, host and port replaced). */
+/* test_citus_node.c - the direct batches' node addressing: --citus-node entries and the conninfo
+ * a worker node is reached with (the coordinator's parameters, host and port replaced). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
 
 #include <libpq-fe.h>
 
-#include "citus/citus.h"
+#include "citus/citus_node.h"
 #include "minitest.h"
 
 /* The value of keyword in conninfo ci as libpq parses it, copied into buf ("" when absent). */
@@ -26,7 +26,6 @@ int main(void)
 {
     char *good[] = {"w1=10.0.0.5", "w2:5433=db2.internal:6432", "w3=h:7"};
     char *bad[][1] = {{"w1"}, {"=h"}, {"w1="}, {"w1:=h"}, {"w1:0=h"}, {"w1:x=h"}, {"w1=h:"}, {"w1=h:70000"}, {"w1=h:1x"}};
-    struct wi_strlist l = {good, 3}, one;
     struct wi_err e;
     const char *host;
     size_t host_len;
@@ -35,20 +34,18 @@ int main(void)
     size_t i;
 
     /* Entries: checked whole, matched by name and (when given) port. */
-    CHECK(wi_citus_node_override(&l, NULL, 0, NULL, NULL, NULL, &e) == 0);
-    CHECK(wi_citus_node_override(NULL, "w1", 5432, &host, &host_len, &port, &e) == 0);
-    CHECK(wi_citus_node_override(&l, "w1", 5432, &host, &host_len, &port, &e) == 1);
+    CHECK(wi_citus_node_override(good, 3, NULL, 0, NULL, NULL, NULL, &e) == 0);
+    CHECK(wi_citus_node_override(NULL, 0, "w1", 5432, &host, &host_len, &port, &e) == 0);
+    CHECK(wi_citus_node_override(good, 3, "w1", 5432, &host, &host_len, &port, &e) == 1);
     CHECK(host_len == 8 && !memcmp(host, "10.0.0.5", 8) && port == 5432);
-    CHECK(wi_citus_node_override(&l, "w2", 5433, &host, &host_len, &port, &e) == 1);
+    CHECK(wi_citus_node_override(good, 3, "w2", 5433, &host, &host_len, &port, &e) == 1);
     CHECK(host_len == 12 && !memcmp(host, "db2.internal", 12) && port == 6432);
-    CHECK(wi_citus_node_override(&l, "w2", 5432, &host, &host_len, &port, &e) == 0); /* another port */
-    CHECK(wi_citus_node_override(&l, "w", 5432, &host, &host_len, &port, &e) == 0);  /* a prefix */
-    CHECK(wi_citus_node_override(&l, "w3", 5432, &host, &host_len, &port, &e) == 1 && port == 7);
+    CHECK(wi_citus_node_override(good, 3, "w2", 5432, &host, &host_len, &port, &e) == 0); /* another port */
+    CHECK(wi_citus_node_override(good, 3, "w", 5432, &host, &host_len, &port, &e) == 0);  /* a prefix */
+    CHECK(wi_citus_node_override(good, 3, "w3", 5432, &host, &host_len, &port, &e) == 1 && port == 7);
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        one.v = bad[i];
-        one.n = 1;
-        CHECK(wi_citus_node_override(&one, NULL, 0, NULL, NULL, NULL, &e) < 0 && strstr(e.msg, "#1"));
-        CHECK(wi_citus_node_override(&one, "w1", 5432, &host, &host_len, &port, &e) < 0);
+        CHECK(wi_citus_node_override(bad[i], 1, NULL, 0, NULL, NULL, NULL, &e) < 0 && strstr(e.msg, "#1"));
+        CHECK(wi_citus_node_override(bad[i], 1, "w1", 5432, &host, &host_len, &port, &e) < 0);
     }
 
     /* The coordinator's parameters kept, host and port replaced, hostaddr dropped, quotes escaped. */
@@ -67,5 +64,5 @@ int main(void)
     CHECK(!strcmp(param(ci, "password", buf, sizeof buf), "s3cret") && !strcmp(param(ci, "application_name", buf, sizeof buf), "x"));
     free(ci);
     CHECK(wi_citus_node_conninfo("host='unterminated password=s3cret", "h", 1, 1, &e) == NULL && !strstr(e.msg, "s3cret"));
-    DONE("test_citus");
+    DONE("test_citus_node");
 }
