@@ -36,7 +36,17 @@ int main(void)
     CHECK(strcmp(wi_config_unrouted_name(c.unrouted), "wait") == 0);
     CHECK(strcmp(wi_config_unrouted_name(WI_UNROUTED_IGNORE), "ignore") == 0);
     CHECK(c.database_url && strcmp(c.database_url, "") == 0);
+    CHECK(c.citus_direct == 1 && c.citus_nodes.n == 0);
     wi_config_free(&c);
+
+    /* --citus-node: checked at load, the entry never echoed. */
+    {
+        char *ok[] = {"--citus-node", "w1:5432=10.0.0.5", "--citus-direct=false"};
+        char *no[] = {"--citus-node", "w1=10.0.0.5:s3cret"};
+        CHECK(load(&c, &e, 3, ok) == 0 && c.citus_nodes.n == 1 && c.citus_direct == 0);
+        wi_config_free(&c);
+        CHECK(load(&c, &e, 2, no) < 0 && strstr(e.msg, "--citus-node #1") && !strstr(e.msg, "s3cret"));
+    }
 
     /* Flags: --name=value, --name value, bare booleans, underscores accepted. */
     {

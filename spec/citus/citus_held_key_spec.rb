@@ -60,9 +60,11 @@ RSpec.describe "a held key on Citus through a coordinator restart" do
     sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
         "VALUES ('slow', 's1', 'slow.one', jsonb_build_object('slow_until', '#{slow_until.utc.iso8601(3)}'))")
     log = File.join(cluster.coordinator.dir, "held_#{SecureRandom.hex(3)}.log")
+    # --citus-direct=false: the batch through the coordinator, so that its restart loses it (a
+    # batch sent straight to its worker runs on through a coordinator restart)
     @pid = Process.spawn(bin, "run", "--database-url", cluster.url, "--concurrency", "1", "--poll-interval", "0.1s",
                         "--batch-size", "50", "--backoff-base", "100ms", "--backoff-cap", "200ms", "--log-level", "info",
-                        out: log, err: log)
+                        "--citus-direct=false", out: log, err: log)
     wait_for("the slow handler running", bound: 60) do
       sql("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%webhook_inbox_citus_dispatch%' " \
           "AND now() - query_start > interval '0.5 seconds' AND pid <> pg_backend_pid()") != "0"

@@ -3,6 +3,7 @@
 require "open3"
 require_relative "../spec_helper"
 require_relative "../support/citus_cluster"
+require_relative "../support/citus_events"
 require_relative "../sidecar/sidecar_helper"
 
 # Citus nodes that come back or join by themselves (issue 30, db/029): the routes name their
@@ -15,51 +16,16 @@ require_relative "../sidecar/sidecar_helper"
 # charged. Skipped with the reason when Citus is not installed.
 RSpec.describe "Citus nodes re-activated or added without an operator step" do
   include CitusClusterSpec
+  include CitusEvents
 
   let(:bin) { SidecarHelper.binary }
 
   before(:all) do
     migrate_citus!
-    @cluster.psql(<<~SQL)
-      SET citus.multi_shard_modify_mode TO sequential;
-      CREATE TABLE nodes_runs (source_scope text NOT NULL, event_id text NOT NULL);
-      ALTER TABLE nodes_runs REPLICA IDENTITY FULL; -- moved by logical replication with the inbox's shards
-      SELECT create_distributed_table('nodes_runs', 'source_scope', colocate_with => 'webhook_inbox');
-      CREATE FUNCTION nodes_handler(ev webhook_inbox) RETURNS text LANGUAGE plpgsql AS $$
-      BEGIN
-          INSERT INTO nodes_runs VALUES (ev.source_scope, ev.event_id);
-          RETURN 'ran';
-      END $$;
-      INSERT INTO webhook_inbox_routes (event_type, handler) VALUES ('nodes.*', 'nodes_handler');
-    SQL
+    CitusEvents.create_handler(@cluster, "nodes")
   end
 
-  def spawn_sidecar(log, *extra)
-    Process.spawn(bin, "run", "--database-url", cluster.url, "--concurrency", "2", "--poll-interval", "0.1s",
-                  "--batch-size", "20", "--max-attempts", "3", "--log-level", "warn", *extra, out: log, err: log)
-  end
-
-  def receive(prefix, count, scopes: 50)
-    sql("INSERT INTO webhook_inbox (source_scope, event_id, event_type, payload) " \
-        "SELECT 'scope_' || (i % #{scopes}), '#{prefix}_' || i, 'nodes.one', '{}' FROM generate_series(1, #{count}) i")
-  end
-
-  # "done attempts" of the events with this prefix, with a count each.
-  def states(prefix)
-    sql("SELECT string_agg(s || ' x' || n, ', ' ORDER BY s) FROM (SELECT status || ' ' || attempts AS s, count(*) AS n " \
-        "FROM webhook_inbox WHERE event_id LIKE '#{prefix}\\_%' GROUP BY 1) x")
-  end
-
-  def runs(prefix)
-    sql("SELECT count(*) || ' ' || count(DISTINCT (source_scope, event_id)) FROM nodes_runs WHERE event_id LIKE '#{prefix}\\_%'")
-  end
-
-  # Events of this prefix on the shards of the worker on port.
-  def on_node(prefix, port)
-    sql("SELECT count(*) FROM webhook_inbox w JOIN pg_dist_shard_placement p " \
-        "ON p.shardid = get_shard_id_for_distribution_column('webhook_inbox', w.source_scope) " \
-        "WHERE w.event_id LIKE '#{prefix}\\_%' AND p.nodeport = #{port}").to_i
-  end
+  def events_name = "nodes"
 
   # Routes whose handler OID names no function on that node (its copy of the reference table).
   def stale_routes(node)

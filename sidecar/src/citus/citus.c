@@ -7,19 +7,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
+#include "citus/citus_node.h"
 #include "core/clock.h"
+#include "core/log.h"
 
 static const struct wi_pg_stmt layout_stmts[] = {
     {"wi_citus_layout", "SELECT to_regprocedure('webhook_inbox_citus_claim(integer)') IS NOT NULL"},
     {"wi_citus_installed", "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"},
 };
 
-/* The shard keys, none on a layout without the shard dispatch (an older db/citus/). */
+/* The shard keys in hash order, each with the worker holding its shard (NULLs where the
+ * coordinator holds it, or the worker's metadata is not synced: a node with a stale copy could
+ * take a moved shard's call for its old placement); none on a layout without the shard
+ * dispatch (an older db/citus/). */
 static const struct wi_pg_stmt shard_stmts[] = {
     {"wi_citus_shard_keys",
-     "SELECT k FROM webhook_inbox_citus_shard_keys() k"
+     "SELECT k.k, n.nodename, n.nodeport FROM webhook_inbox_citus_shard_keys() WITH ORDINALITY k(k, i)"
+     " LEFT JOIN LATERAL (SELECT d.nodename, d.nodeport FROM pg_dist_placement p JOIN pg_dist_node d ON d.groupid = p.groupid"
+     " WHERE p.shardid = get_shard_id_for_distribution_column('webhook_inbox', k.k) AND d.groupid <> 0 AND d.isactive"
+     " AND d.noderole = 'primary' AND d.hasmetadata AND d.metadatasynced ORDER BY d.nodeid LIMIT 1) n ON true"
      " WHERE to_regprocedure('webhook_inbox_citus_dispatch_shard(text, text, integer, text, integer, bigint, bigint, bigint)')"
-     " IS NOT NULL"},
+     " IS NOT NULL ORDER BY k.i"},
 };
 
 /* wi_dispatch_batch_stmt's columns; $1 the shard key, $2 the lock_timeout, then its parameters. */
@@ -98,7 +108,8 @@ int wi_citus_prepare(struct wi_pg *pg, const struct wi_pg_stmt *stmts, int n, st
     return 0;
 }
 
-void wi_citus_shards_free(struct wi_citus_shards *s)
+/* Frees the keys and what is kept per key; the nodes and the direct settings stay. */
+static void keys_free(struct wi_citus_shards *s)
 {
     int i;
 
@@ -107,10 +118,57 @@ void wi_citus_shards_free(struct wi_citus_shards *s)
     free(s->key);
     free(s->rest_until);
     free(s->empty_until);
+    free(s->node);
     s->key = NULL;
     s->rest_until = NULL;
     s->empty_until = NULL;
+    s->node = NULL;
     s->n = s->next = 0;
+}
+
+void wi_citus_shards_free(struct wi_citus_shards *s)
+{
+    int i;
+
+    keys_free(s);
+    for (i = 0; i < s->n_nodes; i++) {
+        wi_pg_free(s->nodes[i].pg);
+        free(s->nodes[i].name);
+    }
+    free(s->nodes);
+    s->nodes = NULL;
+    s->n_nodes = 0;
+    s->reload = 0;
+    s->direct_url = NULL;
+    s->node_override = NULL;
+    s->n_override = 0;
+}
+
+void wi_citus_shards_direct(struct wi_citus_shards *s, const char *url, char *const *override, int n_override)
+{
+    s->direct_url = url;
+    s->node_override = override;
+    s->n_override = n_override;
+}
+
+/* The index in s->nodes of the worker name:port, added (no connection yet) when new; -1 when
+ * out of memory. */
+static int node_index(struct wi_citus_shards *s, const char *name, int port)
+{
+    struct wi_citus_node *nodes;
+    int i;
+
+    for (i = 0; i < s->n_nodes; i++)
+        if (s->nodes[i].port == port && !strcmp(s->nodes[i].name, name))
+            return i;
+    if (!(nodes = realloc(s->nodes, (size_t)(s->n_nodes + 1) * sizeof *nodes)))
+        return -1;
+    s->nodes = nodes;
+    memset(&nodes[s->n_nodes], 0, sizeof *nodes);
+    if (!(nodes[s->n_nodes].name = strdup(name)))
+        return -1;
+    nodes[s->n_nodes].port = port;
+    return s->n_nodes++;
 }
 
 int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start, const char *lock_timeout,
@@ -119,7 +177,8 @@ int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start,
     PGresult *res;
     int i, n;
 
-    wi_citus_shards_free(s);
+    keys_free(s);
+    s->reload = 0;
     if (wi_pg_prepare(pg, shard_stmts, 1, err) < 0)
         return -1;
     if (!(res = wi_pg_exec(pg, "wi_citus_shard_keys", 0, NULL, PGRES_TUPLES_OK, err)))
@@ -133,26 +192,77 @@ int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start,
         return -1;
     }
     if (!(s->key = calloc((size_t)n, sizeof *s->key)) || !(s->rest_until = calloc((size_t)n, sizeof *s->rest_until)) ||
-        !(s->empty_until = calloc((size_t)n, sizeof *s->empty_until))) {
-        free(s->key);
-        free(s->rest_until);
-        s->key = NULL;
-        s->rest_until = NULL;
+        !(s->empty_until = calloc((size_t)n, sizeof *s->empty_until)) || !(s->node = calloc((size_t)n, sizeof *s->node))) {
         PQclear(res);
+        keys_free(s);
         return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
     }
     for (i = 0; i < n; i++) {
         s->n = i + 1;
-        if (!(s->key[i] = strdup(PQgetvalue(res, i, 0)))) {
+        s->node[i] = -1; /* through the coordinator unless a worker holds it and direct is on */
+        if (!(s->key[i] = strdup(PQgetvalue(res, i, 0))) ||
+            (s->direct_url && !PQgetisnull(res, i, 1) &&
+             (s->node[i] = node_index(s, PQgetvalue(res, i, 1), atoi(PQgetvalue(res, i, 2)))) < 0)) {
             PQclear(res);
-            wi_citus_shards_free(s);
+            keys_free(s);
             return wi_err_set(err, WI_ERR_NOMEM, "out of memory");
         }
     }
     PQclear(res);
     snprintf(s->lock_timeout, sizeof s->lock_timeout, "%s", lock_timeout);
     s->next = (start % n + n) % n;
+    s->loaded_at = wi_clock_s();
     return 0;
+}
+
+/* Opens nd's connection unless open. Returns 0 or -1 with *err. */
+static int node_open(struct wi_citus_shards *s, struct wi_citus_node *nd, struct wi_err *err)
+{
+    const char *host = nd->name;
+    size_t host_len = strlen(nd->name);
+    int port = nd->port;
+    char *ci;
+
+    if (nd->pg && wi_pg_ok(nd->pg))
+        return 0;
+    wi_pg_free(nd->pg);
+    nd->pg = NULL;
+    if (wi_citus_node_override(s->node_override, s->n_override, nd->name, nd->port, &host, &host_len, &port, err) < 0 ||
+        !(ci = wi_citus_node_conninfo(s->direct_url, host, host_len, port, err)))
+        return -1;
+    nd->pg = wi_pg_connect(ci, &dispatch_shard_stmt, 1, err);
+    OPENSSL_cleanse(ci, strlen(ci));
+    free(ci);
+    return nd->pg ? 0 : -1;
+}
+
+/* Shard k's batch: on the worker holding it when direct and that node is not resting, else (or
+ * when that fails, see wi_citus_dispatch) through the coordinator pg. As wi_dispatch_batch_keyed. */
+static int shard_batch(struct wi_pg *pg, struct wi_citus_shards *s, int k, int worker, int limit,
+                       const struct wi_policy *p, struct wi_batch *b, struct wi_err *err)
+{
+    struct wi_citus_node *nd = s->node[k] >= 0 ? &s->nodes[s->node[k]] : NULL;
+    char key[300];
+    int n;
+
+    if (nd && nd->rest_until <= wi_clock_s()) {
+        if (node_open(s, nd, err) == 0) {
+            n = wi_dispatch_batch_keyed(nd->pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err);
+            if (n >= 0 || (wi_dispatch_handler_missing(err) && wi_pg_ok(nd->pg)))
+                return n;
+        }
+        /* Down, refusing, or the call failed: committed whole there or not at all. */
+        snprintf(key, sizeof key, "citus_node_fallback %s:%d", nd->name, nd->port);
+        if (wi_log_every(key, 60.0))
+            log_warnx("citus_node_fallback", "worker=%d node=%s:%d error=%s note=\"its shards' batches go through the "
+                      "coordinator for %.0fs; the shards' nodes are loaded again\"", worker, WI_LOG_Q(nd->name), nd->port,
+                      WI_LOG_Q(err->msg), WI_CITUS_NODE_REST_S);
+        wi_pg_free(nd->pg);
+        nd->pg = NULL;
+        nd->rest_until = wi_clock_s() + WI_CITUS_NODE_REST_S;
+        s->reload = 1;
+    }
+    return wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err);
 }
 
 int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, int limit, const struct wi_policy *p,
@@ -164,6 +274,15 @@ int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, i
 
     char lock_timeout[sizeof s->lock_timeout];
 
+    /* A direct batch failed last time, or the nodes were read a while ago (shards move, nodes
+     * stop syncing metadata): which node holds which shard may have changed. */
+    if (s->reload || (s->direct_url && now - s->loaded_at > WI_CITUS_NODES_RELOAD_S)) {
+        memcpy(lock_timeout, s->lock_timeout, sizeof lock_timeout);
+        if (wi_citus_shards_load(pg, s, s->next, lock_timeout, err) < 0)
+            return -1;
+        if (s->n == 0)
+            return 0;
+    }
     /* Pass 0 passes over the shards that came back empty lately (empty_until > now); pass 1,
      * only when pass 0 found nothing and passed one over, tries those before the worker goes
      * idle. A shard pass 0 tried and found empty has empty_until >= now + WI_CITUS_EMPTY_S
@@ -178,7 +297,7 @@ int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, i
                 skipped |= resting;
                 continue;
             }
-            if ((n = wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err)) < 0) {
+            if ((n = shard_batch(pg, s, k, worker, limit, p, b, err)) < 0) {
                 if (!wi_dispatch_handler_missing(err) || !wi_pg_ok(pg))
                     return -1;
                 /* Its node lacks a routed handler (not propagated yet): nothing ran or was charged.

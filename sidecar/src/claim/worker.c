@@ -493,6 +493,8 @@ static struct wi_pg *connect_worker(struct wi_worker *w, const char *url, int *r
                 inbox_stmts[i] = wi_next_due_from_head_stmt;
     }
     wi_citus_shards_free(&w->shards);
+    if (citus && w->rt->cfg.citus_direct)
+        wi_citus_shards_direct(&w->shards, url, w->rt->cfg.citus_nodes.v, w->rt->cfg.citus_nodes.n);
     snprintf(lock_timeout, sizeof lock_timeout, "%ldms", (long)(w->rt->cfg.lock_timeout * 1000));
     if (wi_pg_prepare(pg, inbox_stmts, (int)(sizeof inbox_stmts / sizeof inbox_stmts[0]), err) < 0 ||
         wi_pg_cmd(pg, "wi_lock_timeout", 1, params, err) < 0 ||

@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 
 #include "core/duration.h"
+#include "citus/citus_node.h"
 #include "core/log.h"
 #include "redact.h"
 #include "retention/prune.h"
@@ -62,6 +63,13 @@ static const struct cf_entry table[] = {
      "ignore (done, outcome 'ignored: no route'), quarantine, retry (charged like a failure)"},
     {"unrouted-delay", CF_DURATION, F(unrouted_delay), "60s", CF_RELOAD, 1, 30 * 86400, NULL,
      "--unrouted=wait: how long an event with no route waits before it is looked at again (at least 1s)"},
+    {"citus-direct", CF_BOOL, F(citus_direct), "true", 0, 0, 0, NULL,
+     "Citus layout: send each shard's batch straight to the worker holding it (pg_dist_node's host and port, the "
+     "other connection parameters --database-url's), the coordinator taking over while that node fails; false: "
+     "every batch through the coordinator"},
+    {"citus-node", CF_LIST, F(citus_nodes), NULL, 0, 0, 0, NULL,
+     "--citus-direct: NAME[:PORT]=HOST[:PORT] reaches the worker pg_dist_node names NAME (port PORT, or any) at "
+     "HOST (and PORT, or its own) from this sidecar; repeatable"},
     {"metrics-listen", CF_STR, F(metrics_listen), NULL, 0, 0, 0, NULL,
      "run: serve GET /metrics (Prometheus text) on HOST:PORT, [IPv6]:PORT or :PORT (e.g. 127.0.0.1:9394)"},
     {"retain", CF_DURATION, F(retain), NULL, 0, 0, 36500L * 86400, NULL,
@@ -403,6 +411,8 @@ int wi_config_load(struct wi_config *cfg, int argc, char **argv, struct wi_err *
         goto fail;
     }
     if (wi_dest_list_resolve(&cfg->destinations, err) < 0)
+        goto fail;
+    if (wi_citus_node_override(cfg->citus_nodes.v, cfg->citus_nodes.n, NULL, 0, NULL, NULL, NULL, err) < 0)
         goto fail;
     if (wi_redact_url_split(cfg->database_url)) {
         wi_err_set(err, WI_ERR_ARG, "%s", WI_REDACT_SPLIT_MSG); /* never echo the URL */

@@ -31,6 +31,8 @@ struct wi_config {
     double lock_timeout;  /* seconds: session lock_timeout; a handler waiting longer is retried */
     int unrouted;         /* WI_UNROUTED_* */
     double unrouted_delay; /* seconds: an unrouted event (wait) is looked at again after this */
+    int citus_direct;     /* Citus layout: 1 = each shard's batch straight to its worker (citus.h), 0 = via the coordinator */
+    struct wi_strlist citus_nodes; /* --citus-node NAME[:PORT]=HOST[:PORT]: how this sidecar reaches a worker */
     char *metrics_listen; /* run: HOST:PORT of the /metrics listener; NULL/"" = none */
     double retain;        /* run: seconds; done events and delivered effects older than this are pruned on a schedule; 0 = off */
     double retain_interval; /* run --retain: seconds between prunes */
