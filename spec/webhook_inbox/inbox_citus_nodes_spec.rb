@@ -15,7 +15,7 @@ RSpec.describe WebhookInbox::Inbox, "citus_nodes" do
   before(:all) { ReceiverHelpers.apply_schema(TestDatabase.cluster) }
 
   it "refuses a map that does not name nodes as host:port with a URL" do
-    [{}, { "node1" => pg.url }, { "10.0.0.1:5432" => "" }, ["10.0.0.1:5432"], { "10.0.0.1:5432" => nil }].each do |bad|
+    [{}, { "node1" => pg.url }, { "10.0.0.1 :5432" => pg.url }, { "10.0.0.1:5432" => "" }, ["10.0.0.1:5432"], { "10.0.0.1:5432" => nil }].each do |bad|
       expect { described_class.new(database_url: pg.url, citus_nodes: bad) }
         .to raise_error(WebhookInbox::ConfigurationError, /citus_nodes must map/)
     end
