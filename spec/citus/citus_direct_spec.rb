@@ -73,6 +73,30 @@ RSpec.describe "Citus receipts straight to the shard's node" do
     wrong&.close
   end
 
+  it "gives a forked child (a Puma worker) its own lookups, the parent's session untouched" do
+    box = inbox
+    expect(box.insert(source_scope: "fscope_0", event_id: "fork_0", payload: "{}").status).to eq(:accepted)
+    router = box.instance_variable_get(:@router)
+    lookup = router.instance_variable_get(:@conn)
+    before = lookup.backend_pid
+    child = fork do
+      ok = box.insert(source_scope: "fscope_1", event_id: "fork_1", payload: "{}").status == :accepted &&
+           box.direct_counts == { direct: 2, fallback: 0 } &&
+           router.instance_variable_get(:@conn).backend_pid != before
+      box.close
+      exit!(ok ? 0 : 1)
+    end
+    Process.wait(child)
+    expect($?.exitstatus).to eq(0) # the child stored its receipt straight on the node, over its own lookup
+    expect(router.instance_variable_get(:@conn)).to equal(lookup)
+    expect(lookup.exec("SELECT pg_backend_pid()").getvalue(0, 0).to_i).to eq(before) # the parent's session lives
+    expect(box.insert(source_scope: "fscope_2", event_id: "fork_2", payload: "{}").status).to eq(:accepted)
+    expect(box.direct_counts).to eq(direct: 2, fallback: 0)
+    expect(stored("fork")).to eq("3 3")
+  ensure
+    box&.close
+  end
+
   it "follows a shard moved while receiving: nothing lost, nothing stored twice" do
     box = inbox(citus_route_ttl: 0.5)
     scope = "mscope_1"
