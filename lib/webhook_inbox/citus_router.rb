@@ -108,9 +108,7 @@ module WebhookInbox
 
     # Called holding @lookup_mutex. nil when the lookup failed (the connection is closed).
     def lookup(scope)
-      conn = connection
-      res = conn.exec_params(LOOKUP, [scope])
-      res.ntuples.zero? ? nil : res.getvalue(0, 0)
+      connection.exec_params(LOOKUP, [scope]) { |res| res.ntuples.zero? ? nil : res.getvalue(0, 0) } # cleared after
     rescue PG::Error
       @conn&.close
       @conn = nil
@@ -122,9 +120,9 @@ module WebhookInbox
 
       @conn&.close
       @conn = nil
-      conn = PG.connect(@url, connect_timeout: [@connect_timeout.ceil, 1].max, application_name: "webhook_inbox_router")
-      conn.exec("SET statement_timeout = #{(@statement_timeout * 1000).ceil}").clear
-      @conn = conn
+      @conn = PG.connect(@url, connect_timeout: [@connect_timeout.ceil, 1].max, application_name: "webhook_inbox_router")
+      @conn.exec("SET statement_timeout = #{(@statement_timeout * 1000).ceil}", &:check) # closed by lookup if it fails
+      @conn
     end
 
     # Called holding @mutex. In a forked child the parent's connection is not ours: its socket
