@@ -75,7 +75,7 @@ module WebhookInbox
   # shard lives on a node of the map goes to that node (Citus runs the INSERT there by local
   # execution: no routing on the coordinator, no hop), through a pool of its own (pool_size
   # connections per node, group_by_scope batches, the group_leaders shared out over the nodes,
-  # at least one each); any other goes through database_url, the
+  # at least one each, custom plans: below); any other goes through database_url, the
   # coordinator. The keys name the nodes as pg_dist_node does (nodename:nodeport); the values
   # are how this app reaches them (its own host, user, password, sslmode). Which node holds a
   # scope's shard: CitusRouter (asked of the coordinator, cached citus_route_ttl seconds). A
@@ -119,9 +119,13 @@ module WebhookInbox
     # for its batch to start). group_commit: coalesce concurrent inserts (above); group_leaders:
     # batches in flight at once (at most pool_size); group_by_scope: one source_scope per
     # batch (Citus, above). citus_nodes, citus_route_ttl: receipts straight to the shard's node
-    # (Citus, above).
+    # (Citus, above). custom_plans: sessions plan each execution for its parameters
+    # (plan_cache_mode = force_custom_plan), what citus_nodes sets for its nodes' pools: a worker
+    # that runs a reused plan's INSERT on its own shard leaks memory at every execution (Citus
+    # 13.2, measured; wi_store_set_custom_plans).
     def initialize(database_url:, pool_size: 5, connect_timeout: 5, statement_timeout: 5, checkout_timeout: nil,
-                   group_commit: true, group_leaders: 2, group_by_scope: false, citus_nodes: nil, citus_route_ttl: 30)
+                   group_commit: true, group_leaders: 2, group_by_scope: false, citus_nodes: nil, citus_route_ttl: 30,
+                   custom_plans: false)
       raise ConfigurationError, "database_url is required" if database_url.nil? || database_url.to_s.empty?
       raise ConfigurationError, "pool_size must be >= 1" unless pool_size.is_a?(Integer) && pool_size >= 1
       raise ConfigurationError, "group_leaders must be >= 1" unless group_leaders.is_a?(Integer) && group_leaders >= 1
@@ -134,6 +138,7 @@ module WebhookInbox
       @group_commit = group_commit ? true : false
       @group_leaders = [group_leaders, pool_size].min
       @group_by_scope = group_by_scope ? true : false
+      @custom_plans = custom_plans ? true : false
       reset_pool
       @created = 1
       checkin(new_connection) # parses database_url now: a bad one fails here, not on the first webhook
@@ -333,7 +338,7 @@ module WebhookInbox
         @nodes[node.dup.freeze] =
           Inbox.new(database_url: url, pool_size: @pool_size, connect_timeout: @connect_timeout,
                     statement_timeout: @statement_timeout, checkout_timeout: @checkout_timeout,
-                    group_commit: group_commit, group_leaders: leaders, group_by_scope: true)
+                    group_commit: group_commit, group_leaders: leaders, group_by_scope: true, custom_plans: true)
       end
       @nodes.freeze
     end
@@ -412,7 +417,8 @@ module WebhookInbox
     def new_connection
       # group_by_scope (Citus): a batch of one scope as multi-row VALUES, which Citus routes
       # to the scope's shard (the arrays form goes through the coordinator's INSERT ... SELECT)
-      Connection.new(@database_url, (@connect_timeout * 1000).ceil, (@statement_timeout * 1000).ceil, @group_by_scope)
+      Connection.new(@database_url, (@connect_timeout * 1000).ceil, (@statement_timeout * 1000).ceil, @group_by_scope,
+                     @custom_plans)
     end
 
     # After fork the child gets a fresh pool: the parent's connections are dropped by the
