@@ -71,15 +71,16 @@ static void raise_store_err(const struct wi_err *err)
     rb_exc_raise(store_error(err));
 }
 
-/* Connection.new(conninfo, connect_timeout_ms, statement_timeout_ms, values_batches = false):
- * parses, does not connect. values_batches: see wi_store_set_values_batches (Citus). */
+/* Connection.new(conninfo, connect_timeout_ms, statement_timeout_ms, values_batches = false,
+ * custom_plans = false): parses, does not connect. values_batches: see
+ * wi_store_set_values_batches; custom_plans: wi_store_set_custom_plans (Citus). */
 static VALUE conn_initialize(int argc, VALUE *argv, VALUE self)
 {
-    VALUE conninfo, connect_ms, statement_ms, values_batches;
+    VALUE conninfo, connect_ms, statement_ms, values_batches, custom_plans;
     struct conn *c;
     struct wi_err err;
 
-    rb_scan_args(argc, argv, "31", &conninfo, &connect_ms, &statement_ms, &values_batches);
+    rb_scan_args(argc, argv, "32", &conninfo, &connect_ms, &statement_ms, &values_batches, &custom_plans);
     TypedData_Get_Struct(self, struct conn, &conn_type, c);
     if (c->store)
         rb_raise(rb_eArgError, "already initialized");
@@ -88,6 +89,7 @@ static VALUE conn_initialize(int argc, VALUE *argv, VALUE self)
     if (!c->store)
         raise_store_err(&err);
     wi_store_set_values_batches(c->store, RTEST(values_batches));
+    wi_store_set_custom_plans(c->store, RTEST(custom_plans));
     return self;
 }
 

@@ -227,6 +227,7 @@ struct wi_store {
                                      * the schema has) */
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int values_batches;             /* wi_store_set_values_batches */
+    int custom_plans;               /* wi_store_set_custom_plans */
     uint64_t values_prepared;       /* bit n: VALUES_STMT_NAME of n rows is prepared on conn */
     int ever_connected;
 };
@@ -502,6 +503,8 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
     s->values_prepared = 0; /* a new session, or one that lost its statements (26000) */
     snprintf(sql, sizeof sql, "SET statement_timeout = %d", s->statement_timeout_ms);
     if (setup_cmd(s, sql, 1, deadline, err) < 0)
+        return -1;
+    if (s->custom_plans && setup_cmd(s, "SET plan_cache_mode = force_custom_plan", 1, deadline, err) < 0)
         return -1;
     /* We never send a cancel request (PQcancel blocks on a frozen server): when we give up
      * on a statement we close the connection, and this makes the server notice that and
@@ -1337,6 +1340,12 @@ void wi_store_set_values_batches(struct wi_store *s, int on)
 {
     if (s)
         s->values_batches = on ? 1 : 0;
+}
+
+void wi_store_set_custom_plans(struct wi_store *s, int on)
+{
+    if (s)
+        s->custom_plans = on ? 1 : 0;
 }
 
 void wi_store_interrupt(struct wi_store *s)

@@ -52,7 +52,7 @@ module WebhookInbox
 
     attr_accessor :database_url, :pool_size, :connect_timeout, :statement_timeout, :logger,
                   :max_body_bytes, :retry_after, :dump_functions, :default_database_url, :group_commit,
-                  :group_leaders, :group_by_scope
+                  :group_leaders, :group_by_scope, :citus_nodes, :citus_route_ttl
     # handler_timeout: seconds one Ruby handler may run in the Ruby worker before it is
     # interrupted and charged a failure (retried with backoff, quarantined at max attempts),
     # its batch-mates going on (Handlers::TimeLimit); 30 by default, nil or 0 for none. The
@@ -72,6 +72,8 @@ module WebhookInbox
       @group_commit = true   # concurrent receipts of one process share a statement and a commit (Inbox)
       @group_leaders = 2     # group-commit batches in flight at once per process (at most pool_size)
       @group_by_scope = false # true on Citus: one source_scope (one shard) per batch (Inbox)
+      @citus_nodes = nil      # Citus: { "host:port" => url }, receipts straight to the shard's node (Inbox)
+      @citus_route_ttl = 30   # seconds a scope's node is trusted (CitusRouter)
       @pool_size = 5
       @connect_timeout = 5
       @statement_timeout = 5
@@ -270,7 +272,7 @@ module WebhookInbox
 
       Inbox.new(database_url: url, pool_size: pool_size, connect_timeout: connect_timeout,
                 statement_timeout: statement_timeout, group_commit: group_commit, group_leaders: group_leaders,
-                group_by_scope: group_by_scope)
+                group_by_scope: group_by_scope, citus_nodes: citus_nodes, citus_route_ttl: citus_route_ttl)
     end
   end
 

@@ -71,6 +71,20 @@ module WebhookInbox
   # extension leaves to SQL, goes as arrays, as without group_by_scope: INSERT ... SELECT, which
   # Citus runs through the coordinator, but which derives the ordering once per statement).
   #
+  # Straight to the shard's node (citus_nodes: { "host:port" => url }): a receipt whose scope's
+  # shard lives on a node of the map goes to that node (Citus runs the INSERT there by local
+  # execution: no routing on the coordinator, no hop), through a pool of its own (pool_size
+  # connections per node, group_by_scope batches, the group_leaders shared out over the nodes,
+  # at least one each, custom plans: below); any other goes through database_url, the
+  # coordinator. The keys name the nodes as pg_dist_node does (nodename:nodeport); the values
+  # are how this app reaches them (its own host, user, password, sslmode). Which node holds a
+  # scope's shard: CitusRouter (asked of the coordinator, cached citus_route_ttl seconds). A
+  # stale answer costs a hop, never a receipt (any node with Citus metadata routes the INSERT
+  # itself). When the node's insert raises StoreError (the node down, a timeout) the scope's
+  # answer is forgotten and the row is inserted again through the coordinator: ON CONFLICT
+  # decides (a row the node did commit answers :duplicate), and #insert still returns only
+  # after a commit.
+  #
   # Deadlines: each wait for an answer ends after statement_timeout + connect_timeout, even
   # when the server accepts TCP but never answers (a frozen host, a stopped postmaster);
   # Thread#raise, Thread#kill and Timeout end it within ~50 ms. Giving up closes the
@@ -104,9 +118,14 @@ module WebhookInbox
     # #insert waits for a free connection when all pool_size are busy (and, with group commit,
     # for its batch to start). group_commit: coalesce concurrent inserts (above); group_leaders:
     # batches in flight at once (at most pool_size); group_by_scope: one source_scope per
-    # batch (Citus, above).
+    # batch (Citus, above). citus_nodes, citus_route_ttl: receipts straight to the shard's node
+    # (Citus, above). custom_plans: sessions plan each execution for its parameters
+    # (plan_cache_mode = force_custom_plan), what citus_nodes sets for its nodes' pools: a worker
+    # that runs a reused plan's INSERT on its own shard leaks memory at every execution (Citus
+    # 13.2, measured; wi_store_set_custom_plans).
     def initialize(database_url:, pool_size: 5, connect_timeout: 5, statement_timeout: 5, checkout_timeout: nil,
-                   group_commit: true, group_leaders: 2, group_by_scope: false)
+                   group_commit: true, group_leaders: 2, group_by_scope: false, citus_nodes: nil, citus_route_ttl: 30,
+                   custom_plans: false)
       raise ConfigurationError, "database_url is required" if database_url.nil? || database_url.to_s.empty?
       raise ConfigurationError, "pool_size must be >= 1" unless pool_size.is_a?(Integer) && pool_size >= 1
       raise ConfigurationError, "group_leaders must be >= 1" unless group_leaders.is_a?(Integer) && group_leaders >= 1
@@ -119,9 +138,16 @@ module WebhookInbox
       @group_commit = group_commit ? true : false
       @group_leaders = [group_leaders, pool_size].min
       @group_by_scope = group_by_scope ? true : false
+      @custom_plans = custom_plans ? true : false
       reset_pool
       @created = 1
       checkin(new_connection) # parses database_url now: a bad one fails here, not on the first webhook
+      begin
+        direct_to_nodes(citus_nodes, citus_route_ttl, group_commit) if citus_nodes
+      rescue StandardError
+        close
+        raise
+      end
     end
 
     # Inserts one event. Returns a Receipt. Raises StoreError when it cannot be stored,
@@ -137,7 +163,7 @@ module WebhookInbox
     def insert(source_scope:, event_id:, payload:, event_type: "", status: :pending, last_error: nil, raw: false,
                headers: nil, ordering: nil, trace: nil)
       row = row_of(source_scope, event_id, payload, event_type, status, last_error, raw, headers, ordering, trace)
-      receipt(row, @group_commit ? group_insert(row) : with_connection { |conn| conn.insert(*row) })
+      receipt(row, routed(row[0]) { |inbox| inbox.store_row(row) })
     end
 
     # Inserts the events of one delivery (rows: Hashes of #insert's keywords, at most
@@ -156,7 +182,8 @@ module WebhookInbox
         row_of(r.fetch(:source_scope), r.fetch(:event_id), r.fetch(:payload), r.fetch(:event_type, ""),
                r.fetch(:status, :pending), r[:last_error], r[:raw], r[:headers], r[:ordering], r[:trace])
       end
-      codes = with_connection { |conn| conn.insert_batch(built) }
+      scope = built[0][0]
+      codes = built.all? { |r| r[0] == scope } ? routed(scope) { |inbox| inbox.store_rows(built) } : store_rows(built)
       failed = codes.find { |c| c.is_a?(Exception) }
       raise failed if failed
 
@@ -186,13 +213,15 @@ module WebhookInbox
       result
     end
 
-    # Closes every idle connection; connections in use close when checked in.
+    # Closes every idle connection (the nodes' too); connections in use close when checked in.
     def close
       @mutex.synchronize do
         @closed = true
         @idle.each(&:close)
         @idle.clear
       end
+      @nodes&.each_value(&:close)
+      @router&.close
       nil
     end
 
@@ -207,6 +236,21 @@ module WebhookInbox
     # true: a group-commit batch holds rows of one source_scope only (Citus).
     def group_by_scope?
       @group_by_scope
+    end
+
+    # Receipts sent straight to a shard's node, and those of them inserted again through the
+    # coordinator after the node's insert failed (citus_nodes; tests and diagnostics).
+    def direct_counts
+      return { direct: 0, fallback: 0 } unless @count_mutex
+
+      @count_mutex.synchronize { @direct_counts.dup }
+    end
+
+    # The node ("host:port") that citus_nodes sends scope's receipts to, nil for the
+    # coordinator (tests and diagnostics; may ask the coordinator, as a receipt would).
+    def citus_node(scope)
+      node = @router&.node_for(scope)
+      node if @nodes&.key?(node)
     end
 
     # Server process ids of the idle connections (tests and diagnostics).
@@ -260,7 +304,65 @@ module WebhookInbox
     end
     private_class_method :url_password_span
 
+    protected
+
+    # Stores one checked row (row_of) on this inbox's own pool; its result code.
+    def store_row(row)
+      @group_commit ? group_insert(row) : with_connection { |conn| conn.insert(*row) }
+    end
+
+    # Stores checked rows in one statement on this inbox's own pool; their codes (or errors).
+    def store_rows(rows)
+      with_connection { |conn| conn.insert_batch(rows) }
+    end
+
     private
+
+    # citus_nodes: an Inbox per node (same settings, group_by_scope) and the router. The nodes
+    # share group_leaders (at least one each): as many batches in flight as through the
+    # coordinator, so as many rows a batch (with group_leaders each, two nodes made batches of
+    # half the rows, and a receipt cost 1.65x, measured).
+    def direct_to_nodes(nodes, ttl, group_commit)
+      unless nodes.is_a?(Hash) && !nodes.empty? &&
+             nodes.all? { |k, v| k.is_a?(String) && k.match?(/\A\S+:\d+\z/) && v.is_a?(String) && !v.empty? }
+        raise ConfigurationError, "citus_nodes must map \"host:port\" (as pg_dist_node names a node) to a database URL"
+      end
+
+      @count_mutex = Thread::Mutex.new
+      @direct_counts = { direct: 0, fallback: 0 }
+      @router = CitusRouter.new(@database_url, ttl: positive(ttl, :citus_route_ttl), connect_timeout: @connect_timeout,
+                                               statement_timeout: @statement_timeout)
+      @nodes = {}
+      leaders = (@group_leaders.to_f / nodes.size).ceil
+      nodes.each do |node, url|
+        @nodes[node.dup.freeze] =
+          Inbox.new(database_url: url, pool_size: @pool_size, connect_timeout: @connect_timeout,
+                    statement_timeout: @statement_timeout, checkout_timeout: @checkout_timeout,
+                    group_commit: group_commit, group_leaders: leaders, group_by_scope: true, custom_plans: true)
+      end
+      @nodes.freeze
+    end
+
+    # Yields the inbox to store scope's rows: its shard's node's (citus_nodes) or this one. A
+    # StoreError on the node forgets the scope's node and yields this inbox (the coordinator)
+    # again: ON CONFLICT makes the second insert answer :duplicate for a row the first committed.
+    def routed(scope)
+      node = @router && @nodes[@router.node_for(scope)]
+      return yield(self) unless node
+
+      count(:direct)
+      begin
+        yield node
+      rescue StoreError
+        @router.forget(scope)
+        count(:fallback)
+        yield self
+      end
+    end
+
+    def count(what)
+      @count_mutex.synchronize { @direct_counts[what] += 1 }
+    end
 
     # Connection#insert's arguments for one event, checked (ArgumentError).
     def row_of(source_scope, event_id, payload, event_type, status, last_error, raw, headers, ordering, trace = nil)
@@ -315,7 +417,8 @@ module WebhookInbox
     def new_connection
       # group_by_scope (Citus): a batch of one scope as multi-row VALUES, which Citus routes
       # to the scope's shard (the arrays form goes through the coordinator's INSERT ... SELECT)
-      Connection.new(@database_url, (@connect_timeout * 1000).ceil, (@statement_timeout * 1000).ceil, @group_by_scope)
+      Connection.new(@database_url, (@connect_timeout * 1000).ceil, (@statement_timeout * 1000).ceil, @group_by_scope,
+                     @custom_plans)
     end
 
     # After fork the child gets a fresh pool: the parent's connections are dropped by the
