@@ -117,7 +117,7 @@ void wi_citus_shards_free(struct wi_citus_shards *s);
  * reads its session's memory (pg_backend_memory_contexts, which needs superuser or
  * pg_read_all_stats) and is closed when it passes WI_CITUS_NODE_MEMORY bytes - or, where it
  * cannot be read, every WI_CITUS_NODE_EVENTS events - and opened again at its next batch (a new
- * session costs its first batches tens of ms more: metadata, compiled functions, prepares). Once
+ * session costs its first batches about 30 ms more: metadata, compiled functions, prepares). Once
  * WI_CITUS_NODE_EVENTS events went through the coordinator, the next batch there runs with
  * citus.max_cached_conns_per_worker = 0, so that Citus closes its connections to the workers at
  * its end (new ones at the next).
