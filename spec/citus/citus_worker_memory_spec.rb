@@ -10,9 +10,10 @@ require_relative "../sidecar/sidecar_helper"
 # (issue 30). With a row handler inserting into a co-located table, a reused (generic) plan of that
 # INSERT makes Citus 13.2 plan the shard's statement again at every local execution and keep every
 # copy in the session: 15-20 kB an event, 6,000 events grew a backend by about 100 MB. The sidecar
-# closes a direct worker session once its memory contexts pass 32 MB (read every 500 events), and
-# has Citus close its cached connections every 2,000 events through the coordinator
-# (sidecar/src/citus/citus.c). Skipped with the reason when Citus is not installed.
+# closes a direct worker session once its memory contexts pass 32 MB (read every 500 events; every
+# 2,000 events where its role cannot read them), and has Citus close its cached connections every
+# 2,000 events through the coordinator (sidecar/src/citus/citus.c). Skipped with the reason when
+# Citus is not installed.
 RSpec.describe "Citus: a worker session's memory under the sidecar's batches" do
   include CitusClusterSpec
   include CitusEvents
@@ -31,6 +32,9 @@ RSpec.describe "Citus: a worker session's memory under the sidecar's batches" do
     skip "needs /proc (Linux) to read a backend's memory" unless File.exist?("/proc/self/status")
     migrate_citus!
     CitusEvents.create_handler(@cluster, "mem")
+    # A sidecar role that may not read its session's memory (no pg_read_all_stats).
+    @cluster.psql("CREATE ROLE wi_plain LOGIN; GRANT ALL ON ALL TABLES IN SCHEMA public TO wi_plain; " \
+                  "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO wi_plain")
   end
 
   def events_name = "mem"
@@ -52,8 +56,8 @@ RSpec.describe "Citus: a worker session's memory under the sidecar's batches" do
   end
 
   # Runs `run --once` (one connection, batches of 20) over the pending events while sampling the
-  # workers' backends; returns { pid => [first kB, peak kB] }.
-  def run_sampled(*extra)
+  # workers' backends; returns { pid => [first kB, peak kB] }. The sidecar's output in @out.
+  def run_sampled(*extra, url: cluster.url)
     seen = Hash.new { |h, k| h[k] = [] }
     done = false
     sampler = Thread.new do
@@ -62,11 +66,11 @@ RSpec.describe "Citus: a worker session's memory under the sidecar's batches" do
         sleep 0.2
       end
     end
-    out, st = Open3.capture2e(bin, "run", "--once", "--database-url", cluster.url, "--concurrency", "1",
-                              "--batch-size", "20", "--log-level", "warn", "--log-events=false", *extra)
+    @out, st = Open3.capture2e(bin, "run", "--once", "--database-url", url, "--concurrency", "1",
+                               "--batch-size", "20", "--log-level", "info", "--log-events=false", *extra)
     done = true
     sampler.join
-    raise out unless st.success?
+    raise @out unless st.success?
 
     seen.transform_values { |kbs| [kbs.first, kbs.max] }
   end
@@ -82,6 +86,13 @@ RSpec.describe "Citus: a worker session's memory under the sidecar's batches" do
   it "bounds the worker backend of a direct session (--citus-direct), every event once" do
     receive("dir", events)
     expect_bounded(run_sampled, "dir")
+  end
+
+  it "bounds a direct session by its events where the sidecar's role cannot read its memory, every event once" do
+    receive("pln", events)
+    expect_bounded(run_sampled(url: cluster.url.sub(/user=\S+/, "user=wi_plain")), "pln")
+    expect(@out.scan("msg=citus_node_memory_unread").size).to eq(2) # once per worker
+    expect(@out).to include("permission denied for view pg_backend_memory_contexts")
   end
 
   it "bounds Citus' connection serving the batches through the coordinator (--citus-direct=false), every event once" do
