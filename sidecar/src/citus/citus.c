@@ -32,6 +32,17 @@ static const struct wi_pg_stmt shard_stmts[] = {
      " IS NOT NULL ORDER BY k.i"},
 };
 
+/* The node session's own memory in bytes (its memory contexts; superuser or pg_read_all_stats). */
+static const struct wi_pg_stmt node_memory_stmt = {
+    "wi_citus_node_memory", "SELECT coalesce(sum(total_bytes), 0)::bigint FROM pg_backend_memory_contexts"};
+
+/* Around a shard batch through the coordinator: Citus closes its connections to the workers at
+ * the end of that batch's transaction (none cached), then caches them again. */
+static const struct wi_pg_stmt conns_stmts[] = {
+    {"wi_citus_conns_close", "SET citus.max_cached_conns_per_worker = 0"},
+    {"wi_citus_conns_keep", "RESET citus.max_cached_conns_per_worker"},
+};
+
 /* wi_dispatch_batch_stmt's columns; $1 the shard key, $2 the lock_timeout, then its parameters. */
 static const struct wi_pg_stmt dispatch_shard_stmt = {
     "wi_citus_dispatch_shard", "SELECT source_scope, event_id, event_type, result, detail, attempts, latency_ms, charged,"
@@ -139,6 +150,7 @@ void wi_citus_shards_free(struct wi_citus_shards *s)
     s->nodes = NULL;
     s->n_nodes = 0;
     s->reload = 0;
+    s->coord_events = 0;
     s->direct_url = NULL;
     s->node_override = NULL;
     s->n_override = 0;
@@ -187,7 +199,8 @@ int wi_citus_shards_load(struct wi_pg *pg, struct wi_citus_shards *s, int start,
         PQclear(res);
         return 0;
     }
-    if (wi_pg_prepare(pg, &dispatch_shard_stmt, 1, err) < 0) {
+    if (wi_pg_prepare(pg, &dispatch_shard_stmt, 1, err) < 0 ||
+        wi_pg_prepare(pg, conns_stmts, (int)(sizeof conns_stmts / sizeof conns_stmts[0]), err) < 0) {
         PQclear(res);
         return -1;
     }
@@ -231,9 +244,67 @@ static int node_open(struct wi_citus_shards *s, struct wi_citus_node *nd, struct
         !(ci = wi_citus_node_conninfo(s->direct_url, host, host_len, port, err)))
         return -1;
     nd->pg = wi_pg_connect(ci, &dispatch_shard_stmt, 1, err);
+    nd->events = 0;
+    nd->check_at = nd->count_only ? WI_CITUS_NODE_EVENTS : WI_CITUS_NODE_CHECK_EVENTS;
     OPENSSL_cleanse(ci, strlen(ci));
     free(ci);
     return nd->pg ? 0 : -1;
+}
+
+/* 1 when nd's session should be closed: its memory past WI_CITUS_NODE_MEMORY, or (where that
+ * cannot be read: nd->count_only from then on) WI_CITUS_NODE_EVENTS events handled, or the
+ * connection lost meanwhile. Else 0, and the next check is set. */
+static int node_spent(struct wi_citus_node *nd)
+{
+    struct wi_err err;
+    PGresult *res;
+    long long used = -1;
+
+    if (!nd->count_only) {
+        if (wi_pg_prepare(nd->pg, &node_memory_stmt, 1, &err) == 0 &&
+            (res = wi_pg_exec(nd->pg, node_memory_stmt.name, 0, NULL, PGRES_TUPLES_OK, &err))) {
+            used = PQntuples(res) == 1 ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+            PQclear(res);
+        } else if (!wi_pg_ok(nd->pg)) {
+            return 1;
+        } else {
+            log_info("citus_node_memory_unread", "node=%s:%d error=%s note=\"its session is closed every %d events "
+                     "instead\"", WI_LOG_Q(nd->name), nd->port, WI_LOG_Q(err.msg), WI_CITUS_NODE_EVENTS);
+            nd->count_only = 1;
+        }
+    }
+    if (used >= 0) {
+        nd->check_at = nd->events + WI_CITUS_NODE_CHECK_EVENTS;
+        return used > WI_CITUS_NODE_MEMORY;
+    }
+    nd->check_at = WI_CITUS_NODE_EVENTS;
+    return nd->events >= WI_CITUS_NODE_EVENTS;
+}
+
+/* Shard k's batch through the coordinator pg, which pushes it down to the shard's node over a
+ * connection Citus caches; every WI_CITUS_NODE_EVENTS events there, that batch's connections are
+ * closed at its end (wi_citus_dispatch). As wi_dispatch_batch_keyed. */
+static int coordinator_batch(struct wi_pg *pg, struct wi_citus_shards *s, int k, int limit, const struct wi_policy *p,
+                             struct wi_batch *b, struct wi_err *err)
+{
+    int close = s->coord_events >= WI_CITUS_NODE_EVENTS, n;
+    struct wi_err reset;
+
+    if (close && wi_pg_cmd(pg, "wi_citus_conns_close", 0, NULL, err) < 0)
+        return -1;
+    n = wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err);
+    if (close) {
+        s->coord_events = 0;
+        /* A lost connection takes the setting with it. Otherwise a RESET that fails leaves Citus
+         * closing its connections after every transaction of this session (slower, not wrong)
+         * until the next such batch resets it; the batch's own outcome stands. */
+        if (wi_pg_ok(pg) && wi_pg_cmd(pg, "wi_citus_conns_keep", 0, NULL, &reset) < 0 &&
+            wi_log_every("citus_conns_keep", 60.0))
+            log_warnx("citus_conns_keep", "error=%s", WI_LOG_Q(reset.msg));
+    }
+    if (n > 0)
+        s->coord_events += n;
+    return n;
 }
 
 /* Shard k's batch: on the worker holding it when direct and that node is not resting, else (or
@@ -248,6 +319,11 @@ static int shard_batch(struct wi_pg *pg, struct wi_citus_shards *s, int k, int w
     if (nd && nd->rest_until <= wi_clock_s()) {
         if (node_open(s, nd, err) == 0) {
             n = wi_dispatch_batch_keyed(nd->pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err);
+            if (n > 0 && (nd->events += n) >= nd->check_at && node_spent(nd)) {
+                /* The session's memory back: the next batch opens a new one (wi_citus_dispatch). */
+                wi_pg_free(nd->pg);
+                nd->pg = NULL;
+            }
             if (n >= 0 || (wi_dispatch_handler_missing(err) && wi_pg_ok(nd->pg)))
                 return n;
         }
@@ -262,7 +338,7 @@ static int shard_batch(struct wi_pg *pg, struct wi_citus_shards *s, int k, int w
         nd->rest_until = wi_clock_s() + WI_CITUS_NODE_REST_S;
         s->reload = 1;
     }
-    return wi_dispatch_batch_keyed(pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err);
+    return coordinator_batch(pg, s, k, limit, p, b, err);
 }
 
 int wi_citus_dispatch(struct wi_pg *pg, struct wi_citus_shards *s, int worker, int limit, const struct wi_policy *p,

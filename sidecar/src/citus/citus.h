@@ -32,6 +32,10 @@ struct wi_citus_node {
     int port;          /* pg_dist_node.nodeport */
     struct wi_pg *pg;  /* open while the node answers; NULL before the first batch or after a failure */
     double rest_until; /* wi_clock_s(): after a failure its shards go through the coordinator until then */
+    long events;       /* events handled on pg since it opened */
+    long check_at;     /* events at which the session's memory is read next (wi_citus_dispatch) */
+    int count_only;    /* the session's memory could not be read (no pg_read_all_stats): pg is
+                        * closed every WI_CITUS_NODE_EVENTS events instead */
 };
 
 /* The shards a worker cycles through on the Citus layout, one batch per shard in turn, each
@@ -54,6 +58,8 @@ struct wi_citus_shards {
     int n_nodes;
     int reload; /* a direct batch failed: the keys and their nodes are loaded again before the next */
     double loaded_at; /* wi_clock_s() of the last load */
+    long coord_events; /* events of shard batches sent through the coordinator since Citus last
+                        * closed its connections to the workers (WI_CITUS_NODE_EVENTS) */
     const char *direct_url;                 /* wi_citus_shards_direct(): borrowed; NULL = direct off */
     char *const *node_override; /* the same, n_override --citus-node entries; borrowed */
     int n_override;
@@ -104,7 +110,21 @@ void wi_citus_shards_free(struct wi_citus_shards *s);
  * the coordinator has synced take batches directly: such a node passes a call for a shard
  * moved away on to its new node, one with a stale copy of the metadata might run it on the
  * shard's old placement.
+ * A worker session's memory: Citus 13.2 keeps a copy of a plan in the worker's session at every
+ * execution of a handler's statement with a reused plan (15-20 kB an event with a row handler's
+ * INSERT into a co-located table, without bound); a new session starts empty (docs/capacity.md,
+ * "A worker session's memory"). So every WI_CITUS_NODE_CHECK_EVENTS events a node's connection
+ * reads its session's memory (pg_backend_memory_contexts, which needs superuser or
+ * pg_read_all_stats) and is closed when it passes WI_CITUS_NODE_MEMORY bytes - or, where it
+ * cannot be read, every WI_CITUS_NODE_EVENTS events - and opened again at its next batch (a new
+ * session costs its first batches about 30 ms more: metadata, compiled functions, prepares). Once
+ * WI_CITUS_NODE_EVENTS events went through the coordinator, the next batch there runs with
+ * citus.max_cached_conns_per_worker = 0, so that Citus closes its connections to the workers at
+ * its end (new ones at the next).
  * worker: the worker's number, for the log. Needs s->n > 0. */
+#define WI_CITUS_NODE_CHECK_EVENTS 500
+#define WI_CITUS_NODE_MEMORY (32L << 20)
+#define WI_CITUS_NODE_EVENTS 2000
 #define WI_CITUS_NODE_REST_S 10.0
 #define WI_CITUS_NODES_RELOAD_S 10.0
 #define WI_CITUS_REST_S 5.0
