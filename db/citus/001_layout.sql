@@ -352,7 +352,8 @@ COMMENT ON FUNCTION webhook_inbox_citus_shard_keys() IS
 -- on the local shard planned by PostgreSQL, not by Citus at every call (issue 30). Its
 -- transaction commits on that node alone. Same rows as webhook_inbox_dispatch_batch(). Where
 -- the shard is not local (the call was not pushed down: inside a transaction block, or a node
--- without metadata) it is webhook_inbox_citus_dispatch_batch(), one scope through the coordinator.
+-- without metadata; the shard moved away) it is webhook_inbox_citus_dispatch_batch(), one
+-- scope through Citus.
 CREATE OR REPLACE FUNCTION webhook_inbox_citus_dispatch_shard(
         p_key text, p_lock_timeout text, p_limit integer, p_unrouted text, p_max_attempts integer,
         p_backoff_base_ms bigint, p_backoff_cap_ms bigint, p_unrouted_delay_ms bigint)
@@ -360,12 +361,13 @@ RETURNS TABLE (source_scope text, event_id text, event_type text, result text, d
                attempts integer, latency_ms double precision, charged boolean, retry_in_ms bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    shard regclass := to_regclass(shard_name('webhook_inbox', get_shard_id_for_distribution_column('webhook_inbox', p_key)));
+    shard_id bigint := get_shard_id_for_distribution_column('webhook_inbox', p_key);
+    shard regclass;
     types text[];
     strict_types text[];
     evs webhook_inbox[];
     tids tid[];
-    claim text := 'webhook_inbox_citus_claim_' || shard::oid || '_' || p_limit; -- this session's prepared claim of the shard
+    claim text; -- this session's prepared claim of the shard
     plan_mode text;
     routes regclass := to_regclass(shard_name('webhook_inbox_routes', get_shard_id_for_distribution_column('webhook_inbox_routes')));
     ruby regclass := to_regclass(shard_name('webhook_inbox_ruby_handlers',
@@ -374,6 +376,23 @@ DECLARE
     markers regclass; -- with a batch: this node's copies of the effects received and the flow rules
     flow regclass;
 BEGIN
+    -- The shard's table here only while this node holds the shard, for the whole transaction: a
+    -- shard move blocks the shard's writes at its end with an exclusive lock on its metadata on
+    -- every node, then points the placement elsewhere, and leaves the old table behind until its
+    -- cleanup. A batch called straight on the old node (the sidecar's --citus-direct, its map
+    -- not yet reloaded) took that stale table for the shard and ran its events a second time
+    -- (spec/citus/citus_direct_batches_spec.rb). So: the metadata lock shared (the move waits
+    -- for this batch, or this batch for the move), then the placement read under it. Citus lets
+    -- only the table's owner take that lock (lock_shard_metadata): another role's batch reads the
+    -- placement unlocked (a stale map is still refused; a batch running across the move's end is
+    -- not covered: docs/capacity.md says to run direct sidecars as the owner).
+    IF pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = 'webhook_inbox'::regclass), 'USAGE') THEN
+        PERFORM lock_shard_metadata(5, ARRAY[shard_id]); -- ShareLock
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_dist_placement pl
+                WHERE pl.shardid = shard_id AND pl.groupid = (SELECT g.groupid FROM pg_dist_local_group g)) THEN
+        shard := to_regclass(shard_name('webhook_inbox', shard_id));
+    END IF;
     IF shard IS NULL THEN
         RETURN QUERY SELECT * FROM webhook_inbox_citus_dispatch_batch(p_limit, p_unrouted, p_max_attempts, p_backoff_base_ms,
                                                                        p_backoff_cap_ms, p_unrouted_delay_ms);
@@ -406,6 +425,7 @@ BEGIN
             $q$, shard) INTO types;
     END IF;
     strict_types := ARRAY(SELECT t FROM unnest(types) t WHERE webhook_inbox_route_strict(t));
+    claim := 'webhook_inbox_citus_claim_' || shard::oid || '_' || p_limit;
     -- db/021: each claimed keyed row's key tried on this node, after the claim locked it (as
     -- webhook_inbox_claim_due does); a row whose key another transaction holds is left out.
     -- The rows as webhook_inbox values (the shard's columns are the table's, in its order).
