@@ -21,8 +21,10 @@ SET LOCAL check_function_bodies = off;
 --     W3C trace context, inherited by its effects.
 -- 31: webhook_inbox_ordering_idx on (ordering_key, ordering_at) (db/031): a keyed receipt's
 --     index entry less than half the size.
+-- 32: the wake-up triggers (functions/triggers.sql) send their NOTIFY from their WHEN
+--     condition: no PL/pgSQL call per inserting statement; no table changed.
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
-LANGUAGE sql STABLE AS $$ SELECT 31 $$;
+LANGUAGE sql STABLE AS $$ SELECT 32 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS
     'Version of the webhook_inbox schema in this database (db/NNN files applied up to NNN, db/functions/ of this version). Sidecars older or newer check it at start and after every reconnect.';
 

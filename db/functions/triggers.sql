@@ -6,7 +6,9 @@
 -- file as one transaction: one string, or inside BEGIN; `psql -1 -f` works too).
 SET LOCAL check_function_bodies = off;
 
--- Wake the workers: one NOTIFY per inserting statement (NOTIFY also folds duplicates per transaction).
+-- Wake the workers: one NOTIFY per inserting statement (NOTIFY also folds duplicates per
+-- transaction). Since v32 the trigger below sends it from its WHEN condition and never calls
+-- this function; it stays the trigger's named function (and does the same if called).
 CREATE OR REPLACE FUNCTION webhook_inbox_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -14,9 +16,10 @@ BEGIN
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION webhook_inbox_notify() IS 'Statement trigger: NOTIFY webhook_inbox so LISTENing sidecars wake up.';
+COMMENT ON FUNCTION webhook_inbox_notify() IS 'Function of the statement trigger webhook_inbox_notify_insert, whose WHEN sends the NOTIFY webhook_inbox itself (so this is not called): NOTIFY webhook_inbox so LISTENing sidecars wake up.';
 
--- Wake the sidecars' deliverers: one NOTIFY per inserting statement.
+-- Wake the sidecars' deliverers: one NOTIFY per inserting statement (sent by the trigger's WHEN
+-- since v32, as webhook_inbox_notify's).
 CREATE OR REPLACE FUNCTION webhook_inbox_outbox_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -24,7 +27,7 @@ BEGIN
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION webhook_inbox_outbox_notify() IS 'Statement trigger: NOTIFY webhook_inbox_outbox so LISTENing deliverers wake up.';
+COMMENT ON FUNCTION webhook_inbox_outbox_notify() IS 'Function of the statement trigger webhook_inbox_outbox_notify_insert, whose WHEN sends the NOTIFY webhook_inbox_outbox itself (so this is not called): NOTIFY webhook_inbox_outbox so LISTENing deliverers wake up.';
 
 -- Back to pending from done or quarantined, by whatever means (webhook_inbox_requeue, the
 -- sidecar's `requeue`, a hand-written UPDATE): stamp requeued_at, so latency counts from
@@ -80,8 +83,8 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_routes_names() IS
     'Row trigger on webhook_inbox_routes: handler_name and batch_handler_name (schema-qualified) from the regprocs, unless the write gives them; refuses a regproc that names no function and a name that does not parse.';
 
--- The triggers, each created when missing (never dropped and created again: a current
--- database takes no lock here). The NOTIFY ones never on a table Citus distributes:
+-- The triggers, each created when missing, or replaced in place once when its form changed
+-- (never dropped and created again: a current database takes no lock here). The NOTIFY ones never on a table Citus distributes:
 -- db/citus/ drops them there (on a worker a NOTIFY fails the two-phase commit, and no sidecar
 -- listens there: they poll). The requeue stamp changes only its row, so it stays on Citus.
 DO $$
@@ -91,18 +94,27 @@ BEGIN
     IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
         EXECUTE 'SELECT coalesce(array_agg(logicalrelid), ''{}'') FROM pg_catalog.pg_dist_partition' INTO distributed;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'webhook_inbox'::regclass AND tgname = 'webhook_inbox_notify_insert')
+    -- The wake-ups (v32): the NOTIFY sent by the WHEN condition, evaluated once per inserting
+    -- statement; pg_notify returns void, never NULL, so the condition is false and the trigger
+    -- function is never called. The same NOTIFY at the same point (the statement's end, sent
+    -- at commit, dropped on rollback) without a PL/pgSQL call per statement: that call was
+    -- 5-9% of a receipt's backend CPU in statements of 5 rows (docs/capacity.md). The form
+    -- before v32 (no WHEN) is replaced in place, once (CREATE OR REPLACE TRIGGER, PostgreSQL 14+).
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'webhook_inbox'::regclass
+                                              AND tgname = 'webhook_inbox_notify_insert' AND tgqual IS NOT NULL)
        AND NOT 'webhook_inbox'::regclass = ANY (distributed) THEN
-        CREATE TRIGGER webhook_inbox_notify_insert
+        CREATE OR REPLACE TRIGGER webhook_inbox_notify_insert
             AFTER INSERT ON webhook_inbox
-            FOR EACH STATEMENT EXECUTE FUNCTION webhook_inbox_notify();
+            FOR EACH STATEMENT WHEN (pg_notify('webhook_inbox', '') IS NULL)
+            EXECUTE FUNCTION webhook_inbox_notify();
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'webhook_inbox_outbox'::regclass
-                                              AND tgname = 'webhook_inbox_outbox_notify_insert')
+                                              AND tgname = 'webhook_inbox_outbox_notify_insert' AND tgqual IS NOT NULL)
        AND NOT 'webhook_inbox_outbox'::regclass = ANY (distributed) THEN
-        CREATE TRIGGER webhook_inbox_outbox_notify_insert
+        CREATE OR REPLACE TRIGGER webhook_inbox_outbox_notify_insert
             AFTER INSERT ON webhook_inbox_outbox
-            FOR EACH STATEMENT EXECUTE FUNCTION webhook_inbox_outbox_notify();
+            FOR EACH STATEMENT WHEN (pg_notify('webhook_inbox_outbox', '') IS NULL)
+            EXECUTE FUNCTION webhook_inbox_outbox_notify();
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'webhook_inbox'::regclass AND tgname = 'webhook_inbox_requeued') THEN
         CREATE TRIGGER webhook_inbox_requeued

@@ -10,8 +10,8 @@
  * webhook_inbox_schema_version() return (spec/webhook_inbox/schema_layout_spec.rb checks).
  * Required even with no --destination or --retain configured: one version for `migrate` and
  * for the check (the deploy runs the migration first, as for every upgrade), and a database
- * at v31 still accepts v4 sidecars (min_worker stays 4). */
-#define WI_SCHEMA_VERSION 31
+ * at v32 still accepts v4 sidecars (min_worker stays 4). */
+#define WI_SCHEMA_VERSION 32
 
 /* Outcomes of wi_schema_check(). */
 enum {
