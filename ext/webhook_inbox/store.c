@@ -24,6 +24,8 @@
 #define READ_STMT_NAME "wi_inbox_insert_read"
 #define BATCH_STMT_NAME "wi_inbox_insert_batch"
 #define BATCH_READ_STMT_NAME "wi_inbox_insert_batch_read"
+#define UNKEYED_STMT_NAME "wi_inbox_insert_unkeyed"
+#define BATCH_UNKEYED_STMT_NAME "wi_inbox_insert_batch_unkeyed"
 #define VALUES_STMT_NAME "wi_inbox_values_%zu" /* the VALUES batch of that many rows */
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
@@ -465,10 +467,10 @@ static int setup_cmd(struct wi_store *s, const char *sql, int want_ok, long long
 
 /* PREPAREs name as sql with the first s->nparams of types and waits for it. Returns 0, or
  * -1 and fills *err. */
-static int prepare(struct wi_store *s, const char *name, const char *sql, const Oid *types,
+static int prepare(struct wi_store *s, const char *name, const char *sql, int nparams, const Oid *types,
                    long long deadline, struct wi_err *err)
 {
-    if (!PQsendPrepare(s->conn, name, sql, s->nparams, types)) {
+    if (!PQsendPrepare(s->conn, name, sql, nparams, types)) {
         set_err(s, err, WI_STORE_ECONNECT, "could not send PREPARE: %s", PQerrorMessage(s->conn));
         return -1;
     }
@@ -477,7 +479,12 @@ static int prepare(struct wi_store *s, const char *name, const char *sql, const 
 
 /* The statements of each schema form, newest first: the one row's, the batch's, and the one
  * row's and the batch's when C read their ordering (READ_STMT_NAME, BATCH_READ_STMT_NAME;
- * NULL: the form has no ordering). */
+ * NULL: the form has no ordering). A form with ordering also prepares the *_NO_ORDER pair
+ * (UNKEYED_STMT_NAME, BATCH_UNKEYED_STMT_NAME, NPARAMS_NO_ORDER parameters: the first ones of
+ * every form, in the same order) for rows that C found no key for and that carry no trace:
+ * they store what the read statements store for such a row (ordering_key and ordering_at NULL,
+ * next_attempt_at now(), trace_context NULL) without the four ordering arrays and the
+ * expressions over them (backend CPU per statement of unkeyed rows: ~4% less, docs/capacity.md). */
 struct stmt_form {
     int nparams;
     const char *insert;
@@ -518,17 +525,20 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
      * tries the next older form. */
     for (f = STMT_FORMS;; f++) {
         s->nparams = f->nparams;
-        if (prepare(s, STMT_NAME, f->insert, PARAM_TYPES, deadline, err) == 0)
+        if (prepare(s, STMT_NAME, f->insert, s->nparams, PARAM_TYPES, deadline, err) == 0)
             break;
         if ((strcmp(s->sqlstate, "42703") && strcmp(s->sqlstate, "42883")) || f->nparams == NPARAMS_NO_HEADERS)
             return -1;
         s->sqlstate[0] = '\0';
     }
-    if (f->read && prepare(s, READ_STMT_NAME, f->read, PARAM_TYPES, deadline, err) < 0)
+    if (f->read && (prepare(s, READ_STMT_NAME, f->read, s->nparams, PARAM_TYPES, deadline, err) < 0 ||
+                    prepare(s, UNKEYED_STMT_NAME, INSERT_SQL_NO_ORDER, NPARAMS_NO_ORDER, PARAM_TYPES, deadline, err) < 0))
         return -1;
-    if (f->batch_read && prepare(s, BATCH_READ_STMT_NAME, f->batch_read, BATCH_PARAM_TYPES, deadline, err) < 0)
+    if (f->batch_read && (prepare(s, BATCH_READ_STMT_NAME, f->batch_read, s->nparams, BATCH_PARAM_TYPES, deadline, err) < 0 ||
+                          prepare(s, BATCH_UNKEYED_STMT_NAME, BATCH_SQL_NO_ORDER, NPARAMS_NO_ORDER, BATCH_PARAM_TYPES,
+                                  deadline, err) < 0))
         return -1;
-    return prepare(s, BATCH_STMT_NAME, f->batch, BATCH_PARAM_TYPES, deadline, err);
+    return prepare(s, BATCH_STMT_NAME, f->batch, s->nparams, BATCH_PARAM_TYPES, deadline, err);
 }
 
 struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
@@ -653,11 +663,11 @@ static enum trip sent(struct wi_store *s, struct attempt *a, int ok, struct wi_e
 }
 
 /* Sends prepared statement stmt (s->nparams binary parameters) and starts the attempt's deadline. */
-static enum trip send_prepared(struct wi_store *s, struct attempt *a, const char *stmt, const char *const *values,
-                               const int *lengths, const int *formats, struct wi_err *err)
+static enum trip send_prepared(struct wi_store *s, struct attempt *a, const char *stmt, int nparams,
+                               const char *const *values, const int *lengths, const int *formats, struct wi_err *err)
 {
     start_attempt(s, a);
-    return sent(s, a, PQsendQueryPrepared(s->conn, stmt, s->nparams, values, lengths, formats, 0), err);
+    return sent(s, a, PQsendQueryPrepared(s->conn, stmt, nparams, values, lengths, formats, 0), err);
 }
 
 /* Reads row's ordering key and time from its payload into *o (ordering.c); nothing to read
@@ -670,6 +680,13 @@ static void derive_ordering(const struct wi_store_row *row, int raw, struct wi_o
     }
     wi_ordering_derive(row->payload, row->payload_len, row->order_key, row->order_key_len,
                        row->order_time, row->order_time_len, o);
+}
+
+/* Whether row r, whose ordering reads as o, may go by the unkeyed statements (stmt_form): the
+ * session's form has ordering, C found no key, and the form stores no trace or r has none. */
+static int unkeyed(const struct wi_store *s, const struct wi_store_row *r, const struct wi_ordering *o)
+{
+    return s->nparams >= NPARAMS_NO_TRACE && o->key == WI_ORDERING_NONE && (s->nparams < NPARAMS || !r->trace);
 }
 
 /* Ordering parameter col (8: spec, 9: time path, 10: key, 11: time) of row r, whose reading
@@ -753,9 +770,13 @@ static enum trip insert_send(struct wi_store *s, const struct wi_store_row *row,
     }
     values[TRACE_COL] = row->trace; lengths[TRACE_COL] = (int)row->trace_len;
 
-    /* Nothing left to the ordering functions ($9, $10 NULL): the statement without them. */
+    /* Nothing left to the ordering functions ($9, $10 NULL): the statement without them; no
+     * key at all: the one without the ordering's parameters either. */
     read = s->nparams >= NPARAMS_NO_TRACE && order.key != WI_ORDERING_SQL && order.time != WI_ORDERING_SQL;
-    t = send_prepared(s, a, read ? READ_STMT_NAME : STMT_NAME, values, lengths, formats, err);
+    if (unkeyed(s, row, &order))
+        t = send_prepared(s, a, UNKEYED_STMT_NAME, NPARAMS_NO_ORDER, values, lengths, formats, err);
+    else
+        t = send_prepared(s, a, read ? READ_STMT_NAME : STMT_NAME, s->nparams, values, lengths, formats, err);
     free(jsonb);
     free(headers);
     return t;
@@ -814,7 +835,8 @@ static const char *batch_field(const struct wi_store_row *r, const struct wi_ord
     }
 }
 
-/* Sends BATCH_SQL (BATCH_SQL_READ when C decided every row's ordering) for rows[0..n) on the
+/* Sends BATCH_SQL (BATCH_SQL_READ when C decided every row's ordering, BATCH_SQL_NO_ORDER with
+ * the first NPARAMS_NO_ORDER arrays when every row is unkeyed()) for rows[0..n) on the
  * open connection: each column as a one-dimensional array in binary format (ndim, has-null
  * flag, element oid, length, lower bound, then each element as int32 length or -1 for NULL,
  * and its bytes). Starts a's deadline. */
@@ -828,6 +850,7 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
     struct wi_ordering *orders;
     char *buf, *p;
     int col, read = s->nparams >= NPARAMS_NO_TRACE; /* every row's ordering decided in C */
+    int all_unkeyed = 1, ncols; /* every row may go by BATCH_UNKEYED_STMT_NAME */
     enum trip t;
 
     if (!(orders = malloc(n * sizeof *orders))) {
@@ -837,8 +860,10 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
     for (i = 0; i < n; i++) {
         derive_ordering(&rows[i], rows[i].raw, &orders[i]);
         read = read && orders[i].key != WI_ORDERING_SQL && orders[i].time != WI_ORDERING_SQL;
+        all_unkeyed = all_unkeyed && unkeyed(s, &rows[i], &orders[i]);
     }
-    for (col = 0; col < s->nparams; col++) {
+    ncols = all_unkeyed ? NPARAMS_NO_ORDER : s->nparams;
+    for (col = 0; col < ncols; col++) {
         sizes[col] = 20;
         for (i = 0; i < n; i++) {
             const char *v = batch_field(&rows[i], &orders[i], col, &len);
@@ -857,7 +882,7 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
         return TRIP_FAIL;
     }
     p = buf;
-    for (col = 0; col < s->nparams; col++) {
+    for (col = 0; col < ncols; col++) {
         char *start = p, *flags;
         int has_null = 0;
 
@@ -885,7 +910,10 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
         lengths[col] = (int)(p - start);
     }
 
-    t = send_prepared(s, a, read ? BATCH_READ_STMT_NAME : BATCH_STMT_NAME, values, lengths, formats, err);
+    if (all_unkeyed)
+        t = send_prepared(s, a, BATCH_UNKEYED_STMT_NAME, ncols, values, lengths, formats, err);
+    else
+        t = send_prepared(s, a, read ? BATCH_READ_STMT_NAME : BATCH_STMT_NAME, ncols, values, lengths, formats, err);
     free(buf);
     free(orders);
     return t;

@@ -123,16 +123,26 @@ RSpec.describe "ordering read in C against the SQL functions" do
     expect(timed).to be > 10  # and times (about 25)
   end
 
+  # The cluster's log (log_statement = 'all' on db) from a marker written before the block on.
+  def log_of(db)
+    marker = "log from #{SecureRandom.hex(6)}"
+    pg.psql("SELECT '#{marker}'", db: db)
+    yield
+    log = pg.log_tail(400)
+    log[log.rindex(marker)..]
+  end
+
   it "sends an arrays batch whose every row C read by the statement without the ordering functions" do
     db = ReceiverHelpers.schema_database(pg, "ordread")
     pg.psql("ALTER DATABASE #{db} SET log_statement = 'all'", db: "postgres")
     pg.psql("ALTER DATABASE #{db} SET log_parameter_max_length = 0", db: "postgres")
     row = ->(id, created) { [scope, id, "t", %({"data":{"object":{"id":"pi_#{id}"}},"created":#{created}}), false, false, nil, nil, ["data.object.id", "created"]] }
-    conn = WebhookInbox::Inbox::Connection.new(pg.url(db), 5000, 5000, false)
-    conn.insert_batch([row.("r1", 1_700_000_000), row.("r2", 1_700_000_001)]) # read whole in C
-    conn.insert_batch([row.("s1", 1_700_000_000), row.("s2", "1700000000.5")]) # a time left to SQL
-    conn.close
-    log = pg.log_tail(400)
+    log = log_of(db) do
+      conn = WebhookInbox::Inbox::Connection.new(pg.url(db), 5000, 5000, false)
+      conn.insert_batch([row.("r1", 1_700_000_000), row.("r2", 1_700_000_001)]) # read whole in C
+      conn.insert_batch([row.("s1", 1_700_000_000), row.("s2", "1700000000.5")]) # a time left to SQL
+      conn.close
+    end
     expect(log.scan("execute wi_inbox_insert_batch_read:").size).to eq(1)
     expect(log.scan("execute wi_inbox_insert_batch:").size).to eq(1)
     stored = pg.psql(<<~SQL, db: db).split
@@ -141,6 +151,42 @@ RSpec.describe "ordering read in C against the SQL functions" do
         FROM webhook_inbox ORDER BY event_id
     SQL
     expect(stored).to eq(%w[r1=true r2=true s1=true s2=true])
+  ensure
+    pg.psql("DROP DATABASE IF EXISTS #{db} WITH (FORCE)", db: "postgres") if db
+  end
+
+  it "sends rows without a key by the statements without the ordering's parameters, storing the same" do
+    db = ReceiverHelpers.schema_database(pg, "ordnokey")
+    pg.psql("ALTER DATABASE #{db} SET log_statement = 'all'", db: "postgres")
+    pg.psql("ALTER DATABASE #{db} SET log_parameter_max_length = 0", db: "postgres")
+    trace = "00-#{"ab" * 16}-#{"cd" * 8}-01"
+    spec = ["data.object.id", "created"]
+    row = lambda do |id, ordering: nil, trace: nil, payload: %({"data":{"object":{"id":"pi_#{id}"}},"created":1700000000})|
+      [scope, id, "t", payload, false, false, nil, %({"user-agent":"x"}), ordering, trace]
+    end
+    log = log_of(db) do
+      conn = WebhookInbox::Inbox::Connection.new(pg.url(db), 5000, 5000, false)
+      conn.insert(*row.("u1"))                                                      # no ordering spec
+      conn.insert(*row.("u2", ordering: spec, payload: %({"data":{},"created":1}))) # a spec, no key in it
+      conn.insert(*row.("u3", trace: trace))                                        # a trace to store
+      conn.insert_batch([row.("b1"), row.("b2", ordering: spec, payload: %({"data":{"object":null}}))])
+      conn.insert_batch([row.("m1"), row.("m2", ordering: spec)])                   # one keyed row
+      conn.insert_batch([row.("t1"), row.("t2", trace: trace)])                     # one traced row
+      conn.close
+    end
+    expect(log.scan("execute wi_inbox_insert_unkeyed:").size).to eq(2)
+    expect(log.scan("execute wi_inbox_insert_read:").size).to eq(1)
+    expect(log.scan("execute wi_inbox_insert_batch_unkeyed:").size).to eq(1)
+    expect(log.scan("execute wi_inbox_insert_batch_read:").size).to eq(2)
+    stored = pg.psql(<<~SQL, db: db).split
+      SELECT event_id || '=' || concat_ws(',', coalesce(ordering_key, '-'), (ordering_at IS NULL),
+                                          (next_attempt_at = received_at), (request_headers IS NOT NULL),
+                                          (trace_context IS NOT NULL))
+        FROM webhook_inbox ORDER BY event_id
+    SQL
+    # key, no time, next_attempt_at = received_at, headers kept, trace kept (m2's time is earlier)
+    expect(stored).to eq(%w[b1=-,t,t,t,f b2=-,t,t,t,f m1=-,t,t,t,f m2=pi_m2,f,f,t,f t1=-,t,t,t,f t2=-,t,t,t,t
+                            u1=-,t,t,t,f u2=-,t,t,t,f u3=-,t,t,t,t])
   ensure
     pg.psql("DROP DATABASE IF EXISTS #{db} WITH (FORCE)", db: "postgres") if db
   end
