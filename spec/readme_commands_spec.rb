@@ -57,7 +57,8 @@ RSpec.describe "README commands" do
     "webhook-inbox-sidecar pause --scope stripe:acct_123:live", "webhook-inbox-sidecar pause --destination crm",
     "webhook-inbox-sidecar resume --type 'invoice.*' --rate 50", "bin/chaos --orders 2000 --db-restarts 3",
     "bench/verify", "bench/receive", "bench/sidecar", "bench/pipeline", "bench/stats", "bench/effects",
-    "bench/ruby_handlers", "bench/peers/run", "bench/peers/drain", "bench/backlog", "bench/snapshot_flow"
+    "bench/ruby_handlers", "bench/peers/run", "bench/peers/drain", "bench/backlog", "bench/snapshot_flow",
+    "bench/receipt_sql"
   ]
 
   it "links only to files and headings that exist (README.md and docs/*.md)" do
@@ -170,6 +171,9 @@ RSpec.describe "README commands" do
         /all handled once.*retention: \d+ runs.*webhook_inbox_pkey .*(levels off|still growing).*compact/m,
       ["bench/ruby_claim", "--runs", "300"] => /this snapshot +[\d.]+ entries read per claim/,
       ["bench/snapshot_flow", "--drained", "500", "--rounds", "3"] => /claim index entries read \d+ in \d+ claims/,
+      # This tree against itself (a built tree): the mechanics, both backends measured.
+      ["bench/receipt_sql", "--compare", root, "--rows", "1,5", "--turns", "3"] =>
+        %r{5 rows, unkeyed +this +[\d.]+ us/stmt .*\| older +[\d.]+ us/stmt .*this/older [\d.]+},
       # The peers' own bundle (bench/peers/Gemfile.lock, installed by bin/setup):
       ["bench/peers/run", "--quick", "--events", "30", "--sidecar-events", "200", "--rounds", "1"] => %r{\(c\)/peer = .*\(d\)/peer = },
       # A backlog the worker cannot finish before the draining phase is measured:

@@ -29,8 +29,8 @@ class CompareBuilds
   # Runs the rounds; returns {label => [JSON of each run]}. Raises RuntimeError when a build
   # or a run fails (its output in the message).
   def run
-    with_older_build do |older|
-      builds = [Build.new("this (#{describe(@root)})", @root), older]
+    self.class.with_build(@root, @older, out: @out) do |older|
+      builds = [Build.new("this (#{self.class.describe(@root)})", @root), older]
       @out.puts "#{File.basename(@bench)} compare: #{builds.map(&:label).join(' vs ')}, alternated, #{@rounds} rounds"
       runs = builds.to_h { |b| [b.label, []] }
       @rounds.times do |i|
@@ -78,36 +78,39 @@ class CompareBuilds
     raise "#{build.label}: the bench's last line is not JSON:\n#{out}"
   end
 
-  def describe(dir)
+  # A tree's commit, "+changes" when it has uncommitted ones.
+  def self.describe(dir)
     sha, = Open3.capture2("git", "-C", dir, "rev-parse", "--short", "HEAD")
     dirty, = Open3.capture2("git", "-C", dir, "status", "--porcelain", "--untracked-files=no")
     "#{sha.strip.empty? ? dir : sha.strip}#{dirty.strip.empty? ? '' : '+changes'}"
   end
 
-  # A built tree is used as it is; a git ref is built in a temporary worktree.
-  def with_older_build
-    if File.executable?(File.join(@older, "lib/webhook_inbox/webhook-inbox-sidecar"))
-      return yield Build.new("older (#{describe(@older)})", File.expand_path(@older))
+  # Yields the Build of older: a built tree as it is; a git ref of root built in a temporary
+  # worktree, removed after. Raises RuntimeError when it is neither or does not build.
+  def self.with_build(root, older, out: $stdout)
+    if File.executable?(File.join(older, "lib/webhook_inbox/webhook-inbox-sidecar"))
+      return yield Build.new("older (#{describe(older)})", File.expand_path(older))
     end
 
-    sha, err, st = Open3.capture3("git", "-C", @root, "rev-parse", "--verify", "--quiet", "#{@older}^{commit}")
-    raise "#{@older} is neither a built tree nor a commit of #{@root}: #{err}" unless st.success?
+    sha, err, st = Open3.capture3("git", "-C", root, "rev-parse", "--verify", "--quiet", "#{older}^{commit}")
+    raise "#{older} is neither a built tree nor a commit of #{root}: #{err}" unless st.success?
 
     Dir.mktmpdir("wi-compare-") do |tmp|
       dir = File.join(tmp, "tree")
-      sh("git", "-C", @root, "worktree", "add", "--detach", dir, sha.strip)
+      sh("git", "-C", root, "worktree", "add", "--detach", dir, sha.strip)
       begin
-        @out.puts "building #{@older} (#{sha.strip[0, 12]}) in #{dir}"
+        out.puts "building #{older} (#{sha.strip[0, 12]}) in #{dir}"
         sh({ "BUNDLE_GEMFILE" => File.join(dir, "Gemfile") }, "bundle", "exec", "rake", "compile", chdir: dir)
-        yield Build.new("older (#{@older} #{sha.strip[0, 7]})", dir)
+        yield Build.new("older (#{older} #{sha.strip[0, 7]})", dir)
       ensure
-        system("git", "-C", @root, "worktree", "remove", "--force", dir, out: File::NULL, err: File::NULL)
+        system("git", "-C", root, "worktree", "remove", "--force", dir, out: File::NULL, err: File::NULL)
       end
     end
   end
 
-  def sh(*cmd, **opts)
+  def self.sh(*cmd, **opts)
     out, status = Open3.capture2e(*cmd, **opts)
     raise "#{cmd.grep(String).join(' ')} failed:\n#{out}" unless status.success?
   end
+  private_class_method :sh
 end
