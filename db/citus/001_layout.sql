@@ -398,8 +398,14 @@ BEGIN
                                                                        p_backoff_cap_ms, p_unrouted_delay_ms);
         RETURN;
     END IF;
-    PERFORM webhook_inbox_dispatch_check(p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
-                                         p_unrouted_delay_ms);
+    -- The gem's functions are distributed functions, and outside Citus' own backends (a direct
+    -- sidecar's session here) Citus plans a statement that is one call of such a function with
+    -- parameters anew at every execution - it keeps PostgreSQL from a generic plan, in case the
+    -- call could be pushed down to another node: 10-40 us each, several a batch (issue 30).
+    -- This batch runs on the shard's node already: such calls in it go through a subquery
+    -- (OFFSET 0 keeps it one; its column read, so the call is made), which Citus leaves alone.
+    PERFORM c.ok FROM (SELECT webhook_inbox_dispatch_check(p_unrouted, p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms,
+                                                           p_unrouted_delay_ms) AS ok OFFSET 0) c;
     PERFORM set_config('lock_timeout', p_lock_timeout, true), -- the sidecar's, set on its coordinator session
             set_config('citus.enable_manual_changes_to_shards', 'on', true); -- the done marks, in the shard
     -- Whether any route is strict (else no type is: the read below is skipped), from this node's
@@ -408,9 +414,9 @@ BEGIN
     IF routes IS NULL THEN
         strict_any := EXISTS (SELECT 1 FROM webhook_inbox_routes r WHERE r.strict);
     ELSE
-        IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = 'webhook_inbox_citus_strict_' || routes::oid) THEN
-            EXECUTE format('PREPARE %I AS SELECT EXISTS (SELECT 1 FROM %s r WHERE r.strict)',
-                           'webhook_inbox_citus_strict_' || routes::oid, routes);
+        IF NOT webhook_inbox_prepared('webhook_inbox_citus_strict_' || routes::oid) THEN
+            PERFORM webhook_inbox_prepare_once('webhook_inbox_citus_strict_' || routes::oid, NULL,
+                                               format('SELECT EXISTS (SELECT 1 FROM %s r WHERE r.strict)', routes));
         END IF;
         EXECUTE format('EXECUTE %I', 'webhook_inbox_citus_strict_' || routes::oid) INTO strict_any;
     END IF;
@@ -434,9 +440,8 @@ BEGIN
     -- shard table's OID (a shard moved away and back is prepared again) and the limit, a
     -- constant in it (as a parameter the generic plan is costed for a tenth of the pending rows,
     -- and a backlog turns JIT on: 16 ms a claim at 500,000 pending).
-    IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = claim) THEN
-        EXECUTE format($q$
-        PREPARE %2$I(text[]) AS
+    IF NOT webhook_inbox_prepared(claim) THEN
+        PERFORM webhook_inbox_prepare_once(claim, 'text[]', format($q$
         SELECT array_agg(c.ev ORDER BY c.next_attempt_at, c.received_at),
                array_agg(c.tid ORDER BY c.next_attempt_at, c.received_at) FROM (
             SELECT ROW(w.*)::webhook_inbox AS ev, w.ctid AS tid, w.source_scope, w.ordering_key, w.next_attempt_at, w.received_at
@@ -448,10 +453,10 @@ BEGIN
                        AND (p.ordering_at, p.received_at, p.event_id) < (w.ordering_at, w.received_at, w.event_id)
                        AND (p.status = 'pending' OR w.event_type = ANY ($1))))
              ORDER BY w.next_attempt_at, w.received_at
-             LIMIT %3$s
+             LIMIT %2$s
                FOR UPDATE OF w SKIP LOCKED) c
          WHERE c.ordering_key IS NULL OR pg_try_advisory_xact_lock(webhook_inbox_ordering_lock_id(c.source_scope, c.ordering_key))
-        $q$, shard, claim, p_limit);
+        $q$, shard, p_limit));
     END IF;
     plan_mode := current_setting('plan_cache_mode');
     PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
@@ -468,9 +473,10 @@ BEGIN
         markers := to_regclass(shard_name('webhook_inbox_effects_received',
                                           get_shard_id_for_distribution_column('webhook_inbox_effects_received')));
         flow := to_regclass(shard_name('webhook_inbox_flow', get_shard_id_for_distribution_column('webhook_inbox_flow')));
-        RETURN QUERY SELECT * FROM webhook_inbox_dispatch_claimed(evs, tids, shard, p_unrouted, p_max_attempts, p_backoff_base_ms,
-                                                                   p_backoff_cap_ms, p_unrouted_delay_ms, routes, ruby,
-                                                                   markers, flow);
+        RETURN QUERY SELECT * FROM (SELECT * FROM webhook_inbox_dispatch_claimed(evs, tids, shard, p_unrouted, p_max_attempts,
+                                                                                 p_backoff_base_ms, p_backoff_cap_ms,
+                                                                                 p_unrouted_delay_ms, routes, ruby, markers, flow)
+                                     OFFSET 0) c; -- a subquery: above, at webhook_inbox_dispatch_check
     END IF;
 END
 $$;

@@ -334,19 +334,41 @@ $$;
 COMMENT ON FUNCTION webhook_inbox_route_match(text) IS
     'The routes row an event type takes: exact match, else the longest matching ''prefix*'' pattern (''*'' matches all); NULL when unrouted.';
 
+-- Whether this session has prepared p_name through webhook_inbox_prepare_once below, as a
+-- setting of the session remembers it (webhook_inbox_prepared.<name>, 'on'): read in about a
+-- microsecond, where pg_prepared_statements materializes every prepared statement of the
+-- session at each read (6-20 us, more as they accumulate; a Citus worker's batch asked it six
+-- times, issue 30). A SQL function of no table, inlined: the callers test it before calling
+-- webhook_inbox_prepare_once, whose call Citus would plan again each time (a distributed
+-- function's call with parameters, db/citus/001's webhook_inbox_citus_dispatch_shard). Not under
+-- webhook_inbox.*: citus/005 would take the word for a read of the distributed table.
+CREATE OR REPLACE FUNCTION webhook_inbox_prepared(p_name text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(current_setting('webhook_inbox_prepared.' || p_name, true) = 'on', false)
+$$;
+COMMENT ON FUNCTION webhook_inbox_prepared(text) IS
+    'Whether webhook_inbox_prepare_once prepared p_name in this session (the setting webhook_inbox_prepared.<p_name>).';
+
 -- PREPARE p_name(p_types) AS p_query in this session unless a statement of that name is
 -- prepared already (prepared statements live until the session ends; the callers name each
--- after the OIDs it reads). VOLATILE: PREPARE is refused in a STABLE function.
+-- after the OIDs it reads; p_types NULL: no parameters), and remember it
+-- (webhook_inbox_prepared). VOLATILE: PREPARE is refused in a STABLE function. A setting is
+-- undone by a rollback, a PREPARE is not: a name the setting does not hold is looked up in
+-- pg_prepared_statements, once. DISCARD ALL drops both; a DEALLOCATE of one (no gem code runs
+-- one) leaves the setting, and that statement's EXECUTE fails until the session ends.
 CREATE OR REPLACE FUNCTION webhook_inbox_prepare_once(p_name text, p_types text, p_query text) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = p_name) THEN
-        EXECUTE format('PREPARE %I(%s) AS %s', p_name, p_types, p_query);
+    IF NOT webhook_inbox_prepared(p_name) THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = p_name) THEN
+            EXECUTE format('PREPARE %I%s AS %s', p_name, '(' || p_types || ')', p_query);
+        END IF;
+        PERFORM set_config('webhook_inbox_prepared.' || p_name, 'on', false);
     END IF;
 END
 $$;
 COMMENT ON FUNCTION webhook_inbox_prepare_once(text, text, text) IS
-    'PREPAREs p_name(p_types) AS p_query in this session unless p_name is prepared already.';
+    'PREPAREs p_name(p_types) AS p_query in this session unless p_name is prepared already, and remembers it (webhook_inbox_prepared); p_types NULL: no parameters.';
 
 -- The same match read from p_routes, a table of the routes' columns (Citus: this node's copy of
 -- the reference table, its local shard, read as a plain table: through Citus the read was
@@ -361,14 +383,16 @@ BEGIN
     IF p_routes IS NULL THEN
         RETURN webhook_inbox_route_match(p_event_type);
     END IF;
-    PERFORM webhook_inbox_prepare_once(stmt, 'text', format($q$
-        SELECT r.* FROM %s r
-         WHERE r.event_type = $1
-            OR (right(r.event_type, 1) = '*'
-                AND starts_with($1, left(r.event_type, -1)))
-         ORDER BY (r.event_type = $1) DESC, length(r.event_type) DESC
-         LIMIT 1
-        $q$, p_routes));
+    IF NOT webhook_inbox_prepared(stmt) THEN
+        PERFORM webhook_inbox_prepare_once(stmt, 'text', format($q$
+            SELECT r.* FROM %s r
+             WHERE r.event_type = $1
+                OR (right(r.event_type, 1) = '*'
+                    AND starts_with($1, left(r.event_type, -1)))
+             ORDER BY (r.event_type = $1) DESC, length(r.event_type) DESC
+             LIMIT 1
+            $q$, p_routes));
+    END IF;
     EXECUTE format('EXECUTE %I(%L)', stmt, p_event_type) INTO m; -- EXECUTE takes no $n
     RETURN m;
 END
@@ -447,12 +471,17 @@ COMMENT ON FUNCTION webhook_inbox_unrouted() IS
 -- The dispatch's arguments (webhook_inbox_run_event's, webhook_inbox_dispatch_batch's): fails
 -- with SQLSTATE 22023 naming the bad one, returns nothing otherwise. One PL/pgSQL call per
 -- run_event call and per batch; the claim and the plain path's events call nothing here.
+-- webhook_inbox_check_choice only for a bad policy, to raise its message: a call of it per
+-- batch was planned again at each call on a Citus worker (a distributed function's call with
+-- parameters, db/citus/001's webhook_inbox_citus_dispatch_shard).
 CREATE OR REPLACE FUNCTION webhook_inbox_dispatch_check(
         p_unrouted text, p_max_attempts integer, p_backoff_base_ms bigint, p_backoff_cap_ms bigint,
         p_unrouted_delay_ms bigint) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    PERFORM webhook_inbox_check_choice('webhook_inbox', 'p_unrouted', p_unrouted, 'wait', 'ignore', 'quarantine', 'retry');
+    IF p_unrouted IS NULL OR p_unrouted NOT IN ('wait', 'ignore', 'quarantine', 'retry') THEN
+        PERFORM webhook_inbox_check_choice('webhook_inbox', 'p_unrouted', p_unrouted, 'wait', 'ignore', 'quarantine', 'retry');
+    END IF;
     IF p_max_attempts IS NULL OR p_max_attempts < 1 OR p_backoff_base_ms IS NULL OR p_backoff_cap_ms IS NULL
        OR p_unrouted_delay_ms IS NULL OR p_unrouted_delay_ms < 0 THEN
         RAISE EXCEPTION 'webhook_inbox: p_max_attempts must be >= 1, backoff and unrouted delay non-NULL and >= 0'
@@ -861,18 +890,20 @@ DECLARE
     clear boolean[];
     stmt  text := 'webhook_inbox_batch_clear_' || p_markers::oid || '_' || p_flow::oid;
 BEGIN
-    PERFORM webhook_inbox_prepare_once(stmt, 'text[], text[], text[], text[], text[]', format($q$
-        SELECT array_agg(NOT EXISTS (
-                   SELECT 1 FROM %1$s r
-                    WHERE r.operation_id = webhook_inbox_handler_operation_id(e.source_scope, e.event_id,
-                                                                              'sql:' || $5[array_position($4, e.event_type)]))
-               AND NOT EXISTS (
-                   SELECT 1 FROM %2$s f
-                    WHERE (f.kind = 'scope' AND f.paused AND f.target = e.source_scope)
-                       OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
-                           AND webhook_inbox_flow_matches(f.target, e.event_type))) ORDER BY e.i)
-          FROM unnest($1, $2, $3) WITH ORDINALITY AS e(source_scope, event_id, event_type, i)
-        $q$, p_markers, p_flow));
+    IF NOT webhook_inbox_prepared(stmt) THEN
+        PERFORM webhook_inbox_prepare_once(stmt, 'text[], text[], text[], text[], text[]', format($q$
+            SELECT array_agg(NOT EXISTS (
+                       SELECT 1 FROM %1$s r
+                        WHERE r.operation_id = webhook_inbox_handler_operation_id(e.source_scope, e.event_id,
+                                                                                  'sql:' || $5[array_position($4, e.event_type)]))
+                   AND NOT EXISTS (
+                       SELECT 1 FROM %2$s f
+                        WHERE (f.kind = 'scope' AND f.paused AND f.target = e.source_scope)
+                           OR (f.kind = 'route' AND (f.paused OR f.rate IS NOT NULL)
+                               AND webhook_inbox_flow_matches(f.target, e.event_type))) ORDER BY e.i)
+              FROM unnest($1, $2, $3) WITH ORDINALITY AS e(source_scope, event_id, event_type, i)
+            $q$, p_markers, p_flow));
+    END IF;
     EXECUTE format('EXECUTE %I(%L, %L, %L, %L, %L)', stmt, p_scopes, p_ids, p_event_types, p_types, p_handlers)
        INTO clear; -- EXECUTE takes no $n
     RETURN clear;
@@ -1133,7 +1164,12 @@ BEGIN
     -- transaction updated since (a handler writing the inbox, a held row) has a new version:
     -- those the first statement did not mark, the second marks by primary key.
     -- In p_table (a shard's name: the same statement, dynamic, planned by PostgreSQL per batch)
-    -- the by-version statement is the static one's text; the second, rare, is dynamic everywhere.
+    -- the by-version statement is the static one's text but for the clock, pg_catalog's, and
+    -- the entry, webhook_inbox_log_entry_at(that clock, ...): on Citus the gem's functions read
+    -- clock_timestamp() from webhook_inbox_citus, a SQL function run per row, and
+    -- webhook_inbox_log_entry is labelled IMMUTABLE, which keeps it from being inlined
+    -- (db/citus/001); this statement runs on the shard table itself, where neither is needed
+    -- (two SQL function calls a row, issue 30). The second, rare, is dynamic everywhere.
     -- The attempt_log entry is made in the subquery, so that webhook_inbox_log_append (IMMUTABLE)
     -- is inlined: with the entry's volatile call in its argument it was run as a SQL function
     -- per row (about 3.5 us a row).
@@ -1153,20 +1189,23 @@ BEGIN
             -- Prepared once per session and table (its OID in the name), run with its generic
             -- plan: planned at every batch it was a fifth of a worker's batch of 20 on Citus.
             done_stmt := 'webhook_inbox_done_' || p_table::oid;
-            PERFORM webhook_inbox_prepare_once(done_stmt, 'tid[], text[], text[], text[], text[], timestamptz[], timestamptz[]',
-                format($q$
-                    WITH u AS (
-                    UPDATE %1$s w
-                       SET status = 'done', outcome = d.outcome, processed_at = clock_timestamp(), last_error = NULL,
-                           attempt_log = webhook_inbox_log_append(w.attempt_log, d.entry)
-                      FROM (SELECT e.tid, e.source_scope, e.event_id, e.outcome,
-                                   webhook_inbox_log_entry('done', e.outcome, (extract(epoch FROM e.t1 - e.t0) * 1000)::float8) AS entry
-                              FROM unnest($1, $2, $3, $4, $5, $6, $7) AS e(tid, source_scope, event_id, outcome, result, t0, t1)
-                             WHERE e.result = 'done') d
-                     WHERE w.ctid = d.tid AND w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending'
-                    RETURNING 1)
-                    SELECT count(*)::int FROM u -- the rows marked, as a value (not left to ROW_COUNT after an EXECUTE)
-                    $q$, p_table));
+            IF NOT webhook_inbox_prepared(done_stmt) THEN
+                PERFORM webhook_inbox_prepare_once(done_stmt, 'tid[], text[], text[], text[], text[], timestamptz[], timestamptz[]',
+                    format($q$
+                        WITH u AS (
+                        UPDATE %1$s w
+                           SET status = 'done', outcome = d.outcome, processed_at = pg_catalog.clock_timestamp(), last_error = NULL,
+                               attempt_log = webhook_inbox_log_append(w.attempt_log, d.entry)
+                          FROM (SELECT e.tid, e.source_scope, e.event_id, e.outcome,
+                                       webhook_inbox_log_entry_at(pg_catalog.clock_timestamp(), 'done', e.outcome,
+                                                                  (extract(epoch FROM e.t1 - e.t0) * 1000)::float8) AS entry
+                                  FROM unnest($1, $2, $3, $4, $5, $6, $7) AS e(tid, source_scope, event_id, outcome, result, t0, t1)
+                                 WHERE e.result = 'done') d
+                         WHERE w.ctid = d.tid AND w.source_scope = d.source_scope AND w.event_id = d.event_id AND w.status = 'pending'
+                        RETURNING 1)
+                        SELECT count(*)::int FROM u -- the rows marked, as a value (not left to ROW_COUNT after an EXECUTE)
+                        $q$, p_table));
+            END IF;
             plan_mode := current_setting('plan_cache_mode');
             PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
             EXECUTE format('EXECUTE %I(%L, %L, %L, %L, %L, %L, %L)', done_stmt, tids, scopes, ids, r_detail, r_result,

@@ -5,13 +5,28 @@
 -- file as one transaction: one string, or inside BEGIN; `psql -1 -f` works too).
 SET LOCAL check_function_bodies = off;
 
--- One attempt_log entry. detail is cut to 1000 characters, like last_error.
+-- One attempt_log entry stamped p_at. detail is cut to 1000 characters, like last_error.
+-- STABLE, a SQL function of no table and no SET: PostgreSQL inlines it into the statement that
+-- calls it with clock_timestamp() (webhook_inbox_log_entry below, and the done marks of a
+-- Citus worker's batch, webhook_inbox_dispatch_claimed: there webhook_inbox_log_entry is
+-- labelled IMMUTABLE over a volatile body, db/citus/001, so it is not inlined, and ran as a SQL
+-- function per row - about 4 us a row, issue 30).
+CREATE OR REPLACE FUNCTION webhook_inbox_log_entry_at(p_at timestamptz, p_result text, p_detail text,
+                                                      p_duration_ms double precision)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object('at', to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                              'result', p_result, 'detail', left(p_detail, 1000),
+                              'duration_ms', round(p_duration_ms::numeric, 3))
+$$;
+COMMENT ON FUNCTION webhook_inbox_log_entry_at(timestamptz, text, text, double precision) IS
+    'One attempt_log entry {at, result, detail (<= 1000 chars), duration_ms} stamped p_at in UTC (webhook_inbox_log_entry: now, by the clock).';
+
+-- One attempt_log entry stamped with the clock (clock_timestamp(), per row of a statement).
 CREATE OR REPLACE FUNCTION webhook_inbox_log_entry(p_result text, p_detail text, p_duration_ms double precision)
 RETURNS jsonb
 LANGUAGE sql VOLATILE AS $$
-    SELECT jsonb_build_object('at', to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                              'result', p_result, 'detail', left(p_detail, 1000),
-                              'duration_ms', round(p_duration_ms::numeric, 3))
+    SELECT webhook_inbox_log_entry_at(clock_timestamp(), p_result, p_detail, p_duration_ms)
 $$;
 COMMENT ON FUNCTION webhook_inbox_log_entry(text, text, double precision) IS
     'One attempt_log entry {at, result, detail (<= 1000 chars), duration_ms} stamped with clock_timestamp() in UTC.';

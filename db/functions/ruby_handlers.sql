@@ -33,12 +33,14 @@ BEGIN
     IF p_ruby_handlers IS NULL THEN
         RETURN webhook_inbox_ruby_handlers_for(p_event_type);
     END IF;
-    PERFORM webhook_inbox_prepare_once(stmt, 'text', format($q$
-        SELECT array_agg(DISTINCT r.handler ORDER BY r.handler)
-          FROM %s r
-         WHERE r.event_type = $1
-            OR (right(r.event_type, 1) = '*' AND starts_with($1, left(r.event_type, -1)))
-        $q$, p_ruby_handlers)); -- webhook_inbox_prepare_once: claim_dispatch.sql
+    IF NOT webhook_inbox_prepared(stmt) THEN
+        PERFORM webhook_inbox_prepare_once(stmt, 'text', format($q$
+            SELECT array_agg(DISTINCT r.handler ORDER BY r.handler)
+              FROM %s r
+             WHERE r.event_type = $1
+                OR (right(r.event_type, 1) = '*' AND starts_with($1, left(r.event_type, -1)))
+            $q$, p_ruby_handlers)); -- webhook_inbox_prepare_once: claim_dispatch.sql
+    END IF;
     EXECUTE format('EXECUTE %I(%L)', stmt, p_event_type) INTO names; -- EXECUTE takes no $n
     RETURN names;
 END

@@ -22,7 +22,8 @@ SET LOCAL check_function_bodies = off;
 -- 31: webhook_inbox_ordering_idx on (ordering_key, ordering_at) (db/031): a keyed receipt's
 --     index entry less than half the size.
 -- 32: the wake-up triggers (functions/triggers.sql) send their NOTIFY from their WHEN
---     condition: no PL/pgSQL call per inserting statement; no table changed.
+--     condition: no PL/pgSQL call per inserting statement; webhook_inbox_prepared() and
+--     webhook_inbox_log_entry_at() (a Citus worker's batch); no table changed.
 CREATE OR REPLACE FUNCTION webhook_inbox_schema_version() RETURNS integer
 LANGUAGE sql STABLE AS $$ SELECT 32 $$;
 COMMENT ON FUNCTION webhook_inbox_schema_version() IS

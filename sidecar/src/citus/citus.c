@@ -49,6 +49,16 @@ static const struct wi_pg_stmt dispatch_shard_stmt = {
                                " retry_in_ms FROM webhook_inbox_citus_dispatch_shard($1, $2, $3::int, $4, $5::int,"
                                " $6::bigint, $7::bigint, $8::bigint)"};
 
+/* The same on a worker's own session (direct): the call in a subquery. Citus plans a statement
+ * that is one call of a distributed function with parameters anew at every execution (it keeps
+ * PostgreSQL from a generic plan, in case it can push the call down to another node); fenced by
+ * OFFSET 0 it is planned once per session, as on one node. The coordinator's must stay a plain
+ * call: that is what Citus pushes down to the shard's node. */
+static const struct wi_pg_stmt dispatch_here_stmt = {
+    "wi_citus_dispatch_here", "SELECT source_scope, event_id, event_type, result, detail, attempts, latency_ms, charged,"
+                              " retry_in_ms FROM (SELECT * FROM webhook_inbox_citus_dispatch_shard($1, $2, $3::int, $4,"
+                              " $5::int, $6::bigint, $7::bigint, $8::bigint) OFFSET 0) d"};
+
 /* Same parameters and columns as claim.c's, dispatch.c's and prune.c's statements of these names. */
 static const struct wi_pg_stmt citus_stmts[] = {
     {"wi_claim", "SELECT source_scope, event_id, event_type, attempts FROM webhook_inbox_citus_claim($1::int)"},
@@ -243,7 +253,7 @@ static int node_open(struct wi_citus_shards *s, struct wi_citus_node *nd, struct
     if (wi_citus_node_override(s->node_override, s->n_override, nd->name, nd->port, &host, &host_len, &port, err) < 0 ||
         !(ci = wi_citus_node_conninfo(s->direct_url, host, host_len, port, err)))
         return -1;
-    nd->pg = wi_pg_connect(ci, &dispatch_shard_stmt, 1, err);
+    nd->pg = wi_pg_connect(ci, &dispatch_here_stmt, 1, err);
     nd->events = 0;
     nd->check_at = nd->count_only ? WI_CITUS_NODE_EVENTS : WI_CITUS_NODE_CHECK_EVENTS;
     OPENSSL_cleanse(ci, strlen(ci));
@@ -318,7 +328,7 @@ static int shard_batch(struct wi_pg *pg, struct wi_citus_shards *s, int k, int w
 
     if (nd && nd->rest_until <= wi_clock_s()) {
         if (node_open(s, nd, err) == 0) {
-            n = wi_dispatch_batch_keyed(nd->pg, dispatch_shard_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err);
+            n = wi_dispatch_batch_keyed(nd->pg, dispatch_here_stmt.name, s->key[k], s->lock_timeout, limit, p, b, err);
             if (n > 0 && (nd->events += n) >= nd->check_at && node_spent(nd)) {
                 /* The session's memory back: the next batch opens a new one (wi_citus_dispatch). */
                 wi_pg_free(nd->pg);
