@@ -25,6 +25,7 @@
 #define BATCH_STMT_NAME "wi_inbox_insert_batch"
 #define BATCH_READ_STMT_NAME "wi_inbox_insert_batch_read"
 #define VALUES_STMT_NAME "wi_inbox_values_%zu" /* the VALUES batch of that many rows */
+#define RECEIVE_STMT_NAME "wi_inbox_citus_receive" /* wi_store_set_shard_receive */
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
 
@@ -184,6 +185,11 @@ static const struct values_form VALUES_FORMS[] = {
 _Static_assert(VALUES_MAX_ROWS * VALUES_ROW_MAX_PARAMS <= 65535, "a batch's parameters fit a Bind message");
 _Static_assert(VALUES_MAX_ROWS < 64, "wi_store.values_prepared has a bit for each size");
 
+/* A batch on a Citus node through db/citus/006's function, which writes the shard's table when
+ * the node holds it (wi_store_set_shard_receive): BATCH_SQL's arrays, the keys inserted. */
+static const char RECEIVE_SQL[] =
+    "SELECT * FROM webhook_inbox_citus_receive($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
 static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25, 25};
 static const Oid BATCH_PARAM_TYPES[NPARAMS] = {1009, 1009, 1009, 3807, 1001, 1009, 1009, 3807, 1009, 1009, 1009, 1009, 1009};
@@ -228,6 +234,8 @@ struct wi_store {
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int values_batches;             /* wi_store_set_values_batches */
     int custom_plans;               /* wi_store_set_custom_plans */
+    int shard_receive;              /* wi_store_set_shard_receive */
+    int receive_ready;              /* RECEIVE_STMT_NAME is prepared on conn */
     uint64_t values_prepared;       /* bit n: VALUES_STMT_NAME of n rows is prepared on conn */
     int ever_connected;
 };
@@ -301,6 +309,7 @@ static void drop_conn(struct wi_store *s)
         PQfinish(s->conn); /* non-blocking connection: the Terminate is never waited on */
     s->conn = NULL;
     s->values_prepared = 0;
+    s->receive_ready = 0;
     s->attempt.active = 0;
     s->batch.active = 0;
 }
@@ -492,6 +501,24 @@ static const struct stmt_form STMT_FORMS[] = {
     {NPARAMS_NO_HEADERS, INSERT_SQL_NO_HEADERS, BATCH_SQL_NO_HEADERS, NULL, NULL},
 };
 
+/* wi_store_set_shard_receive: prepares RECEIVE_STMT_NAME with the newest schema form. A
+ * database without the function (42883: a layout older than db/citus/006, or no Citus) leaves
+ * the session on its other statements. Returns 0, or -1 and fills *err. */
+static int receive_setup(struct wi_store *s, long long deadline, struct wi_err *err)
+{
+    if (!s->shard_receive || s->nparams != NPARAMS)
+        return 0;
+    if (prepare(s, RECEIVE_STMT_NAME, RECEIVE_SQL, BATCH_PARAM_TYPES, deadline, err) == 0) {
+        s->receive_ready = 1;
+        return 0;
+    }
+    if (strcmp(s->sqlstate, "42883"))
+        return -1;
+    s->sqlstate[0] = '\0';
+    wi_err_clear(err);
+    return 0;
+}
+
 /* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME,
  * BATCH_STMT_NAME and READ_STMT_NAME (with request_headers when the table has it). Returns 0,
  * or -1 and fills *err. Also run again when the server lost STMT_NAME. */
@@ -501,6 +528,7 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
     char sql[64];
 
     s->values_prepared = 0; /* a new session, or one that lost its statements (26000) */
+    s->receive_ready = 0;
     snprintf(sql, sizeof sql, "SET statement_timeout = %d", s->statement_timeout_ms);
     if (setup_cmd(s, sql, 1, deadline, err) < 0)
         return -1;
@@ -528,7 +556,9 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
         return -1;
     if (f->batch_read && prepare(s, BATCH_READ_STMT_NAME, f->batch_read, BATCH_PARAM_TYPES, deadline, err) < 0)
         return -1;
-    return prepare(s, BATCH_STMT_NAME, f->batch, BATCH_PARAM_TYPES, deadline, err);
+    if (prepare(s, BATCH_STMT_NAME, f->batch, BATCH_PARAM_TYPES, deadline, err) < 0)
+        return -1;
+    return receive_setup(s, deadline, err);
 }
 
 struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
@@ -885,7 +915,8 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
         lengths[col] = (int)(p - start);
     }
 
-    t = send_prepared(s, a, read ? BATCH_READ_STMT_NAME : BATCH_STMT_NAME, values, lengths, formats, err);
+    t = send_prepared(s, a, !read ? BATCH_STMT_NAME : s->receive_ready ? RECEIVE_STMT_NAME : BATCH_READ_STMT_NAME, values,
+                      lengths, formats, err);
     free(buf);
     free(orders);
     return t;
@@ -1041,7 +1072,22 @@ done:
     return t;
 }
 
-/* Sends the batch statement for rows[0..n): the VALUES form when the session asked for it,
+/* 1 when rows[0..n) go through RECEIVE_STMT_NAME: prepared on this session, and C read every
+ * row's ordering whole (the function writes the shard with the ordering as read). */
+static int receive_fits(struct wi_store *s, const struct wi_store_row *rows, size_t n)
+{
+    struct wi_ordering o;
+    size_t i;
+
+    for (i = 0; s->receive_ready && i < n; i++) {
+        derive_ordering(&rows[i], rows[i].raw, &o);
+        if (o.key == WI_ORDERING_SQL || o.time == WI_ORDERING_SQL)
+            return 0;
+    }
+    return s->receive_ready;
+}
+
+/* Sends the batch statement for rows[0..n): RECEIVE_STMT_NAME when receive_fits, else the VALUES form when the session asked for it,
  * n <= VALUES_MAX_ROWS and C read every row's ordering whole (a row left to the ordering
  * functions would cost a planning of them per VALUES row: see ORDER_AT), else BATCH_SQL.
  * Starts a's deadline. */
@@ -1053,6 +1099,8 @@ static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows,
     const struct values_form *f = NULL;
     size_t i;
 
+    if (receive_fits(s, rows, n))
+        return arrays_send(s, rows, n, a, err); /* RECEIVE_STMT_NAME */
     for (i = 0; s->values_batches && n <= VALUES_MAX_ROWS && i < sizeof VALUES_FORMS / sizeof VALUES_FORMS[0]; i++)
         if (VALUES_FORMS[i].nparams == s->nparams)
             f = &VALUES_FORMS[i];
@@ -1300,7 +1348,7 @@ int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, s
             drop_conn(s); /* never resume another call's statement as this batch's */
         memset(b, 0, sizeof *b);
         memset(outs, 0, n * sizeof *outs);
-        b->per_row = n == 1; /* one row: the single statement, cheaper to plan */
+        b->per_row = n == 1 && !receive_fits(s, rows, 1); /* one row: the single statement, cheaper to plan */
     }
     b->active = 0;
     if (!b->per_row) {
@@ -1346,6 +1394,12 @@ void wi_store_set_custom_plans(struct wi_store *s, int on)
 {
     if (s)
         s->custom_plans = on ? 1 : 0;
+}
+
+void wi_store_set_shard_receive(struct wi_store *s, int on)
+{
+    if (s)
+        s->shard_receive = on ? 1 : 0;
 }
 
 void wi_store_interrupt(struct wi_store *s)
