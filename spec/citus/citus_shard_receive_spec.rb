@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "open3"
+require "pg"
 require_relative "../spec_helper"
 require_relative "../support/citus_cluster"
 require_relative "../sidecar/sidecar_helper"
@@ -91,6 +92,30 @@ RSpec.describe "Citus receipts written into the shard's table on its node" do
   ensure
     direct&.close
     through&.close
+  end
+
+  it "waits while a shard move ends (the shard's metadata lock held exclusively) before it writes the shard's table" do
+    node = cluster.workers.first
+    scope = scope_on(node, "lscope")
+    shard = sql("SELECT get_shard_id_for_distribution_column('webhook_inbox', '#{scope}')")
+    direct = connection(node.url, true)
+    direct.connect
+    pid = direct.backend_pid
+    holder = PG.connect(node.url)
+    holder.exec("BEGIN")
+    holder.exec("SELECT lock_shard_metadata(7, ARRAY[#{shard}::bigint])") # ExclusiveLock, as the move's end takes it
+    batch = Thread.new { direct.insert_batch(rows(scope, "lock")) }
+    wait_for("the batch waiting for the shard's lock", bound: 30) do
+      node.psql("SELECT wait_event_type FROM pg_stat_activity WHERE pid = #{pid}").strip == "Lock"
+    end
+    expect(stored(scope, "lock")).to eq("") # the check can fail: a batch that took no lock is stored by now
+    holder.exec("COMMIT")
+    expect(batch.value).to eq(ANSWERS)
+    expect(stored(scope, "lock").lines.size).to eq(5)
+  ensure
+    holder&.close
+    batch&.join
+    direct&.close
   end
 
   it "forwards through Citus on a node that does not hold the shard, and for a role that cannot lock it" do
