@@ -501,12 +501,38 @@ static const struct stmt_form STMT_FORMS[] = {
     {NPARAMS_NO_HEADERS, INSERT_SQL_NO_HEADERS, BATCH_SQL_NO_HEADERS, NULL, NULL},
 };
 
-/* wi_store_set_shard_receive: prepares RECEIVE_STMT_NAME with the newest schema form. A
- * database without the function (42883: a layout older than db/citus/006, or no Citus) leaves
- * the session on its other statements. Returns 0, or -1 and fills *err. */
+/* Whether the session's role may take the shard's metadata lock (Citus: the table's owner).
+ * Another role's batch would go through the function's INSERT ... SELECT on the distributed
+ * table, which Citus runs through its INSERT ... SELECT machinery: dearer than the statements
+ * it would replace. */
+#define RECEIVE_OWNER_SQL                                                                      \
+    "SELECT pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = 'webhook_inbox'::regclass), 'USAGE')"
+
+/* wi_store_set_shard_receive: prepares RECEIVE_STMT_NAME with the newest schema form when the
+ * session's role owns the inbox. A database without the function (42883: a layout older than
+ * db/citus/006, or no Citus) leaves the session on its other statements. Returns 0, or -1 and
+ * fills *err. */
 static int receive_setup(struct wi_store *s, long long deadline, struct wi_err *err)
 {
+    PGresult *r;
+    int owner;
+
     if (!s->shard_receive || s->nparams != NPARAMS)
+        return 0;
+    if (!PQsendQuery(s->conn, RECEIVE_OWNER_SQL)) {
+        set_err(s, err, WI_STORE_ECONNECT, "could not send a setup command: %s", PQerrorMessage(s->conn));
+        return -1;
+    }
+    if (finish_trip(s, deadline, &r, err) != TRIP_OK)
+        return -1;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        result_err(s, r, err);
+        PQclear(r);
+        return -1;
+    }
+    owner = PQntuples(r) == 1 && !strcmp(PQgetvalue(r, 0, 0), "t");
+    PQclear(r);
+    if (!owner)
         return 0;
     if (prepare(s, RECEIVE_STMT_NAME, RECEIVE_SQL, BATCH_PARAM_TYPES, deadline, err) == 0) {
         s->receive_ready = 1;
@@ -844,7 +870,8 @@ static const char *batch_field(const struct wi_store_row *r, const struct wi_ord
     }
 }
 
-/* Sends BATCH_SQL (BATCH_SQL_READ when C decided every row's ordering) for rows[0..n) on the
+/* Sends BATCH_SQL (BATCH_SQL_READ when C decided every row's ordering; RECEIVE_STMT_NAME
+ * instead on a session that prepared it) for rows[0..n) on the
  * open connection: each column as a one-dimensional array in binary format (ndim, has-null
  * flag, element oid, length, lower bound, then each element as int32 length or -1 for NULL,
  * and its bytes). Starts a's deadline. */
@@ -915,8 +942,8 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
         lengths[col] = (int)(p - start);
     }
 
-    t = send_prepared(s, a, !read ? BATCH_STMT_NAME : s->receive_ready ? RECEIVE_STMT_NAME : BATCH_READ_STMT_NAME, values,
-                      lengths, formats, err);
+    t = send_prepared(s, a, !read ? BATCH_STMT_NAME : s->receive_ready ? RECEIVE_STMT_NAME : BATCH_READ_STMT_NAME,
+                      values, lengths, formats, err);
     free(buf);
     free(orders);
     return t;
@@ -1087,10 +1114,10 @@ static int receive_fits(struct wi_store *s, const struct wi_store_row *rows, siz
     return s->receive_ready;
 }
 
-/* Sends the batch statement for rows[0..n): RECEIVE_STMT_NAME when receive_fits, else the VALUES form when the session asked for it,
- * n <= VALUES_MAX_ROWS and C read every row's ordering whole (a row left to the ordering
- * functions would cost a planning of them per VALUES row: see ORDER_AT), else BATCH_SQL.
- * Starts a's deadline. */
+/* Sends the batch statement for rows[0..n): RECEIVE_STMT_NAME when receive_fits, else the
+ * VALUES form when the session asked for it, n <= VALUES_MAX_ROWS and C read every row's
+ * ordering whole (a row left to the ordering functions would cost a planning of them per
+ * VALUES row: see ORDER_AT), else BATCH_SQL. Starts a's deadline. */
 static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
                             struct attempt *a, struct wi_err *err)
 {

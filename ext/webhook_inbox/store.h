@@ -131,8 +131,10 @@ void wi_store_set_custom_plans(struct wi_store *s, int on);
  * the shard's metadata lock, planned once per session, instead of Citus planning the
  * distributed statement and then the shard's at every batch (0.4x the node's CPU a row in
  * batches of 20, about 0.85x for one row, measured); elsewhere the function inserts through
- * Citus. Same rows, results and retry rules as the batch statement. A database without the
- * function keeps the other statements. Off by default; set before the first connect. */
+ * Citus. Same rows, results and retry rules as the batch statement. Only a session whose role
+ * owns webhook_inbox uses it (Citus lets only the owner take that lock; another role's batch
+ * would go through Citus' INSERT ... SELECT); a database without the function keeps the other
+ * statements. Off by default; set before the first connect. */
 void wi_store_set_shard_receive(struct wi_store *s, int on);
 
 /* Makes the wi_store_insert/wi_store_connect in progress on another thread - or, if none

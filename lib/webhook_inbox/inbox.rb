@@ -489,8 +489,18 @@ module WebhookInbox
     end
 
     # The lone caller's insert: today's path, then the slot passes to whoever queued meanwhile.
+    # shard_receive: as a batch of one row (see lead); a row refused alone raises as insert does.
     def lead_alone(row)
-      Thread.handle_interrupt(TAKE) { with_connection { |conn| conn.insert(*row) } }
+      Thread.handle_interrupt(TAKE) do
+        with_connection do |conn|
+          next conn.insert(*row) unless @shard_receive
+
+          code = conn.insert_batch([row])[0]
+          raise code if code.is_a?(Exception)
+
+          code
+        end
+      end
     ensure
       @group_mutex.synchronize { hand_off }
     end
@@ -589,7 +599,9 @@ module WebhookInbox
       begin
         codes = Thread.handle_interrupt(TAKE) do
           with_connection do |conn|
-            batch.size == 1 ? [conn.insert(*batch[0].row)] : conn.insert_batch(batch.map(&:row))
+            # shard_receive: a row alone goes through the batch's function too (the store keeps the
+            # one-row statement where the function is not prepared).
+            batch.size == 1 && !@shard_receive ? [conn.insert(*batch[0].row)] : conn.insert_batch(batch.map(&:row))
           end
         end
       rescue StoreError, ConfigurationError => e # the store's answer for the whole batch
