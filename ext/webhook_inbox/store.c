@@ -1375,7 +1375,7 @@ int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, s
             drop_conn(s); /* never resume another call's statement as this batch's */
         memset(b, 0, sizeof *b);
         memset(outs, 0, n * sizeof *outs);
-        b->per_row = n == 1 && !receive_fits(s, rows, 1); /* one row: the single statement, cheaper to plan */
+        b->per_row = n == 1; /* one row: the single statement, cheaper to plan (and than RECEIVE_SQL) */
     }
     b->active = 0;
     if (!b->per_row) {

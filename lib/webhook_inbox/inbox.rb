@@ -122,10 +122,11 @@ module WebhookInbox
     # (Citus, above). custom_plans: sessions plan each execution for its parameters
     # (plan_cache_mode = force_custom_plan), what citus_nodes sets for its nodes' pools: a worker
     # that runs a reused plan's INSERT on its own shard leaks memory at every execution (Citus
-    # 13.2, measured; wi_store_set_custom_plans). shard_receive: a batch goes through
-    # webhook_inbox_citus_receive() (db/citus/006), which writes the shard's own table on the node
-    # holding it (wi_store_set_shard_receive); what citus_nodes sets for its nodes' pools unless
-    # citus_shard_receive is false (the INSERT on the distributed table there, as before: to compare).
+    # 13.2, measured; wi_store_set_custom_plans). shard_receive: a batch of two rows or more goes
+    # through webhook_inbox_citus_receive() (db/citus/006), which writes the shard's own table on
+    # the node holding it (wi_store_set_shard_receive; a row alone keeps its statement: no saving
+    # there, measured); what citus_nodes sets for its nodes' pools unless citus_shard_receive is
+    # false (the INSERT on the distributed table there, as before: to compare).
     def initialize(database_url:, pool_size: 5, connect_timeout: 5, statement_timeout: 5, checkout_timeout: nil,
                    group_commit: true, group_leaders: 2, group_by_scope: false, citus_nodes: nil, citus_route_ttl: 30,
                    custom_plans: false, shard_receive: false, citus_shard_receive: true)
@@ -489,18 +490,8 @@ module WebhookInbox
     end
 
     # The lone caller's insert: today's path, then the slot passes to whoever queued meanwhile.
-    # shard_receive: as a batch of one row (see lead); a row refused alone raises as insert does.
     def lead_alone(row)
-      Thread.handle_interrupt(TAKE) do
-        with_connection do |conn|
-          next conn.insert(*row) unless @shard_receive
-
-          code = conn.insert_batch([row])[0]
-          raise code if code.is_a?(Exception)
-
-          code
-        end
-      end
+      Thread.handle_interrupt(TAKE) { with_connection { |conn| conn.insert(*row) } }
     ensure
       @group_mutex.synchronize { hand_off }
     end
@@ -599,9 +590,7 @@ module WebhookInbox
       begin
         codes = Thread.handle_interrupt(TAKE) do
           with_connection do |conn|
-            # shard_receive: a row alone goes through the batch's function too (the store keeps the
-            # one-row statement where the function is not prepared).
-            batch.size == 1 && !@shard_receive ? [conn.insert(*batch[0].row)] : conn.insert_batch(batch.map(&:row))
+            batch.size == 1 ? [conn.insert(*batch[0].row)] : conn.insert_batch(batch.map(&:row))
           end
         end
       rescue StoreError, ConfigurationError => e # the store's answer for the whole batch

@@ -6,12 +6,13 @@ require_relative "../spec_helper"
 require_relative "../support/citus_cluster"
 require_relative "../sidecar/sidecar_helper"
 
-# A receipt batch on the node holding its shard, written into the shard's own table
-# (db/citus/006's webhook_inbox_citus_receive, wi_store_set_shard_receive: what citus_nodes' node
-# sessions call, issue 30): the rows and answers are those of the INSERT through Citus, Citus
-# plans no statement for them on that node, a node without the shard forwards through Citus, a
-# role that cannot take the shard's metadata lock goes through Citus, and a database without the
-# function keeps the other statements. The shard-move race: citus_direct_spec.rb's move example.
+# A receipt batch (two rows or more) on the node holding its shard, written into the shard's own
+# table (db/citus/006's webhook_inbox_citus_receive, wi_store_set_shard_receive: what citus_nodes'
+# node sessions call, issue 30): the rows and answers are those of the INSERT through Citus, Citus
+# plans no statement for them on that node, the batch waits while a shard move ends (the shard's
+# metadata lock), a node without the shard forwards through Citus, a role that cannot take that
+# lock keeps the INSERT through Citus, a node's sessions stay bounded, and a database without the
+# function keeps the other statements. A move under load: citus_direct_spec.rb's move example.
 # Skipped with the reason when Citus is not installed.
 RSpec.describe "Citus receipts written into the shard's table on its node" do
   include CitusClusterSpec
@@ -78,8 +79,9 @@ RSpec.describe "Citus receipts written into the shard's table on its node" do
     direct = connection(node.url, true)
     expect(direct.insert_batch(rows(scope, "shard"))).to eq(ANSWERS)
     expect(direct.insert_batch(rows(scope, "shard"))).to eq(DUPLICATES) # ON CONFLICT decides
-    expect(direct.insert_batch([rows(scope, "one").first])).to eq([1]) # a batch of one row too
     expect(citus_calls(node, scope)).to eq(0) # the check can fail: the INSERT through Citus counts
+    expect(direct.insert_batch([rows(scope, "one").first])).to eq([1])
+    expect(citus_calls(node, scope)).to eq(1) # a row alone keeps the one-row statement (no saving there)
 
     through = connection(node.url, false)
     expect(through.insert_batch(rows(scope, "citus"))).to eq(ANSWERS)
@@ -160,22 +162,23 @@ RSpec.describe "Citus receipts written into the shard's table on its node" do
               "AND backend_type = 'client backend'").split.sum { |pid| File.read("/proc/#{pid}/status")[/VmRSS:\s+(\d+)/, 1].to_i }
   end
 
-  it "keeps a node's sessions bounded over 2,000 receipts, of the node's own shard and of another's" do
+  it "keeps a node's sessions bounded over 2,000 receipts in batches, of the node's own shard and of another's" do
     node = cluster.workers.first
     here = scope_on(node, "gscope")
     away = scope_on(node, "gscope", on: false)
     # Every scope sent to node (the other worker's too, as a stale map would): one session each.
     box = WebhookInbox::Inbox.new(database_url: cluster.url, pool_size: 1, group_by_scope: true,
                                   citus_nodes: cluster.workers.to_h { |w| ["127.0.0.1:#{w.port}", node.url] })
-    200.times { |i| box.insert(source_scope: i.even? ? here : away, event_id: "grow_warm_#{i}", payload: "{}") }
+    pair = ->(i, tag) { [0, 1].map { |k| { source_scope: i.even? ? here : away, event_id: "#{tag}_#{i}_#{k}", payload: "{}" } } }
+    100.times { |i| box.insert_all(pair.(i, "grow_warm")) } # batches of two rows of one scope
     before = sessions_rss(node)
     node.psql("SELECT citus_stat_statements_reset()")
-    2000.times { |i| box.insert(source_scope: i.even? ? here : away, event_id: "grow_#{i}", payload: "{}") }
+    1000.times { |i| box.insert_all(pair.(i, "grow")) }
     grown = sessions_rss(node) - before
     RSpec.configuration.reporter.message("  citus shard receive: the node's sessions grew #{grown} kB over 2,000 receipts")
     expect(grown).to be < 10_000
     expect(sql("SELECT count(*) FROM webhook_inbox WHERE event_id LIKE 'grow\\_%'")).to eq("2200")
-    expect(box.direct_counts).to eq(direct: 2200, fallback: 0)
+    expect(box.direct_counts).to eq(direct: 1100, fallback: 0)
     expect(citus_calls(node, here)).to eq(0) # the Inbox's node pool wrote the shard's table: Citus planned nothing
   ensure
     box&.close
