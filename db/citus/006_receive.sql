@@ -6,7 +6,8 @@
 -- Citus ran the INSERT on the distributed table by local execution: it planned the distributed
 -- statement, then deparsed, parsed and planned the shard's statement at every batch. Written
 -- against the shard table, with a plan prepared once per session, a batch of 20 rows cost the
--- cluster 0.47x the CPU, of 5 0.57x, a row alone 0.92x (docs/capacity.md, "The shard's own table").
+-- cluster 0.47x the CPU, of 5 0.57x (docs/capacity.md, "The shard's own table"); a row alone
+-- saved nothing measurable, so the gem sends only batches of two rows or more here.
 --
 -- Never on a stale table: a shard move ends by taking the shard's metadata lock exclusively on
 -- every node, then points the placement elsewhere and leaves the old table until its cleanup (a
