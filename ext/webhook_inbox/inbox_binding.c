@@ -72,15 +72,16 @@ static void raise_store_err(const struct wi_err *err)
 }
 
 /* Connection.new(conninfo, connect_timeout_ms, statement_timeout_ms, values_batches = false,
- * custom_plans = false): parses, does not connect. values_batches: see
- * wi_store_set_values_batches; custom_plans: wi_store_set_custom_plans (Citus). */
+ * custom_plans = false, shard_receive = false): parses, does not connect. values_batches: see
+ * wi_store_set_values_batches; custom_plans: wi_store_set_custom_plans (Citus); shard_receive:
+ * wi_store_set_shard_receive (Citus nodes). */
 static VALUE conn_initialize(int argc, VALUE *argv, VALUE self)
 {
-    VALUE conninfo, connect_ms, statement_ms, values_batches, custom_plans;
+    VALUE conninfo, connect_ms, statement_ms, values_batches, custom_plans, shard_receive;
     struct conn *c;
     struct wi_err err;
 
-    rb_scan_args(argc, argv, "32", &conninfo, &connect_ms, &statement_ms, &values_batches, &custom_plans);
+    rb_scan_args(argc, argv, "33", &conninfo, &connect_ms, &statement_ms, &values_batches, &custom_plans, &shard_receive);
     TypedData_Get_Struct(self, struct conn, &conn_type, c);
     if (c->store)
         rb_raise(rb_eArgError, "already initialized");
@@ -90,6 +91,7 @@ static VALUE conn_initialize(int argc, VALUE *argv, VALUE self)
         raise_store_err(&err);
     wi_store_set_values_batches(c->store, RTEST(values_batches));
     wi_store_set_custom_plans(c->store, RTEST(custom_plans));
+    wi_store_set_shard_receive(c->store, RTEST(shard_receive));
     return self;
 }
 

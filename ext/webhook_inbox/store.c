@@ -27,6 +27,7 @@
 #define UNKEYED_STMT_NAME "wi_inbox_insert_unkeyed"
 #define BATCH_UNKEYED_STMT_NAME "wi_inbox_insert_batch_unkeyed"
 #define VALUES_STMT_NAME "wi_inbox_values_%zu" /* the VALUES batch of that many rows */
+#define RECEIVE_STMT_NAME "wi_inbox_citus_receive" /* wi_store_set_shard_receive */
 #define SLICE_MS 50 /* poll slice: how often a wait looks at the interrupt flag */
 #define CHECK_CLOSED_MS "1000" /* client_connection_check_interval: see session_setup */
 
@@ -186,6 +187,11 @@ static const struct values_form VALUES_FORMS[] = {
 _Static_assert(VALUES_MAX_ROWS * VALUES_ROW_MAX_PARAMS <= 65535, "a batch's parameters fit a Bind message");
 _Static_assert(VALUES_MAX_ROWS < 64, "wi_store.values_prepared has a bit for each size");
 
+/* A batch on a Citus node through db/citus/006's function, which writes the shard's table when
+ * the node holds it (wi_store_set_shard_receive): BATCH_SQL's arrays, the keys inserted. */
+static const char RECEIVE_SQL[] =
+    "SELECT * FROM webhook_inbox_citus_receive($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
 /* Element oids of BATCH_SQL's arrays, and the arrays' own oids. */
 static const Oid BATCH_ELEM_TYPES[NPARAMS] = {25, 25, 25, 3802, 17, 25, 25, 3802, 25, 25, 25, 25, 25};
 static const Oid BATCH_PARAM_TYPES[NPARAMS] = {1009, 1009, 1009, 3807, 1001, 1009, 1009, 3807, 1009, 1009, 1009, 1009, 1009};
@@ -230,6 +236,8 @@ struct wi_store {
     char sqlstate[6];               /* of the last WI_STORE_EQUERY error */
     int values_batches;             /* wi_store_set_values_batches */
     int custom_plans;               /* wi_store_set_custom_plans */
+    int shard_receive;              /* wi_store_set_shard_receive */
+    int receive_ready;              /* RECEIVE_STMT_NAME is prepared on conn */
     uint64_t values_prepared;       /* bit n: VALUES_STMT_NAME of n rows is prepared on conn */
     int ever_connected;
 };
@@ -303,6 +311,7 @@ static void drop_conn(struct wi_store *s)
         PQfinish(s->conn); /* non-blocking connection: the Terminate is never waited on */
     s->conn = NULL;
     s->values_prepared = 0;
+    s->receive_ready = 0;
     s->attempt.active = 0;
     s->batch.active = 0;
 }
@@ -499,6 +508,50 @@ static const struct stmt_form STMT_FORMS[] = {
     {NPARAMS_NO_HEADERS, INSERT_SQL_NO_HEADERS, BATCH_SQL_NO_HEADERS, NULL, NULL},
 };
 
+/* Whether the session's role may take the shard's metadata lock (Citus: the table's owner).
+ * Another role's batch would go through the function's INSERT ... SELECT on the distributed
+ * table, which Citus runs through its INSERT ... SELECT machinery: dearer than the statements
+ * it would replace. */
+#define RECEIVE_OWNER_SQL                                                                      \
+    "SELECT pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = 'webhook_inbox'::regclass), 'USAGE')"
+
+/* wi_store_set_shard_receive: prepares RECEIVE_STMT_NAME with the newest schema form when the
+ * session's role owns the inbox. A database without the function (42883: a layout older than
+ * db/citus/006, or no Citus) leaves the session on its other statements. Returns 0, or -1 and
+ * fills *err. */
+static int receive_setup(struct wi_store *s, long long deadline, struct wi_err *err)
+{
+    PGresult *r;
+    int owner;
+
+    if (!s->shard_receive || s->nparams != NPARAMS)
+        return 0;
+    if (!PQsendQuery(s->conn, RECEIVE_OWNER_SQL)) {
+        set_err(s, err, WI_STORE_ECONNECT, "could not send a setup command: %s", PQerrorMessage(s->conn));
+        return -1;
+    }
+    if (finish_trip(s, deadline, &r, err) != TRIP_OK)
+        return -1;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        result_err(s, r, err);
+        PQclear(r);
+        return -1;
+    }
+    owner = PQntuples(r) == 1 && !strcmp(PQgetvalue(r, 0, 0), "t");
+    PQclear(r);
+    if (!owner)
+        return 0;
+    if (prepare(s, RECEIVE_STMT_NAME, RECEIVE_SQL, s->nparams, BATCH_PARAM_TYPES, deadline, err) == 0) {
+        s->receive_ready = 1;
+        return 0;
+    }
+    if (strcmp(s->sqlstate, "42883"))
+        return -1;
+    s->sqlstate[0] = '\0';
+    wi_err_clear(err);
+    return 0;
+}
+
 /* Prepares the session: statement_timeout, the abandoned-statement check, STMT_NAME,
  * BATCH_STMT_NAME and READ_STMT_NAME (with request_headers when the table has it). Returns 0,
  * or -1 and fills *err. Also run again when the server lost STMT_NAME. */
@@ -508,6 +561,7 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
     char sql[64];
 
     s->values_prepared = 0; /* a new session, or one that lost its statements (26000) */
+    s->receive_ready = 0;
     snprintf(sql, sizeof sql, "SET statement_timeout = %d", s->statement_timeout_ms);
     if (setup_cmd(s, sql, 1, deadline, err) < 0)
         return -1;
@@ -538,7 +592,9 @@ static int session_setup(struct wi_store *s, long long deadline, struct wi_err *
                           prepare(s, BATCH_UNKEYED_STMT_NAME, BATCH_SQL_NO_ORDER, NPARAMS_NO_ORDER, BATCH_PARAM_TYPES,
                                   deadline, err) < 0))
         return -1;
-    return prepare(s, BATCH_STMT_NAME, f->batch, s->nparams, BATCH_PARAM_TYPES, deadline, err);
+    if (prepare(s, BATCH_STMT_NAME, f->batch, s->nparams, BATCH_PARAM_TYPES, deadline, err) < 0)
+        return -1;
+    return receive_setup(s, deadline, err);
 }
 
 struct wi_store *wi_store_new(const char *conninfo, int connect_timeout_ms,
@@ -835,8 +891,9 @@ static const char *batch_field(const struct wi_store_row *r, const struct wi_ord
     }
 }
 
-/* Sends BATCH_SQL (BATCH_SQL_READ when C decided every row's ordering, BATCH_SQL_NO_ORDER with
- * the first NPARAMS_NO_ORDER arrays when every row is unkeyed()) for rows[0..n) on the
+/* Sends BATCH_SQL (BATCH_SQL_READ when C decided every row's ordering; RECEIVE_STMT_NAME
+ * instead on a session that prepared it; BATCH_SQL_NO_ORDER with the first NPARAMS_NO_ORDER
+ * arrays when every row is unkeyed() on a session without it) for rows[0..n) on the
  * open connection: each column as a one-dimensional array in binary format (ndim, has-null
  * flag, element oid, length, lower bound, then each element as int32 length or -1 for NULL,
  * and its bytes). Starts a's deadline. */
@@ -850,7 +907,8 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
     struct wi_ordering *orders;
     char *buf, *p;
     int col, read = s->nparams >= NPARAMS_NO_TRACE; /* every row's ordering decided in C */
-    int all_unkeyed = 1, ncols; /* every row may go by BATCH_UNKEYED_STMT_NAME */
+    /* every row may go by BATCH_UNKEYED_STMT_NAME (not where the shard's function is prepared) */
+    int all_unkeyed = !s->receive_ready, ncols;
     enum trip t;
 
     if (!(orders = malloc(n * sizeof *orders))) {
@@ -913,7 +971,8 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
     if (all_unkeyed)
         t = send_prepared(s, a, BATCH_UNKEYED_STMT_NAME, ncols, values, lengths, formats, err);
     else
-        t = send_prepared(s, a, read ? BATCH_READ_STMT_NAME : BATCH_STMT_NAME, ncols, values, lengths, formats, err);
+        t = send_prepared(s, a, !read ? BATCH_STMT_NAME : s->receive_ready ? RECEIVE_STMT_NAME : BATCH_READ_STMT_NAME,
+                          ncols, values, lengths, formats, err);
     free(buf);
     free(orders);
     return t;
@@ -1069,10 +1128,25 @@ done:
     return t;
 }
 
-/* Sends the batch statement for rows[0..n): the VALUES form when the session asked for it,
- * n <= VALUES_MAX_ROWS and C read every row's ordering whole (a row left to the ordering
- * functions would cost a planning of them per VALUES row: see ORDER_AT), else BATCH_SQL.
- * Starts a's deadline. */
+/* 1 when rows[0..n) go through RECEIVE_STMT_NAME: prepared on this session, and C read every
+ * row's ordering whole (the function writes the shard with the ordering as read). */
+static int receive_fits(struct wi_store *s, const struct wi_store_row *rows, size_t n)
+{
+    struct wi_ordering o;
+    size_t i;
+
+    for (i = 0; s->receive_ready && i < n; i++) {
+        derive_ordering(&rows[i], rows[i].raw, &o);
+        if (o.key == WI_ORDERING_SQL || o.time == WI_ORDERING_SQL)
+            return 0;
+    }
+    return s->receive_ready;
+}
+
+/* Sends the batch statement for rows[0..n): RECEIVE_STMT_NAME when receive_fits, else the
+ * VALUES form when the session asked for it, n <= VALUES_MAX_ROWS and C read every row's
+ * ordering whole (a row left to the ordering functions would cost a planning of them per
+ * VALUES row: see ORDER_AT), else BATCH_SQL. Starts a's deadline. */
 static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
                             struct attempt *a, struct wi_err *err)
 {
@@ -1081,6 +1155,8 @@ static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows,
     const struct values_form *f = NULL;
     size_t i;
 
+    if (receive_fits(s, rows, n))
+        return arrays_send(s, rows, n, a, err); /* RECEIVE_STMT_NAME */
     for (i = 0; s->values_batches && n <= VALUES_MAX_ROWS && i < sizeof VALUES_FORMS / sizeof VALUES_FORMS[0]; i++)
         if (VALUES_FORMS[i].nparams == s->nparams)
             f = &VALUES_FORMS[i];
@@ -1328,7 +1404,7 @@ int wi_store_insert_batch(struct wi_store *s, const struct wi_store_row *rows, s
             drop_conn(s); /* never resume another call's statement as this batch's */
         memset(b, 0, sizeof *b);
         memset(outs, 0, n * sizeof *outs);
-        b->per_row = n == 1; /* one row: the single statement, cheaper to plan */
+        b->per_row = n == 1; /* one row: the single statement, cheaper to plan (and than RECEIVE_SQL) */
     }
     b->active = 0;
     if (!b->per_row) {
@@ -1374,6 +1450,12 @@ void wi_store_set_custom_plans(struct wi_store *s, int on)
 {
     if (s)
         s->custom_plans = on ? 1 : 0;
+}
+
+void wi_store_set_shard_receive(struct wi_store *s, int on)
+{
+    if (s)
+        s->shard_receive = on ? 1 : 0;
 }
 
 void wi_store_interrupt(struct wi_store *s)

@@ -122,10 +122,14 @@ module WebhookInbox
     # (Citus, above). custom_plans: sessions plan each execution for its parameters
     # (plan_cache_mode = force_custom_plan), what citus_nodes sets for its nodes' pools: a worker
     # that runs a reused plan's INSERT on its own shard leaks memory at every execution (Citus
-    # 13.2, measured; wi_store_set_custom_plans).
+    # 13.2, measured; wi_store_set_custom_plans). shard_receive: a batch of two rows or more goes
+    # through webhook_inbox_citus_receive() (db/citus/006), which writes the shard's own table on
+    # the node holding it (wi_store_set_shard_receive; a row alone keeps its statement: no saving
+    # there, measured); what citus_nodes sets for its nodes' pools unless citus_shard_receive is
+    # false (the INSERT on the distributed table there, as before: to compare).
     def initialize(database_url:, pool_size: 5, connect_timeout: 5, statement_timeout: 5, checkout_timeout: nil,
                    group_commit: true, group_leaders: 2, group_by_scope: false, citus_nodes: nil, citus_route_ttl: 30,
-                   custom_plans: false)
+                   custom_plans: false, shard_receive: false, citus_shard_receive: true)
       raise ConfigurationError, "database_url is required" if database_url.nil? || database_url.to_s.empty?
       raise ConfigurationError, "pool_size must be >= 1" unless pool_size.is_a?(Integer) && pool_size >= 1
       raise ConfigurationError, "group_leaders must be >= 1" unless group_leaders.is_a?(Integer) && group_leaders >= 1
@@ -139,11 +143,12 @@ module WebhookInbox
       @group_leaders = [group_leaders, pool_size].min
       @group_by_scope = group_by_scope ? true : false
       @custom_plans = custom_plans ? true : false
+      @shard_receive = shard_receive ? true : false
       reset_pool
       @created = 1
       checkin(new_connection) # parses database_url now: a bad one fails here, not on the first webhook
       begin
-        direct_to_nodes(citus_nodes, citus_route_ttl, group_commit) if citus_nodes
+        direct_to_nodes(citus_nodes, citus_route_ttl, group_commit, citus_shard_receive) if citus_nodes
       rescue StandardError
         close
         raise
@@ -322,7 +327,7 @@ module WebhookInbox
     # share group_leaders (at least one each): as many batches in flight as through the
     # coordinator, so as many rows a batch (with group_leaders each, two nodes made batches of
     # half the rows, and a receipt cost 1.65x, measured).
-    def direct_to_nodes(nodes, ttl, group_commit)
+    def direct_to_nodes(nodes, ttl, group_commit, shard_receive)
       unless nodes.is_a?(Hash) && !nodes.empty? &&
              nodes.all? { |k, v| k.is_a?(String) && k.match?(/\A\S+:\d+\z/) && v.is_a?(String) && !v.empty? }
         raise ConfigurationError, "citus_nodes must map \"host:port\" (as pg_dist_node names a node) to a database URL"
@@ -338,7 +343,8 @@ module WebhookInbox
         @nodes[node.dup.freeze] =
           Inbox.new(database_url: url, pool_size: @pool_size, connect_timeout: @connect_timeout,
                     statement_timeout: @statement_timeout, checkout_timeout: @checkout_timeout,
-                    group_commit: group_commit, group_leaders: leaders, group_by_scope: true, custom_plans: true)
+                    group_commit: group_commit, group_leaders: leaders, group_by_scope: true, custom_plans: true,
+                    shard_receive: shard_receive)
       end
       @nodes.freeze
     end
@@ -418,7 +424,7 @@ module WebhookInbox
       # group_by_scope (Citus): a batch of one scope as multi-row VALUES, which Citus routes
       # to the scope's shard (the arrays form goes through the coordinator's INSERT ... SELECT)
       Connection.new(@database_url, (@connect_timeout * 1000).ceil, (@statement_timeout * 1000).ceil, @group_by_scope,
-                     @custom_plans)
+                     @custom_plans, @shard_receive)
     end
 
     # After fork the child gets a fresh pool: the parent's connections are dropped by the

@@ -41,6 +41,18 @@ RSpec.describe WebhookInbox::Inbox, "citus_nodes" do
     inbox&.close
   end
 
+  it "keeps a node session's statements on a database without webhook_inbox_citus_receive (db/citus/006)" do
+    conn = WebhookInbox::Inbox::Connection.new(pg.url, 5000, 5000, true, true, true) # as citus_nodes' node pools
+    scope = unique_scope("receive")
+    row = ->(id, raw = false) { [scope, id, "t", raw ? "raw" : "{}", raw, false, nil, nil, nil, nil] }
+    expect(conn.insert_batch([row.("r_1"), row.("r_2", true), row.("r_1")])).to eq([1, 3, 0])
+    expect(conn.insert_batch([row.("r_3")])).to eq([1])
+    expect(conn.insert_batch([row.("r_3")])).to eq([0])
+    expect(inbox_count(pg, scope)).to eq(3)
+  ensure
+    conn&.close
+  end
+
   it "never shows a node URL's password" do
     url = "postgres://app:s3cr3t-pw@127.0.0.1:#{pg.port}/#{pg.dbname}"
     inbox = described_class.new(database_url: pg.url, citus_nodes: { "127.0.0.1:#{pg.port}" => url })
