@@ -140,7 +140,7 @@ $$;
 -- entry with the real clock (its arguments are never all constants in the gem's
 -- functions, so nothing folds it at planning). Re-applied after every migrate: CREATE OR
 -- REPLACE in db/functions/ resets both. The search_path is set on the gem's functions by
--- citus/005_functions.sql, the last file, once every function of db/citus/ exists.
+-- citus/005_functions.sql, once every function of db/citus/ before it exists.
 CREATE SCHEMA IF NOT EXISTS webhook_inbox_citus;
 COMMENT ON SCHEMA webhook_inbox_citus IS 'Citus layout: clock_timestamp() as STABLE for the gem''s functions (db/citus/001_layout.sql).';
 CREATE OR REPLACE FUNCTION webhook_inbox_citus.clock_timestamp() RETURNS timestamptz

@@ -1,5 +1,6 @@
--- citus/005_functions.sql - the gem's functions as Citus runs them (the last file of
--- db/citus/, applied after the others by every `migrate` on a Citus layout). Idempotent.
+-- citus/005_functions.sql - the gem's functions as Citus runs them (applied after 001-004 by
+-- every `migrate` on a Citus layout; 006's one function comes after it on purpose, with its own
+-- settings, and is not altered here). Idempotent.
 --
 -- SQL functions over distributed tables: Citus cannot plan the statement of a LANGUAGE sql
 -- function that is not inlined ("parameterized queries for SQL functions referencing
