@@ -43,21 +43,22 @@ RSpec.describe "Citus receipts written into the shard's table on its node" do
     WebhookInbox::Inbox::Connection.new(url, 5000, 5000, true, true, shard_receive)
   end
 
-  ORDERED = %({"id": "evt_1", "created": 1700000000, "data": {"object": {"id": "cus_7"}}})
-  TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
   # Connection#insert_batch rows: plain, ordered and traced, raw, quarantined, headers, and a key
   # twice. Their answers: accepted (1), + stored raw (2), + quarantined (4); 0 a duplicate.
+  # (Values here, not constants: a constant in a describe block is global, and another spec's
+  # TRACE replaced this one's.)
   def rows(scope, tag)
+    ordered = %({"id": "evt_1", "created": 1700000000, "data": {"object": {"id": "cus_7"}}})
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     [[scope, "#{tag}_1", "r.one", "{}", false, false, nil, nil, nil, nil],
-     [scope, "#{tag}_2", "r.two", ORDERED, false, false, nil, nil, ["data.object.id", "created"], TRACE],
+     [scope, "#{tag}_2", "r.two", ordered, false, false, nil, nil, ["data.object.id", "created"], trace],
      [scope, "#{tag}_3", "r.raw", "raw bytes", true, false, nil, nil, nil, nil],
      [scope, "#{tag}_4", "r.bad", "{}", false, true, "refused upstream", nil, nil, nil],
      [scope, "#{tag}_6", "r.headers", "{}", false, false, nil, %({"x-a": ["1"]}), nil, nil],
      [scope, "#{tag}_1", "r.one", "{}", false, false, nil, nil, nil, nil]]
   end
-  ANSWERS = [1, 1, 3, 5, 1, 0].freeze
-  DUPLICATES = [0, 0, 2, 4, 0, 0].freeze # sent again: the same flags, none accepted
+  def answers = [1, 1, 3, 5, 1, 0]
+  def duplicates = [0, 0, 2, 4, 0, 0] # sent again: the same flags, none accepted
 
   # A payload jsonb refuses fails the batch statement: its rows go one by one (the one-row
   # statement), that one raw and quarantined.
@@ -77,14 +78,14 @@ RSpec.describe "Citus receipts written into the shard's table on its node" do
     scope = scope_on(node, "rscope")
     node.psql("SELECT citus_stat_statements_reset()")
     direct = connection(node.url, true)
-    expect(direct.insert_batch(rows(scope, "shard"))).to eq(ANSWERS)
-    expect(direct.insert_batch(rows(scope, "shard"))).to eq(DUPLICATES) # ON CONFLICT decides
+    expect(direct.insert_batch(rows(scope, "shard"))).to eq(answers)
+    expect(direct.insert_batch(rows(scope, "shard"))).to eq(duplicates) # ON CONFLICT decides
     expect(citus_calls(node, scope)).to eq(0) # the check can fail: the INSERT through Citus counts
     expect(direct.insert_batch([rows(scope, "one").first])).to eq([1])
     expect(citus_calls(node, scope)).to eq(1) # a row alone keeps the one-row statement (no saving there)
 
     through = connection(node.url, false)
-    expect(through.insert_batch(rows(scope, "citus"))).to eq(ANSWERS)
+    expect(through.insert_batch(rows(scope, "citus"))).to eq(answers)
     expect(citus_calls(node, scope)).to be > 0
     expect(stored(scope, "shard")).to eq(stored(scope, "citus"))
     expect(stored(scope, "shard").lines.size).to eq(5)
@@ -112,7 +113,7 @@ RSpec.describe "Citus receipts written into the shard's table on its node" do
     end
     expect(stored(scope, "lock")).to eq("") # the check can fail: a batch that took no lock is stored by now
     holder.exec("COMMIT")
-    expect(batch.value).to eq(ANSWERS)
+    expect(batch.value).to eq(answers)
     expect(stored(scope, "lock").lines.size).to eq(5)
   ensure
     holder&.close
@@ -124,8 +125,8 @@ RSpec.describe "Citus receipts written into the shard's table on its node" do
     node = cluster.workers.first
     scope = scope_on(node, "fscope", on: false)
     direct = connection(node.url, true)
-    expect(direct.insert_batch(rows(scope, "away"))).to eq(ANSWERS)
-    expect(direct.insert_batch(rows(scope, "away"))).to eq(DUPLICATES)
+    expect(direct.insert_batch(rows(scope, "away"))).to eq(answers)
+    expect(direct.insert_batch(rows(scope, "away"))).to eq(duplicates)
     expect(direct.insert_batch([rows(scope, "away1").first])).to eq([1])
     expect(stored(scope, "away").lines.size).to eq(5)
     expect(sql("SELECT count(*) FROM webhook_inbox WHERE event_id LIKE 'away%'")).to eq("6")
@@ -142,7 +143,7 @@ RSpec.describe "Citus receipts written into the shard's table on its node" do
                 "WHERE r.rolname = 'wi_receiver' AND s.query LIKE '#{like}'").to_i
     end
     other = connection(role_url, true)
-    expect(other.insert_batch(rows(local, "role"))).to eq(ANSWERS)
+    expect(other.insert_batch(rows(local, "role"))).to eq(answers)
     expect(calls.("%webhook_inbox_citus_receive%")).to eq(0)
     expect(calls.("INSERT INTO webhook_inbox (%")).to eq(1) # the VALUES batch, through Citus
     PG.connect(role_url) do |c|
@@ -190,7 +191,7 @@ RSpec.describe "Citus receipts written into the shard's table on its node" do
     sql("DROP FUNCTION webhook_inbox_citus_receive(text[], text[], text[], jsonb[], bytea[], text[], text[], jsonb[], " \
         "text[], text[], text[], text[], text[])")
     direct = connection(node.url, true)
-    expect(direct.insert_batch(rows(scope, "nofn"))).to eq(ANSWERS)
+    expect(direct.insert_batch(rows(scope, "nofn"))).to eq(answers)
     expect(direct.insert_batch([rows(scope, "nofn1").first])).to eq([1])
     expect(stored(scope, "nofn").lines.size).to eq(5)
   ensure
