@@ -38,9 +38,11 @@ class CitusCluster
     "no PostgreSQL to run Citus on: #{e.message}"
   end
 
-  def initialize(workers: 2, dbname: "webhook_inbox")
-    @coordinator = ThrowawayPostgres.new(dbname: dbname, settings: SETTINGS)
-    @workers = Array.new(workers) { ThrowawayPostgres.new(dbname: dbname, settings: SETTINGS) }
+  # settings: each node's postgresql.conf lines (bench/citus passes one node's, citus preloaded,
+  # without the specs' statement tracking).
+  def initialize(workers: 2, dbname: "webhook_inbox", settings: SETTINGS)
+    @coordinator = ThrowawayPostgres.new(dbname: dbname, settings: settings)
+    @workers = Array.new(workers) { ThrowawayPostgres.new(dbname: dbname, settings: settings) }
     nodes.each { |n| n.psql("CREATE EXTENSION citus") }
     coordinator.psql("SELECT citus_set_coordinator_host('127.0.0.1', #{coordinator.port})")
     @workers.each { |w| coordinator.psql("SELECT citus_add_node('127.0.0.1', #{w.port})") }
