@@ -60,11 +60,11 @@ task :c_tests_beside_spec do
     exit!(code)
   end
   results = {}
+  queue = Queue.new
   begin
     if ENV["SPEC"]
       Rake::Task[:spec].invoke
     else
-      queue = Queue.new
       spec_chunks.each { |chunk| queue << chunk }
       queue.close
       puts "specs: #{SPEC_PROCESSES} rspec processes over #{queue.size} chunks (#{spec_chunks.map(&:first).join(', ')})"
@@ -80,6 +80,7 @@ task :c_tests_beside_spec do
       workers.each(&:join)
     end
   ensure
+    queue.clear # interrupted: no chunk starts after this (the running ones had the signal too)
     c_status, = c_tests.value
   end
   failed = results.reject { |_, (status, _)| status.success? }
