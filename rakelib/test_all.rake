@@ -6,6 +6,7 @@
 # left the 2 cores three-quarters idle. Each child's output goes to a file and is printed whole
 # when it ends; the task fails if any fails (a failing chunk's rspec exit status, or c_tests').
 # With SPEC= (a narrowed run) the specs run as `rake spec` does, in one process.
+require "securerandom"
 require "tmpdir"
 
 # C steps that build files the specs also build (spec/sidecar/pgw_spec.rb and pgarray_spec.rb
@@ -26,7 +27,7 @@ end
 # Runs cmd (or a block, forked) with its output in a file; returns a thread whose value is
 # [status, seconds], the output printed as one write when it ends.
 def run_buffered(title, cmd = nil, &block)
-  log = File.join(Dir.tmpdir, "wi-test-all-#{Process.pid}-#{title.tr('^a-z0-9_', '_')}.log")
+  log = File.join(Dir.tmpdir, "wi-test-all-#{Process.pid}-#{SecureRandom.hex(6)}.log") # one each: titles may map alike
   started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
   pid = cmd ? Process.spawn(*cmd, out: log, err: [:child, :out]) : fork { $stdout.reopen(log, "w"); $stderr.reopen($stdout); block.call }
   Thread.new do
