@@ -40,8 +40,9 @@ namespace :monitoring do
 
   desc "spec/monitoring: the rules' and the dashboard's metrics and labels against real scrapes"
   task names: :compile do
-    # In test_all, `rake spec` (which runs before) already ran spec/monitoring, unless SPEC= narrowed it.
-    next puts("monitoring:names: spec/monitoring ran with rake spec") if Rake::Task[:spec].already_invoked && ENV["SPEC"].nil?
+    # In test_all the specs (which run before: rakelib/test_all.rake) already ran spec/monitoring, unless SPEC= narrowed them.
+    ran = %i[spec c_tests_beside_spec].any? { |t| Rake::Task.task_defined?(t) && Rake::Task[t].already_invoked }
+    next puts("monitoring:names: spec/monitoring ran with the specs") if ran && ENV["SPEC"].nil?
 
     sh RbConfig.ruby, "-S", "rspec", "spec/monitoring"
   end

@@ -161,7 +161,7 @@ RSpec.describe "README commands" do
       ["bench/verify", "0.02"] => /x/,
       ["bench/sidecar", "--events", "200", "--batched-events", "400", "--rounds", "1"] => /\(d\)/,
       ["bench/pipeline", "--duration", "1", "--rates", "100"] => /sustained \(p99 < 100 ms\)/,
-      ["bench/receive", "--duration", "1", "--warmup", "0"] => /\(c\)/,
+      ["bench/receive", "--duration", "1", "--warmup", "0", "--insert-rounds", "1"] => /\(c\)/,
       ["bench/stats", "--small", "2000", "--large", "20000", "--pending", "50", "--quarantined", "5", "--recent", "100",
        "--runs", "3"] => /ratio 20000\/2000 rows: \(s\) stats/,
       ["bench/effects", "--effects", "200"] => %r{\(b\)/\(a\)},

@@ -9,11 +9,11 @@ require_relative "receiver_helpers"
 
 # GeneratedRailsApp - a freshly generated Rails 7.2 app (rails new --api --database=postgresql)
 # with the gem built and installed as a user gets it (gem build + gem install: the C extension
-# and the sidecar compiled by RubyGems) and the app's Gemfile naming it exactly as the README
-# does, on a throwaway PostgreSQL. The database comes from config/database.yml and libpq's PG*
-# variables: DATABASE_URL is never set. Include it in an example group and call
-# create_generated_app in before(:all) (one app for the group: generating takes a minute),
-# remove_generated_app in after(:all).
+# and the sidecar compiled by RubyGems; once per run, each app with its own copy) and the app's
+# Gemfile naming it exactly as the README does, on a throwaway PostgreSQL. The database comes
+# from config/database.yml and libpq's PG* variables: DATABASE_URL is never set. Include it in
+# an example group and call create_generated_app in before(:all) (one app for the group:
+# generating takes a minute), remove_generated_app in after(:all).
 module GeneratedRailsApp
   def create_generated_app(name = "shop")
     root = ReceiverHelpers::ROOT
@@ -87,14 +87,32 @@ module GeneratedRailsApp
 
   private
 
+  # Each app gets its own copy of the gem as installed once for the run (GeneratedRailsApp.installed_gems).
   def install_gem(root)
-    out, st = Bundler.with_unbundled_env { Open3.capture2e("gem", "build", "webhook_inbox.gemspec", "-o", File.join(@work, "wi.gem"), chdir: root) }
+    gems, @gem_install_seconds, @gem_install_reused = GeneratedRailsApp.installed_gems(root)
+    FileUtils.cp_r(gems, @gems, preserve: true)
+  end
+
+  # The gem built and installed (which compiles the extension and the sidecar, ~20 s) once per
+  # rspec run, since the tree does not change during it: the first app pays for it, later ones
+  # copy the installed directory. Returns [its directory, the seconds it took, whether it was
+  # made before this call]. A failed build raises, and the next app tries again.
+  def self.installed_gems(root)
+    return [*@installed_gems, true] if @installed_gems
+
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    work = Dir.mktmpdir("wi-gem-")
+    gems = File.join(work, "gems")
+    out, st = Bundler.with_unbundled_env { Open3.capture2e("gem", "build", "webhook_inbox.gemspec", "-o", File.join(work, "wi.gem"), chdir: root) }
     raise "gem build failed: #{out}" unless st.success?
 
     out, st = Bundler.with_unbundled_env do
-      Open3.capture2e("gem", "install", "--local", "--ignore-dependencies", "--no-document", "--install-dir", @gems, File.join(@work, "wi.gem"))
+      Open3.capture2e("gem", "install", "--local", "--ignore-dependencies", "--no-document", "--install-dir", gems, File.join(work, "wi.gem"))
     end
     raise "gem install failed: #{out}" unless st.success?
+
+    @installed_gems = [gems, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started]
+    [*@installed_gems, false]
   end
 
   def generate_app(root)
