@@ -228,13 +228,13 @@ module ProcessTree
       next unless stats[pid]
 
       ns = task_ns(pid)
-      total += ns ? ns / 1e9 : stats[pid][1] / TICK # a zombie has no tasks left: its ticks
+      total += ns ? ns / 1e9 : stats[pid][1] / TICK # gone since the listing: its ticks as listed
       stats.each { |child, cst| todo << child if cst[0] == pid }
     end
     total
   end
 
-  # Nanoseconds every thread of pid has run, or nil when it has none (gone, or a zombie).
+  # Nanoseconds every thread of pid has run (a zombie's too), or nil when it is gone.
   def self.task_ns(pid)
     files = Dir.glob("/proc/#{pid}/task/*/schedstat")
     files.empty? ? nil : files.sum { |f| File.read(f).split.first.to_i }
