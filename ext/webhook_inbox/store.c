@@ -891,35 +891,27 @@ static const char *batch_field(const struct wi_store_row *r, const struct wi_ord
     }
 }
 
-/* Sends BATCH_SQL (BATCH_SQL_READ when C decided every row's ordering; RECEIVE_STMT_NAME
+/* Sends BATCH_SQL (BATCH_SQL_READ when C decided every row's ordering, whole; RECEIVE_STMT_NAME
  * instead on a session that prepared it; BATCH_SQL_NO_ORDER with the first NPARAMS_NO_ORDER
- * arrays when every row is unkeyed() on a session without it) for rows[0..n) on the
- * open connection: each column as a one-dimensional array in binary format (ndim, has-null
- * flag, element oid, length, lower bound, then each element as int32 length or -1 for NULL,
- * and its bytes). Starts a's deadline. */
-static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
-                             struct attempt *a, struct wi_err *err)
+ * arrays when every row is unkeyed() on a session without it) for rows[0..n), whose orderings
+ * read as orders, on the open connection: each column as a one-dimensional array in binary
+ * format (ndim, has-null flag, element oid, length, lower bound, then each element as int32
+ * length or -1 for NULL, and its bytes). Starts a's deadline. */
+static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows, const struct wi_ordering *orders,
+                             int whole, size_t n, struct attempt *a, struct wi_err *err)
 {
     const char *values[NPARAMS];
     int lengths[NPARAMS];
     static const int formats[NPARAMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     size_t sizes[NPARAMS], total = 0, i, len;
-    struct wi_ordering *orders;
     char *buf, *p;
-    int col, read = s->nparams >= NPARAMS_NO_TRACE; /* every row's ordering decided in C */
+    int col, read = s->nparams >= NPARAMS_NO_TRACE && whole;
     /* every row may go by BATCH_UNKEYED_STMT_NAME (not where the shard's function is prepared) */
     int all_unkeyed = !s->receive_ready, ncols;
     enum trip t;
 
-    if (!(orders = malloc(n * sizeof *orders))) {
-        set_err(s, err, WI_ERR_NOMEM, "out of memory");
-        return TRIP_FAIL;
-    }
-    for (i = 0; i < n; i++) {
-        derive_ordering(&rows[i], rows[i].raw, &orders[i]);
-        read = read && orders[i].key != WI_ORDERING_SQL && orders[i].time != WI_ORDERING_SQL;
-        all_unkeyed = all_unkeyed && unkeyed(s, &rows[i], &orders[i]);
-    }
+    for (i = 0; all_unkeyed && i < n; i++)
+        all_unkeyed = unkeyed(s, &rows[i], &orders[i]);
     ncols = all_unkeyed ? NPARAMS_NO_ORDER : s->nparams;
     for (col = 0; col < ncols; col++) {
         sizes[col] = 20;
@@ -928,14 +920,12 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
             sizes[col] += 4 + (v ? len + IS_JSONB(col) : 0);
         }
         if (sizes[col] > 0x3fffffff) {
-            free(orders);
             set_err(s, err, WI_ERR_ARG, "batch too large");
             return TRIP_FAIL;
         }
         total += sizes[col];
     }
     if (!(buf = malloc(total))) {
-        free(orders);
         set_err(s, err, WI_ERR_NOMEM, "out of memory");
         return TRIP_FAIL;
     }
@@ -974,7 +964,6 @@ static enum trip arrays_send(struct wi_store *s, const struct wi_store_row *rows
         t = send_prepared(s, a, !read ? BATCH_STMT_NAME : s->receive_ready ? RECEIVE_STMT_NAME : BATCH_READ_STMT_NAME,
                           ncols, values, lengths, formats, err);
     free(buf);
-    free(orders);
     return t;
 }
 
@@ -1128,48 +1117,41 @@ done:
     return t;
 }
 
-/* 1 when rows[0..n) go through RECEIVE_STMT_NAME: prepared on this session, and C read every
- * row's ordering whole (the function writes the shard with the ordering as read). */
-static int receive_fits(struct wi_store *s, const struct wi_store_row *rows, size_t n)
-{
-    struct wi_ordering o;
-    size_t i;
-
-    for (i = 0; s->receive_ready && i < n; i++) {
-        derive_ordering(&rows[i], rows[i].raw, &o);
-        if (o.key == WI_ORDERING_SQL || o.time == WI_ORDERING_SQL)
-            return 0;
-    }
-    return s->receive_ready;
-}
-
-/* Sends the batch statement for rows[0..n): RECEIVE_STMT_NAME when receive_fits, else the
- * VALUES form when the session asked for it, n <= VALUES_MAX_ROWS and C read every row's
- * ordering whole (a row left to the ordering functions would cost a planning of them per
- * VALUES row: see ORDER_AT), else BATCH_SQL. Starts a's deadline. */
+/* Sends the batch statement for rows[0..n), each row's ordering read here once: RECEIVE_STMT_NAME
+ * when the session prepared it and C read every row's ordering whole (the function writes the
+ * shard with the ordering as read), else the VALUES form when the session asked for it, n <=
+ * VALUES_MAX_ROWS and C read every row's ordering whole (a row left to the ordering functions
+ * would cost a planning of them per VALUES row: see ORDER_AT), else BATCH_SQL. Starts a's
+ * deadline. */
 static enum trip batch_send(struct wi_store *s, const struct wi_store_row *rows, size_t n,
                             struct attempt *a, struct wi_err *err)
 {
     static const struct wi_ordering none = {.key = WI_ORDERING_NONE, .time = WI_ORDERING_NONE};
-    struct wi_ordering orders[VALUES_MAX_ROWS];
+    struct wi_ordering *orders = malloc(n * sizeof *orders);
     const struct values_form *f = NULL;
+    int whole = 1; /* no row's ordering left to SQL */
     size_t i;
+    enum trip t;
 
-    if (receive_fits(s, rows, n))
-        return arrays_send(s, rows, n, a, err); /* RECEIVE_STMT_NAME */
-    for (i = 0; s->values_batches && n <= VALUES_MAX_ROWS && i < sizeof VALUES_FORMS / sizeof VALUES_FORMS[0]; i++)
-        if (VALUES_FORMS[i].nparams == s->nparams)
-            f = &VALUES_FORMS[i];
-    for (i = 0; f && i < n; i++) {
+    if (!orders) {
+        set_err(s, err, WI_ERR_NOMEM, "out of memory");
+        return TRIP_FAIL;
+    }
+    for (i = 0; i < n; i++) {
         if (s->nparams < NPARAMS_NO_TRACE) {
             orders[i] = none; /* the schema stores no ordering */
             continue;
         }
         derive_ordering(&rows[i], rows[i].raw, &orders[i]);
-        if (orders[i].key == WI_ORDERING_SQL || orders[i].time == WI_ORDERING_SQL)
-            f = NULL;
+        whole = whole && orders[i].key != WI_ORDERING_SQL && orders[i].time != WI_ORDERING_SQL;
     }
-    return f ? values_send(s, f, rows, orders, n, a, err) : arrays_send(s, rows, n, a, err);
+    for (i = 0; whole && !s->receive_ready && s->values_batches && n <= VALUES_MAX_ROWS &&
+                i < sizeof VALUES_FORMS / sizeof VALUES_FORMS[0]; i++)
+        if (VALUES_FORMS[i].nparams == s->nparams)
+            f = &VALUES_FORMS[i];
+    t = f ? values_send(s, f, rows, orders, n, a, err) : arrays_send(s, rows, orders, whole, n, a, err);
+    free(orders);
+    return t;
 }
 
 /* 1 when row r has the key of result row k (source_scope, event_id as text). */
