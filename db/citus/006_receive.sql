@@ -69,15 +69,16 @@ BEGIN
         RETURN;
     END IF;
     -- The shard's statement, prepared once per session (the name holds the table's OID: a shard
-    -- moved away and back is prepared again; one per shard this node holds). EXECUTE of a
-    -- prepared statement takes no $n: the arrays go as literals (each payload printed and read
-    -- again: still cheaper than planning the statement at every call, measured).
+    -- moved away and back is prepared again; one per shard this node holds; whether it is, read
+    -- from the session's setting: webhook_inbox_prepared, db/functions/claim_dispatch.sql). EXECUTE
+    -- of a prepared statement takes no $n: the arrays go as literals (each payload printed and
+    -- read again: still cheaper than planning the statement at every call, measured).
     stmt := 'webhook_inbox_citus_receive_' || shard::oid;
-    IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = stmt) THEN
-        EXECUTE format($q$
-            PREPARE %2$I(text[], text[], text[], jsonb[], bytea[], text[], text[], jsonb[], text[], text[], text[]) AS
-            INSERT INTO %1$s AS w (source_scope, event_id, event_type, payload, raw_body, status, last_error, processed_at,
-                                   request_headers, ordering_key, ordering_at, next_attempt_at, trace_context)
+    IF NOT webhook_inbox_prepared(stmt) THEN
+        PERFORM webhook_inbox_prepare_once(stmt, 'text[], text[], text[], jsonb[], bytea[], text[], text[], jsonb[], text[], text[], text[]',
+            format($q$
+            INSERT INTO %s AS w (source_scope, event_id, event_type, payload, raw_body, status, last_error, processed_at,
+                                 request_headers, ordering_key, ordering_at, next_attempt_at, trace_context)
             SELECT u.s, u.e, u.t, u.p, u.r, u.st, u.le, CASE WHEN u.st = 'quarantined' THEN now() END, u.h, u.dk,
                    CASE WHEN u.dk IS NOT NULL THEN coalesce(to_timestamp(u.da::float8), now()) END,
                    least(now(), CASE WHEN u.dk IS NOT NULL THEN coalesce(to_timestamp(u.da::float8), now()) END),
@@ -85,7 +86,7 @@ BEGIN
                              AND u.tc ~ '^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}' THEN u.tc END
               FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS u(s, e, t, p, r, st, le, h, dk, da, tc)
             ON CONFLICT (source_scope, event_id) DO NOTHING RETURNING w.source_scope, w.event_id
-            $q$, shard, stmt);
+            $q$, shard));
     END IF;
     RETURN QUERY EXECUTE format('EXECUTE %I(%L, %L, %L, %L, %L, %L, %L, %L, %L, %L, %L)', stmt, p_scopes, p_ids, p_types,
                                 p_payloads, p_raws, p_statuses, p_errors, p_headers, p_keys, p_times, p_traces);
